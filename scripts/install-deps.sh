@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs everything Kubicle builds and tests with, from Debian's packages.
+# Idempotent: skips apt when every package is already present.
+set -euo pipefail
+
+PACKAGES=(
+  # C++ toolchain and build
+  g++ cmake ninja-build make pkg-config
+  # libraries
+  libcpprest-dev libyaml-cpp-dev libspdlog-dev libssl-dev nlohmann-json3-dev
+  libgtest-dev libgmock-dev
+  # guest images and the nested test host
+  busybox-static e2fsprogs cpio qemu-system-x86
+  # tools used by tests and benchmarks
+  python3 curl
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+echo "install-deps: all packages present"
