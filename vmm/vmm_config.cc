@@ -1,0 +1,145 @@
+#include "vmm/vmm_config.h"
+
+#include <sys/stat.h>
+
+#include <charconv>
+
+namespace kubicle::vmm {
+namespace {
+
+bool IsReadableFile(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+Result<uint64_t> ParseUint(const std::string& flag, const std::string& text) {
+  uint64_t v = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || ptr != text.data() + text.size() || text.empty())
+    return Status::InvalidArgument(flag + ": '" + text + "' is not a non-negative integer");
+  return v;
+}
+
+Status ParseDisk(const std::string& spec, VmmConfig* cfg) {
+  DiskConfig d;
+  d.path = spec;
+  auto comma = spec.rfind(',');
+  if (comma != std::string::npos) {
+    std::string opt = spec.substr(comma + 1);
+    if (opt == "ro") {
+      d.read_only = true;
+    } else if (opt != "rw") {
+      return Status::InvalidArgument("--disk: unknown option '" + opt + "' (use ,ro or ,rw)");
+    }
+    d.path = spec.substr(0, comma);
+  }
+  if (!IsReadableFile(d.path)) return Status::NotFound("--disk: no such image file '" + d.path + "'");
+  cfg->disks.push_back(d);
+  return Status::Ok();
+}
+
+Status Validate(const VmmConfig& cfg) {
+  if (cfg.kernel_path.empty()) return Status::InvalidArgument("--kernel is required");
+  if (!IsReadableFile(cfg.kernel_path))
+    return Status::NotFound("--kernel: no such file '" + cfg.kernel_path + "'");
+  if (!cfg.initrd_path.empty() && !IsReadableFile(cfg.initrd_path))
+    return Status::NotFound("--initrd: no such file '" + cfg.initrd_path + "'");
+  if (cfg.mem_bytes < kMinMemBytes || cfg.mem_bytes > kMaxMemBytes)
+    return Status::OutOfRange("--mem: " + std::to_string(cfg.mem_bytes >> 20) +
+                              " MiB is outside 16 MiB .. 1 TiB");
+  if (cfg.mem_bytes % 4096) return Status::InvalidArgument("--mem: must be a multiple of 4 KiB");
+  if (cfg.vcpus < 1 || cfg.vcpus > kMaxVcpus)
+    return Status::OutOfRange("--vcpus: must be 1.." + std::to_string(kMaxVcpus));
+  if (cfg.disks.size() > kMaxDisks) return Status::OutOfRange("at most 8 --disk flags");
+  if (cfg.guest_cid < 3 || cfg.guest_cid > 0xffffffffull)
+    return Status::OutOfRange("--cid: guest CIDs are 3..2^32-1 (0-2 are reserved)");
+  if (cfg.cmdline.size() >= 4096) return Status::OutOfRange("--cmdline: longer than 4095 bytes");
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<uint64_t> ParseSize(const std::string& text) {
+  if (text.empty()) return Status::InvalidArgument("empty size");
+  uint64_t shift = 0;
+  std::string digits = text;
+  switch (text.back()) {
+    case 'K': case 'k': shift = 10; break;
+    case 'M': case 'm': shift = 20; break;
+    case 'G': case 'g': shift = 30; break;
+    case 'T': case 't': shift = 40; break;
+    default: break;
+  }
+  if (shift) digits.pop_back();
+  ASSIGN_OR_RETURN(uint64_t v, ParseUint("size", digits));
+  if (shift && v > (~0ull >> shift)) return Status::OutOfRange("size '" + text + "' overflows");
+  return v << shift;
+}
+
+Result<VmmConfig> ParseRunArgs(const std::vector<std::string>& args) {
+  VmmConfig cfg;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& flag = args[i];
+    if (flag == "--json-log") { cfg.log_json = true; continue; }
+    if (flag == "--no-rng") { cfg.rng = false; continue; }
+    if (i + 1 >= args.size()) return Status::InvalidArgument(flag + " needs a value (see --help)");
+    const std::string& v = args[++i];
+    if (flag == "--kernel") cfg.kernel_path = v;
+    else if (flag == "--initrd") cfg.initrd_path = v;
+    else if (flag == "--cmdline") cfg.cmdline = v;
+    else if (flag == "--mem") {
+      auto r = ParseSize(v);
+      if (!r.ok()) return r.status().WithContext("--mem");
+      cfg.mem_bytes = *r;
+    } else if (flag == "--vcpus") {
+      ASSIGN_OR_RETURN(uint64_t n, ParseUint(flag, v));
+      cfg.vcpus = n > kMaxVcpus ? kMaxVcpus + 1 : static_cast<int>(n);
+    } else if (flag == "--disk") RETURN_IF_ERROR(ParseDisk(v, &cfg));
+    else if (flag == "--vsock-uds") cfg.vsock_uds = v;
+    else if (flag == "--cid") { ASSIGN_OR_RETURN(cfg.guest_cid, ParseUint(flag, v)); }
+    else if (flag == "--serial") cfg.serial_path = v;
+    else if (flag == "--control") cfg.control_path = v;
+    else if (flag == "--id") cfg.vm_id = v;
+    else if (flag == "--log-level") cfg.log_level = v;
+    else return Status::InvalidArgument("unknown flag '" + flag + "' (see --help)");
+  }
+  RETURN_IF_ERROR(Validate(cfg));
+  return cfg;
+}
+
+std::string UsageText() {
+  return R"(kubicle-vmm: one KVM microVM per process.
+
+Usage:
+  kubicle-vmm run --kernel PATH [options]
+  kubicle-vmm --help
+
+Options for run:
+  --kernel PATH        guest kernel: ELF vmlinux (64-bit entry or PVH note) or bzImage
+  --initrd PATH        initial ramdisk
+  --cmdline TEXT       kernel command line (virtio-mmio devices are appended)
+  --mem SIZE           guest memory, e.g. 256M, 2G (16M..1T; default 256M)
+  --vcpus N            virtual CPUs (1..64; default 1)
+  --disk PATH[,ro|,rw] raw disk image as virtio-blk (repeatable, up to 8)
+  --vsock-uds PATH     virtio-vsock; host side is a Unix socket at PATH
+                       (connect, send "CONNECT <port>\n", read "OK <port>\n";
+                       guest connections to port P go to PATH_P)
+  --cid N              guest vsock CID (>= 3; default 3)
+  --no-rng             no virtio-rng device
+  --serial PATH        serial console output file ("none" to discard; default stdout)
+  --control PATH       control socket (line-delimited JSON: status, pause,
+                       resume, shutdown)
+  --id NAME            VM id used in logs
+  --log-level LEVEL    debug, info, warn, error
+  --json-log           logs as JSON lines on stderr
+
+Exit codes:
+  0  the guest shut down (reset, power-off or shutdown command)
+  1  usage error (bad flag, missing file, value out of range)
+  2  the VM could not be built (KVM, kernel image, devices)
+  3  the guest crashed (triple fault, KVM internal error)
+  4  kubicle-vmm internal error
+)";
+}
+
+}  // namespace kubicle::vmm

@@ -1,0 +1,55 @@
+// VmmConfig: everything `kubicle-vmm run` needs to build one microVM, parsed
+// and validated from the command line before any KVM object exists, so a bad
+// flag is a clear usage error (exit code 1) and never a half-built VM.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace kubicle::vmm {
+
+struct DiskConfig {
+  std::string path;
+  bool read_only = false;
+};
+
+struct VmmConfig {
+  std::string kernel_path;
+  std::string initrd_path;  // empty: no initrd
+  std::string cmdline = "console=ttyS0 reboot=k panic=1 nomodule";
+  uint64_t mem_bytes = 256ull << 20;
+  int vcpus = 1;
+  std::vector<DiskConfig> disks;
+  std::string vsock_uds;    // empty: no vsock device
+  uint64_t guest_cid = 3;
+  bool rng = true;          // virtio-rng, on unless --no-rng
+  std::string serial_path;  // empty: stdout; "none": discard
+  std::string control_path; // empty: no control socket
+  std::string vm_id = "vm";
+  bool log_json = false;
+  std::string log_level = "info";
+};
+
+// Limits enforced at parse time.
+inline constexpr uint64_t kMinMemBytes = 16ull << 20;
+inline constexpr uint64_t kMaxMemBytes = 1ull << 40;
+inline constexpr int kMaxVcpus = 64;
+inline constexpr int kMaxDisks = 8;
+
+// Parses sizes like "256M", "2G", "512K", "1048576" (bytes). Rejects
+// overflow, junk and negative numbers.
+Result<uint64_t> ParseSize(const std::string& text);
+
+// Parses the arguments after `kubicle-vmm run`. Result is validated: the
+// kernel exists, sizes are in range, guest CID >= 3, paths are set where
+// needed. Does not touch KVM.
+Result<VmmConfig> ParseRunArgs(const std::vector<std::string>& args);
+
+// The text printed for `kubicle-vmm --help`.
+std::string UsageText();
+
+}  // namespace kubicle::vmm
