@@ -72,6 +72,7 @@ Result<std::unique_ptr<MmioTransport>> MmioTransport::Create(std::unique_ptr<Vir
     RETURN_IF_ERROR(loop->Add(host_fd, [raw](uint32_t) {
       std::lock_guard lock(raw->mu_);
       raw->device_->HandleHostEvent();
+      raw->CheckBrokenQueues();
     }));
     t->host_fd_ = host_fd;
   }
@@ -313,6 +314,15 @@ void MmioTransport::NotifyQueueLocked(uint32_t index) {
   }
   if (queues_[index].broken()) return;
   device_->ProcessQueue(static_cast<uint16_t>(index));
+  CheckBrokenQueues();
+}
+
+void MmioTransport::CheckBrokenQueues() {
+  if (!active_ || (status_ & kStatusDeviceNeedsReset)) return;
+  for (size_t i = 0; i < queues_.size(); ++i) {
+    if (queues_[i].broken())
+      return SetNeedsReset("queue " + std::to_string(i) + ": " + queues_[i].broken_reason());
+  }
 }
 
 void MmioTransport::KickQueues() {
@@ -320,6 +330,7 @@ void MmioTransport::KickQueues() {
   if (!active_) return;
   for (uint16_t i = 0; i < queues_.size(); ++i)
     if (!queues_[i].broken()) device_->ProcessQueue(i);
+  CheckBrokenQueues();
   RaiseInterrupt(kInterruptUsedBuffer);
 }
 

@@ -20,6 +20,11 @@
 // NotifyQueue(index) from the event-loop thread when it fires. A QUEUE_NOTIFY
 // write that still reaches Write() does exactly the same, synchronously.
 //
+// Broken queues: when a device call leaves a queue broken (the guest wrote a
+// malformed ring or chain), the transport logs why, sets DEVICE_NEEDS_RESET
+// and raises a config-change interrupt; that queue is not kicked again until
+// the driver resets the device. Devices just stop at the Pop error.
+//
 // Interrupts: InterruptStatus bit 0 (used buffer) / bit 1 (config change) are
 // set here and the InterruptLine (an irqfd) is triggered; devices only ask.
 //
@@ -121,6 +126,8 @@ class MmioTransport final : public BusDevice, private DeviceContext {
   Status ActivateDevice();
   void ResetLocked();
   void NotifyQueueLocked(uint32_t index);
+  // A device call left a queue broken (hostile ring): DEVICE_NEEDS_RESET.
+  void CheckBrokenQueues();
   void RaiseInterrupt(uint32_t bits);
   Queue* SelectedQueue();
   void LogBadAccess(const char* what, uint64_t offset, size_t size);

@@ -244,6 +244,23 @@ TEST_F(MmioTransportTest, SaveAndRestoreReactivates) {
   EXPECT_FALSE((*t2)->RestoreState(saved).ok());
 }
 
+TEST_F(MmioTransportTest, HostileRingBreaksQueueAndNeedsReset) {
+  ASSERT_TRUE(Init());
+  q0_->SetAvailIdx(100);  // 100 entries in a 16-entry ring
+  drv_->Notify(0);
+  EXPECT_NE(drv_->Read32(0x70) & kStatusDeviceNeedsReset, 0u);
+  EXPECT_EQ(drv_->AckInterrupts() & kInterruptConfigChange, kInterruptConfigChange);
+  drv_->Notify(0);  // a broken queue is not kicked again
+  EXPECT_EQ(dev_->kicks, std::vector<uint16_t>{0});
+  // A reset brings it back.
+  q0_->SetAvailIdx(0);
+  ASSERT_TRUE(Init());
+  q0_->AddChain({{0x8000, 16, true}});
+  drv_->Notify(0);
+  EXPECT_EQ(q0_->TakeUsed().size(), 1u);
+  EXPECT_EQ(drv_->Read32(0x70) & kStatusDeviceNeedsReset, 0u);
+}
+
 TEST_F(MmioTransportTest, ConfigWritesReachTheDevice) {
   uint8_t b = 9;
   t_->Write(0x104, {&b, 1});

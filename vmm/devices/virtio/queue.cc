@@ -27,6 +27,7 @@ void Queue::Reset() {
   state_ = QueueState{};
   state_.size = max_size_;
   broken_ = false;
+  broken_reason_.clear();
 }
 
 Status Queue::Validate(const GuestMemory& mem) const {

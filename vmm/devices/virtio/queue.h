@@ -6,8 +6,8 @@
 // chains that loop, run past the table, point outside RAM, overflow, use the
 // (not offered) INDIRECT flag or put readable after writable buffers, and an
 // avail index that jumps by more than the queue size, are all rejected with a
-// Status. A ring-level error marks the queue broken(): the device stops using
-// it until the driver resets the device. Nothing the guest does can make Pop
+// Status and mark the queue broken(): the device stops using it and the
+// transport sets DEVICE_NEEDS_RESET; only a device reset revives it. Nothing the guest does can make Pop
 // loop for longer than the queue size or read outside guest memory.
 //
 // Notification suppression: without VIRTIO_RING_F_EVENT_IDX the device honours
@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "common/status.h"
@@ -77,6 +78,7 @@ class Queue {
   void Restore(const QueueState& state) {
     state_ = state;
     broken_ = false;
+    broken_reason_.clear();
   }
   // Power-on values: size = max_size, not ready, addresses and indices 0.
   void Reset();
@@ -112,11 +114,14 @@ class Queue {
   bool NeedsInterrupt(const GuestMemory& mem);
 
   bool broken() const { return broken_; }
+  // Why the queue broke (the first error), for the transport's log line.
+  const std::string& broken_reason() const { return broken_reason_; }
   bool ready() const { return state_.ready; }
 
  private:
   Status Fail(Status s) {
     broken_ = true;
+    broken_reason_ = s.ToString();
     return s;
   }
   Status ReadChain(const GuestMemory& mem, uint16_t head, DescriptorChain* out);
@@ -126,6 +131,7 @@ class Queue {
   uint16_t max_size_;
   QueueState state_;
   bool broken_ = false;
+  std::string broken_reason_;
 };
 
 }  // namespace kubicle::vmm::devices::virtio

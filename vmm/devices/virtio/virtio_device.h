@@ -76,7 +76,8 @@ class VirtioDevice {
   // DRIVER_OK: queues are ready and valid, features negotiated. An error
   // leaves the device inactive and the transport sets DEVICE_NEEDS_RESET.
   virtual Status Activate() = 0;
-  // The driver kicked queue `index` (only called while active).
+  // The driver kicked queue `index` (only called while active). On a Pop
+  // error, stop using the queue: the transport notices it is broken.
   virtual void ProcessQueue(uint16_t index) = 0;
   // Back to the pre-Activate state; only called while active.
   virtual void Reset() = 0;

@@ -1,0 +1,57 @@
+#include "vmm/devices/virtio/rng.h"
+
+#include <sys/random.h>
+
+#include <cerrno>
+#include <vector>
+
+#include "common/log.h"
+#include "vmm/devices/virtio/chain_io.h"
+#include "vmm/devices/virtio/virtio_spec.h"
+
+namespace kubicle::vmm::devices::virtio {
+
+uint32_t Rng::device_id() const { return kDeviceIdRng; }
+
+uint64_t Rng::device_features() const {
+  return FeatureBit(kFeatureVersion1) | FeatureBit(kFeatureRingEventIdx);
+}
+
+void Rng::ProcessQueue(uint16_t index) {
+  Queue& q = context()->queue(index);
+  const GuestMemory& mem = context()->memory();
+  bool any = false;
+  while (true) {
+    auto popped = q.Pop(mem, &chain_);
+    if (!popped.ok() || !*popped) break;  // a broken queue is reported by the transport
+    uint32_t n = Fill(chain_);
+    if (!q.AddUsed(mem, chain_.head, n).ok()) break;
+    any = true;
+  }
+  if (any) context()->SignalUsed(index);
+}
+
+uint32_t Rng::Fill(const DescriptorChain& chain) {
+  std::vector<iovec> iov;
+  ChainWriter w(chain);
+  w.Iovecs(max_bytes_, &iov);
+  uint32_t filled = 0;
+  for (const iovec& v : iov) {
+    auto* p = static_cast<uint8_t*>(v.iov_base);
+    size_t left = v.iov_len;
+    while (left > 0) {
+      ssize_t r = ::getrandom(p, left, 0);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) {
+        log::Error("virtio-rng getrandom failed", {{"errno", errno}});
+        return filled;  // the guest gets what we have: never fake entropy
+      }
+      p += r;
+      left -= static_cast<size_t>(r);
+      filled += static_cast<uint32_t>(r);
+    }
+  }
+  return filled;
+}
+
+}  // namespace kubicle::vmm::devices::virtio
