@@ -1,0 +1,63 @@
+#include "operator/kube/event_recorder.h"
+
+#include <cstdio>
+
+#include "common/log.h"
+#include "operator/kube/time_format.h"
+
+namespace kubicle::kube {
+
+EventRecorder::EventRecorder(KubeClient* client, std::string component, std::string instance,
+                             const Clock* clock)
+    : client_(client), component_(std::move(component)), instance_(std::move(instance)),
+      clock_(clock) {}
+
+void EventRecorder::Record(const Json& object, std::string_view type, std::string_view reason,
+                           std::string_view message) {
+  const Json& md = object["metadata"];
+  std::string ns = md.value("namespace", "default");
+  std::string uid = md.value("uid", "");
+  std::string dedup = uid + "|" + std::string(type) + "|" + std::string(reason) + "|" +
+                      std::string(message);
+  std::string now = FormatTime(clock_->Now());
+  std::lock_guard lock(mu_);
+  auto it = seen_.find(dedup);
+  if (it != seen_.end()) {
+    ++it->second.count;
+    Json patch = {{"count", it->second.count}, {"lastTimestamp", now}};
+    auto r = client_->Patch(EventResource(), ns, it->second.name, PatchType::kMerge, patch);
+    if (r.ok()) return;
+    seen_.erase(it);  // the Event expired server-side; create a new one
+  }
+  if (seen_.size() > 4096) seen_.clear();
+  char suffix[32];
+  std::snprintf(suffix, sizeof(suffix), ".%llx",
+                static_cast<unsigned long long>(clock_->Now().time_since_epoch().count()));
+  std::string name = md.value("name", "object") + suffix;
+  Json ev = {
+      {"metadata", {{"name", name}, {"namespace", ns}}},
+      {"involvedObject",
+       {{"apiVersion", object.value("apiVersion", "")},
+        {"kind", object.value("kind", "")},
+        {"name", md.value("name", "")},
+        {"namespace", ns},
+        {"uid", uid},
+        {"resourceVersion", md.value("resourceVersion", "")}}},
+      {"type", type},
+      {"reason", reason},
+      {"message", message},
+      {"source", {{"component", component_}}},
+      {"reportingComponent", component_},
+      {"reportingInstance", instance_},
+      {"firstTimestamp", now},
+      {"lastTimestamp", now},
+      {"count", 1}};
+  auto r = client_->Create(EventResource(), ns, ev);
+  if (!r.ok()) {
+    log::Warn("event not recorded", {{"reason", std::string(reason)}, {"error", r.status().ToString()}});
+    return;
+  }
+  seen_[dedup] = Seen{name, 1};
+}
+
+}  // namespace kubicle::kube
