@@ -1,0 +1,170 @@
+#include "vmm/devices/virtio/block.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/log.h"
+#include "vmm/devices/virtio/chain_io.h"
+#include "vmm/devices/virtio/virtio_spec.h"
+
+namespace kubicle::vmm::devices::virtio {
+namespace {
+
+// spec 5.2.3 / 5.2.6
+constexpr unsigned kFeatureSizeMax = 1;
+constexpr unsigned kFeatureSegMax = 2;
+constexpr unsigned kFeatureRo = 5;
+constexpr unsigned kFeatureFlush = 9;
+
+constexpr uint32_t kTypeIn = 0;
+constexpr uint32_t kTypeOut = 1;
+constexpr uint32_t kTypeFlush = 4;
+constexpr uint32_t kTypeGetId = 8;
+
+constexpr uint8_t kStatusOk = 0;
+constexpr uint8_t kStatusIoErr = 1;
+constexpr uint8_t kStatusUnsupp = 2;
+
+struct RequestHeader {
+  uint32_t type;
+  uint32_t reserved;
+  uint64_t sector;
+};
+static_assert(sizeof(RequestHeader) == 16);
+
+template <typename T>
+void Put(std::span<uint8_t> out, size_t at, T v) {
+  std::memcpy(out.data() + at, &v, sizeof(T));
+}
+
+}  // namespace
+
+Block::Block(std::unique_ptr<BlockBackend> backend, std::string id)
+    : backend_(std::move(backend)), capacity_(backend_->size() / kSectorSize) {
+  std::memcpy(id_.data(), id.data(), std::min(id.size(), kIdBytes));
+  Put<uint64_t>(config_, 0, capacity_);
+  Put<uint32_t>(config_, 8, kSizeMax);
+  Put<uint32_t>(config_, 12, kSegMax);
+  Put<uint32_t>(config_, 20, kSectorSize);
+}
+
+uint32_t Block::device_id() const { return kDeviceIdBlock; }
+
+uint64_t Block::device_features() const {
+  uint64_t f = FeatureBit(kFeatureVersion1) | FeatureBit(kFeatureRingEventIdx) |
+               FeatureBit(kFeatureSizeMax) | FeatureBit(kFeatureSegMax) |
+               FeatureBit(kFeatureFlush);
+  if (backend_->read_only()) f |= FeatureBit(kFeatureRo);
+  return f;
+}
+
+void Block::ProcessQueue(uint16_t index) {
+  Queue& q = context()->queue(index);
+  const GuestMemory& mem = context()->memory();
+  bool any = false;
+  while (true) {
+    auto popped = q.Pop(mem, &chain_);
+    if (!popped.ok() || !*popped) break;  // a broken queue is reported by the transport
+    uint32_t written = Execute(chain_);
+    if (!q.AddUsed(mem, chain_.head, written).ok()) break;
+    any = true;
+  }
+  if (any) context()->SignalUsed(index);
+}
+
+void Block::LogReject(const char* why, uint64_t sector, uint64_t bytes) {
+  if (!log_limiter_.Allow()) return;
+  log::Warn("virtio-blk request rejected", {{"why", why},
+                                            {"sector", sector},
+                                            {"bytes", bytes},
+                                            {"suppressed", log_limiter_.TakeSuppressed()}});
+}
+
+uint32_t Block::Execute(const DescriptorChain& chain) {
+  if (chain.writable_len == 0) {
+    LogReject("no room for the status byte", 0, 0);
+    return 0;
+  }
+  ChainReader reader(chain);
+  auto hdr = reader.ReadObj<RequestHeader>();
+  uint32_t data_written = 0;
+  uint8_t status = kStatusIoErr;
+  if (!hdr.ok()) {
+    LogReject("request header shorter than 16 bytes", 0, chain.readable_len);
+  } else {
+    status = Dispatch(chain, hdr->type, hdr->sector, &data_written);
+  }
+  // The status is the last writable byte, whatever the request wrote before.
+  ChainWriter writer(chain);
+  (void)writer.Skip(chain.writable_len - 1);
+  (void)writer.WriteObj(status);
+  return data_written + 1;
+}
+
+uint8_t Block::Dispatch(const DescriptorChain& chain, uint32_t type, uint64_t sector,
+                        uint32_t* data_written) {
+  switch (type) {
+    case kTypeIn: return DoIn(chain, sector, data_written);
+    case kTypeOut: return DoOut(chain, sector);
+    case kTypeFlush: return backend_->Flush().ok() ? kStatusOk : kStatusIoErr;
+    case kTypeGetId: return DoGetId(chain, data_written);
+    default: LogReject("unsupported request type", sector, type); return kStatusUnsupp;
+  }
+}
+
+bool Block::InRange(uint64_t sector, uint64_t bytes) const {
+  if (bytes % kSectorSize != 0) return false;
+  return sector <= capacity_ && bytes / kSectorSize <= capacity_ - sector;
+}
+
+uint8_t Block::DoIn(const DescriptorChain& chain, uint64_t sector, uint32_t* data_written) {
+  const uint64_t bytes = chain.writable_len - 1;  // everything but the status byte
+  if (!InRange(sector, bytes)) {
+    LogReject("read outside the disk or not whole sectors", sector, bytes);
+    return kStatusIoErr;
+  }
+  iov_.clear();
+  ChainWriter(chain).Iovecs(bytes, &iov_);
+  Status s = backend_->ReadV(sector * kSectorSize, iov_);
+  if (!s.ok()) {
+    log::Error("virtio-blk read failed", {{"sector", sector}, {"error", s.ToString()}});
+    return kStatusIoErr;
+  }
+  *data_written = static_cast<uint32_t>(bytes);
+  return kStatusOk;
+}
+
+uint8_t Block::DoOut(const DescriptorChain& chain, uint64_t sector) {
+  const uint64_t bytes = chain.readable_len - sizeof(RequestHeader);
+  if (backend_->read_only()) {
+    LogReject("write to a read-only disk", sector, bytes);
+    return kStatusIoErr;
+  }
+  if (!InRange(sector, bytes)) {
+    LogReject("write outside the disk or not whole sectors", sector, bytes);
+    return kStatusIoErr;
+  }
+  ChainReader reader(chain);
+  (void)reader.Skip(sizeof(RequestHeader));
+  iov_.clear();
+  reader.Iovecs(bytes, &iov_);
+  Status s = backend_->WriteV(sector * kSectorSize, iov_);
+  if (!s.ok()) {
+    log::Error("virtio-blk write failed", {{"sector", sector}, {"error", s.ToString()}});
+    return kStatusIoErr;
+  }
+  return kStatusOk;
+}
+
+uint8_t Block::DoGetId(const DescriptorChain& chain, uint32_t* data_written) {
+  if (chain.writable_len - 1 < kIdBytes) {
+    LogReject("GET_ID buffer shorter than 20 bytes", 0, chain.writable_len);
+    return kStatusIoErr;
+  }
+  ChainWriter writer(chain);
+  (void)writer.Write(id_.data(), kIdBytes);
+  *data_written = kIdBytes;
+  return kStatusOk;
+}
+
+}  // namespace kubicle::vmm::devices::virtio
