@@ -108,6 +108,16 @@ struct EmptyMessage {
   Bytes Encode() const { return {}; }
   static Result<EmptyMessage> Decode(ByteSpan payload);
 };
+// EmptyMessage bound to a type, for generic request/reply helpers.
+template <MsgType T>
+struct EmptyMessageReply : EmptyMessage {
+  static constexpr MsgType kType = T;
+  static Result<EmptyMessageReply> Decode(ByteSpan payload) {
+    auto r = EmptyMessage::Decode(payload);
+    if (!r.ok()) return r.status();
+    return EmptyMessageReply{};
+  }
+};
 
 // ---- Exec ----
 

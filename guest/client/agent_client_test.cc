@@ -1,0 +1,347 @@
+#include "guest/client/agent_client.h"
+
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <thread>
+
+#include "guest/protocol/tlv.h"
+
+namespace kubicle::guest::client {
+namespace {
+
+using namespace std::chrono_literals;
+using protocol::Frame;
+using protocol::MsgType;
+
+// A scripted agent on the other end of a socket. It answers HELLO itself and
+// hands every other frame to `on_frame`, which may reply with Send().
+class FakeAgent {
+ public:
+  using Handler = std::function<void(FakeAgent&, const Frame&)>;
+  FakeAgent(UniqueFd fd, Handler on_frame, uint32_t max_payload = protocol::kMaxPayload)
+      : fd_(std::move(fd)), on_frame_(std::move(on_frame)), max_payload_(max_payload) {
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~FakeAgent() {
+    Close();
+    thread_.join();
+  }
+  void Close() { ::shutdown(fd_.get(), SHUT_RDWR); }
+
+  template <typename M>
+  void Reply(const M& msg, uint32_t id, uint32_t flags = 0) {
+    SendRaw(*protocol::EncodeFrame(protocol::MakeFrame(msg, id, flags | protocol::kFlagReply)));
+  }
+  void SendRaw(const Bytes& b) {
+    ASSERT_EQ(::send(fd_.get(), b.data(), b.size(), MSG_NOSIGNAL), ssize_t(b.size()));
+  }
+  std::vector<size_t> payload_sizes;  // of every non-HELLO frame received
+
+ private:
+  void Run() {
+    protocol::FrameDecoder dec;
+    uint8_t buf[65536];
+    for (;;) {
+      const ssize_t n = ::recv(fd_.get(), buf, sizeof(buf), 0);
+      if (n <= 0) return;
+      dec.Append(protocol::ByteSpan(buf, size_t(n)));
+      for (;;) {
+        auto f = dec.Next();
+        if (!f.ok() || !f->has_value()) break;
+        if ((*f)->type == MsgType::kHello) {
+          protocol::HelloReply h;
+          h.name = "fake";
+          h.capabilities = {"exec", "files"};
+          h.max_payload = max_payload_;
+          Reply(h, (*f)->id);
+          continue;
+        }
+        payload_sizes.push_back((*f)->payload.size());
+        on_frame_(*this, **f);
+      }
+    }
+  }
+
+  UniqueFd fd_;
+  Handler on_frame_;
+  uint32_t max_payload_;
+  std::thread thread_;
+};
+
+std::pair<UniqueFd, UniqueFd> SocketPair() {
+  int sv[2];
+  EXPECT_EQ(0, ::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv));
+  return {UniqueFd(sv[0]), UniqueFd(sv[1])};
+}
+
+void AnswerPings(FakeAgent& a, const Frame& f) {
+  if (f.type == MsgType::kPing) {
+    a.Reply(protocol::PongReply{protocol::PingRequest::Decode(f.payload)->nonce}, f.id);
+  } else if (f.type == MsgType::kEcho) {
+    a.Reply(*protocol::EchoMessage::Decode(f.payload), f.id);
+  }
+}
+
+TEST(AgentClient, HelloThenPingAndEcho) {
+  auto [a, b] = SocketPair();
+  FakeAgent agent(std::move(b), AnswerPings);
+  auto c = AgentClient::Adopt(std::move(a));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ((*c)->agent().name, "fake");
+  EXPECT_TRUE((*c)->agent().HasCapability("files"));
+  EXPECT_TRUE((*c)->Ping().ok());
+  auto e = (*c)->Echo(Bytes{1, 2, 3});
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(*e, (Bytes{1, 2, 3}));
+}
+
+TEST(AgentClient, AgentErrorsBecomeStatuses) {
+  auto [a, b] = SocketPair();
+  FakeAgent agent(std::move(b), [](FakeAgent& ag, const Frame& f) {
+    ag.Reply(protocol::ErrorReply::FromStatus(Status::NotFound("no /x")), f.id);
+  });
+  auto c = AgentClient::Adopt(std::move(a));
+  ASSERT_TRUE(c.ok());
+  auto st = (*c)->Stat("/x");
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(st.status().message(), "no /x");
+  EXPECT_TRUE((*c)->health().ok());
+}
+
+TEST(AgentClient, DeadlineExpiresAndConnectionStaysUsable) {
+  auto [a, b] = SocketPair();
+  int pings = 0;
+  FakeAgent agent(std::move(b), [&](FakeAgent& ag, const Frame& f) {
+    if (++pings > 1) AnswerPings(ag, f);  // ignore the first ping
+  });
+  auto c = AgentClient::Adopt(std::move(a));
+  ASSERT_TRUE(c.ok());
+  const auto t0 = Clock::now();
+  Status s = (*c)->Ping(DeadlineIn(100ms));
+  EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_LT(Clock::now() - t0, 2s);
+  EXPECT_TRUE((*c)->Ping(DeadlineIn(5s)).ok());
+}
+
+TEST(AgentClient, PeerCloseBreaksTheConnection) {
+  auto [a, b] = SocketPair();
+  FakeAgent agent(std::move(b), [](FakeAgent& ag, const Frame&) { ag.Close(); });
+  auto c = AgentClient::Adopt(std::move(a));
+  ASSERT_TRUE(c.ok());
+  Status s = (*c)->Ping(DeadlineIn(5s));
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.ToString();
+  EXPECT_FALSE((*c)->health().ok());
+  EXPECT_EQ((*c)->Ping(DeadlineIn(5s)).code(), StatusCode::kUnavailable);
+}
+
+TEST(AgentClient, CorruptStreamFromAgentBreaksTheConnection) {
+  auto [a, b] = SocketPair();
+  FakeAgent agent(std::move(b), [](FakeAgent& ag, const Frame&) {
+    ag.SendRaw(Bytes(protocol::kHeaderSize, 0xee));
+  });
+  auto c = AgentClient::Adopt(std::move(a));
+  ASSERT_TRUE(c.ok());
+  Status s = (*c)->Ping(DeadlineIn(5s));
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable);
+  EXPECT_NE(s.message().find("bad magic"), std::string::npos) << s.ToString();
+}
+
+TEST(AgentClient, ConcurrentRequestsAreRoutedById) {
+  auto [a, b] = SocketPair();
+  // Answer in reverse order of arrival, four at a time.
+  std::vector<Frame> held;
+  FakeAgent agent(std::move(b), [&](FakeAgent& ag, const Frame& f) {
+    held.push_back(f);
+    if (held.size() < 4) return;
+    for (auto it = held.rbegin(); it != held.rend(); ++it) AnswerPings(ag, *it);
+    held.clear();
+  });
+  auto c = AgentClient::Adopt(std::move(a));
+  ASSERT_TRUE(c.ok());
+  std::vector<std::thread> threads;
+  std::atomic<int> ok{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 10; ++i) {
+        Bytes msg = {uint8_t(t), uint8_t(i)};
+        auto e = (*c)->Echo(msg, DeadlineIn(10s));
+        if (e.ok() && *e == msg) ++ok;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(ok.load(), 40);
+}
+
+TEST(AgentClient, ExecStreamsOutputAndStdin) {
+  auto [a, b] = SocketPair();
+  Bytes stdin_seen;
+  FakeAgent agent(std::move(b), [&](FakeAgent& ag, const Frame& f) {
+    if (f.type == MsgType::kExecStart) {
+      ag.Reply(protocol::ExecStartReply{1234}, f.id, protocol::kFlagMore);
+      ag.Reply(protocol::ExecOutputChunk{protocol::OutputStream::kStderr, {'w'}}, f.id,
+               protocol::kFlagMore);
+    } else if (f.type == MsgType::kExecStdin) {
+      auto in = protocol::ExecStdinChunk::Decode(f.payload);
+      stdin_seen.insert(stdin_seen.end(), in->data.begin(), in->data.end());
+      if (f.has_more()) return;
+      ag.Reply(protocol::ExecOutputChunk{protocol::OutputStream::kStdout, stdin_seen}, f.id,
+               protocol::kFlagMore);
+      protocol::ExecExitReply exit;
+      exit.exit_code = 3;
+      ag.Reply(exit, f.id);
+    }
+  });
+  auto c = AgentClient::Adopt(std::move(a));
+  ASSERT_TRUE(c.ok());
+  protocol::ExecStartRequest req;
+  req.argv = {"cat"};
+  req.stdin_streamed = true;
+  int chunks = 0;
+  uint32_t pid = 0;
+  ExecIo io;
+  io.next_stdin = [&]() -> std::optional<Bytes> {
+    if (chunks == 2) return std::nullopt;
+    return Bytes{uint8_t('a' + chunks++)};
+  };
+  io.on_started = [&](uint32_t, uint32_t p) { pid = p; };
+  auto r = (*c)->Exec(req, io);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(pid, 1234u);
+  EXPECT_EQ(r->exit_code, 3);
+  EXPECT_EQ(r->stdout_data, (Bytes{'a', 'b'}));
+  EXPECT_EQ(r->stderr_data, (Bytes{'w'}));
+}
+
+TEST(AgentClient, FilesAreChunkedWithinTheAgentLimit) {
+  auto [a, b] = SocketPair();
+  Bytes stored;
+  FakeAgent agent(
+      std::move(b),
+      [&](FakeAgent& ag, const Frame& f) {
+        if (f.type == MsgType::kFileWrite) {
+          auto c = protocol::FileWriteChunk::Decode(f.payload);
+          ASSERT_TRUE(c.ok());
+          ASSERT_EQ(c->offset, stored.size());
+          stored.insert(stored.end(), c->data.begin(), c->data.end());
+          if (!f.has_more()) ag.Reply(protocol::FileWriteReply{stored.size()}, f.id);
+        } else if (f.type == MsgType::kFileRead) {
+          for (size_t off = 0; off < stored.size(); off += 3000) {
+            protocol::FileReadChunk rc;
+            rc.offset = off;
+            const size_t n = std::min<size_t>(3000, stored.size() - off);
+            rc.data.assign(stored.begin() + off, stored.begin() + off + n);
+            ag.Reply(rc, f.id, off + n < stored.size() ? protocol::kFlagMore : 0);
+          }
+        }
+      },
+      4096);
+  auto c = AgentClient::Adopt(std::move(a));
+  ASSERT_TRUE(c.ok());
+  Bytes data(10000);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = uint8_t(i * 7);
+  ASSERT_TRUE((*c)->WriteFile("/f", data).ok());
+  EXPECT_EQ(stored, data);
+  for (size_t s : agent.payload_sizes) EXPECT_LE(s, 4096u);
+  EXPECT_GE(agent.payload_sizes.size(), 3u);
+  auto back = (*c)->ReadFile("/f");
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(*back, data);
+  // A single request above the agent's limit fails locally.
+  auto big = (*c)->Echo(Bytes(5000));
+  EXPECT_EQ(big.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE((*c)->health().ok());
+}
+
+// A Firecracker-style vsock UDS listening at a temp path.
+class VsockUds {
+ public:
+  explicit VsockUds(std::function<void(int fd)> serve) {
+    path_ = "/tmp/kubicle-h3-vsock-" + std::to_string(::getpid()) + "-" +
+            std::to_string(counter_++);
+    ::unlink(path_.c_str());
+    listen_ = UniqueFd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strcpy(addr.sun_path, path_.c_str());
+    EXPECT_EQ(0, ::bind(listen_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)));
+    EXPECT_EQ(0, ::listen(listen_.get(), 4));
+    thread_ = std::thread([this, serve] {
+      UniqueFd conn(::accept(listen_.get(), nullptr, nullptr));
+      if (conn) serve(conn.get());
+    });
+  }
+  ~VsockUds() {
+    thread_.join();
+    ::unlink(path_.c_str());
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  static inline int counter_ = 0;
+  std::string path_;
+  UniqueFd listen_;
+  std::thread thread_;
+};
+
+std::string ReadLineFrom(int fd) {
+  std::string line;
+  char ch;
+  while (::recv(fd, &ch, 1, 0) == 1 && ch != '\n') line.push_back(ch);
+  return line;
+}
+
+TEST(AgentClient, ConnectsThroughTheVsockHandshake) {
+  std::string got;
+  VsockUds uds([&](int fd) {
+    got = ReadLineFrom(fd);
+    ::send(fd, "OK 1073741824\n", 14, 0);
+    FakeAgent agent(UniqueFd(::dup(fd)), AnswerPings);
+    // Keep the agent alive until the client hangs up.
+    char c;
+    ::recv(fd, &c, 1, MSG_PEEK);
+    while (::recv(fd, &c, 1, MSG_PEEK) > 0) std::this_thread::sleep_for(5ms);
+  });
+  {
+    auto c = AgentClient::ConnectVsock(uds.path(), 1024);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    EXPECT_TRUE((*c)->Ping().ok());
+  }
+  EXPECT_EQ(got, "CONNECT 1024");
+}
+
+TEST(AgentClient, VsockHandshakeFailuresAreClear) {
+  {
+    VsockUds uds([](int fd) {
+      ReadLineFrom(fd);
+      ::send(fd, "NOPE\n", 5, 0);
+    });
+    auto c = ConnectVsockUds(uds.path(), 1024, DeadlineIn(5s));
+    ASSERT_FALSE(c.ok());
+    EXPECT_EQ(c.status().code(), StatusCode::kDataLoss);
+    EXPECT_NE(c.status().message().find("NOPE"), std::string::npos);
+  }
+  {
+    VsockUds uds([](int fd) { ReadLineFrom(fd); });  // closes without answering
+    auto c = ConnectVsockUds(uds.path(), 1024, DeadlineIn(5s));
+    EXPECT_EQ(c.status().code(), StatusCode::kUnavailable) << c.status().ToString();
+  }
+  {
+    VsockUds uds([](int fd) {
+      ReadLineFrom(fd);
+      std::this_thread::sleep_for(300ms);
+    });
+    auto c = ConnectVsockUds(uds.path(), 1024, DeadlineIn(50ms));
+    EXPECT_EQ(c.status().code(), StatusCode::kDeadlineExceeded) << c.status().ToString();
+  }
+  auto missing = ConnectVsockUds("/tmp/kubicle-h3-does-not-exist", 1024, DeadlineIn(1s));
+  EXPECT_EQ(missing.status().code(), StatusCode::kUnavailable) << missing.status().ToString();
+}
+
+}  // namespace
+}  // namespace kubicle::guest::client
