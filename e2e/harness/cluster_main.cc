@@ -1,0 +1,41 @@
+// kubicle-e2e-cluster: starts the e2e control plane (and installs the CRDs)
+// for manual use and benchmarks; prints the kubeconfig path and runs until
+// SIGINT/SIGTERM, then tears everything down.
+//   kubicle-e2e-cluster [--no-crds]
+#include <signal.h>
+
+#include <cstring>
+#include <iostream>
+#include <thread>
+
+#include "e2e/harness/control_plane.h"
+
+int main(int argc, char** argv) {
+  bool crds = !(argc > 1 && std::strcmp(argv[1], "--no-crds") == 0);
+  auto bin = kubicle::e2e::FindControlPlaneBinDir();
+  if (!bin) {
+    std::cerr << "control plane binaries missing: run e2e/control-plane/build.sh\n";
+    return 2;
+  }
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  auto cp = kubicle::e2e::ControlPlane::Start({*bin, "", true, std::chrono::seconds(120)});
+  if (!cp.ok()) {
+    std::cerr << cp.status().ToString() << "\n";
+    return 1;
+  }
+  if (crds) {
+    kubicle::Status s = (*cp)->InstallCrds(std::string(KUBICLE_SOURCE_DIR) + "/crds");
+    if (!s.ok()) {
+      std::cerr << s.ToString() << "\n";
+      return 1;
+    }
+  }
+  std::cout << "KUBECONFIG=" << (*cp)->kubeconfig_path() << std::endl;
+  int sig = 0;
+  sigwait(&set, &sig);
+  return 0;
+}
