@@ -1,0 +1,103 @@
+// Agent: the test guest's request handler, the subset of the agent protocol
+// the tiny guest implements (docs/testguest.md): HELLO, PING, ECHO, RAM files
+// (write/read/stat/list/remove/chmod), IDENTITY, POST_RESTORE, MEM_FILL,
+// MEM_CHECKSUM, ENTROPY_READ. Everything else gets ERROR Unimplemented.
+//
+// Portable freestanding C++ with no hardware access: the guest wires it to
+// virtio devices through Platform; host unit tests wire it to fakes and drive
+// it with the real AgentClient over a socket.
+//
+// Contracts: every frame gets exactly the replies the protocol defines, or
+// one ERROR; a malformed payload never breaks the session. Init must be
+// called once before use; the object needs no constructor (static storage).
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "guest/protocol/wire.h"
+#include "guest/testguest/ramfs.h"
+#include "guest/testguest/session.h"
+
+namespace kubicle::guest::testguest {
+
+class Fields;
+
+// What the agent needs from the machine.
+class Platform {
+ public:
+  // Fills out[0..n) with bytes from the hardware RNG; false when unavailable.
+  virtual bool ReadEntropy(uint8_t* out, uint32_t n) = 0;
+  virtual uint32_t CpusRunning() = 0;
+  virtual uint64_t UptimeNs() = 0;  // 0 when unknown
+
+ protected:
+  ~Platform() = default;
+};
+
+struct AgentConfig {
+  uint64_t cid = 0;
+  uint64_t memory_bytes = 0;
+  uint8_t* fill_area = nullptr;  // free RAM for MEM_FILL
+  uint64_t fill_area_size = 0;
+  uint8_t* file_data = nullptr;  // RamFs::kDataBytes
+};
+
+class Agent {
+ public:
+  static constexpr const char* kName = "kubicle-testguest";
+  static constexpr const char* kSoftwareVersion = "0.1.0";
+  static constexpr const char* kDefaultHostname = "kubicle-testguest";
+  static constexpr uint32_t kMaxEntropyRead = 4096;
+  static constexpr uint32_t kReadChunk = 16 * 1024;
+
+  void Init(Platform* platform, const AgentConfig& config);
+  void SetCid(uint64_t cid) { cid_ = cid; }
+  uint64_t cid() const { return cid_; }
+  const uint8_t* boot_id() const { return boot_id_; }
+  bool have_boot_entropy() const { return boot_entropy_ok_; }
+
+  // Answers one complete frame whose header passed DecodeHeader.
+  void HandleFrame(Session* s, const wire::FrameHeader& h, const uint8_t* payload);
+  void ReleaseWriteSlot(int slot) { fs_.Release(slot); }
+
+ private:
+  using Type = wire::MsgType;
+  void Hello(Session* s, uint32_t id, Fields& f);
+  void Ping(Session* s, uint32_t id, Fields& f);
+  void Echo(Session* s, uint32_t id, Fields& f);
+  void Identity(Session* s, uint32_t id, Fields& f);
+  void PostRestore(Session* s, uint32_t id, Fields& f);
+  void MemFill(Session* s, uint32_t id, Fields& f);
+  void MemChecksum(Session* s, uint32_t id, Fields& f);
+  void EntropyRead(Session* s, uint32_t id, Fields& f);
+  // Files (agent_files.cc).
+  void FileWrite(Session* s, const wire::FrameHeader& h, Fields& f);
+  void FileRead(Session* s, uint32_t id, Fields& f);
+  void Stat(Session* s, uint32_t id, Fields& f);
+  void List(Session* s, uint32_t id, Fields& f);
+  void Remove(Session* s, uint32_t id, Fields& f);
+  void Chmod(Session* s, uint32_t id, Fields& f);
+  // Reads a required, valid RamFs path; false (with f failed) otherwise.
+  bool ReadPath(Fields& f, const char** path, uint32_t* len);
+  void AbortWrite(Session* s, const wire::FrameHeader& h, wire::ErrorCode code, const char* msg);
+  void SendEmpty(Session* s, Type type, uint32_t id);
+
+  Platform* platform_ = nullptr;
+  uint64_t cid_ = 0;
+  uint64_t memory_bytes_ = 0;
+  uint8_t* fill_area_ = nullptr;
+  uint64_t fill_area_size_ = 0;
+  uint64_t fill_size_ = 0;
+  uint64_t fill_seed_ = 0;
+  char hostname_[wire::kMaxHostnameLen + 1] = {};
+  uint32_t hostname_len_ = 0;
+  uint64_t generation_ = 0;
+  uint64_t wall_clock_ns_ = 0;
+  uint8_t boot_id_[wire::kBootIdLen] = {};
+  bool boot_entropy_ok_ = false;
+  uint64_t entropy_digest_ = 0;
+  RamFs fs_;
+};
+
+}  // namespace kubicle::guest::testguest
