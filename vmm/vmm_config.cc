@@ -4,6 +4,8 @@
 
 #include <charconv>
 
+#include "vmm/arch/x86_64/layout.h"
+
 namespace kubicle::vmm {
 namespace {
 
@@ -44,10 +46,7 @@ Status Validate(const VmmConfig& cfg) {
     return Status::NotFound("--kernel: no such file '" + cfg.kernel_path + "'");
   if (!cfg.initrd_path.empty() && !IsReadableFile(cfg.initrd_path))
     return Status::NotFound("--initrd: no such file '" + cfg.initrd_path + "'");
-  if (cfg.mem_bytes < kMinMemBytes || cfg.mem_bytes > kMaxMemBytes)
-    return Status::OutOfRange("--mem: " + std::to_string(cfg.mem_bytes >> 20) +
-                              " MiB is outside 16 MiB .. 1 TiB");
-  if (cfg.mem_bytes % 4096) return Status::InvalidArgument("--mem: must be a multiple of 4 KiB");
+  RETURN_IF_ERROR(arch::ValidateMemorySize(cfg.mem_bytes).WithContext("--mem"));
   if (cfg.vcpus < 1 || cfg.vcpus > kMaxVcpus)
     return Status::OutOfRange("--vcpus: must be 1.." + std::to_string(kMaxVcpus));
   if (cfg.disks.size() > kMaxDisks) return Status::OutOfRange("at most 8 --disk flags");

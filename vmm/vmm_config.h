@@ -35,8 +35,6 @@ struct VmmConfig {
 };
 
 // Limits enforced at parse time.
-inline constexpr uint64_t kMinMemBytes = 16ull << 20;
-inline constexpr uint64_t kMaxMemBytes = 1ull << 40;
 inline constexpr int kMaxVcpus = 64;
 inline constexpr int kMaxDisks = 8;
 

@@ -1,0 +1,99 @@
+// kubicle-bench-vmm: figures for kubicle-vmm with the tiny test guest on this
+// machine's KVM. Prints cold boot to agent answering (p50/p99), vsock ping
+// round trip (p50/p99), and the private memory of one idle kubicle-vmm beyond
+// guest-touched pages.
+//
+//   build/bench/vmm/kubicle-bench-vmm [--runs N] [--pings N]
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "bench/stats.h"
+#include "vmm/testing/vm_process.h"
+
+namespace {
+
+using namespace std::chrono_literals;
+using kubicle::bench::Clock;
+using kubicle::bench::MillisSince;
+using kubicle::vmm::testing::VmProcess;
+using kubicle::vmm::testing::VmProcessOptions;
+
+struct PrivateMemory {
+  uint64_t vmm_kib = 0;    // private pages outside guest RAM
+  uint64_t guest_kib = 0;  // private pages of guest RAM (what the guest touched)
+};
+
+// Sums Private_Clean + Private_Dirty per mapping from /proc/<pid>/smaps,
+// splitting guest RAM (host ranges reported by the control socket) from the rest.
+PrivateMemory MeasurePrivate(pid_t pid, const nlohmann::json& guest_ranges) {
+  PrivateMemory m;
+  std::ifstream smaps("/proc/" + std::to_string(pid) + "/smaps");
+  std::string line;
+  bool in_guest = false;
+  while (std::getline(smaps, line)) {
+    unsigned long long start = 0, end = 0;
+    if (std::sscanf(line.c_str(), "%llx-%llx ", &start, &end) == 2 && line.find(':') > 8) {
+      in_guest = false;
+      for (const auto& r : guest_ranges) {
+        uint64_t host = r["host"].get<uint64_t>();
+        if (start >= host && end <= host + r["size"].get<uint64_t>()) in_guest = true;
+      }
+      continue;
+    }
+    unsigned long long kib = 0;
+    if (std::sscanf(line.c_str(), "Private_Clean: %llu kB", &kib) == 1 ||
+        std::sscanf(line.c_str(), "Private_Dirty: %llu kB", &kib) == 1) {
+      (in_guest ? m.guest_kib : m.vmm_kib) += kib;
+    }
+  }
+  return m;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int runs = 20, pings = 1000;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--runs")) runs = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--pings")) pings = std::atoi(argv[i + 1]);
+  }
+  VmProcessOptions o;
+  o.vmm_binary = KUBICLE_VMM_BIN;
+  o.kernel = KUBICLE_TESTGUEST_ELF;
+  std::printf("kubicle-vmm with the test guest, %s memory, %d run(s)\n", o.mem.c_str(), runs);
+
+  std::vector<double> boot_ms, ping_us;
+  PrivateMemory idle;
+  for (int run = 0; run < runs; ++run) {
+    auto start = Clock::now();
+    auto vm = VmProcess::Start(o);
+    if (!vm.ok()) return std::fprintf(stderr, "start: %s\n", vm.status().ToString().c_str()), 1;
+    auto agent = (*vm)->ConnectAgent(60s);
+    if (!agent.ok()) {
+      std::fprintf(stderr, "agent: %s\n%s\n", agent.status().ToString().c_str(),
+                   (*vm)->SerialOutput().c_str());
+      return 1;
+    }
+    boot_ms.push_back(MillisSince(start));
+    if (run == 0) {
+      for (int i = 0; i < pings; ++i) {
+        auto t = Clock::now();
+        if (!(*agent)->Ping().ok()) return std::fprintf(stderr, "ping failed\n"), 1;
+        ping_us.push_back(MillisSince(t) * 1000);
+      }
+      std::this_thread::sleep_for(200ms);  // let it go idle
+      auto status = (*vm)->Control({{"cmd", "status"}});
+      if (status.ok()) idle = MeasurePrivate((*vm)->pid(), (*status)["guest_memory"]);
+    }
+  }
+  kubicle::bench::PrintPercentiles("cold boot to agent answering", boot_ms, "ms");
+  kubicle::bench::PrintPercentiles("vsock ping round trip", ping_us, "us");
+  std::printf("%-44s %9.2f MiB (guest-touched pages: %.2f MiB, target <= 3 MiB)\n",
+              "idle kubicle-vmm private memory", idle.vmm_kib / 1024.0, idle.guest_kib / 1024.0);
+  return 0;
+}

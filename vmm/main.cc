@@ -1,0 +1,68 @@
+// kubicle-vmm: one KVM microVM per process. See UsageText() for the CLI and
+// docs/vmm.md for the design.
+#include <signal.h>
+
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/log.h"
+#include "vmm/exit_code.h"
+#include "vmm/vm.h"
+#include "vmm/vmm_config.h"
+
+namespace {
+
+using kubicle::vmm::ExitCode;
+
+int Fail(ExitCode code, const std::string& message) {
+  std::fprintf(stderr, "kubicle-vmm: %s\n", message.c_str());
+  return static_cast<int>(code);
+}
+
+// Blocks termination signals in this and every later thread, and turns them
+// into a clean stop from one watcher thread.
+void WatchSignals(kubicle::vmm::Vm* vm) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  std::thread([vm, set] {
+    int sig = 0;
+    if (sigwait(&set, &sig) == 0)
+      vm->RequestStop(ExitCode::kGuestShutdown, std::string("signal ") + strsignal(sig));
+  }).detach();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    std::fputs(kubicle::vmm::UsageText().c_str(), args.empty() ? stderr : stdout);
+    return static_cast<int>(args.empty() ? ExitCode::kUsage : ExitCode::kGuestShutdown);
+  }
+  if (args[0] != "run") return Fail(ExitCode::kUsage, "unknown command '" + args[0] + "' (see --help)");
+  args.erase(args.begin());
+  for (const std::string& a : args) {
+    if (a == "--help" || a == "-h") {
+      std::fputs(kubicle::vmm::UsageText().c_str(), stdout);
+      return 0;
+    }
+  }
+  auto config = kubicle::vmm::ParseRunArgs(args);
+  if (!config.ok()) return Fail(ExitCode::kUsage, config.status().message());
+  kubicle::log::Init("kubicle-vmm", config->log_json, kubicle::log::ParseLevel(config->log_level));
+  ::signal(SIGPIPE, SIG_IGN);  // a host peer closing a socket must not kill the VM
+
+  auto vm = kubicle::vmm::Vm::Create(*config);
+  if (!vm.ok()) return Fail(ExitCode::kSetupFailed, vm.status().ToString());
+  WatchSignals(vm->get());
+  kubicle::Status st = (*vm)->Start();
+  if (!st.ok()) return Fail(ExitCode::kSetupFailed, st.ToString());
+  ExitCode code = (*vm)->WaitForStop();
+  return static_cast<int>(code);
+}

@@ -1,0 +1,147 @@
+#include "vmm/testing/vm_process.h"
+
+#include <signal.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+extern char** environ;
+
+namespace kubicle::vmm::testing {
+
+using namespace std::chrono_literals;
+
+Result<std::unique_ptr<VmProcess>> VmProcess::Start(const VmProcessOptions& o) {
+  std::unique_ptr<VmProcess> vm(new VmProcess());
+  char tmpl[] = "/tmp/kubicle-vm-XXXXXX";
+  if (::mkdtemp(tmpl) == nullptr) return Status::FromErrno("mkdtemp");
+  vm->dir_ = tmpl;
+
+  std::vector<std::string> args = {o.vmm_binary, "run", "--kernel", o.kernel, "--mem", o.mem,
+                                   "--vcpus", std::to_string(o.vcpus), "--cid", std::to_string(o.cid),
+                                   "--cmdline", o.cmdline, "--serial", vm->serial_path(),
+                                   "--vsock-uds", vm->vsock_path(), "--control", vm->control_path(),
+                                   "--id", std::filesystem::path(vm->dir_).filename().string()};
+  for (const std::string& d : o.disks) {
+    args.push_back("--disk");
+    args.push_back(d);
+  }
+  args.insert(args.end(), o.extra_args.begin(), o.extra_args.end());
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+
+  std::string log = vm->dir_ + "/vmm.log";
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, log.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  int rc = ::posix_spawn(&vm->pid_, o.vmm_binary.c_str(), &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) return Status::FromErrno("spawn " + o.vmm_binary, rc);
+  return vm;
+}
+
+VmProcess::~VmProcess() {
+  Kill();
+  std::error_code ec;
+  if (!dir_.empty()) std::filesystem::remove_all(dir_, ec);
+}
+
+bool VmProcess::Reap(bool block) {
+  if (pid_ < 0 || exit_code_) return true;
+  int status = 0;
+  pid_t r = ::waitpid(pid_, &status, block ? 0 : WNOHANG);
+  if (r != pid_) return false;
+  exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return true;
+}
+
+void VmProcess::Kill() {
+  if (pid_ < 0 || Reap(false)) return;
+  ::kill(pid_, SIGKILL);
+  Reap(true);
+}
+
+std::string VmProcess::SerialOutput() const {
+  std::ifstream in(serial_path());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+Status VmProcess::WaitForSerial(const std::string& needle, std::chrono::milliseconds timeout) {
+  auto end = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < end) {
+    if (SerialOutput().find(needle) != std::string::npos) return Status::Ok();
+    if (Reap(false))
+      return Status::Unavailable("kubicle-vmm exited with " + std::to_string(*exit_code_) +
+                                 " before printing '" + needle + "'");
+    std::this_thread::sleep_for(1ms);
+  }
+  return Status::DeadlineExceeded("serial never showed '" + needle + "'; got: " + SerialOutput());
+}
+
+Result<std::unique_ptr<guest::client::AgentClient>> VmProcess::ConnectAgent(
+    std::chrono::milliseconds timeout) {
+  auto end = std::chrono::steady_clock::now() + timeout;
+  Status last = Status::Unavailable("no attempt");
+  while (std::chrono::steady_clock::now() < end) {
+    if (Reap(false)) return Status::Unavailable("kubicle-vmm exited with " + std::to_string(*exit_code_));
+    auto client = guest::client::AgentClient::ConnectVsock(vsock_path(), guest::protocol::kAgentVsockPort,
+                                                           {}, end);
+    if (client.ok()) return client;
+    last = client.status();
+    std::this_thread::sleep_for(200us);
+  }
+  return last.WithContext("agent did not answer in time");
+}
+
+Result<nlohmann::json> VmProcess::Control(const nlohmann::json& request) {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return Status::FromErrno("socket");
+  UniqueFd sock(fd);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::string path = control_path();
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) < 0)
+    return Status::FromErrno("connect " + path);
+  timeval tv{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  std::string line = request.dump() + "\n";
+  if (::send(fd, line.data(), line.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(line.size()))
+    return Status::FromErrno("send control request");
+  std::string response;
+  char buf[4096];
+  while (response.find('\n') == std::string::npos) {
+    ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n <= 0) return Status::Unavailable("control socket closed before a response");
+    response.append(buf, static_cast<size_t>(n));
+  }
+  auto j = nlohmann::json::parse(response.substr(0, response.find('\n')), nullptr, false);
+  if (j.is_discarded()) return Status::DataLoss("control response is not JSON: " + response);
+  return j;
+}
+
+Result<int> VmProcess::Wait(std::chrono::milliseconds timeout) {
+  auto end = std::chrono::steady_clock::now() + timeout;
+  while (!Reap(false)) {
+    if (std::chrono::steady_clock::now() >= end)
+      return Status::DeadlineExceeded("kubicle-vmm did not exit in time");
+    std::this_thread::sleep_for(1ms);
+  }
+  return *exit_code_;
+}
+
+}  // namespace kubicle::vmm::testing

@@ -1,0 +1,70 @@
+// VmProcess: runs one kubicle-vmm process for tests and benchmarks — a
+// private scratch directory for its sockets and serial log, helpers to wait
+// for serial output, talk to its control socket, and connect an AgentClient
+// over its vsock socket. The destructor kills the process (SIGKILL) if it is
+// still running, reaps it and removes the scratch directory: nothing leaks.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "guest/client/agent_client.h"
+
+namespace kubicle::vmm::testing {
+
+struct VmProcessOptions {
+  std::string vmm_binary;  // path to kubicle-vmm
+  std::string kernel;      // guest kernel (the test guest by default)
+  std::string mem = "64M";
+  int vcpus = 1;
+  uint64_t cid = 3;
+  std::vector<std::string> disks;       // "path" or "path,ro"
+  std::vector<std::string> extra_args;  // appended verbatim
+  std::string cmdline = "console=ttyS0";
+};
+
+class VmProcess {
+ public:
+  // Starts kubicle-vmm with serial, vsock and control sockets in a new scratch dir.
+  static Result<std::unique_ptr<VmProcess>> Start(const VmProcessOptions& options);
+  ~VmProcess();
+
+  pid_t pid() const { return pid_; }
+  const std::string& dir() const { return dir_; }
+  std::string vsock_path() const { return dir_ + "/vsock.sock"; }
+  std::string control_path() const { return dir_ + "/control.sock"; }
+  std::string serial_path() const { return dir_ + "/serial.log"; }
+
+  // Everything the guest printed so far.
+  std::string SerialOutput() const;
+  // Waits until the serial output contains needle (or the process exits).
+  Status WaitForSerial(const std::string& needle, std::chrono::milliseconds timeout);
+  // Connects to the agent, retrying until it answers or the timeout expires.
+  Result<std::unique_ptr<guest::client::AgentClient>> ConnectAgent(
+      std::chrono::milliseconds timeout);
+  // Sends one control request and returns the parsed response line.
+  Result<nlohmann::json> Control(const nlohmann::json& request);
+
+  // Waits for the process to exit; returns its exit code (128+signal if killed).
+  Result<int> Wait(std::chrono::milliseconds timeout);
+  // The process's exit code once it has exited.
+  std::optional<int> exit_code() const { return exit_code_; }
+  void Kill();
+
+ private:
+  VmProcess() = default;
+  bool Reap(bool block);
+
+  pid_t pid_ = -1;
+  std::string dir_;
+  std::optional<int> exit_code_;
+};
+
+}  // namespace kubicle::vmm::testing

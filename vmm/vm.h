@@ -1,0 +1,94 @@
+// Vm: one running microVM inside kubicle-vmm — KVM objects, guest memory,
+// buses and devices, the device event-loop thread, the vCPU threads and the
+// control socket — and its life cycle: Create (build everything, nothing
+// runs), Start, Pause/Resume, RequestStop (any thread), WaitForStop.
+//
+// Threads: the caller's thread waits in WaitForStop; one event-loop thread
+// runs device back ends (virtio queue kicks via ioeventfd, vsock sockets,
+// serial input) and the control socket; one thread per vCPU.
+#pragma once
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/event_fd.h"
+#include "common/event_loop.h"
+#include "common/status.h"
+#include "vmm/control_server.h"
+#include "vmm/devices/bus.h"
+#include "vmm/arch/x86_64/boot.h"
+#include "vmm/devices/virtio/mmio_transport.h"
+#include "vmm/exit_code.h"
+#include "vmm/kvm/kvm.h"
+#include "vmm/kvm/vm_fd.h"
+#include "vmm/memory/guest_memory.h"
+#include "vmm/vcpu_runner.h"
+#include "vmm/vmm_config.h"
+
+namespace kubicle::vmm {
+
+namespace devices::legacy {
+class Serial;
+}
+
+class Vm {
+ public:
+  // Builds the VM described by config: memory, irqchip, PIT, kernel and boot
+  // structures, devices. On error nothing is left running.
+  static Result<std::unique_ptr<Vm>> Create(const VmmConfig& config);
+  ~Vm();
+
+  // Starts the event loop, the control socket and the vCPUs.
+  Status Start();
+  Status Pause();
+  Status Resume();
+  // Asks the VM to stop; the first request's code and reason win.
+  void RequestStop(ExitCode code, const std::string& reason);
+  // Blocks until a stop is requested, then tears everything down.
+  ExitCode WaitForStop();
+
+  // State for the control socket's "status" command.
+  nlohmann::json Describe() const;
+  const VmmConfig& config() const { return config_; }
+
+ private:
+  explicit Vm(VmmConfig config) : config_(std::move(config)) {}
+  Status BuildMachine();
+  Status AttachLegacyDevices();
+  Status AttachVirtioDevices();
+  Status AttachVirtio(std::unique_ptr<devices::virtio::VirtioDevice> device);
+  Status AttachControlSocket();
+  Status SetupVcpu(int index, kvm::VcpuFd& vcpu);
+
+  VmmConfig config_;
+  std::string kernel_cmdline_;  // config cmdline plus virtio_mmio.device= entries
+  std::optional<kvm::Kvm> kvm_;
+  std::optional<kvm::VmFd> vm_fd_;
+  std::unique_ptr<GuestMemory> memory_;
+  std::vector<kvm_cpuid_entry2> supported_cpuid_;
+  arch::BootInfo boot_;
+
+  devices::Bus pio_bus_;
+  devices::Bus mmio_bus_;
+  std::shared_ptr<devices::legacy::Serial> serial_;
+  std::vector<std::shared_ptr<devices::virtio::MmioTransport>> virtio_;
+  std::vector<EventFd> notify_fds_;  // ioeventfds, registered on loop_
+
+  std::unique_ptr<EventLoop> loop_;
+  std::thread loop_thread_;
+  std::unique_ptr<ControlServer> control_;
+  std::unique_ptr<VcpuSet> vcpus_;
+
+  mutable std::mutex stop_mu_;
+  std::condition_variable stop_cv_;
+  std::optional<std::pair<ExitCode, std::string>> stop_;
+  std::chrono::steady_clock::time_point started_at_;
+};
+
+}  // namespace kubicle::vmm

@@ -1,0 +1,23 @@
+# The monitor: VM assembly, vCPU threads and the kubicle-vmm binary.
+add_library(kubicle_vmm_monitor vm.cc vm_devices.cc vcpu_runner.cc)
+target_compile_options(kubicle_vmm_monitor PRIVATE ${KUBICLE_HOST_WARNINGS})
+target_link_libraries(kubicle_vmm_monitor PUBLIC
+  kubicle_vmm_control kubicle_vmm_arch kubicle_vmm_kvm kubicle_vmm_legacy kubicle_vmm_virtio
+  kubicle_vmm_core kubicle_common)
+
+add_executable(kubicle-vmm main.cc)
+target_compile_options(kubicle-vmm PRIVATE ${KUBICLE_HOST_WARNINGS})
+target_link_libraries(kubicle-vmm PRIVATE kubicle_vmm_monitor)
+
+# Runs kubicle-vmm processes for kvm tests and benchmarks.
+add_library(kubicle_vmm_testing testing/vm_process.cc)
+target_compile_options(kubicle_vmm_testing PRIVATE ${KUBICLE_HOST_WARNINGS})
+target_link_libraries(kubicle_vmm_testing PUBLIC kubicle_agent_client kubicle_common)
+
+if(DEFINED KUBICLE_TESTGUEST_ELF)
+  kubicle_test(vmm_kvm_test kvm vmm_kvm_test.cc)
+  target_link_libraries(vmm_kvm_test PRIVATE kubicle_vmm_testing)
+  target_compile_definitions(vmm_kvm_test PRIVATE
+    KUBICLE_VMM_BIN="$<TARGET_FILE:kubicle-vmm>" KUBICLE_TESTGUEST_ELF="${KUBICLE_TESTGUEST_ELF}")
+  add_dependencies(vmm_kvm_test kubicle-vmm)
+endif()

@@ -1,0 +1,70 @@
+#include "vmm/vmm_config.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+
+namespace kubicle::vmm {
+namespace {
+
+class VmmConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    kernel_ = ::testing::TempDir() + "/kernel.bin";
+    std::ofstream(kernel_) << "x";
+  }
+  std::string kernel_;
+};
+
+TEST(ParseSizeTest, Suffixes) {
+  EXPECT_EQ(*ParseSize("256M"), 256ull << 20);
+  EXPECT_EQ(*ParseSize("2G"), 2ull << 30);
+  EXPECT_EQ(*ParseSize("4k"), 4096u);
+  EXPECT_EQ(*ParseSize("12345"), 12345u);
+  EXPECT_FALSE(ParseSize("").ok());
+  EXPECT_FALSE(ParseSize("-1M").ok());
+  EXPECT_FALSE(ParseSize("12X").ok());
+  EXPECT_FALSE(ParseSize("M").ok());
+  EXPECT_EQ(ParseSize("99999999999999T").status().code(), StatusCode::kOutOfRange);
+}
+
+TEST_F(VmmConfigTest, ParsesFullCommandLine) {
+  auto cfg = ParseRunArgs({"--kernel", kernel_, "--mem", "512M", "--vcpus", "2", "--disk",
+                           kernel_ + ",ro", "--vsock-uds", "/tmp/v.sock", "--cid", "7",
+                           "--control", "/tmp/c.sock", "--cmdline", "console=ttyS0"});
+  ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+  EXPECT_EQ(cfg->mem_bytes, 512ull << 20);
+  EXPECT_EQ(cfg->vcpus, 2);
+  ASSERT_EQ(cfg->disks.size(), 1u);
+  EXPECT_TRUE(cfg->disks[0].read_only);
+  EXPECT_EQ(cfg->guest_cid, 7u);
+  EXPECT_EQ(cfg->cmdline, "console=ttyS0");
+}
+
+TEST_F(VmmConfigTest, ClearErrors) {
+  auto missing = ParseRunArgs({"--kernel", "/nonexistent/vmlinux"});
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(missing.status().message().find("/nonexistent/vmlinux"), std::string::npos);
+
+  auto tiny = ParseRunArgs({"--kernel", kernel_, "--mem", "1M"});
+  EXPECT_EQ(tiny.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(tiny.status().message().find("--mem"), std::string::npos);
+  EXPECT_EQ(ParseRunArgs({"--kernel", kernel_, "--mem", "2000G"}).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseRunArgs({"--kernel", kernel_, "--vcpus", "0"}).status().code(),
+            StatusCode::kOutOfRange);
+  EXPECT_EQ(ParseRunArgs({"--kernel", kernel_, "--vcpus", "1000"}).status().code(),
+            StatusCode::kOutOfRange);
+  EXPECT_EQ(ParseRunArgs({"--kernel", kernel_, "--cid", "2"}).status().code(),
+            StatusCode::kOutOfRange);
+  EXPECT_EQ(ParseRunArgs({"--kernel", kernel_, "--disk", kernel_ + ",rx"}).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseRunArgs({"--kernel", kernel_, "--bogus", "1"}).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseRunArgs({"--kernel"}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseRunArgs({}).status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace kubicle::vmm
