@@ -47,13 +47,13 @@ TEST_F(BootTest, ElfLinux64WritesAllBootStructures) {
   ASSERT_TRUE(info->initrd.has_value());
 
   BootParams bp = *mem_->ReadObj<BootParams>(kZeroPageAddr);
-  EXPECT_EQ(bp.hdr.boot_flag, 0xaa55);
-  EXPECT_EQ(bp.hdr.header, kSetupHeaderMagic);
-  EXPECT_EQ(bp.hdr.cmd_line_ptr, kCmdlineAddr);
-  EXPECT_EQ(bp.hdr.cmdline_size, cfg.cmdline.size() + 1);
-  EXPECT_EQ(bp.hdr.ramdisk_image, info->initrd->addr);
-  EXPECT_EQ(bp.hdr.ramdisk_size, 12345u);
-  EXPECT_EQ(bp.e820_entries, 3);
+  EXPECT_EQ(+bp.hdr.boot_flag, 0xaa55);
+  EXPECT_EQ(+bp.hdr.header, kSetupHeaderMagic);
+  EXPECT_EQ(+bp.hdr.cmd_line_ptr, kCmdlineAddr);
+  EXPECT_EQ(+bp.hdr.cmdline_size, cfg.cmdline.size() + 1);
+  EXPECT_EQ(+bp.hdr.ramdisk_image, info->initrd->addr);
+  EXPECT_EQ(+bp.hdr.ramdisk_size, 12345u);
+  EXPECT_EQ(+bp.e820_entries, 3);
   char cmdline[64] = {};
   ASSERT_TRUE(mem_->Read(kCmdlineAddr, cmdline, cfg.cmdline.size() + 1).ok());
   EXPECT_EQ(std::string(cmdline), cfg.cmdline);
@@ -122,10 +122,10 @@ TEST_F(BootTest, BzImageCopiesItsHeaderAndLimitsTheCmdline) {
   ASSERT_TRUE(info.ok()) << info.status().ToString();
   EXPECT_EQ(info->entry, 0x100200u);
   BootParams bp = *mem_->ReadObj<BootParams>(kZeroPageAddr);
-  EXPECT_EQ(bp.hdr.version, 0x020f);
-  EXPECT_EQ(bp.hdr.setup_sects, 1);
-  EXPECT_EQ(bp.hdr.loadflags, kLoadedHigh | kCanUseHeap);
-  EXPECT_EQ(bp.hdr.type_of_loader, 0xff);
+  EXPECT_EQ(+bp.hdr.version, 0x020f);
+  EXPECT_EQ(+bp.hdr.setup_sects, 1);
+  EXPECT_EQ(+bp.hdr.loadflags, kLoadedHigh | kCanUseHeap);
+  EXPECT_EQ(+bp.hdr.type_of_loader, 0xff);
 
   cfg.cmdline = std::string(2048, 'a');  // header says 2047 max
   EXPECT_FALSE(ConfigureBoot(*mem_, cfg).ok());

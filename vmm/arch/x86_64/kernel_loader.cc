@@ -85,7 +85,8 @@ Result<LoadedKernel> LoadBzImage(const GuestMemory& mem, const ImageSource& imag
                           " kernel bytes, file has " + std::to_string(kernel_bytes));
   }
   // The kernel decompresses into [max(load, pref_address), + init_size).
-  uint64_t run_start = std::max<uint64_t>(kKernelLoadAddr, hdr.pref_address);
+  const uint64_t pref_address = hdr.pref_address;  // copy: no references into packed structs
+  uint64_t run_start = std::max<uint64_t>(kKernelLoadAddr, pref_address);
   uint64_t load_end = std::max(kKernelLoadAddr + kernel_bytes, run_start + uint64_t{hdr.init_size});
   if (run_start > kMmioHoleStart || load_end > LowRamEnd(mem)) {
     return Bad(image, "needs guest memory up to " + Hex(load_end) + " but RAM below 4 GiB ends at " +

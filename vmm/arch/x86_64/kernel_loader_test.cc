@@ -172,8 +172,8 @@ TEST_F(LoaderTest, LoadsValidBzImage) {
   EXPECT_EQ(k->format, KernelFormat::kBzImage);
   EXPECT_EQ(*k->entry64, 0x100200u);
   ASSERT_TRUE(k->setup_header.has_value());
-  EXPECT_EQ(k->setup_header->version, 0x020f);
-  EXPECT_EQ(k->setup_header->cmdline_size, 2047u);
+  EXPECT_EQ(+k->setup_header->version, 0x020f);
+  EXPECT_EQ(+k->setup_header->cmdline_size, 2047u);
   EXPECT_EQ(k->load_end, 0x1000000u + 0x800000u);
   std::vector<uint8_t> got(kernel.size());
   ASSERT_TRUE(mem_->Read(0x100000, got.data(), got.size()).ok());

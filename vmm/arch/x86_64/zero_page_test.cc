@@ -22,15 +22,15 @@ TEST(E820Test, SmallGuest) {
   Result<std::vector<E820Entry>> e820 = BuildE820(ranges);
   ASSERT_TRUE(e820.ok()) << e820.status().ToString();
   ASSERT_EQ(e820->size(), 3u);
-  EXPECT_EQ((*e820)[0].addr, 0u);
-  EXPECT_EQ((*e820)[0].size, 0x9fc00u);
-  EXPECT_EQ((*e820)[0].type, kE820Ram);
-  EXPECT_EQ((*e820)[1].addr, 0x9fc00u);
-  EXPECT_EQ((*e820)[1].size, 0x100000u - 0x9fc00u);
-  EXPECT_EQ((*e820)[1].type, kE820Reserved);
-  EXPECT_EQ((*e820)[2].addr, 0x100000u);
-  EXPECT_EQ((*e820)[2].size, 256 * kMiB - 0x100000u);
-  EXPECT_EQ((*e820)[2].type, kE820Ram);
+  EXPECT_EQ(+(*e820)[0].addr, 0u);
+  EXPECT_EQ(+(*e820)[0].size, 0x9fc00u);
+  EXPECT_EQ(+(*e820)[0].type, kE820Ram);
+  EXPECT_EQ(+(*e820)[1].addr, 0x9fc00u);
+  EXPECT_EQ(+(*e820)[1].size, 0x100000u - 0x9fc00u);
+  EXPECT_EQ(+(*e820)[1].type, kE820Reserved);
+  EXPECT_EQ(+(*e820)[2].addr, 0x100000u);
+  EXPECT_EQ(+(*e820)[2].size, 256 * kMiB - 0x100000u);
+  EXPECT_EQ(+(*e820)[2].type, kE820Ram);
 }
 
 TEST(E820Test, LargeGuestSplitsAroundTheHole) {
@@ -38,11 +38,11 @@ TEST(E820Test, LargeGuestSplitsAroundTheHole) {
   Result<std::vector<E820Entry>> e820 = BuildE820(ranges);
   ASSERT_TRUE(e820.ok());
   ASSERT_EQ(e820->size(), 4u);
-  EXPECT_EQ((*e820)[2].addr, 0x100000u);
-  EXPECT_EQ((*e820)[2].addr + (*e820)[2].size, 0xd0000000u);
-  EXPECT_EQ((*e820)[3].addr, 4 * kGiB);
-  EXPECT_EQ((*e820)[3].size, 6 * kGiB - 0xd0000000u);
-  EXPECT_EQ((*e820)[3].type, kE820Ram);
+  EXPECT_EQ(+(*e820)[2].addr, 0x100000u);
+  EXPECT_EQ(+(*e820)[2].addr + (*e820)[2].size, 0xd0000000u);
+  EXPECT_EQ(+(*e820)[3].addr, 4 * kGiB);
+  EXPECT_EQ(+(*e820)[3].size, 6 * kGiB - 0xd0000000u);
+  EXPECT_EQ(+(*e820)[3].type, kE820Ram);
   uint64_t ram = 0;
   for (const E820Entry& e : *e820) ram += e.type == kE820Ram ? e.size : 0;
   EXPECT_EQ(ram, 6 * kGiB - (0x100000u - 0x9fc00u));
@@ -104,12 +104,12 @@ TEST(ZeroPageTest, KeepsTheKernelsOwnHeader) {
   cfg.cmdline_size = 1;
   Result<BootParams> bp = BuildZeroPage(cfg);
   ASSERT_TRUE(bp.ok());
-  EXPECT_EQ(bp->hdr.setup_sects, 27);
-  EXPECT_EQ(bp->hdr.version, 0x020f);
-  EXPECT_EQ(bp->hdr.loadflags, kLoadedHigh | kCanUseHeap);
-  EXPECT_EQ(bp->hdr.init_size, 0x2000000u);
-  EXPECT_EQ(bp->hdr.header, kSetupHeaderMagic);
-  EXPECT_EQ(bp->hdr.ramdisk_image, 0u);
+  EXPECT_EQ(+bp->hdr.setup_sects, 27);
+  EXPECT_EQ(+bp->hdr.version, 0x020f);
+  EXPECT_EQ(+bp->hdr.loadflags, kLoadedHigh | kCanUseHeap);
+  EXPECT_EQ(+bp->hdr.init_size, 0x2000000u);
+  EXPECT_EQ(+bp->hdr.header, kSetupHeaderMagic);
+  EXPECT_EQ(+bp->hdr.ramdisk_image, 0u);
 }
 
 TEST(ZeroPageTest, RejectsTooManyE820Entries) {
