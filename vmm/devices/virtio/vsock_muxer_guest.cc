@@ -61,6 +61,7 @@ void VsockMuxer::GuestConnect(const VsockHeader& h) {
 
 void VsockMuxer::OnGuestOp(VsockConnection& c, const VsockHeader& h, ChainReader& payload) {
   using State = VsockConnection::State;
+  const uint64_t id = c.id();  // c may be killed (freed) below
   switch (h.op) {
     case kVsockOpRequest:
       LogDrop("OP_REQUEST on an open connection", h);
@@ -80,11 +81,11 @@ void VsockMuxer::OnGuestOp(VsockConnection& c, const VsockHeader& h, ChainReader
       return Kill(c, false, c.state() == State::kConnecting ? "guest refused" : "guest reset");
     case kVsockOpShutdown:
       OnGuestShutdown(c, h.flags);
-      if (Find(c.id()) == nullptr) return;
+      if (Find(id) == nullptr) return;
       break;
     case kVsockOpRw:
       OnGuestRw(c, h, payload);
-      if (Find(c.id()) == nullptr) return;
+      if (Find(id) == nullptr) return;
       break;
     case kVsockOpCreditUpdate:
       break;  // the credit fields were taken already
