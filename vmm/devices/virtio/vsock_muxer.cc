@@ -47,7 +47,7 @@ Result<std::unique_ptr<VsockMuxer>> VsockMuxer::Create(const VsockConfig& config
 
 VsockMuxer::~VsockMuxer() {
   DropAll();
-  if (listener_) ::unlink(config_.uds_path.c_str());
+  if (listener_ && ::getpid() == owner_pid_) ::unlink(config_.uds_path.c_str());
 }
 
 Status VsockMuxer::Watch(int fd, uint64_t tag) {

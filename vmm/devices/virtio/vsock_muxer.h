@@ -19,6 +19,8 @@
 // Not thread-safe: owned by Vsock, under the transport lock.
 #pragma once
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -60,6 +62,10 @@ class VsockMuxer {
 
   // Binds and listens on config.uds_path (not yet watched until Start).
   static Result<std::unique_ptr<VsockMuxer>> Create(const VsockConfig& config);
+  // Closes every socket and removes uds_path, but only in the process that
+  // created it: a fork(2) child destroying its inherited copy must not
+  // delete the parent's socket. (A child must not *use* an inherited muxer:
+  // its epoll instance is shared with the parent.)
   ~VsockMuxer();
 
   int epoll_fd() const { return epoll_.get(); }
@@ -88,7 +94,8 @@ class VsockMuxer {
   bool FillRx(const DescriptorChain& chain, uint32_t* used_len);
 
  private:
-  explicit VsockMuxer(const VsockConfig& config) : config_(config), guest_cid_(config.guest_cid) {}
+  explicit VsockMuxer(const VsockConfig& config)
+      : config_(config), owner_pid_(::getpid()), guest_cid_(config.guest_cid) {}
 
   void Accept();
   void OnConnectionEvent(VsockConnection& c, uint32_t events);
@@ -117,6 +124,7 @@ class VsockMuxer {
   void LogDrop(const char* why, const VsockHeader& h);
 
   const VsockConfig config_;
+  const pid_t owner_pid_;
   uint64_t guest_cid_;
   UniqueFd epoll_;
   UniqueFd listener_;

@@ -3,6 +3,7 @@
 #include "vmm/devices/virtio/vsock.h"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
 #include "vmm/devices/virtio/virtio_spec.h"
 #include "vmm/devices/virtio/vsock_test_fixture.h"
@@ -35,6 +36,22 @@ TEST_F(VsockTest, CreateRefusesExistingPathAndBadCid) {
   bad.uds_path = dir_ + "/other.sock";
   bad.guest_cid = 2;
   EXPECT_FALSE(Vsock::Create(bad).ok());
+}
+
+TEST_F(VsockTest, SocketPathOutlivesAForkedChildsCopy) {
+  auto v = Vsock::Create(cfg_);
+  ASSERT_TRUE(v.ok());
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    v->reset();  // the child destroys its inherited copy
+    ::_exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(std::filesystem::exists(uds_));
+  v->reset();  // the owner removes it
+  EXPECT_FALSE(std::filesystem::exists(uds_));
 }
 
 TEST_F(VsockTest, HostInitiatedConnectionRelaysBothWays) {
