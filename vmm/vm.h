@@ -74,13 +74,15 @@ class Vm {
   std::vector<kvm_cpuid_entry2> supported_cpuid_;
   arch::BootInfo boot_;
 
+  // Declared before the devices: transports unregister from the loop when
+  // destroyed, so it must outlive them.
+  std::unique_ptr<EventLoop> loop_;
   devices::Bus pio_bus_;
   devices::Bus mmio_bus_;
   std::shared_ptr<devices::legacy::Serial> serial_;
   std::vector<std::shared_ptr<devices::virtio::MmioTransport>> virtio_;
   std::vector<EventFd> notify_fds_;  // ioeventfds, registered on loop_
 
-  std::unique_ptr<EventLoop> loop_;
   std::thread loop_thread_;
   std::unique_ptr<ControlServer> control_;
   std::unique_ptr<VcpuSet> vcpus_;

@@ -14,10 +14,8 @@ add_library(kubicle_vmm_testing testing/vm_process.cc)
 target_compile_options(kubicle_vmm_testing PRIVATE ${KUBICLE_HOST_WARNINGS})
 target_link_libraries(kubicle_vmm_testing PUBLIC kubicle_agent_client kubicle_common)
 
-if(DEFINED KUBICLE_TESTGUEST_ELF)
-  kubicle_test(vmm_kvm_test kvm vmm_kvm_test.cc)
-  target_link_libraries(vmm_kvm_test PRIVATE kubicle_vmm_testing)
-  target_compile_definitions(vmm_kvm_test PRIVATE
-    KUBICLE_VMM_BIN="$<TARGET_FILE:kubicle-vmm>" KUBICLE_TESTGUEST_ELF="${KUBICLE_TESTGUEST_ELF}")
-  add_dependencies(vmm_kvm_test kubicle-vmm)
-endif()
+# kvm tests: real kubicle-vmm processes booting the test guest.
+kubicle_test(vmm_process_kvm_test kvm vmm_process_kvm_test.cc)
+target_link_libraries(vmm_process_kvm_test PRIVATE kubicle_vmm_testing kubicle_testguest_elf)
+target_compile_definitions(vmm_process_kvm_test PRIVATE KUBICLE_VMM_BIN="$<TARGET_FILE:kubicle-vmm>")
+add_dependencies(vmm_process_kvm_test kubicle-vmm)

@@ -29,8 +29,8 @@ int main() {
   std::printf("--- guest serial console ---\n%s----------------------------\n",
               (*vm)->SerialOutput().c_str());
   auto hello = (*agent)->agent();
-  std::printf("agent answered over vsock after %.1f ms: %s %s\n", boot_ms, hello.agent_name.c_str(),
-              hello.agent_version.c_str());
+  std::printf("agent answered over vsock after %.1f ms: %s %s\n", boot_ms, hello.name.c_str(),
+              hello.software_version.c_str());
   std::vector<double> rtt_us;
   for (int i = 0; i < 200; ++i) {
     auto t = kubicle::bench::Clock::now();

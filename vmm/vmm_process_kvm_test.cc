@@ -107,7 +107,7 @@ TEST_F(VmmKvmTest, TwoVcpusRun) {
   for (int i = 0; i < 200 && cpus < 2; ++i) {
     auto id = (*agent)->Identity();
     ASSERT_TRUE(id.ok()) << id.status().ToString();
-    cpus = id->cpus_online;
+    cpus = id->cpus;
     if (cpus < 2) std::this_thread::sleep_for(20ms);
   }
   EXPECT_EQ(cpus, 2u) << vm->SerialOutput();
