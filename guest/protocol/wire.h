@@ -294,7 +294,7 @@ struct Tlv {
 // tells which (kOk at a clean end).
 class TlvReader {
  public:
-  TlvReader(const uint8_t* data, size_t size) : data_(data), size_(size) {}
+  constexpr TlvReader(const uint8_t* data, size_t size) : data_(data), size_(size) {}
 
   bool Next(Tlv* out) {
     if (error_ != WireError::kOk || pos_ == size_) return false;
@@ -383,7 +383,7 @@ inline bool TlvU64(const Tlv& t, uint64_t* v) {
 // ignores further writes, so a sequence of Put calls needs one check at the end.
 class TlvWriter {
  public:
-  TlvWriter(uint8_t* buf, size_t cap) : buf_(buf), cap_(cap) {}
+  constexpr TlvWriter(uint8_t* buf, size_t cap) : buf_(buf), cap_(cap) {}
 
   void Put(Tag tag, const void* value, size_t len) {
     uint8_t* dst = Reserve(tag, len);

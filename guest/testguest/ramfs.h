@@ -60,7 +60,7 @@ class RamFs {
 
  private:
   bool Under(const File& f, const char* dir, uint32_t dir_len) const;
-  File files_[kSlots];
+  File files_[kSlots] = {};
 };
 
 }  // namespace kubicle::guest::testguest

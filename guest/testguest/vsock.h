@@ -122,8 +122,8 @@ class VsockEndpoint {
   Agent* agent_ = nullptr;
   uint64_t cid_ = 0;
   uint32_t port_ = 0;
-  Conn conns_[kMaxConnections];
-  PendingRst rsts_[kMaxPendingRst];
+  Conn conns_[kMaxConnections] = {};
+  PendingRst rsts_[kMaxPendingRst] = {};
   uint32_t rst_count_ = 0;
   uint32_t dropped_ = 0;
   uint32_t accepted_ = 0;

@@ -1,0 +1,52 @@
+#include "guest/testguest/arch/console.h"
+
+#include "guest/testguest/arch/cpu.h"
+
+namespace kubicle::guest::testguest::arch {
+
+namespace {
+constexpr uint16_t kCom1 = 0x3f8;
+constexpr uint16_t kLsr = kCom1 + 5;
+constexpr uint8_t kLsrThre = 1 << 5;
+
+void PutChar(char c) {
+  // Bounded wait: a UART that never reports THRE must not hang the guest.
+  for (int i = 0; i < 100000 && (Inb(kLsr) & kLsrThre) == 0; ++i) Pause();
+  Outb(kCom1, uint8_t(c));
+}
+}  // namespace
+
+void PrintN(const char* s, uint32_t n) {
+  for (uint32_t i = 0; i < n; ++i) PutChar(s[i]);
+}
+
+void Print(const char* s) {
+  while (*s != '\0') PutChar(*s++);
+}
+
+void PrintDec(uint64_t v) {
+  char buf[21];
+  int i = 20;
+  buf[i] = '\0';
+  do {
+    buf[--i] = char('0' + v % 10);
+    v /= 10;
+  } while (v != 0);
+  Print(buf + i);
+}
+
+void PrintHex(uint64_t v) {
+  char buf[19];
+  int i = 18;
+  buf[i] = '\0';
+  do {
+    const uint32_t d = uint32_t(v & 0xf);
+    buf[--i] = char(d < 10 ? '0' + d : 'a' + d - 10);
+    v >>= 4;
+  } while (v != 0);
+  buf[--i] = 'x';
+  buf[--i] = '0';
+  Print(buf + i);
+}
+
+}  // namespace kubicle::guest::testguest::arch
