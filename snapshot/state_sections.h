@@ -1,0 +1,40 @@
+// Encoders and decoders of the individual sections of the `state` file.
+// Internal to snapshot/ (state_file.cc assembles them; see state.h).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "snapshot/byte_io.h"
+#include "snapshot/state.h"
+
+namespace kubicle::snapshot::internal {
+
+enum SectionType : uint32_t {
+  kSectionMachineConfig = 1,
+  kSectionVm = 2,
+  kSectionVcpu = 3,
+  kSectionSerial = 4,
+  kSectionVirtioDevice = 5,
+};
+inline constexpr uint32_t kSectionRequired = 1u << 0;
+const char* SectionName(uint32_t type);
+
+void EncodeMachineConfig(const MachineConfig& c, ByteWriter& w);
+void EncodeVm(const VmState& v, ByteWriter& w);
+void EncodeVcpu(const VcpuState& v, ByteWriter& w);
+void EncodeSerial(const vmm::devices::legacy::SerialState& s, ByteWriter& w);
+void EncodeVirtioDevice(const VirtioDeviceState& d, ByteWriter& w);
+
+// Each reads one section's fields; errors are left in r.status().
+void DecodeMachineConfig(ByteReader& r, const DecodeLimits& l, MachineConfig* c);
+void DecodeVm(ByteReader& r, VmState* v);
+void DecodeVcpu(ByteReader& r, const DecodeLimits& l, VcpuState* v);
+void DecodeSerial(ByteReader& r, vmm::devices::legacy::SerialState* s);
+// allow_unknown_tail: the file is from a newer minor version, whose extra
+// device-specific fields are skipped.
+void DecodeVirtioDevice(ByteReader& r, const DecodeLimits& l, bool allow_unknown_tail,
+                        VirtioDeviceState* d);
+
+}  // namespace kubicle::snapshot::internal
