@@ -1,0 +1,63 @@
+// Names fixed by the API (labels, finalizer, condition types and reasons)
+// and small helpers over unstructured objects: metadata accessors, the
+// Kubernetes condition list (lastTransitionTime kept while the status does
+// not change, so a recomputed status is byte-identical when nothing
+// changed), and ownerReferences.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "operator/kube/clock.h"
+#include "operator/kube/kube_client.h"
+
+namespace kubicle::op {
+
+using kube::Json;
+
+inline constexpr std::string_view kLabelRun = "kubicle.dev/run";
+inline constexpr std::string_view kLabelAgent = "kubicle.dev/agent";
+inline constexpr std::string_view kLabelTemplate = "kubicle.dev/template";
+inline constexpr std::string_view kLabelNode = "kubicle.dev/node";
+inline constexpr std::string_view kLabelForkOf = "kubicle.dev/fork-of";
+inline constexpr std::string_view kFinalizer = "kubicle.dev/vm-teardown";
+// Node heartbeat Leases (see docs/operator.md, "Node protocol").
+inline constexpr std::string_view kAnnotationCapacitySandboxes = "kubicle.dev/capacity-sandboxes";
+inline constexpr std::string_view kAnnotationCapacityMemory = "kubicle.dev/capacity-memory-mib";
+
+inline constexpr std::string_view kCondReady = "Ready";
+inline constexpr std::string_view kCondScheduled = "Scheduled";
+inline constexpr std::string_view kCondExpired = "Expired";
+inline constexpr std::string_view kCondValid = "Valid";
+
+std::string Name(const Json& obj);
+std::string Namespace(const Json& obj);
+std::string Uid(const Json& obj);
+int64_t Generation(const Json& obj);
+std::string Label(const Json& obj, std::string_view key);
+std::map<std::string, std::string> Labels(const Json& obj);
+bool IsDeleting(const Json& obj);
+bool HasFinalizer(const Json& obj, std::string_view f);
+// Status field as string ("" when absent).
+std::string StatusString(const Json& obj, std::string_view field);
+
+struct Condition {
+  std::string type, status, reason, message;
+};
+// Returns `conditions` with `c` set: lastTransitionTime moves only when the
+// status changes; observedGeneration is the object's generation.
+Json SetCondition(const Json& conditions, const Condition& c, int64_t generation,
+                  kube::TimePoint now);
+std::optional<Json> FindCondition(const Json& obj, std::string_view type);
+
+// A controller ownerReference to `owner` (blockOwnerDeletion true).
+Json ControllerRef(const Json& owner);
+// True when `obj` has a controller ownerReference with `owner_uid`.
+bool IsControlledBy(const Json& obj, const std::string& owner_uid);
+
+// Truncates to a valid object name (<= max chars) with a hash suffix when cut.
+std::string BoundedName(const std::string& base, const std::string& suffix, size_t max = 253);
+
+}  // namespace kubicle::op

@@ -1,0 +1,37 @@
+#include "operator/context.h"
+
+namespace kubicle::op {
+
+std::optional<Json> ClientLister::Get(const kube::Resource& r, const std::string& key) {
+  std::string ns, name;
+  kube::SplitKey(key, &ns, &name);
+  auto got = client_->Get(r, ns, name);
+  if (!got.ok()) return std::nullopt;
+  return *got;
+}
+
+std::vector<Json> ClientLister::List(const kube::Resource& r) {
+  std::string ns = r.plural == kube::LeaseResource().plural ? lease_ns_ : "";
+  auto list = client_->List(r, ns, {});
+  std::vector<Json> out;
+  if (list.ok()) {
+    for (const Json& item : (*list)["items"]) out.push_back(item);
+  }
+  return out;
+}
+
+Result<bool> WriteStatusIfChanged(Context& ctx, const kube::Resource& r, const Json& obj,
+                                  const Json& desired) {
+  const Json current = obj.value("status", Json::object());
+  Json patch = Json::object();
+  for (const auto& [k, v] : desired.items()) {
+    if (!current.contains(k) || current[k] != v) patch[k] = v;
+  }
+  if (patch.empty()) return false;
+  auto r2 = ctx.client->Patch(r, Namespace(obj), Name(obj), kube::PatchType::kMerge,
+                              Json{{"status", patch}}, "status");
+  if (!r2.ok()) return r2.status();
+  return true;
+}
+
+}  // namespace kubicle::op

@@ -1,0 +1,76 @@
+// What every reconciler needs: the client for writes, a lister for reads
+// (informer caches in the operator; the client itself in unit tests), the
+// injected clock, the scheduler, an optional event recorder, and settings.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "operator/api.h"
+#include "operator/kube/clock.h"
+#include "operator/kube/event_recorder.h"
+#include "operator/kube/kube_client.h"
+#include "operator/scheduler.h"
+
+namespace kubicle::op {
+
+// Read access to current objects of a resource ("ns/name" keys).
+class ObjectLister {
+ public:
+  virtual ~ObjectLister() = default;
+  virtual std::optional<Json> Get(const kube::Resource& r, const std::string& key) = 0;
+  virtual std::vector<Json> List(const kube::Resource& r) = 0;
+};
+
+// Reads straight from a KubeClient: always fresh; used by unit tests.
+class ClientLister final : public ObjectLister {
+ public:
+  explicit ClientLister(kube::KubeClient* c, std::string lease_namespace = {})
+      : client_(c), lease_ns_(std::move(lease_namespace)) {}
+  std::optional<Json> Get(const kube::Resource& r, const std::string& key) override;
+  std::vector<Json> List(const kube::Resource& r) override;
+
+ private:
+  kube::KubeClient* client_;
+  std::string lease_ns_;
+};
+
+struct OperatorConfig {
+  kube::Duration default_ttl = std::chrono::hours(1);  // zero: never expire
+  kube::Duration node_gone_grace = std::chrono::seconds(120);
+  kube::Duration unschedulable_retry = std::chrono::seconds(5);
+  std::string node_lease_namespace = "kubicle-node-lease";
+  int64_t default_memory_mib = 256;
+};
+
+struct Context {
+  kube::KubeClient* client;
+  ObjectLister* lister;
+  const kube::Clock* clock;
+  Scheduler* scheduler;
+  kube::EventRecorder* events = nullptr;  // optional
+  OperatorConfig config;
+
+  void Event(const Json& obj, std::string_view type, std::string_view reason,
+             std::string_view message) const {
+    if (events) events->Record(obj, type, reason, message);
+  }
+};
+
+// Outcome of one reconcile pass: when to look again even if nothing changes.
+struct Outcome {
+  std::optional<kube::Duration> requeue_after;
+  void RequeueWithin(kube::Duration d) {
+    if (d < kube::Duration::zero()) d = kube::Duration::zero();
+    if (!requeue_after || d < *requeue_after) requeue_after = d;
+  }
+};
+
+// Writes the operator-owned part of status (a JSON merge patch, so the node
+// daemon's status.vm / status.nodes are untouched) only when it differs from
+// what the object carries. Returns whether it wrote.
+Result<bool> WriteStatusIfChanged(Context& ctx, const kube::Resource& r, const Json& obj,
+                                  const Json& desired);
+
+}  // namespace kubicle::op

@@ -1,0 +1,158 @@
+#include "operator/controller.h"
+
+#include "common/log.h"
+
+namespace kubicle::op {
+
+using kube::Json;
+using kube::WatchEventType;
+
+Controller::Controller(kube::KubeClient* client, const kube::Clock* clock,
+                       metrics::Registry* registry, ControllerOptions options)
+    : client_(client),
+      clock_(clock),
+      options_(std::move(options)),
+      events_(client, "kubicle-operator", options_.identity, clock),
+      queue_(clock),
+      sandboxes_(client, kube::SandboxResource()),
+      forks_(client, kube::SandboxForkResource()),
+      templates_(client, kube::SandboxTemplateResource()),
+      leases_(client, kube::LeaseResource(), options_.config.node_lease_namespace,
+              std::string(kLabelNode)) {
+  Context ctx{client_, this, clock_, &scheduler_, &events_, options_.config};
+  sandbox_reconciler_ = std::make_unique<SandboxReconciler>(ctx);
+  fork_reconciler_ = std::make_unique<ForkReconciler>(ctx);
+  template_reconciler_ = std::make_unique<TemplateReconciler>(ctx);
+  latency_ = &registry->AddHistogram("kubicle_operator_reconcile_duration_seconds",
+                                     "Time of one reconcile pass.", {"kind"},
+                                     metrics::ExponentialBuckets(0.0005, 2, 16));
+  results_ = &registry->AddCounter("kubicle_operator_reconcile_total",
+                                   "Reconcile passes by kind and result.", {"kind", "result"});
+  registry->AddGaugeCallback("kubicle_operator_queue_depth", "Keys ready in the work queue.", {},
+                             [this] {
+                               return std::vector<std::pair<metrics::LabelValues, double>>{
+                                   {{}, static_cast<double>(queue_.Len())}};
+                             });
+  registry->AddGaugeCallback("kubicle_operator_sandboxes", "Sandboxes by phase.", {"phase"}, [this] {
+    std::map<std::string, double> by_phase;
+    for (const char* p : {"Pending", "Scheduled", "Starting", "Running", "Failed", "Terminating"}) {
+      by_phase[p] = 0;
+    }
+    for (const Json& s : sandboxes_.List()) {
+      std::string p = StatusString(s, "phase");
+      by_phase[p.empty() ? "Pending" : p] += 1;
+    }
+    std::vector<std::pair<metrics::LabelValues, double>> out;
+    for (const auto& [p, n] : by_phase) out.push_back({{p}, n});
+    return out;
+  });
+  WireHandlers();
+}
+
+Controller::~Controller() { Stop(); }
+
+kube::Informer* Controller::InformerFor(const kube::Resource& r) {
+  if (r.plural == "sandboxes") return &sandboxes_;
+  if (r.plural == "sandboxforks") return &forks_;
+  if (r.plural == "sandboxtemplates") return &templates_;
+  if (r.plural == "leases") return &leases_;
+  return nullptr;
+}
+
+std::optional<Json> Controller::Get(const kube::Resource& r, const std::string& key) {
+  kube::Informer* inf = InformerFor(r);
+  return inf ? inf->Get(key) : std::nullopt;
+}
+
+std::vector<Json> Controller::List(const kube::Resource& r) {
+  kube::Informer* inf = InformerFor(r);
+  return inf ? inf->List() : std::vector<Json>{};
+}
+
+void Controller::EnqueuePendingSandboxes(const std::string& ns, const std::string& tmpl) {
+  for (const Json& s : sandboxes_.List()) {
+    if (!Label(s, kLabelNode).empty() || IsDeleting(s)) continue;
+    if (!ns.empty() && Namespace(s) != ns) continue;
+    if (!tmpl.empty() && s["spec"]["templateRef"].value("name", "") != tmpl) continue;
+    queue_.Add("Sandbox:" + kube::KeyOf(s));
+  }
+}
+
+void Controller::WireHandlers() {
+  sandboxes_.AddHandler([this](WatchEventType, const Json& s) {
+    queue_.Add("Sandbox:" + kube::KeyOf(s));
+    if (std::string f = Label(s, kLabelForkOf); !f.empty()) {
+      queue_.Add("SandboxFork:" + kube::ObjectKey(Namespace(s), f));
+    }
+    for (const Json& f : forks_.List()) {
+      if (Namespace(f) == Namespace(s) && f["spec"]["sourceRef"].value("name", "") == Name(s)) {
+        queue_.Add("SandboxFork:" + kube::KeyOf(f));
+      }
+    }
+  });
+  forks_.AddHandler([this](WatchEventType, const Json& f) {
+    queue_.Add("SandboxFork:" + kube::KeyOf(f));
+  });
+  templates_.AddHandler([this](WatchEventType, const Json& t) {
+    queue_.Add("SandboxTemplate:" + kube::KeyOf(t));
+    EnqueuePendingSandboxes(Namespace(t), Name(t));
+  });
+  leases_.AddHandler([this](WatchEventType, const Json&) {
+    for (const Json& t : templates_.List()) queue_.Add("SandboxTemplate:" + kube::KeyOf(t));
+    EnqueuePendingSandboxes("", "");
+    for (const Json& s : sandboxes_.List()) {
+      if (IsDeleting(s)) queue_.Add("Sandbox:" + kube::KeyOf(s));  // node-gone finalization
+    }
+  });
+}
+
+Status Controller::Start(std::chrono::milliseconds sync_timeout) {
+  for (kube::Informer* i : {&leases_, &templates_, &sandboxes_, &forks_}) i->Start();
+  for (kube::Informer* i : {&leases_, &templates_, &sandboxes_, &forks_}) {
+    if (!i->WaitForSync(sync_timeout)) return Status::DeadlineExceeded("informer cache sync");
+  }
+  started_ = true;
+  for (int i = 0; i < options_.workers; ++i) workers_.emplace_back([this] { Worker(); });
+  log::Info("controller started", {{"workers", options_.workers}});
+  return Status::Ok();
+}
+
+void Controller::Stop() {
+  queue_.ShutDown();
+  for (auto& t : workers_) t.join();
+  workers_.clear();
+  for (kube::Informer* i : {&sandboxes_, &forks_, &templates_, &leases_}) i->Stop();
+}
+
+void Controller::Worker() {
+  while (auto key = queue_.Get()) {
+    ProcessKey(*key);
+    queue_.Done(*key);
+  }
+}
+
+void Controller::ProcessKey(const std::string& qkey) {
+  size_t colon = qkey.find(':');
+  std::string kind = qkey.substr(0, colon);
+  std::string key = qkey.substr(colon + 1);
+  auto start = std::chrono::steady_clock::now();
+  Result<Outcome> r = kind == "Sandbox"       ? sandbox_reconciler_->Reconcile(key)
+                      : kind == "SandboxFork" ? fork_reconciler_->Reconcile(key)
+                                              : template_reconciler_->Reconcile(key);
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  latency_->WithLabels({kind}).Observe(secs);
+  reconciles_.fetch_add(1);
+  if (!r.ok()) {
+    results_->WithLabels({kind, "error"}).Inc();
+    bool conflict = kube::IsConflict(r.status());
+    (conflict ? log::Debug : log::Warn)(
+        "reconcile failed", {{"kind", kind}, {"key", key}, {"error", r.status().ToString()}});
+    queue_.AddRateLimited(qkey);
+    return;
+  }
+  results_->WithLabels({kind, "success"}).Inc();
+  queue_.Forget(qkey);
+  if (r->requeue_after) queue_.AddAfter(qkey, *r->requeue_after);
+}
+
+}  // namespace kubicle::op

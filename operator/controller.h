@@ -1,0 +1,70 @@
+// The operator's engine: informers over Sandboxes, SandboxForks,
+// SandboxTemplates and node heartbeat Leases feed one rate-limited work
+// queue ("Sandbox:ns/name", "SandboxFork:...", "SandboxTemplate:..."), and
+// `workers` threads run the reconcilers. A key is never reconciled by two
+// workers at once (queue semantics). Failed passes are retried with
+// per-key exponential backoff; successful ones are requeued when the
+// reconciler asks (expiry, stale leases). Metrics go to the given registry.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "common/metrics.h"
+#include "operator/context.h"
+#include "operator/fork_reconciler.h"
+#include "operator/kube/informer.h"
+#include "operator/kube/work_queue.h"
+#include "operator/sandbox_reconciler.h"
+#include "operator/template_reconciler.h"
+
+namespace kubicle::op {
+
+struct ControllerOptions {
+  int workers = 4;
+  OperatorConfig config;
+  std::string identity = "kubicle-operator";
+};
+
+class Controller : private ObjectLister {
+ public:
+  Controller(kube::KubeClient* client, const kube::Clock* clock, metrics::Registry* registry,
+             ControllerOptions options);
+  ~Controller() override;
+
+  // Starts informers, waits (up to `sync_timeout`) for their first list,
+  // then starts the workers.
+  Status Start(std::chrono::milliseconds sync_timeout = std::chrono::seconds(60));
+  void Stop();
+  size_t QueueDepth() const { return queue_.Len(); }
+  uint64_t Reconciles() const { return reconciles_.load(); }
+
+ private:
+  std::optional<Json> Get(const kube::Resource& r, const std::string& key) override;
+  std::vector<Json> List(const kube::Resource& r) override;
+  kube::Informer* InformerFor(const kube::Resource& r);
+  void WireHandlers();
+  void EnqueuePendingSandboxes(const std::string& ns, const std::string& tmpl);
+  void Worker();
+  void ProcessKey(const std::string& key);
+
+  kube::KubeClient* client_;
+  const kube::Clock* clock_;
+  ControllerOptions options_;
+  Scheduler scheduler_;
+  kube::EventRecorder events_;
+  kube::WorkQueue queue_;
+  kube::Informer sandboxes_, forks_, templates_, leases_;
+  std::unique_ptr<SandboxReconciler> sandbox_reconciler_;
+  std::unique_ptr<ForkReconciler> fork_reconciler_;
+  std::unique_ptr<TemplateReconciler> template_reconciler_;
+  metrics::Family<metrics::Histogram>* latency_;
+  metrics::Family<metrics::Counter>* results_;
+  std::atomic<uint64_t> reconciles_{0};
+  std::vector<std::thread> workers_;
+  bool started_ = false;
+};
+
+}  // namespace kubicle::op

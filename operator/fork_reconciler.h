@@ -1,0 +1,39 @@
+// Reconciles one SandboxFork: N child Sandboxes named <fork>-<i> (so a
+// restarted operator finds the ones it made instead of making more), owned
+// by the fork (controller ownerReference: deleting the fork lets the
+// garbage collector delete them), placed on the source's node, labelled
+// with the source's run/agent/template, the fork's run, the fork's
+// childMetadata labels and kubicle.dev/fork-of. Scaling down deletes the
+// highest indexes. Status: counts and children, written only when changed.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "operator/context.h"
+
+namespace kubicle::op {
+
+// The child Sandbox a fork wants at `index` (pure).
+Json DesiredForkChild(const Json& fork, const Json& source, const std::string& node, int index);
+std::string ForkChildName(const std::string& fork_name, int index);
+// {observedGeneration, phase, nodeName, replicas, readyReplicas,
+//  failedReplicas, children, conditions} from the children that exist.
+Json ComputeForkStatus(const Json& fork, const std::string& node, const std::string& wait_reason,
+                       const std::vector<Json>& children, kube::TimePoint now);
+
+class ForkReconciler {
+ public:
+  explicit ForkReconciler(Context ctx) : ctx_(std::move(ctx)) {}
+  Result<Outcome> Reconcile(const std::string& key);
+
+ private:
+  std::vector<Json> Children(const Json& fork);
+  Status EnsureChildren(const Json& fork, const Json& source, const std::string& node,
+                        std::vector<Json>* children);
+  Status ScaleDown(const Json& fork, std::vector<Json>* children);
+
+  Context ctx_;
+};
+
+}  // namespace kubicle::op

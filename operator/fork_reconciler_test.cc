@@ -1,0 +1,118 @@
+#include "operator/fork_reconciler.h"
+
+#include <gtest/gtest.h>
+
+#include "operator/sandbox_reconciler.h"
+#include "operator/test_world.h"
+
+namespace kubicle::op {
+namespace {
+
+using testing::kNs;
+using testing::NewSandbox;
+
+class ForkReconcilerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    w.AddTemplate("py");
+    w.Heartbeat("node-a", 100);
+    w.Heartbeat("node-b", 100);
+    w.TemplateReady("py", "node-a");
+    ASSERT_TRUE(w.client.Create(kube::SandboxResource(), kNs,
+                                NewSandbox("src", "py", {{"kubicle.dev/run", "r1"},
+                                                         {"kubicle.dev/agent", "planner"}})).ok());
+    ASSERT_TRUE(SandboxReconciler(w.ctx).Reconcile(kube::ObjectKey(kNs, "src")).ok());
+  }
+  void CreateFork(int replicas) {
+    Json f = {{"metadata", {{"name", "f"}, {"labels", {{"kubicle.dev/run", "r2"}}}}},
+              {"spec", {{"sourceRef", {{"name", "src"}}}, {"replicas", replicas},
+                        {"childMetadata", {{"labels", {{"team", "x"}}}}}}}};
+    ASSERT_TRUE(w.client.Create(kube::SandboxForkResource(), kNs, f).ok());
+  }
+  Result<Outcome> Reconcile() { return ForkReconciler(w.ctx).Reconcile(kube::ObjectKey(kNs, "f")); }
+  Json Fork() { return *w.client.Get(kube::SandboxForkResource(), kNs, "f"); }
+  testing::World w;
+};
+
+TEST_F(ForkReconcilerTest, CreatesOwnedChildrenOnTheSourcesNode) {
+  CreateFork(3);
+  ASSERT_TRUE(Reconcile().ok());
+  Json fork = Fork();
+  for (int i = 0; i < 3; ++i) {
+    Json c = w.Sandbox("f-" + std::to_string(i));
+    EXPECT_TRUE(IsControlledBy(c, Uid(fork)));
+    EXPECT_EQ(Label(c, kLabelNode), "node-a");
+    EXPECT_EQ(Label(c, kLabelForkOf), "f");
+    EXPECT_EQ(Label(c, kLabelRun), "r2") << "the fork's run wins over the source's";
+    EXPECT_EQ(Label(c, kLabelAgent), "planner");
+    EXPECT_EQ(Label(c, "team"), "x");
+    EXPECT_EQ(c["spec"]["forkSource"], "src");
+    EXPECT_EQ(c["spec"]["expiresAt"], w.Sandbox("src")["status"]["expiresAt"]);
+  }
+  EXPECT_EQ(fork["status"]["replicas"], 3);
+  EXPECT_EQ(fork["status"]["readyReplicas"], 0);
+  EXPECT_EQ(fork["status"]["phase"], "Forking");
+  EXPECT_EQ(fork["status"]["nodeName"], "node-a");
+}
+
+TEST_F(ForkReconcilerTest, IdempotentAcrossRestartsAndCountsReady) {
+  CreateFork(2);
+  ASSERT_TRUE(Reconcile().ok());
+  ASSERT_TRUE(Reconcile().ok());  // a restarted operator: same names, nothing new
+  int children = 0;
+  const Json list = *w.client.List(kube::SandboxResource(), kNs, {});
+    for (const Json& s : list["items"]) {
+    if (Label(s, kLabelForkOf) == "f") ++children;
+  }
+  EXPECT_EQ(children, 2);
+  for (const char* c : {"f-0", "f-1"}) {
+    ASSERT_TRUE(SandboxReconciler(w.ctx).Reconcile(kube::ObjectKey(kNs, c)).ok());
+    w.ReportVm(c, "Running");
+    ASSERT_TRUE(SandboxReconciler(w.ctx).Reconcile(kube::ObjectKey(kNs, c)).ok());
+  }
+  ASSERT_TRUE(Reconcile().ok());
+  EXPECT_EQ(Fork()["status"]["readyReplicas"], 2);
+  EXPECT_EQ(Fork()["status"]["phase"], "Ready");
+  EXPECT_EQ(FindCondition(Fork(), "Ready")->value("status", ""), "True");
+}
+
+TEST_F(ForkReconcilerTest, ScaleDownDeletesHighestIndexes) {
+  CreateFork(3);
+  ASSERT_TRUE(Reconcile().ok());
+  ASSERT_TRUE(w.client.Patch(kube::SandboxForkResource(), kNs, "f", kube::PatchType::kMerge,
+                             Json{{"spec", {{"replicas", 1}}}}).ok());
+  ASSERT_TRUE(Reconcile().ok());
+  EXPECT_TRUE(w.client.Get(kube::SandboxResource(), kNs, "f-0").ok());
+  // Children carry the finalizer once reconciled; these were not, so they go at once.
+  EXPECT_TRUE(kube::IsNotFound(w.client.Get(kube::SandboxResource(), kNs, "f-2").status()));
+  EXPECT_EQ(Fork()["status"]["replicas"], 1);
+}
+
+TEST_F(ForkReconcilerTest, WaitsForAMissingSource) {
+  Json f = {{"metadata", {{"name", "f"}}}, {"spec", {{"sourceRef", {{"name", "nope"}}}, {"replicas", 2}}}};
+  ASSERT_TRUE(w.client.Create(kube::SandboxForkResource(), kNs, f).ok());
+  auto out = Reconcile();
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ(Fork()["status"]["phase"], "Pending");
+  EXPECT_EQ(FindCondition(Fork(), "Ready")->value("reason", ""), "SourceNotFound");
+  EXPECT_TRUE(out->requeue_after.has_value());
+}
+
+TEST_F(ForkReconcilerTest, RefusesToAdoptAForeignSandbox) {
+  ASSERT_TRUE(w.client.Create(kube::SandboxResource(), kNs, NewSandbox("f-0", "py")).ok());
+  CreateFork(1);
+  ASSERT_TRUE(Reconcile().ok());
+  EXPECT_EQ(FindCondition(Fork(), "Ready")->value("reason", ""), "NameConflict");
+  EXPECT_FALSE(IsControlledBy(w.Sandbox("f-0"), Uid(Fork())));
+}
+
+TEST_F(ForkReconcilerTest, DeletingTheForkCollectsChildren) {
+  CreateFork(2);
+  ASSERT_TRUE(Reconcile().ok());
+  ASSERT_TRUE(w.client.Delete(kube::SandboxForkResource(), kNs, "f").ok());
+  EXPECT_TRUE(kube::IsNotFound(w.client.Get(kube::SandboxResource(), kNs, "f-0").status()));
+  EXPECT_TRUE(w.client.Get(kube::SandboxResource(), kNs, "src").ok());
+}
+
+}  // namespace
+}  // namespace kubicle::op

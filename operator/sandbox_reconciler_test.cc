@@ -1,0 +1,164 @@
+#include "operator/sandbox_reconciler.h"
+
+#include <gtest/gtest.h>
+
+#include "operator/test_world.h"
+
+namespace kubicle::op {
+namespace {
+
+using testing::kNs;
+using testing::NewSandbox;
+
+class SandboxReconcilerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    w.AddTemplate("py");
+    w.Heartbeat("node-a", 10);
+    w.TemplateReady("py", "node-a");
+  }
+  Result<Outcome> Reconcile(const std::string& name) {
+    SandboxReconciler r(w.ctx);
+    return r.Reconcile(kube::ObjectKey(kNs, name));
+  }
+  testing::World w;
+};
+
+TEST_F(SandboxReconcilerTest, SchedulesLabelsTokensAndStatus) {
+  ASSERT_TRUE(w.client.Create(kube::SandboxResource(), kNs,
+                              NewSandbox("s1", "py", {{"kubicle.dev/run", "r1"}})).ok());
+  auto out = Reconcile("s1");
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  Json s = w.Sandbox("s1");
+  EXPECT_TRUE(HasFinalizer(s, kFinalizer));
+  EXPECT_EQ(Label(s, kLabelNode), "node-a");
+  EXPECT_EQ(Label(s, kLabelTemplate), "py");
+  EXPECT_EQ(s["status"]["nodeName"], "node-a");
+  EXPECT_EQ(s["status"]["phase"], "Scheduled");
+  EXPECT_EQ(s["status"]["tokenSecretName"], "s1-token");
+  EXPECT_EQ(s["status"]["tokenSha256"].get<std::string>().size(), 64u);
+  EXPECT_EQ(FindCondition(s, "Scheduled")->value("status", ""), "True");
+  EXPECT_EQ(FindCondition(s, "Ready")->value("reason", ""), "Scheduled");
+  auto secret = w.client.Get(kube::SecretResource(), kNs, "s1-token");
+  ASSERT_TRUE(secret.ok());
+  EXPECT_TRUE(IsControlledBy(*secret, Uid(s)));
+  EXPECT_EQ(Label(*secret, kLabelRun), "r1");
+  // Default TTL 1 h: requeued for expiry.
+  ASSERT_TRUE(out->requeue_after.has_value());
+  EXPECT_EQ(*out->requeue_after, std::chrono::hours(1));
+}
+
+TEST_F(SandboxReconcilerTest, SecondPassWritesNothing) {
+  ASSERT_TRUE(w.client.Create(kube::SandboxResource(), kNs, NewSandbox("s1", "py")).ok());
+  ASSERT_TRUE(Reconcile("s1").ok());
+  w.client.ClearActions();
+  w.clock.Advance(std::chrono::seconds(5));
+  ASSERT_TRUE(Reconcile("s1").ok());
+  EXPECT_TRUE(w.client.Actions().empty()) << w.client.Actions()[0];
+}
+
+TEST_F(SandboxReconcilerTest, NodeReportsDriveReadyCondition) {
+  ASSERT_TRUE(w.client.Create(kube::SandboxResource(), kNs, NewSandbox("s1", "py")).ok());
+  ASSERT_TRUE(Reconcile("s1").ok());
+  w.ReportVm("s1", "Running");
+  ASSERT_TRUE(Reconcile("s1").ok());
+  Json s = w.Sandbox("s1");
+  EXPECT_EQ(s["status"]["phase"], "Running");
+  EXPECT_EQ(FindCondition(s, "Ready")->value("status", ""), "True");
+  EXPECT_EQ(s["status"]["vm"]["state"], "Running") << "the node's part is untouched";
+}
+
+TEST_F(SandboxReconcilerTest, UnschedulableReasons) {
+  ASSERT_TRUE(w.client.Create(kube::SandboxResource(), kNs, NewSandbox("nt", "missing")).ok());
+  auto out = Reconcile("nt");
+  ASSERT_TRUE(out.ok());
+  Json s = w.Sandbox("nt");
+  EXPECT_EQ(s["status"]["phase"], "Pending");
+  EXPECT_EQ(FindCondition(s, "Scheduled")->value("reason", ""), "TemplateNotFound");
+  EXPECT_EQ(*out->requeue_after, std::chrono::seconds(5));
+
+  w.AddTemplate("cold");  // no node has baked it
+  ASSERT_TRUE(w.client.Create(kube::SandboxResource(), kNs, NewSandbox("c", "cold")).ok());
+  ASSERT_TRUE(Reconcile("c").ok());
+  EXPECT_EQ(FindCondition(w.Sandbox("c"), "Scheduled")->value("reason", ""), "NoReadyNode");
+}
+
+TEST_F(SandboxReconcilerTest, CapacityIsRespectedAcrossBackToBackDecisions) {
+  w.Heartbeat("node-a", 2);
+  for (const char* n : {"a", "b", "c"}) {
+    ASSERT_TRUE(w.client.Create(kube::SandboxResource(), kNs, NewSandbox(n, "py")).ok());
+    ASSERT_TRUE(Reconcile(n).ok());
+  }
+  EXPECT_EQ(Label(w.Sandbox("a"), kLabelNode), "node-a");
+  EXPECT_EQ(Label(w.Sandbox("b"), kLabelNode), "node-a");
+  EXPECT_EQ(Label(w.Sandbox("c"), kLabelNode), "");
+  EXPECT_EQ(FindCondition(w.Sandbox("c"), "Scheduled")->value("reason", ""), "InsufficientCapacity");
+}
+
+TEST_F(SandboxReconcilerTest, DeadNodeIsNotChosen) {
+  w.clock.Advance(std::chrono::seconds(41));  // node-a's lease ran out
+  ASSERT_TRUE(w.client.Create(kube::SandboxResource(), kNs, NewSandbox("s", "py")).ok());
+  ASSERT_TRUE(Reconcile("s").ok());
+  EXPECT_EQ(Label(w.Sandbox("s"), kLabelNode), "");
+}
+
+TEST_F(SandboxReconcilerTest, ExpiryDeletesAndTeardownRemovesFinalizer) {
+  Json s = NewSandbox("e", "py");
+  s["spec"]["ttlSeconds"] = 30;
+  ASSERT_TRUE(w.client.Create(kube::SandboxResource(), kNs, s).ok());
+  auto out = Reconcile("e");
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ(*out->requeue_after, std::chrono::seconds(30));
+  EXPECT_EQ(w.Sandbox("e")["status"]["expiresAt"], kube::FormatTime(w.clock.Now() + std::chrono::seconds(30)));
+  w.clock.Advance(std::chrono::seconds(30));
+  w.Heartbeat("node-a", 10);
+  ASSERT_TRUE(Reconcile("e").ok());
+  Json gone = w.Sandbox("e");
+  EXPECT_TRUE(IsDeleting(gone));
+  EXPECT_EQ(FindCondition(gone, "Expired")->value("status", ""), "True");
+  ASSERT_TRUE(Reconcile("e").ok());
+  EXPECT_TRUE(HasFinalizer(w.Sandbox("e"), kFinalizer)) << "the node has not torn the VM down";
+  EXPECT_EQ(w.Sandbox("e")["status"]["phase"], "Terminating");
+  w.ReportVm("e", "Terminated");
+  ASSERT_TRUE(Reconcile("e").ok());
+  EXPECT_TRUE(kube::IsNotFound(w.client.Get(kube::SandboxResource(), kNs, "e").status()));
+  EXPECT_TRUE(kube::IsNotFound(w.client.Get(kube::SecretResource(), kNs, "e-token").status()))
+      << "the token Secret is garbage-collected with its owner";
+}
+
+TEST_F(SandboxReconcilerTest, FinalizerReleasedAfterGraceWhenNodeIsGone) {
+  ASSERT_TRUE(w.client.Create(kube::SandboxResource(), kNs, NewSandbox("g", "py")).ok());
+  ASSERT_TRUE(Reconcile("g").ok());
+  ASSERT_TRUE(w.client.Delete(kube::SandboxResource(), kNs, "g").ok());
+  w.clock.Advance(std::chrono::seconds(60));  // lease expired 20 s ago
+  auto out = Reconcile("g");
+  ASSERT_TRUE(out.ok());
+  EXPECT_TRUE(w.client.Get(kube::SandboxResource(), kNs, "g").ok());
+  EXPECT_EQ(*out->requeue_after, std::chrono::seconds(100));
+  w.clock.Advance(std::chrono::seconds(100));
+  ASSERT_TRUE(Reconcile("g").ok());
+  EXPECT_TRUE(kube::IsNotFound(w.client.Get(kube::SandboxResource(), kNs, "g").status()));
+}
+
+TEST_F(SandboxReconcilerTest, ConflictIsReportedForRetry) {
+  ASSERT_TRUE(w.client.Create(kube::SandboxResource(), kNs, NewSandbox("s", "py")).ok());
+  w.client.FailNext("patch", kube::StatusFromHttp(409, kube::Json{{"reason", "Conflict"}}));
+  auto out = Reconcile("s");
+  EXPECT_TRUE(kube::IsConflict(out.status()));
+  ASSERT_TRUE(Reconcile("s").ok());  // the retry converges
+  EXPECT_EQ(Label(w.Sandbox("s"), kLabelNode), "node-a");
+}
+
+TEST_F(SandboxReconcilerTest, LostTokenSecretIsReplaced) {
+  // A Secret of that name exists but its hash was never recorded.
+  Json secret = {{"metadata", {{"name", "s-token"}}}, {"stringData", {{"token", "old"}}}};
+  ASSERT_TRUE(w.client.Create(kube::SecretResource(), kNs, secret).ok());
+  ASSERT_TRUE(w.client.Create(kube::SandboxResource(), kNs, NewSandbox("s", "py")).ok());
+  ASSERT_TRUE(Reconcile("s").ok());
+  auto got = w.client.Get(kube::SecretResource(), kNs, "s-token");
+  ASSERT_TRUE(got.ok());
+  EXPECT_NE((*got)["stringData"]["token"], "old");
+}
+
+}  // namespace
+}  // namespace kubicle::op

@@ -1,0 +1,76 @@
+#include "operator/sandbox_status.h"
+
+#include "operator/kube/time_format.h"
+
+namespace kubicle::op {
+
+std::optional<kube::TimePoint> ComputeExpiry(const Json& sbx, kube::Duration default_ttl) {
+  const Json spec = sbx.value("spec", Json::object());
+  if (spec.contains("expiresAt")) {
+    auto t = kube::ParseTime(spec["expiresAt"].get<std::string>());
+    if (t.ok()) return *t;
+    return std::nullopt;
+  }
+  auto created = kube::ParseTime(sbx["metadata"].value("creationTimestamp", ""));
+  if (!created.ok()) return std::nullopt;
+  if (spec.contains("ttlSeconds")) {
+    return *created + std::chrono::seconds(spec["ttlSeconds"].get<int64_t>());
+  }
+  if (default_ttl == kube::Duration::zero()) return std::nullopt;
+  return *created + default_ttl;
+}
+
+std::string ComputePhase(const Json& sbx, const std::string& node) {
+  if (IsDeleting(sbx)) return "Terminating";
+  if (node.empty()) return "Pending";
+  std::string vm;
+  if (sbx.contains("status") && sbx["status"].contains("vm")) {
+    vm = sbx["status"]["vm"].value("state", "");
+  }
+  if (vm == "Restoring" || vm == "Forking") return "Starting";
+  if (vm == "Running") return "Running";
+  if (vm == "Failed" || vm == "Terminated") return "Failed";
+  return "Scheduled";
+}
+
+namespace {
+
+Condition ReadyCondition(const std::string& phase, const Json& sbx) {
+  std::string vm_message;
+  if (sbx.contains("status") && sbx["status"].contains("vm")) {
+    vm_message = sbx["status"]["vm"].value("message", "");
+  }
+  if (phase == "Running") return {"Ready", "True", "Running", "the VM is running"};
+  if (phase == "Pending") return {"Ready", "False", "Unscheduled", "waiting for a node"};
+  if (phase == "Scheduled") return {"Ready", "False", "Scheduled", "waiting for the node to restore the VM"};
+  if (phase == "Starting") return {"Ready", "False", "Starting", "the node is starting the VM"};
+  if (phase == "Terminating") return {"Ready", "False", "Terminating", "the Sandbox is being deleted"};
+  return {"Ready", "False", "VMFailed", vm_message.empty() ? "the VM failed" : vm_message};
+}
+
+}  // namespace
+
+Json ComputeSandboxStatus(const Json& sbx, const SandboxFacts& f, kube::TimePoint now) {
+  const int64_t gen = Generation(sbx);
+  const std::string phase = ComputePhase(sbx, f.node);
+  Json conds = sbx.contains("status") ? sbx["status"].value("conditions", Json::array())
+                                      : Json::array();
+  Condition sched = f.node.empty()
+                        ? Condition{"Scheduled", "False", f.schedule_reason, f.schedule_message}
+                        : Condition{"Scheduled", "True", "Scheduled", "placed on node " + f.node};
+  if (sched.reason.empty()) sched.reason = "Pending";
+  conds = SetCondition(conds, sched, gen, now);
+  conds = SetCondition(conds, ReadyCondition(phase, sbx), gen, now);
+  Condition exp = f.expired ? Condition{"Expired", "True", "TTLExpired", "the Sandbox reached its expiry"}
+                  : f.expires ? Condition{"Expired", "False", "NotExpired", "expires at " + kube::FormatTime(*f.expires)}
+                              : Condition{"Expired", "False", "NoExpiry", "the Sandbox does not expire"};
+  conds = SetCondition(conds, exp, gen, now);
+  Json st = {{"observedGeneration", gen}, {"phase", phase}, {"conditions", conds}};
+  if (!f.node.empty()) st["nodeName"] = f.node;
+  if (f.expires) st["expiresAt"] = kube::FormatTime(*f.expires);
+  if (!f.token_secret.empty()) st["tokenSecretName"] = f.token_secret;
+  if (!f.token_sha256.empty()) st["tokenSha256"] = f.token_sha256;
+  return st;
+}
+
+}  // namespace kubicle::op

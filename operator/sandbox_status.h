@@ -1,0 +1,35 @@
+// Pure functions behind the Sandbox reconciler: when a Sandbox expires, and
+// the operator-owned part of its status recomputed from the world (the
+// object, its placement, expiry, token and the node-reported status.vm).
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "operator/api.h"
+
+namespace kubicle::op {
+
+// spec.expiresAt, else creationTimestamp + spec.ttlSeconds, else
+// creationTimestamp + default_ttl; nullopt when it never expires (no TTL and
+// a zero default) or the timestamps cannot be read.
+std::optional<kube::TimePoint> ComputeExpiry(const Json& sandbox, kube::Duration default_ttl);
+
+struct SandboxFacts {
+  std::string node;              // placement ("" = not placed)
+  std::string schedule_reason;   // why not placed (CamelCase), when node == ""
+  std::string schedule_message;
+  std::optional<kube::TimePoint> expires;
+  bool expired = false;
+  std::string token_secret;
+  std::string token_sha256;
+};
+
+// {observedGeneration, phase, nodeName, expiresAt, tokenSecretName,
+//  tokenSha256, conditions}: never status.vm (the node's).
+Json ComputeSandboxStatus(const Json& sandbox, const SandboxFacts& facts, kube::TimePoint now);
+
+// Phase from deletion state, placement and the node-reported VM state.
+std::string ComputePhase(const Json& sandbox, const std::string& node);
+
+}  // namespace kubicle::op

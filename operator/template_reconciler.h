@@ -1,0 +1,31 @@
+// Reconciles one SandboxTemplate: checks what the schema cannot (image
+// references are absolute paths or URLs, warm-up commands are non-empty) and
+// aggregates the per-node entries that node daemons write into
+// status.nodes[] into readyNodes, phase and the Valid/Ready conditions. Only
+// entries of live nodes (fresh heartbeat Lease) for the current generation
+// count; the pass is requeued for the moment the next one goes stale.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "operator/context.h"
+#include "operator/nodes.h"
+
+namespace kubicle::op {
+
+std::vector<std::string> ValidateTemplate(const Json& tmpl);
+Json ComputeTemplateStatus(const Json& tmpl, const std::vector<std::string>& problems,
+                           const std::map<std::string, NodeInfo>& nodes, kube::TimePoint now);
+
+class TemplateReconciler {
+ public:
+  explicit TemplateReconciler(Context ctx) : ctx_(std::move(ctx)) {}
+  Result<Outcome> Reconcile(const std::string& key);
+
+ private:
+  Context ctx_;
+};
+
+}  // namespace kubicle::op
