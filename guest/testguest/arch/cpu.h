@@ -28,6 +28,18 @@ inline void Sti() { asm volatile("sti" ::: "memory"); }
 // covers HLT), so a wakeup that arrives between the check and the halt is
 // not lost. Returns with interrupts disabled again.
 inline void SafeHalt() { asm volatile("sti; hlt; cli" ::: "memory"); }
+extern "C" void user_halt();
+// Set once kmain has dropped to ring 3.
+extern bool g_user_mode;
+// Sleeps until the next interrupt, from ring 0 or ring 3. Call with
+// interrupts disabled (always true in ring 3) after finding no work.
+inline void Idle() {
+  if (g_user_mode) {
+    user_halt();
+  } else {
+    SafeHalt();
+  }
+}
 inline void Pause() { asm volatile("pause" ::: "memory"); }
 inline void CompilerBarrier() { asm volatile("" ::: "memory"); }
 [[noreturn]] inline void HaltForever() {

@@ -9,11 +9,19 @@
  * Both load our own GDT and page tables (identity map of 0-4 GiB with 2 MiB
  * pages, built by the assembler so no boot time is spent on them: the VMM's
  * tables map only 1 GiB and the LAPIC, IOAPIC and virtio-mmio windows live
- * at 3-4 GiB), zero .bss and call kmain(boot_info, mode). */
+ * at 3-4 GiB), zero .bss and call kmain(boot_info, mode).
+ *
+ * Ring 3: on this machine CPL0 code is emulated (~2000x slower than CPL3
+ * code, measured), so after setup kmain drops to CPL3 for good (EnterUser)
+ * and runs the agent there with IF=0 and IOPL=3 (port I/O allowed). Pages are
+ * user-accessible. Ring 0 only takes interrupts and halts: the user loop
+ * executes the ud2 at user_halt; the #UD handler sees that address, does
+ * sti; hlt; cli and resumes after it (INT n is not emulated here, exceptions
+ * are). */
 
 #define BOOT_MODE_LINUX 0
 #define BOOT_MODE_PVH 1
-#define PTE_PRESENT_RW_HUGE 0x83
+#define PTE_PRESENT_RW_HUGE 0x87   /* P | RW | US | PS */
 #define PTE_UNCACHED 0x18          /* PCD | PWT */
 
     .section .text.entry, "ax"
@@ -84,7 +92,8 @@ common64:
     hlt
     jmp 2b
 
-/* ---- GDT: null, 64-bit code 0x08, data 0x10, 32-bit code 0x18 ---- */
+/* ---- GDT: null, 64-bit code 0x08, data 0x10, 32-bit code 0x18,
+ *      user data 0x20 (0x23), user code 0x28 (0x2b), TSS 0x30 ---- */
     .section .data, "aw"
     .balign 16
     .globl gdt
@@ -93,6 +102,12 @@ gdt:
     .quad 0x00af9a000000ffff
     .quad 0x00cf92000000ffff
     .quad 0x00cf9a000000ffff
+    .quad 0x00cff2000000ffff
+    .quad 0x00affa000000ffff
+    .globl gdt_tss
+gdt_tss:
+    .quad 0                        /* filled by InitInterrupts */
+    .quad 0
 gdt_end:
     .balign 16
     .globl gdt_ptr
@@ -105,13 +120,13 @@ gdt_ptr:
     .balign 4096
     .globl boot_pml4
 boot_pml4:
-    .quad boot_pdpt + 3
+    .quad boot_pdpt + 7
     .fill 511, 8, 0
 boot_pdpt:
-    .quad boot_pd + 0x0000 + 3
-    .quad boot_pd + 0x1000 + 3
-    .quad boot_pd + 0x2000 + 3
-    .quad boot_pd + 0x3000 + 3
+    .quad boot_pd + 0x0000 + 7
+    .quad boot_pd + 0x1000 + 7
+    .quad boot_pd + 0x2000 + 7
+    .quad boot_pd + 0x3000 + 7
     .fill 508, 8, 0
 boot_pd:
     .set i, 0
@@ -124,12 +139,23 @@ boot_pd:
     .set i, i + 1
     .endr
 
-/* ---- Boot stack (not zeroed: it is in use while .bss is cleared) ---- */
+/* ---- Stacks (not zeroed: the boot stack is in use while .bss is cleared).
+ * ring0_stack is TSS.rsp0: interrupts and exceptions taken in ring 3. ---- */
     .section .bss.large, "aw", @nobits
     .balign 16
 boot_stack:
     .skip 32768
 boot_stack_top:
+    .balign 16
+user_stack:
+    .skip 65536
+    .globl user_stack_top
+user_stack_top:
+    .balign 16
+ring0_stack:
+    .skip 16384
+    .globl ring0_stack_top
+ring0_stack_top:
 
 /* ---- PVH ELF note: XEN_ELFNOTE_PHYS32_ENTRY (18) ---- */
     .section .note.Xen, "a", @note
@@ -163,7 +189,22 @@ EXC_NOERR 1
 EXC_NOERR 3
 EXC_NOERR 4
 EXC_NOERR 5
-EXC_NOERR 6
+/* #UD: the ud2 at user_halt is the ring-3 loop asking to sleep. */
+    .globl isr_exc_6
+isr_exc_6:
+    push %rax
+    lea user_halt(%rip), %rax
+    cmp %rax, 8(%rsp)              /* faulting RIP */
+    pop %rax
+    jne 1f
+    sti
+    hlt                            /* an interrupt (handled, EOI'd) wakes us */
+    cli
+    addq $2, (%rsp)                /* resume after the ud2 */
+    iretq
+1:  pushq $0
+    pushq $6
+    jmp exc_common
 EXC_NOERR 7
 EXC_ERR 8
 EXC_NOERR 9
@@ -223,6 +264,27 @@ isr_lapic:
     lock incq irq_count(%rip)
     pop %rax
     iretq
+
+/* EnterUser(fn): one-way switch to ring 3 (IF=0, IOPL=3) running fn on
+ * the user stack. */
+    .globl EnterUser
+EnterUser:
+    pushq $0x23                    /* ss */
+    lea user_stack_top(%rip), %rax
+    pushq %rax                     /* rsp */
+    pushq $0x0002                  /* rflags: IF=0, IOPL=0 (ports via the TSS bitmap) */
+    pushq $0x2b                    /* cs */
+    pushq %rdi                     /* rip */
+    mov $0x23, %eax
+    mov %eax, %ds
+    mov %eax, %es
+    iretq
+
+/* Called from ring 3 with IF=0: sleeps until the next interrupt. */
+    .globl user_halt
+user_halt:
+    ud2
+    ret
 
     .section .bss, "aw", @nobits
     .balign 8

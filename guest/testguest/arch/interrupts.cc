@@ -1,5 +1,7 @@
 #include "guest/testguest/arch/interrupts.h"
 
+#include <stddef.h>
+
 #include "guest/testguest/arch/console.h"
 #include "guest/testguest/arch/cpu.h"
 
@@ -29,6 +31,8 @@ void isr_ignore();
 void isr_pic_master();
 void isr_pic_slave();
 void isr_lapic();
+extern uint64_t gdt_tss[2];
+extern uint8_t ring0_stack_top[];
 
 struct __attribute__((packed)) IdtPointer {
   uint16_t limit;
@@ -65,7 +69,37 @@ struct IdtGate {
 };
 static_assert(sizeof(IdtGate) == 16);
 
-alignas(16) IdtGate g_idt[256];
+// Every gate is written before lidt, so no zeroing needed.
+__attribute__((section(".bss.large"))) alignas(16) IdtGate g_idt[256];
+
+// 64-bit TSS: rsp0 (the stack for interrupts taken in ring 3) and the I/O
+// permission bitmap.
+struct __attribute__((packed)) Tss {
+  uint32_t reserved0;
+  uint64_t rsp[3];
+  uint64_t reserved1;
+  uint64_t ist[7];
+  uint64_t reserved2;
+  uint16_t reserved3;
+  uint16_t iomap_base;
+  uint8_t iomap[0x400 / 8 + 1];  // ports 0-0x3ff open (0 bits), then the 0xff terminator
+};
+alignas(16) Tss g_tss;
+
+void LoadTss() {
+  g_tss.rsp[0] = reinterpret_cast<uint64_t>(ring0_stack_top);
+  // Ring 3 reaches the serial port and the PIC through the I/O bitmap. (This
+  // hypervisor ignores RFLAGS.IOPL for ring-3 port I/O but honours the
+  // bitmap; IOPL stays 0 so ring 3 cannot toggle IF.)
+  g_tss.iomap_base = offsetof(Tss, iomap);
+  for (uint8_t& b : g_tss.iomap) b = 0;
+  g_tss.iomap[sizeof(g_tss.iomap) - 1] = 0xff;
+  const uint64_t base = reinterpret_cast<uint64_t>(&g_tss);
+  gdt_tss[0] = uint64_t(sizeof(Tss) - 1) | ((base & 0xffffff) << 16) | (0x89ull << 40) |
+               (((base >> 24) & 0xff) << 56);
+  gdt_tss[1] = base >> 32;
+  asm volatile("ltr %w0" ::"r"(uint16_t(0x30)));
+}
 
 void SetGate(uint32_t vector, void (*handler)()) {
   const uint64_t a = reinterpret_cast<uint64_t>(handler);
@@ -96,7 +130,7 @@ void IoapicWrite(uint32_t reg, uint32_t v) {
 
 uint32_t LapicId() { return MmioRead32(kLapicBase + 0x20) >> 24; }
 
-void InitInterrupts() {
+void InitCpuTables() {
   static void (*const kExceptions[22])() = {
       isr_exc_0,  isr_exc_1,  isr_ignore, isr_exc_3,  isr_exc_4,  isr_exc_5,
       isr_exc_6,  isr_exc_7,  isr_exc_8,  isr_exc_9,  isr_exc_10, isr_exc_11,
@@ -110,6 +144,10 @@ void InitInterrupts() {
   idt_ptr.limit = sizeof(g_idt) - 1;
   idt_ptr.base = reinterpret_cast<uint64_t>(g_idt);
   asm volatile("lidt %0" ::"m"(idt_ptr));
+  LoadTss();
+}
+
+void InitInterruptControllers() {
   InitPic();
   // Software-enable the LAPIC (spurious vector 0xff, routed to isr_ignore):
   // needed for IOAPIC delivery and for sending INIT/SIPI.

@@ -12,8 +12,12 @@ namespace kubicle::guest::testguest::arch {
 inline constexpr uint64_t kLapicBase = 0xfee00000;
 inline constexpr uint64_t kIoapicBase = 0xfec00000;
 
-// Loads the IDT, remaps and masks the PIC, software-enables the LAPIC.
-void InitInterrupts();
+// Ring 0: builds and loads the IDT and the TSS (ring-0 stack for interrupts
+// taken in ring 3, I/O bitmap opening ports 0-0x3ff to ring 3).
+void InitCpuTables();
+// Remaps and masks the PIC, software-enables the LAPIC in virtual-wire mode.
+// Runs in ring 3 (port I/O through the TSS bitmap, LAPIC by MMIO).
+void InitInterruptControllers();
 // Routes device interrupt line `irq` to the CPU (PIC for < 16, else IOAPIC).
 // False when the line cannot be routed (> 23).
 bool EnableIrqLine(uint32_t irq);

@@ -1,8 +1,9 @@
 // kmain: boot sequence and idle loop of the test guest (docs/testguest.md).
 //
-//   banner -> boot info (zero page or PVH start info) -> interrupts ->
+//   ring 0: IDT + TSS -> drop to ring 3 for good ->
+//   banner -> boot info (zero page or PVH start info) -> PIC/LAPIC ->
 //   virtio devices from the command line (rng first: the boot id) -> agent
-//   -> vsock -> application processors -> "ready" -> loop { poll; hlt }.
+//   -> vsock -> application processors -> "ready" -> loop { poll; sleep }.
 #include "guest/protocol/wire.h"
 #include "guest/testguest/agent.h"
 #include "guest/testguest/arch/console.h"
@@ -16,9 +17,13 @@
 
 extern "C" {
 extern uint8_t __image_end[];
+[[noreturn]] void EnterUser(void (*fn)());
 }
 
 namespace kubicle::guest::testguest::arch {
+
+constinit bool g_user_mode = false;
+
 namespace {
 
 namespace wire = ::kubicle::guest::protocol;
@@ -203,7 +208,9 @@ void StartCpus() {
   Print("\n");
 }
 
-[[noreturn]] void IdleLoop() {
+// Runs in ring 3 (IF=0) forever: poll the devices, sleep when idle.
+[[noreturn]] void UserMain() {
+  Print("kubicle-testguest: ready\n");
   for (;;) {
     bool busy = false;
     if (g_vsock.ready()) {
@@ -211,24 +218,28 @@ void StartCpus() {
       busy = g_vsock.Poll();
     }
     if (g_rng.ready()) g_rng.AckInterrupt();
-    if (!busy) SafeHalt();
+    if (!busy) Idle();
   }
 }
 
 }  // namespace
 }  // namespace kubicle::guest::testguest::arch
 
-extern "C" [[noreturn]] void kmain(uint64_t boot_info, uint64_t mode) {
-  using namespace kubicle::guest::testguest::arch;
+namespace kubicle::guest::testguest::arch {
+namespace {
+uint64_t g_boot_info = 0;
+uint64_t g_boot_mode = 0;
+
+// Everything after the CPU tables runs in ring 3, where this hypervisor runs
+// code natively (ring 0 is emulated): parsing, device setup, AP start-up and
+// the agent itself.
+[[noreturn]] void UserBoot() {
   Print("kubicle-testguest: up\n");
-  ReadBootInfo(boot_info, mode);
+  ReadBootInfo(g_boot_info, g_boot_mode);
   Print("kubicle-testguest: memory ");
   PrintDec(UsableRam() >> 20);
   Print(" MiB\n");
-  Print("kubicle-testguest: cmdline ");
-  PrintN(g_boot.cmdline, g_boot.cmdline_len);
-  Print("\n");
-  InitInterrupts();
+  InitInterruptControllers();
   InitDevices();
   StartCpus();
   if (g_vsock.ready()) {
@@ -240,6 +251,17 @@ extern "C" [[noreturn]] void kmain(uint64_t boot_info, uint64_t mode) {
   } else {
     Print("kubicle-testguest: no vsock device\n");
   }
-  Print("kubicle-testguest: ready\n");
-  IdleLoop();
+  UserMain();
+}
+
+}  // namespace
+}  // namespace kubicle::guest::testguest::arch
+
+extern "C" [[noreturn]] void kmain(uint64_t boot_info, uint64_t mode) {
+  using namespace kubicle::guest::testguest::arch;
+  g_boot_info = boot_info;
+  g_boot_mode = mode;
+  InitCpuTables();
+  g_user_mode = true;
+  EnterUser(UserBoot);
 }

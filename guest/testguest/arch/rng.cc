@@ -4,7 +4,7 @@
 namespace kubicle::guest::testguest::arch {
 
 namespace {
-Virtq g_rng_queue;
+__attribute__((section(".bss.large"))) Virtq g_rng_queue;  // zeroed by SetupQueue
 }  // namespace
 
 bool RngDevice::Init(const VirtioMmio& transport, const char** why) {
@@ -25,15 +25,15 @@ bool RngDevice::Read(uint8_t* out, uint32_t n) {
     q.Push(0);
     transport_.Notify(0);
     uint32_t id = 0, len = 0;
-    // Most VMMs answer synchronously from the notify exit: poll briefly, then
-    // sleep until the device's interrupt. A device that never answers is
-    // declared broken rather than hanging the guest in a spin.
+    // Most VMMs answer quickly after the notify exit: poll briefly, then
+    // sleep until the device's interrupt. A device that keeps waking us
+    // without answering is declared broken.
     int spins = 0;
     while (!q.PopUsed(&id, &len)) {
       if (++spins < 100000) {
         Pause();
       } else if (spins < 100000 + 64) {
-        SafeHalt();
+        Idle();
       } else {
         ready_ = false;
         return false;

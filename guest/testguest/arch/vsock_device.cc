@@ -14,12 +14,16 @@ constexpr uint32_t kRxQueue = 0, kTxQueue = 1, kEventQueue = 2;
 constexpr uint32_t kPairs = Virtq::kMax / 2;
 constexpr uint32_t kDataSize = VsockEndpoint::kMaxPacketData;
 
-Virtq g_rxq, g_txq, g_evq;
-alignas(64) uint8_t g_rx_hdr[kPairs][64];
-alignas(64) uint8_t g_tx_hdr[kPairs][64];
-alignas(4) uint8_t g_events[Virtq::kMax][4];
-__attribute__((section(".bss.large"))) alignas(4096) uint8_t g_rx_data[kPairs][kDataSize];
-__attribute__((section(".bss.large"))) alignas(4096) uint8_t g_tx_data[kPairs][kDataSize];
+// Everything here is initialised before use (SetupQueue zeroes the rings),
+// so it lives in .bss.large, which boot does not clear.
+#define LARGE __attribute__((section(".bss.large")))
+LARGE Virtq g_rxq, g_txq, g_evq;
+LARGE alignas(64) uint8_t g_rx_hdr[kPairs][64];
+LARGE alignas(64) uint8_t g_tx_hdr[kPairs][64];
+LARGE alignas(4) uint8_t g_events[Virtq::kMax][4];
+LARGE alignas(4096) uint8_t g_rx_data[kPairs][kDataSize];
+LARGE alignas(4096) uint8_t g_tx_data[kPairs][kDataSize];
+#undef LARGE
 
 uint64_t Addr(const void* p) { return reinterpret_cast<uint64_t>(p); }
 }  // namespace
