@@ -1,0 +1,105 @@
+#include "snapshot/layer_file.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "snapshot/testing/temp_dir.h"
+
+namespace kubicle::snapshot {
+namespace {
+
+using testing::TempDir;
+constexpr uint64_t kSize = 1 << 20;  // 16 clusters of 64 KiB
+constexpr uint64_t kMapA = 4096, kMapB = 8192;
+
+void Poke(const std::string& path, uint64_t offset, uint8_t value) {
+  UniqueFd fd(::open(path.c_str(), O_WRONLY));
+  ASSERT_EQ(::pwrite(fd.get(), &value, 1, static_cast<off_t>(offset)), 1);
+}
+
+class LayerFileTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<LayerFile> Make() {
+    auto l = LayerFile::Create(dir_ / "layer", kSize, LayerId{}, {});
+    EXPECT_TRUE(l.ok()) << l.status().ToString();
+    return l.ok() ? std::move(*l) : nullptr;
+  }
+  std::string path() { return dir_ / "layer"; }
+  TempDir dir_;
+};
+
+TEST_F(LayerFileTest, HeaderAndMapRoundTrip) {
+  LayerId parent{};
+  parent[3] = 7;
+  auto l = LayerFile::Create(path(), kSize + 100, parent, {.cluster_shift = 16, .id = {}});
+  ASSERT_TRUE(l.ok());
+  EXPECT_EQ((*l)->cluster_count(), 17u);
+  (*l)->MarkAllocated(0);
+  (*l)->MarkAllocated(16);
+  ASSERT_TRUE((*l)->Sync().ok());
+  auto back = LayerFile::Open(path(), false);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ((*back)->id(), (*l)->id());
+  EXPECT_EQ((*back)->parent(), parent);
+  EXPECT_EQ((*back)->virtual_size(), kSize + 100);
+  EXPECT_EQ((*back)->allocated_count(), 2u);
+  EXPECT_TRUE((*back)->allocated(16));
+  EXPECT_EQ((*back)->generation(), 2u);
+}
+
+TEST_F(LayerFileTest, UnsyncedAllocationIsNotVisibleAfterReopen) {
+  auto l = Make();
+  l->MarkAllocated(3);
+  auto back = LayerFile::Open(path(), false);
+  ASSERT_TRUE(back.ok());
+  EXPECT_FALSE((*back)->allocated(3));
+}
+
+TEST_F(LayerFileTest, TornMapWriteFallsBackToThePreviousMap) {
+  auto l = Make();
+  l->MarkAllocated(1);
+  ASSERT_TRUE(l->Sync().ok());  // generation 2 in slot B
+  l->MarkAllocated(2);
+  ASSERT_TRUE(l->Sync().ok());  // generation 3 in slot A
+  Poke(path(), kMapA + 32, 0xff);  // damage slot A's bitmap
+  auto back = LayerFile::Open(path(), false);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ((*back)->generation(), 2u);
+  EXPECT_TRUE((*back)->allocated(1));
+  EXPECT_FALSE((*back)->allocated(2));
+  Poke(path(), kMapB + 9, 0xff);  // and slot B's generation
+  auto none = LayerFile::Open(path(), false);
+  EXPECT_EQ(none.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(none.status().message().find("no valid allocation map"), std::string::npos);
+}
+
+TEST_F(LayerFileTest, RejectsDamagedHeaderAndTruncation) {
+  Make();
+  Poke(path(), 30, 0x42);  // inside virtual_size
+  auto bad = LayerFile::Open(path(), false);
+  EXPECT_EQ(bad.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(bad.status().message().find("header checksum"), std::string::npos);
+  ::unlink(path().c_str());
+  Make();
+  ASSERT_EQ(::truncate(path().c_str(), 100000), 0);
+  EXPECT_EQ(LayerFile::Open(path(), false).status().code(), StatusCode::kDataLoss);
+  Poke(path(), 0, 'X');
+  EXPECT_EQ(LayerFile::Open(path(), false).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(LayerFileTest, SealedLayerRefusesWrites) {
+  auto l = Make();
+  ASSERT_TRUE(l->Seal().ok());
+  EXPECT_FALSE(l->writable());
+  uint8_t b = 1;
+  iovec v{&b, 1};
+  EXPECT_EQ(l->Write(0, {&v, 1}).code(), StatusCode::kPermissionDenied);
+  struct stat st{};
+  ASSERT_EQ(::stat(path().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0444u);
+}
+
+}  // namespace
+}  // namespace kubicle::snapshot
