@@ -5,8 +5,12 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 
+#include "snapshot/memory_reservation.h"
+#include "snapshot/snapshot_dir.h"
+#include "snapshot/testing/temp_dir.h"
 #include "snapshot/vcpu_state.h"
 #include "snapshot/vm_state.h"
 #include "vmm/arch/x86_64/boot.h"
@@ -214,6 +218,102 @@ TEST_F(CaptureKvmTest, StateSurvivesTheFileFormatAndARestoreOfARestore) {
   EXPECT_EQ(*after, 5u);
   EXPECT_EQ(Counter(c), 5u);
   EXPECT_EQ(Counter(b), 4u);
+}
+
+// The whole path through the snapshot directory: write, open, map the
+// memory file MAP_PRIVATE, apply state; several restores of one snapshot run
+// side by side and diverge.
+TEST_F(CaptureKvmTest, RestoresFromASnapshotDirectoryManyTimes) {
+  Machine a = Boot();
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(NextCount(a.vcpus[0]).ok());
+  MachineState s = Capture(a);
+  s.config.mem_bytes = 64 * kMiB;
+  s.config.vcpus = 2;
+  s.config.memory = {{0, 64 * kMiB}};
+  testing::TempDir dir;
+  Result<SnapshotMeta> meta = SnapshotDir::Write(dir / "snap", s, *a.mem, {});
+  ASSERT_TRUE(meta.ok()) << meta.status().ToString();
+
+  std::vector<Machine> clones;
+  std::vector<double> restore_us;
+  for (int i = 0; i < 3; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    Result<SnapshotDir> snap = SnapshotDir::Open(dir / "snap");
+    ASSERT_TRUE(snap.ok()) << snap.status().ToString();
+    Result<std::unique_ptr<GuestMemory>> mem = snap->MapMemory();
+    ASSERT_TRUE(mem.ok()) << mem.status().ToString();
+    Result<kvm::VmFd> vm = kvm_->CreateVm();
+    ASSERT_TRUE(vm.ok());
+    ASSERT_TRUE(arch::ConfigureVm(*vm).ok());
+    ASSERT_TRUE(arch::RegisterGuestMemory(*vm, **mem).ok());
+    Machine m{std::move(*vm), std::move(*mem), {}};
+    for (uint32_t v = 0; v < 2; ++v) {
+      Result<kvm::VcpuFd> fd = m.vm.CreateVcpu(v);
+      ASSERT_TRUE(fd.ok());
+      m.vcpus.push_back(std::move(*fd));
+    }
+    ASSERT_TRUE(ApplyVm(m.vm, snap->state().vm).ok());
+    for (uint32_t v = 0; v < 2; ++v) {
+      Status st = ApplyVcpu(m.vcpus[v], snap->state().vcpus[v]);
+      ASSERT_TRUE(st.ok()) << st.ToString();
+    }
+    restore_us.push_back(std::chrono::duration<double, std::micro>(
+                             std::chrono::steady_clock::now() - t0).count());
+    clones.push_back(std::move(m));
+  }
+  // Each clone continues from 5 and runs a different number of steps.
+  for (size_t i = 0; i < clones.size(); ++i) {
+    for (uint32_t want = 5; want <= 5 + i; ++want) {
+      Result<uint32_t> got = NextCount(clones[i].vcpus[0]);
+      ASSERT_TRUE(got.ok()) << got.status().ToString();
+      ASSERT_EQ(*got, want);
+    }
+  }
+  for (size_t i = 0; i < clones.size(); ++i) EXPECT_EQ(Counter(clones[i]), 5 + i);
+  EXPECT_EQ(Counter(a), 4u);
+  RecordProperty("restore_us_first", std::to_string(restore_us[0]));
+  RecordProperty("restore_us_last", std::to_string(restore_us.back()));
+}
+
+// The warm-pool path: memory slots registered ahead of time over a
+// reservation; restore maps the memory file over it (MAP_FIXED) and only
+// applies state. Two VMs from one snapshot, one file, no slot updates.
+TEST_F(CaptureKvmTest, RestoresIntoAPreRegisteredReservation) {
+  Machine a = Boot();
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(NextCount(a.vcpus[0]).ok());
+  MachineState s = Capture(a);
+  s.config.mem_bytes = 64 * kMiB;
+  s.config.vcpus = 2;
+  s.config.memory = {{0, 64 * kMiB}};
+  testing::TempDir dir;
+  ASSERT_TRUE(SnapshotDir::Write(dir / "snap", s, *a.mem, {}).ok());
+
+  for (int clone = 0; clone < 2; ++clone) {
+    // Pool time: VM, irqchip, memory slots, vCPUs.
+    Result<MemoryReservation> res = MemoryReservation::Create(s.config.memory);
+    ASSERT_TRUE(res.ok()) << res.status().ToString();
+    Result<kvm::VmFd> vm = kvm_->CreateVm();
+    ASSERT_TRUE(vm.ok());
+    ASSERT_TRUE(arch::ConfigureVm(*vm).ok());
+    ASSERT_TRUE(res->RegisterWith(*vm).ok());
+    std::vector<kvm::VcpuFd> vcpus;
+    for (uint32_t v = 0; v < 2; ++v) vcpus.push_back(vm->CreateVcpu(v).value());
+    // Restore time.
+    auto t0 = std::chrono::steady_clock::now();
+    Result<SnapshotDir> snap = SnapshotDir::Open(dir / "snap");
+    ASSERT_TRUE(snap.ok()) << snap.status().ToString();
+    Result<std::unique_ptr<GuestMemory>> mem = res->MapFile(snap->memory_path(), snap->state().config.memory);
+    ASSERT_TRUE(mem.ok()) << mem.status().ToString();
+    ASSERT_TRUE(ApplyVm(*vm, snap->state().vm).ok());
+    for (uint32_t v = 0; v < 2; ++v) ASSERT_TRUE(ApplyVcpu(vcpus[v], snap->state().vcpus[v]).ok());
+    double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    RecordProperty("restore_us_" + std::to_string(clone), std::to_string(us));
+    Result<uint32_t> next = NextCount(vcpus[0]);
+    ASSERT_TRUE(next.ok()) << next.status().ToString();
+    EXPECT_EQ(*next, 3u);
+    EXPECT_EQ(*(*mem)->ReadObj<uint32_t>(kCounterAddr), 3u);
+  }
+  EXPECT_EQ(Counter(a), 2u);
 }
 
 TEST_F(CaptureKvmTest, ClockAdvancesByHostWallTime) {

@@ -191,15 +191,7 @@ Result<MemoryFileInfo> WriteMemoryFile(const vmm::GuestMemory& mem, int fd,
   return info;
 }
 
-Result<std::unique_ptr<vmm::GuestMemory>> MapMemoryFile(const std::string& path,
-                                                        const std::vector<MemoryRange>& ranges) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd) return Status::FromErrno("open memory file " + path);
-  struct stat st{};
-  if (::fstat(fd.get(), &st) < 0) return Status::FromErrno("stat memory file " + path);
-  uint64_t total = 0;
-  for (const MemoryRange& r : ranges) total += r.size;
-  auto size = static_cast<uint64_t>(st.st_size);
+Status CheckMemoryFileSize(const std::string& path, uint64_t size, uint64_t total) {
   if (size < total) {
     return Status::DataLoss("memory file " + path + " is " + std::to_string(size) +
                             " bytes, shorter than the guest's " + std::to_string(total) +
@@ -210,6 +202,18 @@ Result<std::unique_ptr<vmm::GuestMemory>> MapMemoryFile(const std::string& path,
                             " bytes, longer than the guest's " + std::to_string(total) +
                             " bytes of memory (mismatched snapshot)");
   }
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<vmm::GuestMemory>> MapMemoryFile(const std::string& path,
+                                                        const std::vector<MemoryRange>& ranges) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return Status::FromErrno("open memory file " + path);
+  struct stat st{};
+  if (::fstat(fd.get(), &st) < 0) return Status::FromErrno("stat memory file " + path);
+  uint64_t total = 0;
+  for (const MemoryRange& r : ranges) total += r.size;
+  RETURN_IF_ERROR(CheckMemoryFileSize(path, static_cast<uint64_t>(st.st_size), total));
   std::vector<vmm::GuestMemory::Range> guest;
   std::vector<MmapRegion> maps;
   uint64_t offset = 0;

@@ -43,6 +43,10 @@ struct MemoryWriteOptions {
 Result<MemoryFileInfo> WriteMemoryFile(const vmm::GuestMemory& mem, int fd,
                                        const MemoryWriteOptions& options = {});
 
+// DataLoss unless a memory file of file_size bytes fits guest_bytes of
+// memory exactly (shorter: truncated snapshot; longer: mismatched).
+Status CheckMemoryFileSize(const std::string& path, uint64_t file_size, uint64_t guest_bytes);
+
 // Maps path MAP_PRIVATE | MAP_NORESERVE, one mapping per range, as guest
 // memory. The file must be exactly the ranges' total size.
 Result<std::unique_ptr<vmm::GuestMemory>> MapMemoryFile(const std::string& path,

@@ -9,6 +9,7 @@
 
 #include "common/unique_fd.h"
 #include "snapshot/digest.h"
+#include "snapshot/memory_reservation.h"
 #include "snapshot/testing/temp_dir.h"
 
 namespace kubicle::snapshot {
@@ -151,6 +152,36 @@ TEST_F(MemoryFileTest, RefusesShortLongAndMissingFiles) {
   EXPECT_NE(long_file.status().message().find("longer than"), std::string::npos);
   auto missing = MapMemoryFile(dir_ / "nope", Ranges());
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+}
+
+TEST_F(MemoryFileTest, ReservationIsReplacedInPlaceByTheFile) {
+  Fill(3 * kPage, 0x3c);
+  ASSERT_TRUE(WriteTo(dir_ / "memory").ok());
+  Result<MemoryReservation> res = MemoryReservation::Create(Ranges());
+  ASSERT_TRUE(res.ok());
+  ASSERT_EQ(::truncate((dir_ / "memory").c_str(), 4 * kMiB), 0);
+  auto bad = res->MapFile(dir_ / "memory", Ranges());
+  EXPECT_EQ(bad.status().code(), StatusCode::kDataLoss);
+  ASSERT_EQ(::truncate((dir_ / "memory").c_str(), 12 * kMiB), 0);
+  auto other = res->MapFile(dir_ / "memory", {{0, 12 * kMiB}});
+  EXPECT_EQ(other.status().code(), StatusCode::kInvalidArgument);
+  auto mem = res->MapFile(dir_ / "memory", Ranges());  // still usable after failures
+  ASSERT_TRUE(mem.ok()) << mem.status().ToString();
+  EXPECT_EQ(*(*mem)->ReadObj<uint8_t>(3 * kPage), 0x3c);
+  EXPECT_EQ((*mem)->regions()[1].guest_base, 16 * kMiB);
+  EXPECT_EQ(res->MapFile(dir_ / "memory", Ranges()).status().code(), StatusCode::kFailedPrecondition);
+}
+
+TEST_F(MemoryFileTest, ReservationCanBecomeAnonymousMemory) {
+  Result<MemoryReservation> res = MemoryReservation::Create(Ranges());
+  ASSERT_TRUE(res.ok());
+  uint8_t* host = nullptr;
+  auto mem = res->IntoAnonymous();
+  ASSERT_TRUE(mem.ok());
+  host = (*mem)->regions()[0].host;
+  ASSERT_TRUE((*mem)->WriteObj<uint32_t>(0, 7).ok());
+  EXPECT_EQ(*reinterpret_cast<uint32_t*>(host), 7u);
+  EXPECT_EQ(res->IntoAnonymous().status().code(), StatusCode::kFailedPrecondition);
 }
 
 }  // namespace
