@@ -303,3 +303,24 @@ TEST(Messages, UnknownTagsAreSkipped) {
 
 }  // namespace
 }  // namespace kubicle::guest::protocol
+
+namespace kubicle::guest::protocol {
+namespace {
+
+// Pins the worked example of docs/agent-protocol.md section 9.
+TEST(Messages, GoldenPingAndPongBytes) {
+  const Bytes ping = *EncodeFrame(MakeFrame(PingRequest{0x2a}, 1));
+  const Bytes expect_ping = {0x4b, 0x42, 0x41, 0x50, 0x01, 0x00, 0x02, 0x00, 0x00, 0x00,
+                             0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x0e, 0x00, 0x00, 0x00,
+                             0x00, 0x00, 0x00, 0x00, 0x21, 0x00, 0x08, 0x00, 0x00, 0x00,
+                             0x2a, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00};
+  EXPECT_EQ(ping, expect_ping);
+  Bytes pong = *EncodeFrame(MakeFrame(PongReply{0x2a}, 1, kFlagReply));
+  Bytes expect_pong = expect_ping;
+  expect_pong[6] = 0x03;  // PONG
+  expect_pong[8] = 0x01;  // REPLY
+  EXPECT_EQ(pong, expect_pong);
+}
+
+}  // namespace
+}  // namespace kubicle::guest::protocol

@@ -9,8 +9,13 @@
 
 namespace kubicle::guest::testguest {
 
-inline void Copy(void* dst, const void* src, size_t n) { __builtin_memcpy(dst, src, n); }
-inline void Move(void* dst, const void* src, size_t n) { __builtin_memmove(dst, src, n); }
+// n == 0 is allowed with null pointers (an absent field has no data).
+inline void Copy(void* dst, const void* src, size_t n) {
+  if (n != 0) __builtin_memcpy(dst, src, n);
+}
+inline void Move(void* dst, const void* src, size_t n) {
+  if (n != 0) __builtin_memmove(dst, src, n);
+}
 inline void Zero(void* dst, size_t n) { __builtin_memset(dst, 0, n); }
 inline bool Equal(const void* a, const void* b, size_t n) { return __builtin_memcmp(a, b, n) == 0; }
 
