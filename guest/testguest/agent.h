@@ -73,6 +73,9 @@ class Agent {
   void EntropyRead(Session* s, uint32_t id, Fields& f);
   // Files (agent_files.cc).
   void FileWrite(Session* s, const wire::FrameHeader& h, Fields& f);
+  // Starts a FILE_WRITE stream (first chunk); false after answering ERROR.
+  bool OpenWrite(Session* s, const wire::FrameHeader& h, const char* path, uint32_t path_len,
+                 uint32_t mode, uint64_t offset);
   void FileRead(Session* s, uint32_t id, Fields& f);
   void Stat(Session* s, uint32_t id, Fields& f);
   void List(Session* s, uint32_t id, Fields& f);

@@ -34,6 +34,56 @@ void Agent::AbortWrite(Session* s, const wire::FrameHeader& h, ErrorCode code, c
   s->SendError(h.id, code, msg);
 }
 
+bool Agent::OpenWrite(Session* s, const wire::FrameHeader& h, const char* path, uint32_t path_len,
+                      uint32_t mode, uint64_t offset) {
+  Session::WriteStream& ws = s->write_stream();
+  if (ws.active) {
+    // Another stream is open on this connection: refuse the new one only.
+    if ((h.flags & wire::kFlagMore) != 0) {
+      ws.dropping = true;
+      ws.drop_id = h.id;
+    }
+    s->SendError(h.id, ErrorCode::kResourceExhausted,
+                 "one file write at a time per connection in the test guest");
+    return false;
+  }
+  const char* error = nullptr;
+  ErrorCode code = ErrorCode::kInvalidArgument;
+  if (path == nullptr) {
+    code = ErrorCode::kFailedPrecondition;
+    error = "no open write stream for this id (the first chunk carries the path)";
+  } else if (mode > 07777) {
+    error = "mode above 07777";
+  } else if (!RamFs::ValidPath(path, path_len)) {
+    error = kBadPath;
+  } else if (offset != 0) {
+    error = "first chunk must have offset 0";
+  } else if (fs_.IsDir(path, path_len)) {
+    code = ErrorCode::kFailedPrecondition;
+    error = "path is a directory";
+  }
+  for (uint32_t i = 1; error == nullptr && i < path_len; ++i) {
+    if (path[i] == '/' && fs_.Find(path, i) >= 0) {
+      code = ErrorCode::kFailedPrecondition;
+      error = "a parent of path is a file";
+    }
+  }
+  const int slot = error == nullptr ? fs_.AllocPending(path, path_len, mode) : -1;
+  if (error == nullptr && slot < 0) {
+    code = ErrorCode::kResourceExhausted;
+    error = "no free file slot";
+  }
+  if (error != nullptr) {
+    AbortWrite(s, h, code, error);
+    return false;
+  }
+  ws.active = true;
+  ws.id = h.id;
+  ws.slot = slot;
+  ws.received = 0;
+  return true;
+}
+
 void Agent::FileWrite(Session* s, const wire::FrameHeader& h, Fields& f) {
   Session::WriteStream& ws = s->write_stream();
   const bool more = (h.flags & wire::kFlagMore) != 0;
@@ -56,40 +106,7 @@ void Agent::FileWrite(Session* s, const wire::FrameHeader& h, Fields& f) {
   if (!f.ok()) return AbortWrite(s, h, ErrorCode::kInvalidArgument, f.error());
 
   if (!ws.active || ws.id != h.id) {
-    if (ws.active) {
-      // Another stream is open on this connection: refuse the new one only.
-      if (more) {
-        ws.dropping = true;
-        ws.drop_id = h.id;
-      }
-      return s->SendError(h.id, ErrorCode::kResourceExhausted,
-                          "one file write at a time per connection in the test guest");
-    }
-    if (!has_path) {
-      return AbortWrite(s, h, ErrorCode::kFailedPrecondition,
-                        "no open write stream for this id (the first chunk carries the path)");
-    }
-    if (mode > 07777) return AbortWrite(s, h, ErrorCode::kInvalidArgument, "mode above 07777");
-    if (!RamFs::ValidPath(path, path_len)) {
-      return AbortWrite(s, h, ErrorCode::kInvalidArgument, kBadPath);
-    }
-    if (offset != 0) {
-      return AbortWrite(s, h, ErrorCode::kInvalidArgument, "first chunk must have offset 0");
-    }
-    if (fs_.IsDir(path, path_len)) {
-      return AbortWrite(s, h, ErrorCode::kFailedPrecondition, "path is a directory");
-    }
-    for (uint32_t i = 1; i < path_len; ++i) {
-      if (path[i] == '/' && fs_.Find(path, i) >= 0) {
-        return AbortWrite(s, h, ErrorCode::kFailedPrecondition, "a parent of path is a file");
-      }
-    }
-    const int slot = fs_.AllocPending(path, path_len, mode);
-    if (slot < 0) return AbortWrite(s, h, ErrorCode::kResourceExhausted, "no free file slot");
-    ws.active = true;
-    ws.id = h.id;
-    ws.slot = slot;
-    ws.received = 0;
+    if (!OpenWrite(s, h, has_path ? path : nullptr, path_len, mode, offset)) return;
   } else if (has_path) {
     return AbortWrite(s, h, ErrorCode::kInvalidArgument, "path belongs in the first chunk only");
   }
