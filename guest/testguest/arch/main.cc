@@ -211,14 +211,14 @@ void StartCpus() {
 // Runs in ring 3 (IF=0) forever: poll the devices, sleep when idle.
 [[noreturn]] void UserMain() {
   Print("kubicle-testguest: ready\n");
+  // Acknowledge once per wakeup, before looking at the rings (each register
+  // access is a VM exit); keep polling while there is work.
   for (;;) {
-    bool busy = false;
-    if (g_vsock.ready()) {
-      g_vsock.AckInterrupt();
-      busy = g_vsock.Poll();
-    }
+    if (g_vsock.ready()) g_vsock.AckInterrupt();
     if (g_rng.ready()) g_rng.AckInterrupt();
-    if (!busy) Idle();
+    while (g_vsock.Poll()) {
+    }
+    Idle();
   }
 }
 

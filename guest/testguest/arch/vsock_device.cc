@@ -26,6 +26,7 @@ LARGE alignas(4096) uint8_t g_tx_data[kPairs][kDataSize];
 #undef LARGE
 
 uint64_t Addr(const void* p) { return reinterpret_cast<uint64_t>(p); }
+constexpr uint16_t kAvailNoInterrupt = 1;  // VIRTQ_AVAIL_F_NO_INTERRUPT
 }  // namespace
 
 bool VsockDevice::Init(const VirtioMmio& transport, VsockEndpoint* endpoint, Agent* agent,
@@ -133,11 +134,21 @@ bool VsockDevice::Poll() {
   if (!ready_) return false;
   bool any = DrainEvents();
   any |= DrainRx();
-  any |= DrainTx();
+  DrainTx();  // reclaiming TX slots is not work that needs another pass
   any |= endpoint_->Pump(this);
   if (tx_notify_) {
     tx_notify_ = false;
     transport_.Notify(kTxQueue);
+  }
+  // TX completions need no interrupt while slots are free: they are
+  // reclaimed on every pass. Only a guest blocked on a full TX ring asks to
+  // be woken (then re-checks, so a completion racing with the switch is seen).
+  if (tx_free_count_ > 0) {
+    g_txq.avail.flags = kAvailNoInterrupt;
+  } else {
+    __atomic_store_n(&g_txq.avail.flags, uint16_t{0}, __ATOMIC_SEQ_CST);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (DrainTx()) any = true;
   }
   return any;
 }
