@@ -166,6 +166,7 @@ TEST_F(VmmKvmTest, BadKernelIsASetupError) {
   auto code = vm->Wait(10s);
   ASSERT_TRUE(code.ok());
   EXPECT_EQ(*code, 2);
+  EXPECT_NE(vm->VmmLog().find("neither an ELF nor a bzImage"), std::string::npos) << vm->VmmLog();
 }
 
 TEST_F(VmmKvmTest, MissingKernelIsAUsageError) {
@@ -176,6 +177,18 @@ TEST_F(VmmKvmTest, MissingKernelIsAUsageError) {
   auto code = vm->Wait(10s);
   ASSERT_TRUE(code.ok());
   EXPECT_EQ(*code, 1);
+  EXPECT_NE(vm->VmmLog().find("/nonexistent/kernel"), std::string::npos) << vm->VmmLog();
+}
+
+TEST_F(VmmKvmTest, MemoryOutOfRangeIsAUsageError) {
+  VmProcessOptions o = Options();
+  o.mem = "4M";
+  auto vm = Boot(o);
+  ASSERT_TRUE(vm);
+  auto code = vm->Wait(10s);
+  ASSERT_TRUE(code.ok());
+  EXPECT_EQ(*code, 1);
+  EXPECT_NE(vm->VmmLog().find("below the minimum"), std::string::npos) << vm->VmmLog();
 }
 
 }  // namespace

@@ -73,12 +73,17 @@ void VmProcess::Kill() {
   Reap(true);
 }
 
-std::string VmProcess::SerialOutput() const {
-  std::ifstream in(serial_path());
+namespace {
+std::string ReadWholeFile(const std::string& path) {
+  std::ifstream in(path);
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
 }
+}  // namespace
+
+std::string VmProcess::SerialOutput() const { return ReadWholeFile(serial_path()); }
+std::string VmProcess::VmmLog() const { return ReadWholeFile(dir_ + "/vmm.log"); }
 
 Status VmProcess::WaitForSerial(const std::string& needle, std::chrono::milliseconds timeout) {
   auto end = std::chrono::steady_clock::now() + timeout;

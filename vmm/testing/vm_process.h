@@ -44,6 +44,8 @@ class VmProcess {
 
   // Everything the guest printed so far.
   std::string SerialOutput() const;
+  // kubicle-vmm's own stderr (logs and error messages).
+  std::string VmmLog() const;
   // Waits until the serial output contains needle (or the process exits).
   Status WaitForSerial(const std::string& needle, std::chrono::milliseconds timeout);
   // Connects to the agent, retrying until it answers or the timeout expires.
