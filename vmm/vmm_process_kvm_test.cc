@@ -19,6 +19,37 @@ using testing::VmProcessOptions;
 
 constexpr char kBanner[] = "kubicle-testguest: up";
 
+// Writes a minimal ELF64 x86-64 image whose 64-bit entry point runs `code`
+// from 1 MiB; one PT_LOAD covering the whole file.
+std::string WriteTinyElf(const std::string& name, const std::vector<uint8_t>& code) {
+  constexpr uint64_t kBase = 0x100000, kHeaders = 64 + 56;
+  std::vector<uint8_t> f(kHeaders);
+  auto put = [&f](size_t off, uint64_t v, int n) {
+    for (int i = 0; i < n; ++i) f[off + i] = static_cast<uint8_t>(v >> (8 * i));
+  };
+  const uint8_t ident[] = {0x7f, 'E', 'L', 'F', 2, 1, 1};
+  std::copy(std::begin(ident), std::end(ident), f.begin());
+  put(16, 2, 2);                  // ET_EXEC
+  put(18, 62, 2);                 // EM_X86_64
+  put(20, 1, 4);                  // EV_CURRENT
+  put(24, kBase + kHeaders, 8);   // e_entry
+  put(32, 64, 8);                 // e_phoff
+  put(52, 64, 2);                 // e_ehsize
+  put(54, 56, 2);                 // e_phentsize
+  put(56, 1, 2);                  // e_phnum
+  f.insert(f.end(), code.begin(), code.end());
+  put(64, 1, 4);                  // PT_LOAD
+  put(68, 5, 4);                  // R+X
+  put(72, 0, 8);                  // p_offset
+  put(80, kBase, 8);              // p_vaddr
+  put(88, kBase, 8);              // p_paddr
+  put(96, f.size(), 8);           // p_filesz
+  put(104, f.size(), 8);          // p_memsz
+  std::string path = ::testing::TempDir() + "/" + name;
+  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(f.data()), f.size());
+  return path;
+}
+
 class VmmKvmTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -178,6 +209,30 @@ TEST_F(VmmKvmTest, MissingKernelIsAUsageError) {
   ASSERT_TRUE(code.ok());
   EXPECT_EQ(*code, 1);
   EXPECT_NE(vm->VmmLog().find("/nonexistent/kernel"), std::string::npos) << vm->VmmLog();
+}
+
+TEST_F(VmmKvmTest, TripleFaultIsAGuestCrash) {
+  VmProcessOptions o = Options();
+  // ud2 with no usable IDT: #UD -> #GP -> #DF -> triple fault.
+  o.kernel = WriteTinyElf("triple-fault.elf", {0x0f, 0x0b});
+  auto vm = Boot(o);
+  ASSERT_TRUE(vm);
+  auto code = vm->Wait(30s);
+  ASSERT_TRUE(code.ok()) << code.status().ToString();
+  EXPECT_EQ(*code, 3) << vm->VmmLog();
+  EXPECT_NE(vm->VmmLog().find("triple fault"), std::string::npos) << vm->VmmLog();
+}
+
+TEST_F(VmmKvmTest, GuestResetThroughI8042ExitsCleanly) {
+  VmProcessOptions o = Options();
+  // mov al, 0xfe; out 0x64, al  (keyboard controller pulse: CPU reset)
+  o.kernel = WriteTinyElf("reset.elf", {0xb0, 0xfe, 0xe6, 0x64, 0xeb, 0xfe});
+  auto vm = Boot(o);
+  ASSERT_TRUE(vm);
+  auto code = vm->Wait(30s);
+  ASSERT_TRUE(code.ok()) << code.status().ToString();
+  EXPECT_EQ(*code, 0) << vm->VmmLog();
+  EXPECT_NE(vm->VmmLog().find("i8042"), std::string::npos) << vm->VmmLog();
 }
 
 TEST_F(VmmKvmTest, MemoryOutOfRangeIsAUsageError) {
