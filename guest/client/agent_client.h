@@ -133,6 +133,16 @@ class AgentClient {
   Result<protocol::MemChecksumReply> MemChecksum(Deadline deadline = {});
   Result<Bytes> ReadEntropy(uint32_t length, Deadline deadline = {});
 
+  // Raw disks (test guest, capability "disk"). Disks are numbered in
+  // DiskInfo order; data is whole 512-byte sectors, split into frames of at
+  // most kMaxDiskSectors that fit both sides' receive limits. A multi-frame
+  // DiskWrite that fails part-way returns the error with the earlier frames
+  // written; with `flush` the last frame asks the guest to flush the disk.
+  Result<std::vector<protocol::DiskDescription>> DiskInfo(Deadline deadline = {});
+  Result<Bytes> DiskRead(uint32_t disk, uint64_t sector, uint32_t count, Deadline deadline = {});
+  Status DiskWrite(uint32_t disk, uint64_t sector, ByteSpan data, bool flush = false,
+                   Deadline deadline = {});
+
   // Low level, for tests and tools: sends `raw` (any bytes, possibly not a
   // valid frame) and returns the first frame the agent sends with `id`.
   Result<protocol::Frame> RawExchange(uint32_t id, ByteSpan raw, Deadline deadline = {});

@@ -5,6 +5,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <thread>
 
@@ -256,6 +257,102 @@ TEST(AgentClient, FilesAreChunkedWithinTheAgentLimit) {
   auto big = (*c)->Echo(Bytes(5000));
   EXPECT_EQ(big.status().code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE((*c)->health().ok());
+}
+
+// A fake agent with one 64-sector disk, answering DISK_* frames the way the
+// test guest does; records every request so the framing can be checked.
+struct FakeDisk {
+  static constexpr uint64_t kSectors = 64;
+  Bytes bytes = Bytes(kSectors * protocol::kDiskSectorSize, 0);
+  std::vector<protocol::DiskReadRequest> reads;
+  std::vector<protocol::DiskWriteRequest> writes;
+
+  void Handle(FakeAgent& ag, const Frame& f) {
+    if (f.type == MsgType::kDiskInfo) {
+      ag.Reply(protocol::DiskInfoReply{{{kSectors, false, "disk0"}, {8, true, "disk1"}}}, f.id);
+    } else if (f.type == MsgType::kDiskRead) {
+      auto r = protocol::DiskReadRequest::Decode(f.payload);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      reads.push_back(*r);
+      if (r->sector + r->count > kSectors) {
+        return ag.Reply(protocol::ErrorReply::FromStatus(Status::OutOfRange("beyond the disk")), f.id);
+      }
+      const auto at = bytes.begin() + std::ptrdiff_t(r->sector * protocol::kDiskSectorSize);
+      ag.Reply(protocol::DiskReadReply{Bytes(at, at + r->count * protocol::kDiskSectorSize)}, f.id);
+    } else if (f.type == MsgType::kDiskWrite) {
+      auto w = protocol::DiskWriteRequest::Decode(f.payload);
+      ASSERT_TRUE(w.ok()) << w.status().ToString();
+      writes.push_back(*w);
+      if (w->disk != 0) {
+        return ag.Reply(protocol::ErrorReply::FromStatus(Status::PermissionDenied("read-only")), f.id);
+      }
+      std::copy(w->data.begin(), w->data.end(),
+                bytes.begin() + std::ptrdiff_t(w->sector * protocol::kDiskSectorSize));
+      ag.Reply(protocol::DiskWriteReply{uint32_t(w->data.size() / protocol::kDiskSectorSize)}, f.id);
+    }
+  }
+};
+
+TEST(AgentClient, DiskRangesAreSplitWithinBothLimits) {
+  auto [a, b] = SocketPair();
+  FakeDisk disk;
+  FakeAgent agent(std::move(b), [&](FakeAgent& ag, const Frame& f) { disk.Handle(ag, f); }, 4096);
+  ClientOptions opts;
+  opts.max_payload = 8192;  // our limit bounds DISK_READ replies
+  auto c = AgentClient::Adopt(std::move(a), opts);
+  ASSERT_TRUE(c.ok());
+
+  auto info = (*c)->DiskInfo();
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  ASSERT_EQ(info->size(), 2u);
+  EXPECT_EQ((*info)[0], (protocol::DiskDescription{64, false, "disk0"}));
+  EXPECT_TRUE((*info)[1].read_only);
+
+  Bytes data(20 * protocol::kDiskSectorSize);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = uint8_t(i * 13 + 1);
+  ASSERT_TRUE((*c)->DiskWrite(0, 3, data, /*flush=*/true).ok());
+  ASSERT_GE(disk.writes.size(), 3u);  // 4096-byte agent limit: < 8 sectors a frame
+  uint64_t next = 3;
+  for (size_t i = 0; i < disk.writes.size(); ++i) {
+    EXPECT_EQ(disk.writes[i].sector, next);
+    next += disk.writes[i].data.size() / protocol::kDiskSectorSize;
+    EXPECT_EQ(disk.writes[i].flush, i + 1 == disk.writes.size()) << "flush only at the end";
+  }
+  EXPECT_EQ(next, 23u);
+  for (size_t s : agent.payload_sizes) EXPECT_LE(s, 4096u);
+  EXPECT_TRUE(std::equal(data.begin(), data.end(), disk.bytes.begin() + 3 * 512));
+
+  auto back = (*c)->DiskRead(0, 3, 20);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, data);
+  ASSERT_GE(disk.reads.size(), 2u);  // 8192-byte client limit: < 16 sectors a frame
+  for (const auto& r : disk.reads) EXPECT_LE(r.count * 512 + 64, 8192u);
+
+  // A flush on its own is one frame without data.
+  disk.writes.clear();
+  ASSERT_TRUE((*c)->DiskWrite(0, 0, {}, /*flush=*/true).ok());
+  ASSERT_EQ(disk.writes.size(), 1u);
+  EXPECT_TRUE(disk.writes[0].data.empty());
+  EXPECT_TRUE(disk.writes[0].flush);
+}
+
+TEST(AgentClient, DiskErrorsAndLocalChecks) {
+  auto [a, b] = SocketPair();
+  FakeDisk disk;
+  FakeAgent agent(std::move(b), [&](FakeAgent& ag, const Frame& f) { disk.Handle(ag, f); });
+  auto c = AgentClient::Adopt(std::move(a));
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ((*c)->DiskWrite(1, 0, Bytes(512, 1)).code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ((*c)->DiskRead(0, 64, 1).status().code(), StatusCode::kOutOfRange);
+  // Checked before anything is sent.
+  const size_t sent = agent.payload_sizes.size();
+  EXPECT_EQ((*c)->DiskRead(0, 0, 0).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ((*c)->DiskWrite(0, 0, Bytes(100, 0)).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ((*c)->DiskRead(0, ~uint64_t{0}, 2).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE((*c)->DiskWrite(0, 0, {}).ok());  // nothing to do
+  EXPECT_EQ(agent.payload_sizes.size(), sent);
+  EXPECT_TRUE((*c)->health().ok());
+  EXPECT_TRUE((*c)->DiskInfo().ok());
 }
 
 // A Firecracker-style vsock UDS listening at a temp path.

@@ -48,6 +48,9 @@ std::string MsgTypeName(MsgType type) {
     case MsgType::kMemFill: return "MEM_FILL";
     case MsgType::kMemChecksum: return "MEM_CHECKSUM";
     case MsgType::kEntropyRead: return "ENTROPY_READ";
+    case MsgType::kDiskInfo: return "DISK_INFO";
+    case MsgType::kDiskRead: return "DISK_READ";
+    case MsgType::kDiskWrite: return "DISK_WRITE";
   }
   char buf[16];
   std::snprintf(buf, sizeof(buf), "type 0x%04x", unsigned(type));

@@ -379,4 +379,62 @@ struct EntropyReadReply {
   static Result<EntropyReadReply> Decode(ByteSpan payload);
 };
 
+// ---- Test-guest raw disks (messages_disk.cc) ----
+//
+// Disks are addressed by their position in the DISK_INFO list; data moves in
+// whole 512-byte sectors, at most kMaxDiskSectors (one kMaxChunk) per frame.
+
+struct DiskInfoRequest {
+  static constexpr MsgType kType = MsgType::kDiskInfo;
+  Bytes Encode() const { return {}; }
+  static Result<DiskInfoRequest> Decode(ByteSpan payload);
+};
+
+struct DiskDescription {
+  uint64_t capacity_sectors = 0;
+  bool read_only = false;
+  std::string id;  // the device's serial, <= kMaxDiskIdLen bytes (may be empty)
+  bool operator==(const DiskDescription&) const = default;
+};
+
+struct DiskInfoReply {
+  static constexpr MsgType kType = MsgType::kDiskInfo;
+  std::vector<DiskDescription> disks;  // at most kMaxDisks
+  Bytes Encode() const;
+  static Result<DiskInfoReply> Decode(ByteSpan payload);
+};
+
+struct DiskReadRequest {
+  static constexpr MsgType kType = MsgType::kDiskRead;
+  uint32_t disk = 0;
+  uint64_t sector = 0;
+  uint32_t count = 0;  // sectors, 1..kMaxDiskSectors
+  Bytes Encode() const;
+  static Result<DiskReadRequest> Decode(ByteSpan payload);
+};
+
+struct DiskReadReply {
+  static constexpr MsgType kType = MsgType::kDiskRead;
+  Bytes data;  // whole sectors, 1..kMaxDiskSectors of them
+  Bytes Encode() const;
+  static Result<DiskReadReply> Decode(ByteSpan payload);
+};
+
+struct DiskWriteRequest {
+  static constexpr MsgType kType = MsgType::kDiskWrite;
+  uint32_t disk = 0;
+  uint64_t sector = 0;
+  Bytes data;          // whole sectors, at most kMaxDiskSectors; empty only with flush
+  bool flush = false;  // flush the disk's write cache after writing
+  Bytes Encode() const;
+  static Result<DiskWriteRequest> Decode(ByteSpan payload);
+};
+
+struct DiskWriteReply {
+  static constexpr MsgType kType = MsgType::kDiskWrite;
+  uint32_t count = 0;  // sectors written
+  Bytes Encode() const;
+  static Result<DiskWriteReply> Decode(ByteSpan payload);
+};
+
 }  // namespace kubicle::guest::protocol

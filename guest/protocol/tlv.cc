@@ -34,6 +34,14 @@ std::string TagName(Tag tag) {
     case Tag::kMode: return "mode";
     case Tag::kHostname: return "hostname";
     case Tag::kEntropySeed: return "entropy_seed";
+    case Tag::kDisk: return "disk";
+    case Tag::kDiskIndex: return "disk_index";
+    case Tag::kSector: return "sector";
+    case Tag::kSectorCount: return "sector_count";
+    case Tag::kCapacitySectors: return "capacity_sectors";
+    case Tag::kReadOnly: return "read_only";
+    case Tag::kDiskId: return "disk_id";
+    case Tag::kFlush: return "flush";
     default: break;
   }
   char buf[16];

@@ -81,6 +81,9 @@ enum class MsgType : uint16_t {
   kMemFill = 0x0040,
   kMemChecksum = 0x0041,
   kEntropyRead = 0x0042,
+  kDiskInfo = 0x0043,
+  kDiskRead = 0x0044,
+  kDiskWrite = 0x0045,
 };
 
 // ---- TLV tags (one global registry; each message documents which it uses) ----
@@ -149,6 +152,15 @@ enum class Tag : uint16_t {
 
   kSeed = 0x0060,      // u64
   kChecksum = 0x0061,  // u64
+
+  kDisk = 0x0070,             // nested, repeated (DISK_INFO reply)
+  kDiskIndex = 0x0071,        // u32, position in the DISK_INFO list
+  kSector = 0x0072,           // u64, in 512-byte sectors
+  kSectorCount = 0x0073,      // u32
+  kCapacitySectors = 0x0074,  // u64
+  kReadOnly = 0x0075,         // u8 bool
+  kDiskId = 0x0076,           // str, the device's serial (virtio-blk GET_ID)
+  kFlush = 0x0077,            // u8 bool
 };
 
 enum class FileType : uint8_t { kFile = 1, kDirectory = 2, kSymlink = 3, kOther = 4 };
@@ -179,6 +191,12 @@ inline constexpr uint32_t kMaxArgs = 4096;         // argv and env entries each
 inline constexpr uint32_t kMaxEntropyRead = 64 * 1024;
 inline constexpr uint32_t kMaxEntropySeed = 4096;
 inline constexpr uint32_t kBootIdLen = 16;
+// Raw disk access (test-guest DISK_* messages): 512-byte sectors, at most one
+// data chunk per frame, up to kMaxDisks entries in DISK_INFO.
+inline constexpr uint32_t kDiskSectorSize = 512;
+inline constexpr uint32_t kMaxDiskSectors = kMaxChunk / kDiskSectorSize;
+inline constexpr uint32_t kMaxDiskIdLen = 20;  // VIRTIO_BLK_ID_BYTES
+inline constexpr uint32_t kMaxDisks = 16;
 
 // ---- Little-endian helpers ---------------------------------------------------
 

@@ -54,6 +54,9 @@ void Agent::HandleFrame(Session* s, const wire::FrameHeader& h, const uint8_t* p
     case Type::kMemFill: return MemFill(s, h.id, f);
     case Type::kMemChecksum: return MemChecksum(s, h.id, f);
     case Type::kEntropyRead: return EntropyRead(s, h.id, f);
+    case Type::kDiskInfo: return DiskInfo(s, h.id, f);
+    case Type::kDiskRead: return DiskRead(s, h.id, f);
+    case Type::kDiskWrite: return DiskWrite(s, h.id, f);
     case Type::kFileWrite: return FileWrite(s, h, f);
     case Type::kFileRead: return FileRead(s, h.id, f);
     case Type::kStat: return Stat(s, h.id, f);
@@ -94,7 +97,7 @@ void Agent::Hello(Session* s, uint32_t id, Fields& f) {
   w->PutU16(Tag::kVersion, hi);
   w->PutCStr(Tag::kName, kName);
   w->PutCStr(Tag::kSoftwareVersion, kSoftwareVersion);
-  static const char* const kCaps[] = {"testguest", "files", "mem", "entropy"};
+  static const char* const kCaps[] = {"testguest", "files", "mem", "entropy", "disk"};
   for (const char* cap : kCaps) w->PutCStr(Tag::kCapability, cap);
   w->PutU32(Tag::kMaxPayload, Session::kMaxRxPayload);
   s->EndReply();

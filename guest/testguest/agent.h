@@ -1,7 +1,8 @@
 // Agent: the test guest's request handler, the subset of the agent protocol
 // the tiny guest implements (docs/testguest.md): HELLO, PING, ECHO, RAM files
 // (write/read/stat/list/remove/chmod), IDENTITY, POST_RESTORE, MEM_FILL,
-// MEM_CHECKSUM, ENTROPY_READ. Everything else gets ERROR Unimplemented.
+// MEM_CHECKSUM, ENTROPY_READ, DISK_INFO/READ/WRITE. Everything else gets
+// ERROR Unimplemented.
 //
 // Portable freestanding C++ with no hardware access: the guest wires it to
 // virtio devices through Platform; host unit tests wire it to fakes and drive
@@ -23,6 +24,21 @@ namespace kubicle::guest::testguest {
 
 class Fields;
 
+// A raw disk as its device describes it.
+struct DiskProperties {
+  uint64_t capacity_sectors = 0;  // 512-byte sectors
+  bool read_only = false;
+  char id[wire::kMaxDiskIdLen + 1] = {};  // NUL-terminated printable ASCII, may be empty
+};
+
+// How a disk request ended, as the device reported it.
+enum class DiskResult : uint8_t {
+  kOk,
+  kIoError,      // VIRTIO_BLK_S_IOERR: read-only, out of range, or a host I/O error
+  kUnsupported,  // VIRTIO_BLK_S_UNSUPP
+  kBroken,       // the device did not answer or answered nonsense; it is not used again
+};
+
 // What the agent needs from the machine.
 class Platform {
  public:
@@ -30,6 +46,21 @@ class Platform {
   virtual bool ReadEntropy(uint8_t* out, uint32_t n) = 0;
   virtual uint32_t CpusRunning() = 0;
   virtual uint64_t UptimeNs() = 0;  // 0 when unknown
+
+  // Raw disks, numbered 0..DiskCount()-1. Requests are passed to the device
+  // unchecked (it must refuse bad ones itself: that is what the kvm tests
+  // exercise). Buffers hold count * 512 bytes; count <= kMaxDiskSectors.
+  virtual uint32_t DiskCount() { return 0; }
+  virtual const DiskProperties* Disk(uint32_t index) { return nullptr; }
+  virtual DiskResult DiskRead(uint32_t index, uint64_t sector, uint32_t count, uint8_t* out) {
+    return DiskResult::kBroken;
+  }
+  virtual DiskResult DiskWrite(uint32_t index, uint64_t sector, uint32_t count,
+                               const uint8_t* data) {
+    return DiskResult::kBroken;
+  }
+  // Flushes the disk's write cache (a no-op success without FLUSH support).
+  virtual DiskResult DiskFlush(uint32_t index) { return DiskResult::kBroken; }
 
  protected:
   ~Platform() = default;
@@ -71,6 +102,12 @@ class Agent {
   void MemFill(Session* s, uint32_t id, Fields& f);
   void MemChecksum(Session* s, uint32_t id, Fields& f);
   void EntropyRead(Session* s, uint32_t id, Fields& f);
+  // Raw disks (agent_disk.cc).
+  void DiskInfo(Session* s, uint32_t id, Fields& f);
+  void DiskRead(Session* s, uint32_t id, Fields& f);
+  void DiskWrite(Session* s, uint32_t id, Fields& f);
+  // Looks up a disk; answers ERROR NotFound and returns null when absent.
+  const DiskProperties* FindDisk(Session* s, uint32_t id, uint32_t index);
   // Files (agent_files.cc).
   void FileWrite(Session* s, const wire::FrameHeader& h, Fields& f);
   // Starts a FILE_WRITE stream (first chunk); false after answering ERROR.

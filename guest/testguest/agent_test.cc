@@ -11,6 +11,7 @@
 
 #include "guest/client/agent_client.h"
 #include "guest/protocol/tlv.h"
+#include "guest/testguest/agent_test_harness.h"
 
 namespace kubicle::guest::testguest {
 namespace {
@@ -20,98 +21,6 @@ using protocol::Bytes;
 using protocol::Frame;
 using protocol::MsgType;
 using namespace std::chrono_literals;
-
-class FakePlatform : public Platform {
- public:
-  bool ReadEntropy(uint8_t* out, uint32_t n) override {
-    if (!rng_ok) return false;
-    for (uint32_t i = 0; i < n; ++i) out[i] = uint8_t(next++);
-    return true;
-  }
-  uint32_t CpusRunning() override { return 3; }
-  uint64_t UptimeNs() override { return 0; }
-  bool rng_ok = true;
-  uint8_t next = 0x40;
-};
-
-// Runs one Session + Agent on one end of a socketpair, as the guest's vsock
-// layer would: read what fits, process, write what is pending.
-class Harness {
- public:
-  explicit Harness(FakePlatform* platform = nullptr, uint8_t first_rng_byte = 0x40) {
-    platform_.next = first_rng_byte;
-    if (platform != nullptr) platform_ = *platform;
-    rx_.resize(Session::kRxCap);
-    tx_.resize(Session::kTxCap);
-    files_.resize(RamFs::kDataBytes);
-    fill_.resize(1 << 20);
-    AgentConfig cfg;
-    cfg.cid = 42;
-    cfg.memory_bytes = 256ull << 20;
-    cfg.fill_area = fill_.data();
-    cfg.fill_area_size = fill_.size();
-    cfg.file_data = files_.data();
-    agent_->Init(&platform_, cfg);
-    session_->Attach(rx_.data(), tx_.data());
-    session_->Reset(agent_.get());
-    int sv[2];
-    EXPECT_EQ(0, ::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv));
-    guest_fd_ = UniqueFd(sv[0]);
-    host_fd_ = UniqueFd(sv[1]);
-    thread_ = std::thread([this] { Serve(); });
-  }
-  ~Harness() {
-    ::shutdown(guest_fd_.get(), SHUT_RDWR);
-    thread_.join();
-  }
-  std::unique_ptr<AgentClient> Connect() {
-    auto c = AgentClient::Adopt(std::move(host_fd_));
-    EXPECT_TRUE(c.ok()) << c.status().ToString();
-    return c.ok() ? std::move(*c) : nullptr;
-  }
-  FakePlatform platform_;
-
- private:
-  void Serve() {
-    uint8_t buf[16384];
-    for (;;) {
-      pollfd p{guest_fd_.get(), short((session_->RxFree() > 0 ? POLLIN : 0) |
-                                      (session_->TxSize() > 0 ? POLLOUT : 0)),
-               0};
-      if (::poll(&p, 1, 1000) < 0) return;
-      if (p.revents & (POLLHUP | POLLERR)) return;
-      if (p.revents & POLLIN) {
-        const ssize_t n = ::recv(guest_fd_.get(), buf, std::min<size_t>(sizeof(buf), session_->RxFree()), 0);
-        if (n <= 0) return;
-        session_->Receive(buf, uint32_t(n));
-      }
-      session_->Process(agent_.get());
-      while (session_->TxSize() > 0) {
-        const ssize_t n = ::send(guest_fd_.get(), session_->TxData(), session_->TxSize(),
-                                 MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (n <= 0) break;
-        session_->TxConsume(uint32_t(n));
-        session_->Process(agent_.get());
-      }
-      if (session_->close_requested() && session_->TxSize() == 0) {
-        ::shutdown(guest_fd_.get(), SHUT_RDWR);
-        return;
-      }
-    }
-  }
-
-  std::unique_ptr<Agent> agent_ = std::make_unique<Agent>();
-  std::unique_ptr<Session> session_ = std::make_unique<Session>();
-  std::vector<uint8_t> rx_, tx_, files_, fill_;
-  UniqueFd guest_fd_, host_fd_;
-  std::thread thread_;
-};
-
-Bytes Pattern(size_t n, uint8_t salt) {
-  Bytes b(n);
-  for (size_t i = 0; i < n; ++i) b[i] = uint8_t(i * 31 + salt);
-  return b;
-}
 
 TEST(TestGuestAgent, HelloPingEcho) {
   Harness h;

@@ -4,6 +4,7 @@
 // -DKUBICLE_SANITIZE=ON); every consumed frame yields replies that parse.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <vector>
 
@@ -26,6 +27,30 @@ class Rng : public Platform {
   }
   uint32_t CpusRunning() override { return 1; }
   uint64_t UptimeNs() override { return 0; }
+  // Two 16-sector disks (the second read-only) that check what the agent
+  // promises: a valid index and 1..kMaxDiskSectors sectors per request.
+  uint32_t DiskCount() override { return 2; }
+  const DiskProperties* Disk(uint32_t i) override { return i < 2 ? &props[i] : nullptr; }
+  DiskResult DiskRead(uint32_t i, uint64_t sector, uint32_t count, uint8_t* out) override {
+    if (!Valid(i, sector, count)) return DiskResult::kIoError;
+    std::copy_n(disk[i].begin() + std::ptrdiff_t(sector * 512), count * 512, out);
+    return DiskResult::kOk;
+  }
+  DiskResult DiskWrite(uint32_t i, uint64_t sector, uint32_t count, const uint8_t* d) override {
+    if (!Valid(i, sector, count) || props[i].read_only) return DiskResult::kIoError;
+    std::copy_n(d, count * 512, disk[i].begin() + std::ptrdiff_t(sector * 512));
+    return DiskResult::kOk;
+  }
+  DiskResult DiskFlush(uint32_t i) override { return i < 2 ? DiskResult::kOk : DiskResult::kBroken; }
+
+ private:
+  bool Valid(uint32_t i, uint64_t sector, uint32_t count) {
+    EXPECT_LT(i, 2u);
+    EXPECT_TRUE(count >= 1 && count <= protocol::kMaxDiskSectors) << count;
+    return i < 2 && sector <= 16 && count <= 16 - sector;
+  }
+  DiskProperties props[2] = {{16, false, "a"}, {16, true, "b"}};
+  Bytes disk[2] = {Bytes(16 * 512, 1), Bytes(16 * 512, 2)};
 };
 
 struct Guest {
@@ -63,7 +88,7 @@ struct Guest {
 Bytes ValidFrame(std::mt19937_64& rng, uint32_t id) {
   protocol::Frame f;
   f.id = id;
-  switch (rng() % 8) {
+  switch (rng() % 10) {
     case 0: f = protocol::MakeFrame(protocol::PingRequest{rng()}, id); break;
     case 1: f = protocol::MakeFrame(protocol::EchoMessage{Bytes(rng() % 300, 7)}, id); break;
     case 2: {
@@ -77,6 +102,15 @@ Bytes ValidFrame(std::mt19937_64& rng, uint32_t id) {
     case 4: f = protocol::MakeFrame(protocol::ListRequest{"/"}, id); break;
     case 5: f = protocol::MakeFrame(protocol::MemFillRequest{rng(), (rng() % 100) * 8}, id); break;
     case 6: f = protocol::MakeFrame(protocol::IdentityRequest{}, id); break;
+    case 7:
+      f = protocol::MakeFrame(
+          protocol::DiskReadRequest{uint32_t(rng() % 3), rng() % 20, uint32_t(1 + rng() % 20)}, id);
+      break;
+    case 8:
+      f = protocol::MakeFrame(protocol::DiskWriteRequest{uint32_t(rng() % 3), rng() % 20,
+                                                         Bytes((rng() % 3) * 512, 5), rng() % 2 == 0},
+                              id);
+      break;
     default: f = protocol::MakeFrame(protocol::HelloRequest{}, id); break;
   }
   return *protocol::EncodeFrame(f);
@@ -147,7 +181,7 @@ TEST(HostileInput, HostDecodersSurviveRandomPayloads) {
     // Random TLV soup: sometimes well-formed with random tags and lengths.
     protocol::TlvBuilder b;
     for (int i = 0, n = int(rng() % 6); i < n; ++i) {
-      b.Bytes(protocol::Tag(rng() % 0x70), Bytes(rng() % 12, uint8_t(rng())));
+      b.Bytes(protocol::Tag(rng() % 0x80), Bytes(rng() % 12, uint8_t(rng())));
     }
     Bytes p = b.Take();
     if (!p.empty() && rng() % 2) p[rng() % p.size()] = uint8_t(rng());
@@ -163,6 +197,11 @@ TEST(HostileInput, HostDecodersSurviveRandomPayloads) {
     (void)protocol::IdentityReply::Decode(p);
     (void)protocol::PostRestoreRequest::Decode(p);
     (void)protocol::MemChecksumReply::Decode(p);
+    (void)protocol::DiskInfoReply::Decode(p);
+    (void)protocol::DiskReadRequest::Decode(p);
+    (void)protocol::DiskReadReply::Decode(p);
+    (void)protocol::DiskWriteRequest::Decode(p);
+    (void)protocol::DiskWriteReply::Decode(p);
   }
 }
 

@@ -1,10 +1,12 @@
-// The test guest's two drivers: virtio-rng (entropy for the boot id and
-// ENTROPY_READ) and virtio-vsock (the agent's transport, bridging the
-// device's queues to the portable VsockEndpoint). Guest-only.
+// The test guest's drivers: virtio-rng (entropy for the boot id and
+// ENTROPY_READ), virtio-vsock (the agent's transport, bridging the device's
+// queues to the portable VsockEndpoint) and virtio-blk (DISK_* messages).
+// Guest-only.
 #pragma once
 
 #include <stdint.h>
 
+#include "guest/testguest/agent.h"
 #include "guest/testguest/arch/virtio.h"
 #include "guest/testguest/vsock.h"
 
@@ -21,6 +23,43 @@ class RngDevice {
  private:
   VirtioMmio transport_;
   bool ready_ = false;
+};
+
+// One virtio-blk disk: one request queue, one request at a time, completed
+// synchronously (poll briefly, then sleep until the device's interrupt), so
+// the agent's loop needs no block state. Requests are not checked against
+// capacity or read-only here: the device must refuse them (the kvm tests
+// check that it does). A device that completes something never posted,
+// leaves the status unwritten or stops waking us is marked broken.
+class BlockDevice {
+ public:
+  static constexpr uint32_t kMaxDisks = 4;
+  // slot < kMaxDisks picks the static queue.
+  bool Init(const VirtioMmio& transport, uint32_t slot, const char** why);
+  bool ready() const { return ready_; }
+  const DiskProperties& properties() const { return props_; }
+  DiskResult Read(uint64_t sector, uint32_t count, uint8_t* out);
+  DiskResult Write(uint64_t sector, uint32_t count, const uint8_t* data);
+  DiskResult Flush();
+
+ private:
+  // Posts header [+ data] + status as one chain and waits for it.
+  DiskResult Submit(uint32_t type, uint64_t sector, uint64_t data, uint32_t len, bool device_writes);
+  void ReadId();
+
+  struct RequestHeader {
+    uint32_t type;
+    uint32_t reserved;
+    uint64_t sector;
+  };
+  VirtioMmio transport_;
+  Virtq* queue_ = nullptr;
+  DiskProperties props_;
+  bool ready_ = false;
+  bool flush_ = false;  // VIRTIO_BLK_F_FLUSH negotiated
+  RequestHeader header_ = {};
+  uint8_t status_ = 0;
+  char id_buf_[wire::kMaxDiskIdLen] = {};
 };
 
 class VsockDevice final : public VsockTx {

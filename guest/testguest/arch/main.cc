@@ -44,6 +44,8 @@ struct BootInfo {
 
 constinit BootInfo g_boot;
 constinit RngDevice g_rng;
+constinit BlockDevice g_disks[BlockDevice::kMaxDisks];
+constinit uint32_t g_disk_count = 0;
 constinit VsockDevice g_vsock;
 constinit VsockEndpoint g_endpoint;
 constinit Agent g_agent;
@@ -57,6 +59,19 @@ class GuestPlatform final : public Platform {
   bool ReadEntropy(uint8_t* out, uint32_t n) override { return g_rng.Read(out, n); }
   uint32_t CpusRunning() override { return arch::CpusRunning(); }
   uint64_t UptimeNs() override { return 0; }
+  uint32_t DiskCount() override { return g_disk_count; }
+  const DiskProperties* Disk(uint32_t i) override {
+    return i < g_disk_count ? &g_disks[i].properties() : nullptr;
+  }
+  DiskResult DiskRead(uint32_t i, uint64_t sector, uint32_t count, uint8_t* out) override {
+    return i < g_disk_count ? g_disks[i].Read(sector, count, out) : DiskResult::kBroken;
+  }
+  DiskResult DiskWrite(uint32_t i, uint64_t sector, uint32_t count, const uint8_t* data) override {
+    return i < g_disk_count ? g_disks[i].Write(sector, count, data) : DiskResult::kBroken;
+  }
+  DiskResult DiskFlush(uint32_t i) override {
+    return i < g_disk_count ? g_disks[i].Flush() : DiskResult::kBroken;
+  }
 };
 constinit GuestPlatform g_platform;
 
@@ -134,11 +149,34 @@ void Line(const char* a, const char* b = nullptr) {
   Print("\n");
 }
 
+// Disks keep their command-line order (DISK_INFO numbers them so); one that
+// fails to initialise is reported and left out.
+void InitDisks(const VirtioMmio* blocks, uint32_t n) {
+  for (uint32_t i = 0; i < n; ++i) {
+    const char* why = nullptr;
+    BlockDevice& d = g_disks[g_disk_count];
+    if (!EnableIrqLine(blocks[i].irq()) || !d.Init(blocks[i], g_disk_count, &why)) {
+      Line("virtio-blk failed: ", why != nullptr ? why : "irq line not routable");
+      continue;
+    }
+    Print("kubicle-testguest: disk ");
+    PrintDec(g_disk_count);
+    Print(" sectors ");
+    PrintDec(d.properties().capacity_sectors);
+    Print(d.properties().read_only ? " ro" : " rw");
+    Print(" id ");
+    Print(d.properties().id[0] != '\0' ? d.properties().id : "-");
+    Print("\n");
+    ++g_disk_count;
+  }
+}
+
 void InitDevices() {
   VirtioMmioDevice devs[kMaxDevices];
   const uint32_t n = ParseVirtioMmioDevices(g_boot.cmdline, g_boot.cmdline_len, devs, kMaxDevices);
-  VirtioMmio rng, vsock;
+  VirtioMmio rng, vsock, blocks[BlockDevice::kMaxDisks];
   bool have_rng = false, have_vsock = false;
+  uint32_t block_count = 0;
   for (uint32_t i = 0; i < n; ++i) {
     VirtioMmio t;
     const char* why = nullptr;
@@ -163,6 +201,12 @@ void InitDevices() {
     } else if (t.device_id() == kVirtioIdVsock && !have_vsock) {
       vsock = t;
       have_vsock = true;
+    } else if (t.device_id() == kVirtioIdBlock) {
+      if (block_count < BlockDevice::kMaxDisks) {
+        blocks[block_count++] = t;
+      } else {
+        Line("virtio-blk ignored: more than 4 disks");
+      }
     }
   }
   const char* why = nullptr;
@@ -170,6 +214,7 @@ void InitDevices() {
     Line("virtio-rng failed: ", why != nullptr ? why : "irq line not routable");
   }
   if (!g_rng.ready()) Line("no entropy source: boot id is zero");
+  InitDisks(blocks, block_count);
 
   AgentConfig cfg;
   cfg.memory_bytes = UsableRam();

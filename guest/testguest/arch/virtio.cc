@@ -96,6 +96,7 @@ bool VirtioMmio::Negotiate(uint64_t wanted, const char** why) {
     *why = "device refused FEATURES_OK";
     return false;
   }
+  features_ = chosen;
   return true;
 }
 

@@ -83,8 +83,9 @@ class VirtioMmio {
 
   // Reset, ACKNOWLEDGE, DRIVER, feature negotiation (VIRTIO_F_VERSION_1 plus
   // `wanted` & offered), FEATURES_OK check. False (device marked FAILED) on
-  // refusal.
+  // refusal. features() then holds what was agreed.
   bool Negotiate(uint64_t wanted, const char** why);
+  uint64_t features() const { return features_; }
   bool SetupQueue(uint32_t index, Virtq* q, const char** why);
   void DriverOk();
   void Notify(uint32_t queue) const;
@@ -100,6 +101,7 @@ class VirtioMmio {
   uint64_t base_ = 0;
   uint32_t irq_ = 0;
   uint32_t device_id_ = 0;
+  uint64_t features_ = 0;
 };
 
 }  // namespace kubicle::guest::testguest::arch
