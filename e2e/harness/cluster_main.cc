@@ -22,17 +22,13 @@ int main(int argc, char** argv) {
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  auto cp = kubicle::e2e::ControlPlane::Start({*bin, "", true, std::chrono::seconds(120)});
+  kubicle::e2e::ControlPlaneOptions opts;
+  opts.bin_dir = *bin;
+  if (crds) opts.crd_dir = std::string(KUBICLE_SOURCE_DIR) + "/crds";
+  auto cp = kubicle::e2e::ControlPlane::Start(opts);
   if (!cp.ok()) {
     std::cerr << cp.status().ToString() << "\n";
     return 1;
-  }
-  if (crds) {
-    kubicle::Status s = (*cp)->InstallCrds(std::string(KUBICLE_SOURCE_DIR) + "/crds");
-    if (!s.ok()) {
-      std::cerr << s.ToString() << "\n";
-      return 1;
-    }
   }
   std::cout << "KUBECONFIG=" << (*cp)->kubeconfig_path() << std::endl;
   int sig = 0;

@@ -68,6 +68,8 @@ Result<std::unique_ptr<ControlPlane>> ControlPlane::Start(ControlPlaneOptions op
   RETURN_IF_ERROR(cp->StartEtcd());
   RETURN_IF_ERROR(cp->StartApiserver());
   RETURN_IF_ERROR(cp->WaitReady(cp->opts_.start_timeout));
+  // CRDs first, so the garbage collector monitors them from its first sync.
+  if (!cp->opts_.crd_dir.empty()) RETURN_IF_ERROR(cp->InstallCrds(cp->opts_.crd_dir));
   if (cp->opts_.controller_manager) RETURN_IF_ERROR(cp->StartControllerManager());
   log::Info("control plane up", {{"dir", cp->opts_.work_dir}, {"port", cp->api_port_}});
   return cp;
@@ -99,7 +101,9 @@ Status ControlPlane::GenerateCertificates() {
   };
   for (const Cert& c : {Cert{"apiserver", "/CN=kube-apiserver", "server.ext"},
                         Cert{"admin", "/O=system:masters/CN=kubernetes-admin", "client.ext"},
-                        Cert{"kcm", "/CN=system:kube-controller-manager", "client.ext"}}) {
+                        // system:masters: the garbage collector must read and delete every kind,
+                        // including CRs, which the bootstrap kcm role does not grant.
+                        Cert{"kcm", "/O=system:masters/CN=system:kube-controller-manager", "client.ext"}}) {
     RETURN_IF_ERROR(Run({"openssl", "req", "-newkey", "rsa:2048", "-nodes", "-subj", c.subject,
                          "-keyout", d + "/" + c.name + ".key", "-out", d + "/" + c.name + ".csr"}));
     RETURN_IF_ERROR(Run({"openssl", "x509", "-req", "-in", d + "/" + c.name + ".csr", "-CA",

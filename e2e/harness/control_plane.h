@@ -28,6 +28,7 @@ struct ControlPlaneOptions {
   std::string bin_dir;
   std::string work_dir;  // empty: a fresh directory under /tmp
   bool controller_manager = true;
+  std::string crd_dir;  // installed before the controller manager starts
   std::chrono::seconds start_timeout{120};
 };
 

@@ -79,13 +79,28 @@ Result<std::unique_ptr<HttpKubeClient>> HttpKubeClient::Create(const RestConfig&
   if (config.server.empty()) return Status::InvalidArgument("no apiserver address");
   std::unique_ptr<HttpKubeClient> c(new HttpKubeClient(config));
   try {
-    c->client_ = std::make_unique<client::http_client>(config.server, c->MakeConfig(30));
+    c->client_ = std::make_shared<client::http_client>(config.server, c->MakeConfig(30));
   } catch (const std::exception& e) {
     return Status::InvalidArgument("bad apiserver address " + config.server + ": " + e.what());
   }
   c->token_ = config.bearer_token;
   c->token_read_ = std::chrono::steady_clock::now();
   return c;
+}
+
+std::shared_ptr<client::http_client> HttpKubeClient::Client() {
+  std::lock_guard lock(client_mu_);
+  return client_;
+}
+
+void HttpKubeClient::ResetClient(const std::shared_ptr<client::http_client>& failed) {
+  std::lock_guard lock(client_mu_);
+  if (client_ != failed) return;  // another thread already replaced it
+  try {
+    client_ = std::make_shared<client::http_client>(config_.server, MakeConfig(30));
+  } catch (const std::exception&) {
+    // Keep the old one; the next failure tries again.
+  }
 }
 
 std::string HttpKubeClient::Token() {
@@ -102,22 +117,31 @@ std::string HttpKubeClient::Token() {
 
 Result<Json> HttpKubeClient::Do(const std::string& method, const std::string& path_and_query,
                                 const Json* body, const std::string& content_type) {
-  try {
-    http::http_request req(method);
-    req.set_request_uri(path_and_query);
-    req.headers().add("Accept", "application/json");
-    std::string token = Token();
-    if (!token.empty()) req.headers().add("Authorization", "Bearer " + token);
-    if (body != nullptr) req.set_body(body->dump(), content_type);
-    http::http_response resp = client_->request(req).get();
-    std::string text = resp.extract_utf8string(true).get();
-    int code = resp.status_code();
-    Json parsed = ParseBody(text);
-    if (code >= 200 && code < 300) return parsed;
-    return StatusFromHttp(code, parsed);
-  } catch (const std::exception& e) {
-    return Status::Unavailable(method + " " + path_and_query + ": " + e.what());
+  // A pooled keep-alive connection the server closed (e.g. an apiserver
+  // restart) fails on first use without reaching the server: retry once on a
+  // fresh connection. A retried POST that did land reports AlreadyExists.
+  std::string last_error;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    std::shared_ptr<client::http_client> http_client = Client();
+    try {
+      http::http_request req(method);
+      req.set_request_uri(path_and_query);
+      req.headers().add("Accept", "application/json");
+      std::string token = Token();
+      if (!token.empty()) req.headers().add("Authorization", "Bearer " + token);
+      if (body != nullptr) req.set_body(body->dump(), content_type);
+      http::http_response resp = http_client->request(req).get();
+      std::string text = resp.extract_utf8string(true).get();
+      int code = resp.status_code();
+      Json parsed = ParseBody(text);
+      if (code >= 200 && code < 300) return parsed;
+      return StatusFromHttp(code, parsed);
+    } catch (const std::exception& e) {
+      last_error = e.what();
+      ResetClient(http_client);
+    }
   }
+  return Status::Unavailable(method + " " + path_and_query + ": " + last_error);
 }
 
 Result<Json> HttpKubeClient::Get(const Resource& r, std::string_view ns, std::string_view name,

@@ -49,7 +49,11 @@ class HttpKubeClient final : public KubeClient {
                   const Json* body, const std::string& content_type);
 
   RestConfig config_;
-  std::unique_ptr<web::http::client::http_client> client_;
+  // Replaced after a transport error so stale pooled connections are dropped.
+  std::shared_ptr<web::http::client::http_client> Client();
+  void ResetClient(const std::shared_ptr<web::http::client::http_client>& failed);
+  std::mutex client_mu_;
+  std::shared_ptr<web::http::client::http_client> client_;
   std::mutex token_mu_;
   std::string token_;
   std::chrono::steady_clock::time_point token_read_;

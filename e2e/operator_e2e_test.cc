@@ -1,0 +1,232 @@
+// e2e of kubicle-operator on the real control plane, with the test playing
+// the node daemon through the API (NodeSim): scheduling and labels, TTL
+// expiry, fork garbage collection by the real controller manager, sweeping
+// a run by label, the operator killed mid fan-out, the apiserver restarted.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "e2e/e2e_env.h"
+#include "operator/kube/resource.h"
+
+namespace kubicle::e2e {
+namespace {
+
+using kube::Json;
+
+std::string Label(const Json& o, const std::string& k) {
+  return o["metadata"].value("labels", Json::object()).value(k, "");
+}
+std::string Status_(const Json& o, const std::string& f) {
+  return o.value("status", Json::object()).value(f, Json("")).is_string()
+             ? o.value("status", Json::object()).value(f, "")
+             : "";
+}
+
+class OperatorE2E : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (Cluster() == nullptr) GTEST_SKIP() << "control plane binaries missing: run e2e/control-plane/build.sh";
+    c = NewClient();
+    ns = TestNamespace(c.get());
+    node = std::make_unique<NodeSim>(c.get(), ns + "-node");
+    ASSERT_TRUE(node->Heartbeat(500).ok());
+    ASSERT_TRUE(CreateTemplate(c.get(), ns, "py").ok());
+    ASSERT_TRUE(node->TemplateReady(ns, "py").ok());
+    auto op = OperatorProcess::Start(ns);
+    ASSERT_TRUE(op.ok());
+    operator_ = std::move(*op);
+  }
+  void TearDown() override {
+    if (node) node->StopTeardownLoop();
+    if (operator_) operator_->Stop();
+  }
+  std::optional<Json> Get(const kube::Resource& r, const std::string& name) {
+    auto g = c->Get(r, ns, name);
+    return g.ok() ? std::optional<Json>(*g) : std::nullopt;
+  }
+  std::vector<Json> List(const kube::Resource& r, const std::string& selector = {}) {
+    kube::ListOptions o;
+    o.label_selector = selector;
+    auto l = c->List(r, ns, o);
+    std::vector<Json> out;
+    if (l.ok()) for (const Json& i : (*l)["items"]) out.push_back(i);
+    return out;
+  }
+  bool Scheduled(const std::string& name) {
+    auto s = Get(kube::SandboxResource(), name);
+    return s && !Status_(*s, "nodeName").empty() && !Status_(*s, "tokenSha256").empty();
+  }
+
+  std::unique_ptr<kube::HttpKubeClient> c;
+  std::string ns;
+  std::unique_ptr<NodeSim> node;
+  std::unique_ptr<OperatorProcess> operator_;
+};
+
+TEST_F(OperatorE2E, SchedulesLabelsAndReportsReady) {
+  ASSERT_TRUE(c->Create(kube::SandboxResource(), ns,
+                        SandboxManifest("s1", "py", {{"kubicle.dev/run", "r1"}, {"kubicle.dev/agent", "a1"}})).ok());
+  ASSERT_TRUE(Eventually([&] { return Scheduled("s1"); })) << "see " << operator_->log_path;
+  Json s = *Get(kube::SandboxResource(), "s1");
+  EXPECT_EQ(Status_(s, "nodeName"), node->name());
+  EXPECT_EQ(Label(s, "kubicle.dev/node"), node->name());
+  EXPECT_EQ(Label(s, "kubicle.dev/template"), "py");
+  EXPECT_EQ(Status_(s, "phase"), "Scheduled");
+  EXPECT_FALSE(Status_(s, "expiresAt").empty()) << "default TTL applies";
+  auto secret = Get(kube::SecretResource(), "s1-token");
+  ASSERT_TRUE(secret.has_value());
+  EXPECT_EQ((*secret)["metadata"]["ownerReferences"][0]["uid"], s["metadata"]["uid"]);
+  EXPECT_EQ(Label(*secret, "kubicle.dev/run"), "r1");
+  ASSERT_TRUE(node->ReportVm(ns, "s1", "Running").ok());
+  ASSERT_TRUE(Eventually([&] {
+    auto x = Get(kube::SandboxResource(), "s1");
+    return x && Status_(*x, "phase") == "Running";
+  }));
+  auto tmpl = Get(kube::SandboxTemplateResource(), "py");
+  EXPECT_EQ((*tmpl)["status"]["readyNodes"], 1);
+  // Printer columns as users see them.
+  auto get = Cluster()->Kubectl({"get", "sbx", "-n", ns});
+  EXPECT_NE(get->output.find("Running"), std::string::npos) << get->output;
+}
+
+TEST_F(OperatorE2E, TtlExpiryDeletesTheSandboxAndItsSecret) {
+  node->StartTeardownLoop(ns);
+  Json s = SandboxManifest("short", "py");
+  s["spec"]["ttlSeconds"] = 3;
+  ASSERT_TRUE(c->Create(kube::SandboxResource(), ns, s).ok());
+  ASSERT_TRUE(Eventually([&] { return Scheduled("short"); }));
+  ASSERT_TRUE(Get(kube::SecretResource(), "short-token").has_value());
+  ASSERT_TRUE(Eventually([&] { return !Get(kube::SandboxResource(), "short"); },
+                         std::chrono::seconds(30)));
+  EXPECT_TRUE(Eventually([&] { return !Get(kube::SecretResource(), "short-token"); },
+                         std::chrono::seconds(60)))
+      << "the garbage collector deletes the owned Secret";
+}
+
+TEST_F(OperatorE2E, DeletingAForkGarbageCollectsItsChildren) {
+  node->StartTeardownLoop(ns);
+  ASSERT_TRUE(c->Create(kube::SandboxResource(), ns,
+                        SandboxManifest("src", "py", {{"kubicle.dev/run", "r9"}})).ok());
+  ASSERT_TRUE(Eventually([&] { return Scheduled("src"); }));
+  Json fork = {{"metadata", {{"name", "f"}}},
+               {"spec", {{"sourceRef", {{"name", "src"}}}, {"replicas", 3},
+                         {"childMetadata", {{"labels", {{"role", "worker"}}}}}}}};
+  ASSERT_TRUE(c->Create(kube::SandboxForkResource(), ns, fork).ok());
+  ASSERT_TRUE(Eventually([&] {
+    auto f = Get(kube::SandboxForkResource(), "f");
+    return f && f->contains("status") && (*f)["status"].value("replicas", 0) == 3;
+  }));
+  auto children = List(kube::SandboxResource(), "kubicle.dev/fork-of=f");
+  ASSERT_EQ(children.size(), 3u);
+  for (const Json& ch : children) {
+    EXPECT_EQ(Label(ch, "kubicle.dev/node"), node->name());
+    EXPECT_EQ(Label(ch, "kubicle.dev/run"), "r9");
+    EXPECT_EQ(Label(ch, "role"), "worker");
+    EXPECT_EQ(ch["spec"]["forkSource"], "src");
+  }
+  auto del = Cluster()->Kubectl({"delete", "sbxf", "f", "-n", ns, "--wait=false"});
+  ASSERT_EQ(del->exit_code, 0) << del->output;
+  EXPECT_TRUE(Eventually([&] { return List(kube::SandboxResource(), "kubicle.dev/fork-of=f").empty(); },
+                         std::chrono::seconds(60)));
+  EXPECT_TRUE(Get(kube::SandboxResource(), "src").has_value()) << "the source stays";
+}
+
+TEST_F(OperatorE2E, KubectlDeleteByRunLabelSweepsTheRun) {
+  node->StartTeardownLoop(ns);
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(c->Create(kube::SandboxResource(), ns,
+                          SandboxManifest("x" + std::to_string(i), "py",
+                                          {{"kubicle.dev/run", i < 3 ? "sweep" : "keep"}})).ok());
+  }
+  ASSERT_TRUE(Eventually([&] { return Scheduled("x0"); }));
+  Json fork = {{"metadata", {{"name", "xf"}, {"labels", {{"kubicle.dev/run", "sweep"}}}}},
+               {"spec", {{"sourceRef", {{"name", "x0"}}}, {"replicas", 2}}}};
+  ASSERT_TRUE(c->Create(kube::SandboxForkResource(), ns, fork).ok());
+  ASSERT_TRUE(Eventually([&] { return List(kube::SandboxResource(), "kubicle.dev/fork-of=xf").size() == 2; }));
+  auto del = Cluster()->Kubectl({"delete", "sandboxes,sandboxforks", "-n", ns, "-l",
+                                 "kubicle.dev/run=sweep", "--wait=false"});
+  ASSERT_EQ(del->exit_code, 0) << del->output;
+  EXPECT_TRUE(Eventually([&] {
+    return List(kube::SandboxResource(), "kubicle.dev/run=sweep").empty() &&
+           List(kube::SandboxForkResource()).empty();
+  }, std::chrono::seconds(60)));
+  EXPECT_TRUE(Get(kube::SandboxResource(), "x3").has_value()) << "another run is untouched";
+}
+
+TEST_F(OperatorE2E, OperatorKilledMidFanOutConvergesWithoutDuplicates) {
+  constexpr int kN = 50;
+  for (int i = 0; i < kN; ++i) {
+    ASSERT_TRUE(c->Create(kube::SandboxResource(), ns,
+                          SandboxManifest("fan" + std::to_string(i), "py", {{"kubicle.dev/run", "fan"}})).ok());
+    if (i == 10) {
+      ASSERT_TRUE(Eventually([&] { return Scheduled("fan0"); }));
+      operator_->Kill();  // SIGKILL mid fan-out
+    }
+  }
+  Json fork = {{"metadata", {{"name", "ff"}}}, {"spec", {{"sourceRef", {{"name", "fan0"}}}, {"replicas", 20}}}};
+  ASSERT_TRUE(c->Create(kube::SandboxForkResource(), ns, fork).ok());
+  auto op = OperatorProcess::Start(ns + "-2");  // a fresh replica, a fresh Lease
+  ASSERT_TRUE(op.ok());
+  operator_ = std::move(*op);
+  ASSERT_TRUE(Eventually([&] {
+    int scheduled = 0;
+    for (const Json& s : List(kube::SandboxResource())) {
+      if (!Status_(s, "nodeName").empty() && !Status_(s, "tokenSha256").empty()) ++scheduled;
+    }
+    return scheduled == kN + 20;
+  }, std::chrono::seconds(90))) << "see " << operator_->log_path;
+  auto sandboxes = List(kube::SandboxResource());
+  EXPECT_EQ(sandboxes.size(), static_cast<size_t>(kN + 20)) << "no duplicate fork children";
+  std::set<std::string> uids;
+  for (const Json& s : sandboxes) {
+    uids.insert(s["metadata"]["uid"]);
+    EXPECT_EQ(Label(s, "kubicle.dev/node"), Status_(s, "nodeName"));
+  }
+  auto secrets = List(kube::SecretResource());
+  EXPECT_EQ(secrets.size(), static_cast<size_t>(kN + 20)) << "one token Secret each";
+  for (const Json& sec : secrets) {
+    EXPECT_TRUE(uids.count(sec["metadata"]["ownerReferences"][0]["uid"])) << "no orphan Secret";
+  }
+}
+
+TEST_F(OperatorE2E, ApiserverRestartMidRunAndWatchesRecover) {
+  ASSERT_TRUE(c->Create(kube::SandboxResource(), ns, SandboxManifest("before", "py")).ok());
+  ASSERT_TRUE(Eventually([&] { return Scheduled("before"); }));
+  ASSERT_TRUE(Cluster()->RestartApiserver().ok());
+  auto created = c->Create(kube::SandboxResource(), ns, SandboxManifest("after", "py"));
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  EXPECT_TRUE(Eventually([&] { return Scheduled("after"); }, std::chrono::seconds(60)))
+      << "the operator's watches came back; see " << operator_->log_path;
+  ASSERT_TRUE(node->ReportVm(ns, "before", "Running").ok());
+  EXPECT_TRUE(Eventually([&] {
+    auto s = Get(kube::SandboxResource(), "before");
+    return s && Status_(*s, "phase") == "Running";
+  }));
+}
+
+TEST_F(OperatorE2E, CapacityAndUnschedulableReasons) {
+  NodeSim small(c.get(), ns + "-small");
+  ASSERT_TRUE(small.Heartbeat(1).ok());
+  ASSERT_TRUE(CreateTemplate(c.get(), ns, "tiny").ok());
+  ASSERT_TRUE(small.TemplateReady(ns, "tiny").ok());
+  ASSERT_TRUE(c->Create(kube::SandboxResource(), ns, SandboxManifest("t1", "tiny")).ok());
+  ASSERT_TRUE(c->Create(kube::SandboxResource(), ns, SandboxManifest("t2", "tiny")).ok());
+  ASSERT_TRUE(c->Create(kube::SandboxResource(), ns, SandboxManifest("t3", "nope")).ok());
+  auto reason = [&](const std::string& n) {
+    auto s = Get(kube::SandboxResource(), n);
+    if (!s || !s->contains("status")) return std::string();
+    for (const Json& cnd : (*s)["status"].value("conditions", Json::array())) {
+      if (cnd["type"] == "Scheduled") return cnd.value("reason", "");
+    }
+    return std::string();
+  };
+  EXPECT_TRUE(Eventually([&] {
+    std::set<std::string> r = {reason("t1"), reason("t2")};
+    return r == std::set<std::string>{"Scheduled", "InsufficientCapacity"};
+  }));
+  EXPECT_TRUE(Eventually([&] { return reason("t3") == "TemplateNotFound"; }));
+}
+
+}  // namespace
+}  // namespace kubicle::e2e
