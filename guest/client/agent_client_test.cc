@@ -275,7 +275,8 @@ struct FakeDisk {
       ASSERT_TRUE(r.ok()) << r.status().ToString();
       reads.push_back(*r);
       if (r->sector + r->count > kSectors) {
-        return ag.Reply(protocol::ErrorReply::FromStatus(Status::OutOfRange("beyond the disk")), f.id);
+        return ag.Reply(protocol::ErrorReply::FromStatus(Status::OutOfRange("beyond the disk")),
+                        f.id);
       }
       const auto at = bytes.begin() + std::ptrdiff_t(r->sector * protocol::kDiskSectorSize);
       ag.Reply(protocol::DiskReadReply{Bytes(at, at + r->count * protocol::kDiskSectorSize)}, f.id);
@@ -284,11 +285,13 @@ struct FakeDisk {
       ASSERT_TRUE(w.ok()) << w.status().ToString();
       writes.push_back(*w);
       if (w->disk != 0) {
-        return ag.Reply(protocol::ErrorReply::FromStatus(Status::PermissionDenied("read-only")), f.id);
+        return ag.Reply(protocol::ErrorReply::FromStatus(Status::PermissionDenied("read-only")),
+                        f.id);
       }
       std::copy(w->data.begin(), w->data.end(),
                 bytes.begin() + std::ptrdiff_t(w->sector * protocol::kDiskSectorSize));
-      ag.Reply(protocol::DiskWriteReply{uint32_t(w->data.size() / protocol::kDiskSectorSize)}, f.id);
+      const auto sectors = uint32_t(w->data.size() / protocol::kDiskSectorSize);
+      ag.Reply(protocol::DiskWriteReply{sectors}, f.id);
     }
   }
 };

@@ -94,7 +94,8 @@ TEST(DiskMessages, WriteRoundTripAndLimits) {
   // meaningless.
   EXPECT_TRUE(DiskWriteRequest::Decode(DiskWriteRequest{0, 0, {}, true}.Encode()).ok());
   EXPECT_FALSE(DiskWriteRequest::Decode(DiskWriteRequest{0, 0, {}, false}.Encode()).ok());
-  EXPECT_FALSE(DiskWriteRequest::Decode(DiskWriteRequest{0, 0, Bytes(100, 0), false}.Encode()).ok());
+  EXPECT_FALSE(
+      DiskWriteRequest::Decode(DiskWriteRequest{0, 0, Bytes(100, 0), false}.Encode()).ok());
   EXPECT_FALSE(
       DiskWriteRequest::Decode(DiskWriteRequest{0, 0, Sectors(kMaxDiskSectors + 1, 0)}.Encode())
           .ok());

@@ -27,8 +27,9 @@ void SendDiskError(Session* s, uint32_t id, DiskResult r, const DiskProperties& 
                             "disk is read-only: virtio-blk refused the write (IOERR)");
       }
       if (BeyondCapacity(d, sector, count)) {
-        return s->SendError(id, ErrorCode::kOutOfRange,
-                            "sector range beyond the disk's capacity: virtio-blk refused it (IOERR)");
+        return s->SendError(
+            id, ErrorCode::kOutOfRange,
+            "sector range beyond the disk's capacity: virtio-blk refused it (IOERR)");
       }
       return s->SendError(id, ErrorCode::kInternal, "virtio-blk I/O error (IOERR)");
     case DiskResult::kUnsupported:
@@ -69,7 +70,9 @@ void Agent::DiskRead(Session* s, uint32_t id, Fields& f) {
   f.Require(f.U32(Tag::kDiskIndex, &index), "missing required field disk_index");
   f.Require(f.U64(Tag::kSector, &sector), "missing required field sector");
   f.Require(f.U32(Tag::kSectorCount, &count), "missing required field sector_count");
-  if (f.ok() && (count == 0 || count > wire::kMaxDiskSectors)) f.Fail("sector_count must be 1..128");
+  if (f.ok() && (count == 0 || count > wire::kMaxDiskSectors)) {
+    f.Fail("sector_count must be 1..128");
+  }
   if (!f.ok()) return s->SendError(id, ErrorCode::kInvalidArgument, f.error());
   const DiskProperties* d = FindDisk(s, id, index);
   if (d == nullptr) return;

@@ -158,7 +158,8 @@ TEST(TestGuestDisk, ReadLargerThanTheClientLimitIsAnError) {
   auto r = c->RawExchange(77, *protocol::EncodeFrame(f));
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   ASSERT_EQ(r->type, MsgType::kError);
-  EXPECT_EQ(protocol::ErrorReply::Decode(r->payload)->code, protocol::ErrorCode::kResourceExhausted);
+  EXPECT_EQ(protocol::ErrorReply::Decode(r->payload)->code,
+            protocol::ErrorCode::kResourceExhausted);
   EXPECT_TRUE(c->Ping().ok());
 }
 

@@ -41,7 +41,9 @@ class Rng : public Platform {
     std::copy_n(d, count * 512, disk[i].begin() + std::ptrdiff_t(sector * 512));
     return DiskResult::kOk;
   }
-  DiskResult DiskFlush(uint32_t i) override { return i < 2 ? DiskResult::kOk : DiskResult::kBroken; }
+  DiskResult DiskFlush(uint32_t i) override {
+    return i < 2 ? DiskResult::kOk : DiskResult::kBroken;
+  }
 
  private:
   bool Valid(uint32_t i, uint64_t sector, uint32_t count) {

@@ -44,7 +44,8 @@ class BlockDevice {
 
  private:
   // Posts header [+ data] + status as one chain and waits for it.
-  DiskResult Submit(uint32_t type, uint64_t sector, uint64_t data, uint32_t len, bool device_writes);
+  DiskResult Submit(uint32_t type, uint64_t sector, uint64_t data, uint32_t len,
+                    bool device_writes);
   void ReadId();
 
   struct RequestHeader {
