@@ -57,7 +57,9 @@ TEST_F(TestGuestKvm, BannerAndIdentity) {
   ASSERT_TRUE(vm);
   const std::string serial = vm->SerialOutput();
   EXPECT_NE(serial.find("kubicle-testguest: up\n"), std::string::npos) << serial;
-  EXPECT_NE(serial.find("kubicle-testguest: cpus 2\n"), std::string::npos) << serial;
+  // The banner reports the APs that checked in within a bounded spin; on a
+  // loaded host the second vCPU may come up later, which Identity shows.
+  EXPECT_NE(serial.find("kubicle-testguest: cpus "), std::string::npos) << serial;
   EXPECT_NE(serial.find("kubicle-testguest: vsock cid 7 port 1024\n"), std::string::npos) << serial;
   EXPECT_NE(serial.find(" id 4 rng\n"), std::string::npos) << serial;
   auto c = Connect(*vm);
@@ -65,8 +67,13 @@ TEST_F(TestGuestKvm, BannerAndIdentity) {
   EXPECT_EQ(c->agent().name, "kubicle-testguest");
   auto id = c->Identity();
   ASSERT_TRUE(id.ok()) << id.status().ToString();
+  for (int i = 0; i < 500 && id.ok() && id->cpus < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    id = c->Identity();
+  }
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
   EXPECT_EQ(id->cid, 7u);
-  EXPECT_EQ(id->cpus, 2u);
+  EXPECT_EQ(id->cpus, 2u) << serial;
   EXPECT_EQ(id->hostname, "kubicle-testguest");
   EXPECT_EQ(id->generation, 0u);
   EXPECT_GT(id->memory_bytes, 120ull << 20);
