@@ -81,6 +81,7 @@ class ByteReader {
                                              std::to_string(n) + " bytes, " +
                                              std::to_string(remaining()) + " left");
     }
+    if (n == 0) return true;  // p may be an empty vector's null data()
     std::memcpy(p, data_.data() + pos_, n);
     pos_ += n;
     return true;
