@@ -5,8 +5,9 @@
 //
 // In a guest it listens on vsock port 1024 (any CID). With --unix it also
 // (or, without an explicit --vsock-port, only) listens on a Unix socket, so
-// it can be tested as a plain host process. It runs until SIGTERM/SIGINT
-// (ignored when it is PID 1, which it may be after switch_root).
+// it can be tested as a plain host process. It runs until SIGTERM/SIGINT.
+// As the guest's PID 1 (the initramfs execs it) it reaps every orphan, and
+// SIGTERM (`kill -TERM 1` from an exec) powers the guest off cleanly.
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -19,6 +20,7 @@
 
 #include "guest/agent/agent.h"
 #include "guest/agent/agent_log.h"
+#include "guest/agent/pid1.h"
 
 namespace agent = kubicle::guest::agent;
 
@@ -115,7 +117,12 @@ int main(int argc, char** argv) {
     auto t = loop->Watch(sfd.get(), EPOLLIN, [&](uint32_t) {
       signalfd_siginfo si;
       while (::read(sfd.get(), &si, sizeof(si)) == ssize_t(sizeof(si))) {
-        if (!pid1) loop->Stop();
+        if (!pid1) {
+          loop->Stop();
+        } else if (si.ssi_signo == SIGTERM) {
+          a.Shutdown();
+          agent::PowerOff(2000);
+        }
       }
     });
     (void)t;

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Builds the nested KVM test host's boot files: Debian's linux-image-amd64
+# kernel (taken from the .deb with `apt-get download`, never installed) and an
+# initramfs with busybox, the kernel modules the test host needs (kvm-amd and
+# its dependencies, 9p over virtio-pci) and testhost-init.sh as /init.
+#
+#   e2e/nested/build-testhost.sh     prints the directory with vmlinuz and
+#                                     initramfs.cpio.gz
+#
+# Cached in $KUBICLE_CACHE/testhost/<key>/, keyed by the kernel package
+# version, the init script and this script.
+set -euo pipefail
+source "$(dirname "$0")/../../guest/linux/common.sh"
+here=$(cd "$(dirname "$0")" && pwd)
+
+ensure_packages busybox-static cpio
+meta_dep=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
+if [ -z "$meta_dep" ]; then
+  apt-get update -qq
+  meta_dep=$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
+fi
+[ -n "$meta_dep" ] || die "cannot resolve linux-image-amd64 to a kernel package"
+kversion=$(apt-cache policy "$meta_dep" | awk '/Candidate:/ {print $2}')
+key=$(content_key "$0" "$here/testhost-init.sh" "$meta_dep=$kversion")
+out="$KUBICLE_CACHE/testhost/$key"
+if [ -s "$out/vmlinuz" ] && [ -s "$out/initramfs.cpio.gz" ]; then
+  log "cached: $out"
+  echo "$out"
+  exit 0
+fi
+mkdir -p "$KUBICLE_CACHE/testhost"
+exec 9>"$KUBICLE_CACHE/testhost/.lock"
+flock 9
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+log "downloading $meta_dep $kversion"
+(cd "$work" && apt-get download -q "$meta_dep" 2>&1 | grep -v "unsandboxed" >&2 || true)
+deb=$(ls "$work"/*.deb 2>/dev/null | head -n1)
+[ -n "$deb" ] || die "apt-get download $meta_dep failed"
+dpkg-deb -x "$deb" "$work/pkg"
+kdir=$(ls -d "$work"/pkg/lib/modules/* | head -n1)
+krel=$(basename "$kdir")
+
+# Modules to load, dependencies first (from each module's .modinfo).
+declare -A path_of=() seen=()
+while IFS= read -r f; do path_of[$(basename "$f" .ko)]=$f; done < <(find "$kdir" -name '*.ko')
+order=()
+add_module() {
+  local name=${1//-/_} alt=$1 dep
+  [ -n "${seen[$name]:-}" ] && return 0
+  seen[$name]=1
+  local f=${path_of[$alt]:-${path_of[$name]:-${path_of[${name//_/-}]:-}}}
+  [ -n "$f" ] || die "module $alt not found in $meta_dep"
+  for dep in $(tr '\0' '\n' <"$f" | sed -n 's/^depends=//p' | tr ',' ' '); do add_module "$dep"; done
+  order+=("$f")
+}
+# TCG emulates the CPU we name (-cpu EPYC): always AMD, so kvm-amd.
+for m in kvm-amd 9pnet_virtio 9p virtio_pci; do add_module "$m"; done
+
+root="$work/root"
+mkdir -p "$root"/{bin,dev,proc,sys,tmp,host,lib/modules}
+cp /bin/busybox "$root/bin/busybox"
+for applet in $("$root/bin/busybox" --list); do
+  [ "$applet" = busybox ] || ln -sf busybox "$root/bin/$applet"
+done
+: >"$root/lib/modules/order"
+for f in "${order[@]}"; do
+  cp "$f" "$root/lib/modules/"
+  basename "$f" >>"$root/lib/modules/order"
+done
+install -m 0755 "$here/testhost-init.sh" "$root/init"
+
+mkdir -p "$out.tmp"
+cp "$work/pkg/boot/vmlinuz-$krel" "$out.tmp/vmlinuz"
+pack='cd "$1" && mknod -m 600 dev/console c 5 1 && find . | LC_ALL=C sort | cpio -o -H newc --quiet -R 0:0'
+if [ "$(id -u)" -eq 0 ]; then bash -c "$pack" _ "$root"; else ensure_packages fakeroot; fakeroot bash -c "$pack" _ "$root"; fi |
+  gzip -1 >"$out.tmp/initramfs.cpio.gz"
+echo "$meta_dep=$kversion modules: $(tr '\n' ' ' <"$root/lib/modules/order")" >"$out.tmp/contents"
+rm -rf "$out" && mv "$out.tmp" "$out"
+log "built $out ($krel; modules: $(tr '\n' ' ' <"$root/lib/modules/order"))"
+echo "$out"
