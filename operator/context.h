@@ -3,6 +3,7 @@
 // injected clock, the scheduler, an optional event recorder, and settings.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -21,6 +22,10 @@ class ObjectLister {
   virtual ~ObjectLister() = default;
   virtual std::optional<Json> Get(const kube::Resource& r, const std::string& key) = 0;
   virtual std::vector<Json> List(const kube::Resource& r) = 0;
+  // Visits every object without copies where the lister can (informers).
+  virtual void ForEach(const kube::Resource& r, const std::function<void(const Json&)>& fn) {
+    for (const Json& o : List(r)) fn(o);
+  }
 };
 
 // Reads straight from a KubeClient: always fresh; used by unit tests.

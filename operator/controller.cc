@@ -38,10 +38,10 @@ Controller::Controller(kube::KubeClient* client, const kube::Clock* clock,
     for (const char* p : {"Pending", "Scheduled", "Starting", "Running", "Failed", "Terminating"}) {
       by_phase[p] = 0;
     }
-    for (const Json& s : sandboxes_.List()) {
+    sandboxes_.ForEach([&](const Json& s) {
       std::string p = StatusString(s, "phase");
       by_phase[p.empty() ? "Pending" : p] += 1;
-    }
+    });
     std::vector<std::pair<metrics::LabelValues, double>> out;
     for (const auto& [p, n] : by_phase) out.push_back({{p}, n});
     return out;
@@ -69,13 +69,17 @@ std::vector<Json> Controller::List(const kube::Resource& r) {
   return inf ? inf->List() : std::vector<Json>{};
 }
 
+void Controller::ForEach(const kube::Resource& r, const std::function<void(const Json&)>& fn) {
+  if (kube::Informer* inf = InformerFor(r)) inf->ForEach(fn);
+}
+
 void Controller::EnqueuePendingSandboxes(const std::string& ns, const std::string& tmpl) {
-  for (const Json& s : sandboxes_.List()) {
-    if (!Label(s, kLabelNode).empty() || IsDeleting(s)) continue;
-    if (!ns.empty() && Namespace(s) != ns) continue;
-    if (!tmpl.empty() && s["spec"]["templateRef"].value("name", "") != tmpl) continue;
+  sandboxes_.ForEach([&](const Json& s) {
+    if (!Label(s, kLabelNode).empty() || IsDeleting(s)) return;
+    if (!ns.empty() && Namespace(s) != ns) return;
+    if (!tmpl.empty() && s["spec"]["templateRef"].value("name", "") != tmpl) return;
     queue_.Add("Sandbox:" + kube::KeyOf(s));
-  }
+  });
 }
 
 void Controller::WireHandlers() {
@@ -84,11 +88,11 @@ void Controller::WireHandlers() {
     if (std::string f = Label(s, kLabelForkOf); !f.empty()) {
       queue_.Add("SandboxFork:" + kube::ObjectKey(Namespace(s), f));
     }
-    for (const Json& f : forks_.List()) {
+    forks_.ForEach([&](const Json& f) {
       if (Namespace(f) == Namespace(s) && f["spec"]["sourceRef"].value("name", "") == Name(s)) {
         queue_.Add("SandboxFork:" + kube::KeyOf(f));
       }
-    }
+    });
   });
   forks_.AddHandler([this](WatchEventType, const Json& f) {
     queue_.Add("SandboxFork:" + kube::KeyOf(f));
@@ -100,9 +104,9 @@ void Controller::WireHandlers() {
   leases_.AddHandler([this](WatchEventType, const Json&) {
     for (const Json& t : templates_.List()) queue_.Add("SandboxTemplate:" + kube::KeyOf(t));
     EnqueuePendingSandboxes("", "");
-    for (const Json& s : sandboxes_.List()) {
+    sandboxes_.ForEach([&](const Json& s) {
       if (IsDeleting(s)) queue_.Add("Sandbox:" + kube::KeyOf(s));  // node-gone finalization
-    }
+    });
   });
 }
 
@@ -142,11 +146,20 @@ void Controller::ProcessKey(const std::string& qkey) {
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   latency_->WithLabels({kind}).Observe(secs);
   reconciles_.fetch_add(1);
+  if (!r.ok() && kube::IsConflict(r.status())) {
+    // We read a stale copy: a newer one exists and its watch event re-queues
+    // the key (the queue keeps it pending while we hold it). No backoff, so
+    // a burst of fresh objects is not throttled by the rate limiter; the
+    // delayed add is only a backstop.
+    results_->WithLabels({kind, "conflict"}).Inc();
+    log::Debug("reconcile conflict", {{"kind", kind}, {"key", key}});
+    queue_.Forget(qkey);
+    queue_.AddAfter(qkey, std::chrono::seconds(1));
+    return;
+  }
   if (!r.ok()) {
     results_->WithLabels({kind, "error"}).Inc();
-    bool conflict = kube::IsConflict(r.status());
-    (conflict ? log::Debug : log::Warn)(
-        "reconcile failed", {{"kind", kind}, {"key", key}, {"error", r.status().ToString()}});
+    log::Warn("reconcile failed", {{"kind", kind}, {"key", key}, {"error", r.status().ToString()}});
     queue_.AddRateLimited(qkey);
     return;
   }

@@ -44,6 +44,7 @@ class Controller : private ObjectLister {
  private:
   std::optional<Json> Get(const kube::Resource& r, const std::string& key) override;
   std::vector<Json> List(const kube::Resource& r) override;
+  void ForEach(const kube::Resource& r, const std::function<void(const Json&)>& fn) override;
   kube::Informer* InformerFor(const kube::Resource& r);
   void WireHandlers();
   void EnqueuePendingSandboxes(const std::string& ns, const std::string& tmpl);

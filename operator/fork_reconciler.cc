@@ -96,9 +96,10 @@ Json ComputeForkStatus(const Json& fork, const std::string& node, const std::str
 
 std::vector<Json> ForkReconciler::Children(const Json& fork) {
   std::vector<Json> out;
-  for (const Json& s : ctx_.lister->List(SandboxResource())) {
-    if (Namespace(s) == Namespace(fork) && IsControlledBy(s, Uid(fork))) out.push_back(s);
-  }
+  const std::string ns = Namespace(fork), uid = Uid(fork);
+  ctx_.lister->ForEach(SandboxResource(), [&](const Json& s) {
+    if (Namespace(s) == ns && IsControlledBy(s, uid)) out.push_back(s);
+  });
   std::sort(out.begin(), out.end(), [&](const Json& a, const Json& b) {
     return IndexOf(Name(fork), a) < IndexOf(Name(fork), b);
   });

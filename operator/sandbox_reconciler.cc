@@ -56,14 +56,16 @@ Result<Outcome> SandboxReconciler::Reconcile(const std::string& key) {
   }
   Json sbx = *got;
   if (IsDeleting(sbx)) return Finalize(sbx);
-  RETURN_IF_ERROR(EnsureFinalizer(&sbx));
 
   SandboxFacts facts;
   facts.expires = ComputeExpiry(sbx, ctx_.config.default_ttl);
   ASSIGN_OR_RETURN(bool deleted, ExpireIfDue(sbx, facts));
   if (deleted) return Outcome{};
 
+  // Placement adds the finalizer in the same write; EnsureFinalizer covers
+  // Sandboxes that are already placed or cannot be placed yet.
   RETURN_IF_ERROR(EnsurePlacement(&sbx, &facts));
+  RETURN_IF_ERROR(EnsureFinalizer(&sbx));
   RETURN_IF_ERROR(EnsureToken(sbx, &facts));
   Json desired = ComputeSandboxStatus(sbx, facts, ctx_.clock->Now());
   ASSIGN_OR_RETURN(bool wrote, WriteStatusIfChanged(ctx_, SandboxResource(), sbx, desired));
@@ -72,6 +74,8 @@ Result<Outcome> SandboxReconciler::Reconcile(const std::string& key) {
                                 {"node", facts.node}, {"run", Label(sbx, kLabelRun)}});
   }
 
+  // Events last: they are best effort and must not delay what clients wait for.
+  if (facts.placed_now) ctx_.Event(sbx, "Normal", "Scheduled", "placed on node " + facts.node);
   Outcome out;
   if (facts.expires) out.RequeueWithin(*facts.expires - ctx_.clock->Now());
   if (facts.node.empty()) out.RequeueWithin(ctx_.config.unschedulable_retry);
@@ -108,25 +112,40 @@ Result<bool> SandboxReconciler::ExpireIfDue(const Json& sbx, const SandboxFacts&
   return true;
 }
 
-int64_t SandboxReconciler::MemoryOf(const Json& sbx) {
-  const Json spec = sbx.value("spec", Json::object());
+int64_t SandboxReconciler::MemoryOf(const Json& sbx, std::map<std::string, int64_t>* by_template) {
+  const Json& spec = sbx["spec"];
   if (spec.contains("resources") && spec["resources"].contains("memoryMiB")) {
     return spec["resources"]["memoryMiB"].get<int64_t>();
   }
-  std::string tmpl = spec.value("templateRef", Json::object()).value("name", "");
-  auto t = ctx_.lister->Get(kube::SandboxTemplateResource(), kube::ObjectKey(Namespace(sbx), tmpl));
-  if (t && (*t)["spec"].contains("memoryMiB")) return (*t)["spec"]["memoryMiB"].get<int64_t>();
-  return ctx_.config.default_memory_mib;
+  std::string key = kube::ObjectKey(Namespace(sbx), spec["templateRef"].value("name", ""));
+  if (auto it = by_template->find(key); it != by_template->end()) return it->second;
+  int64_t mib = ctx_.config.default_memory_mib;
+  auto t = ctx_.lister->Get(kube::SandboxTemplateResource(), key);
+  if (t && (*t)["spec"].contains("memoryMiB")) mib = (*t)["spec"]["memoryMiB"].get<int64_t>();
+  (*by_template)[key] = mib;
+  return mib;
 }
 
 std::map<std::string, NodeLoad> SandboxReconciler::CurrentLoad(std::vector<std::string>* placed) {
   std::map<std::string, NodeLoad> load;
-  for (const Json& s : ctx_.lister->List(SandboxResource())) {
+  std::map<std::string, int64_t> memory_by_template;
+  std::vector<Json> need_template;  // template lookups cannot run under the cache lock
+  ctx_.lister->ForEach(SandboxResource(), [&](const Json& s) {
     std::string node = Label(s, kLabelNode);
-    if (node.empty()) continue;
+    if (node.empty()) return;
     load[node].sandboxes += 1;
-    load[node].memory_mib += MemoryOf(s);
+    const Json& spec = s["spec"];
+    if (spec.contains("resources") && spec["resources"].contains("memoryMiB")) {
+      load[node].memory_mib += spec["resources"]["memoryMiB"].get<int64_t>();
+    } else {
+      need_template.push_back(Json{{"metadata", {{"namespace", Namespace(s)}}},
+                                   {"spec", {{"templateRef", spec["templateRef"]}}},
+                                   {"node", node}});
+    }
     placed->push_back(kube::ObjectKey(Namespace(s), Name(s)));
+  });
+  for (const Json& s : need_template) {
+    load[s["node"].get<std::string>()].memory_mib += MemoryOf(s, &memory_by_template);
   }
   return load;
 }
@@ -159,7 +178,8 @@ Status SandboxReconciler::EnsurePlacement(Json* sbx, SandboxFacts* facts) {
     auto nodes = NodesFromLeases(ctx_.lister->List(kube::LeaseResource()), ctx_.clock->Now());
     std::vector<std::string> placed;
     auto load = CurrentLoad(&placed);
-    PlacementRequest req{TemplateReadyNodes(*tmpl), MemoryOf(*sbx)};
+    std::map<std::string, int64_t> memory_by_template;
+    PlacementRequest req{TemplateReadyNodes(*tmpl), MemoryOf(*sbx, &memory_by_template)};
     auto picked = ctx_.scheduler->Place(key, req, nodes, load, placed);
     if (!picked.ok()) {
       facts->schedule_reason = picked.status().code() == StatusCode::kNotFound
@@ -170,16 +190,22 @@ Status SandboxReconciler::EnsurePlacement(Json* sbx, SandboxFacts* facts) {
     node = *picked;
   }
   Json labels = {{std::string(kLabelNode), node}, {std::string(kLabelTemplate), tmpl_name}};
+  Json meta = {{"labels", labels}};
+  if (!HasFinalizer(*sbx, kFinalizer)) {
+    Json finalizers = (*sbx)["metadata"].value("finalizers", Json::array());
+    finalizers.push_back(kFinalizer);
+    meta["finalizers"] = finalizers;  // one write instead of two on the hot path
+  }
   auto patched = ctx_.client->Patch(SandboxResource(), ns, Name(*sbx), kube::PatchType::kMerge,
-                                    GuardedMetaPatch(*sbx, {{"labels", labels}}));
+                                    GuardedMetaPatch(*sbx, meta));
   if (!patched.ok()) {
     ctx_.scheduler->Forget(key);
     return patched.status();
   }
   *sbx = *patched;
   facts->node = node;
+  facts->placed_now = true;
   log::Info("sandbox scheduled", {{"sandbox", key}, {"node", node}, {"run", Label(*sbx, kLabelRun)}});
-  ctx_.Event(*sbx, "Normal", "Scheduled", "placed on node " + node);
   return Status::Ok();
 }
 

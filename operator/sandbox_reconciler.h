@@ -27,7 +27,8 @@ class SandboxReconciler {
   Status EnsurePlacement(Json* sbx, SandboxFacts* facts);
   Status EnsureToken(const Json& sbx, SandboxFacts* facts);
   std::map<std::string, NodeLoad> CurrentLoad(std::vector<std::string>* placed_keys);
-  int64_t MemoryOf(const Json& sbx);
+  // Memory a Sandbox takes; template sizes are memoized in `by_template`.
+  int64_t MemoryOf(const Json& sbx, std::map<std::string, int64_t>* by_template);
 
   Context ctx_;
 };

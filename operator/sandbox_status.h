@@ -23,6 +23,7 @@ struct SandboxFacts {
   bool expired = false;
   std::string token_secret;
   std::string token_sha256;
+  bool placed_now = false;  // placed by this pass (for the Scheduled event)
 };
 
 // {observedGeneration, phase, nodeName, expiresAt, tokenSecretName,

@@ -75,7 +75,8 @@ Result<Guest> BootGuest(const std::string& disk, const std::string& extra_cmdlin
   o.kernel = images.at("KUBICLE_LINUX_KERNEL");
   o.mem = "512M";
   o.vcpus = 2;
-  o.cmdline = "console=ttyS0 reboot=k panic=1 i8042.noaux i8042.nomux i8042.dumbkbd " +
+  // quiet: every console byte is a port-I/O exit, which is slow when nested.
+  o.cmdline = "console=ttyS0 quiet reboot=k panic=1 i8042.noaux i8042.nomux i8042.dumbkbd " +
               std::string("kubicle.clock=") + std::to_string(std::time(nullptr)) + " " +
               extra_cmdline;
   o.extra_args = {"--initrd", images.at("KUBICLE_LINUX_INITRAMFS")};

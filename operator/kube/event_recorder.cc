@@ -20,16 +20,20 @@ void EventRecorder::Record(const Json& object, std::string_view type, std::strin
   std::string dedup = uid + "|" + std::string(type) + "|" + std::string(reason) + "|" +
                       std::string(message);
   std::string now = FormatTime(clock_->Now());
-  std::lock_guard lock(mu_);
+  // The lock guards the dedup map only, never an API call.
+  std::unique_lock lock(mu_);
   auto it = seen_.find(dedup);
   if (it != seen_.end()) {
-    ++it->second.count;
-    Json patch = {{"count", it->second.count}, {"lastTimestamp", now}};
-    auto r = client_->Patch(EventResource(), ns, it->second.name, PatchType::kMerge, patch);
-    if (r.ok()) return;
-    seen_.erase(it);  // the Event expired server-side; create a new one
+    int count = ++it->second.count;
+    std::string existing = it->second.name;
+    lock.unlock();
+    Json patch = {{"count", count}, {"lastTimestamp", now}};
+    if (client_->Patch(EventResource(), ns, existing, PatchType::kMerge, patch).ok()) return;
+    lock.lock();
+    seen_.erase(dedup);  // the Event expired server-side; create a new one
   }
   if (seen_.size() > 4096) seen_.clear();
+  lock.unlock();
   char suffix[32];
   std::snprintf(suffix, sizeof(suffix), ".%llx",
                 static_cast<unsigned long long>(clock_->Now().time_since_epoch().count()));
@@ -57,6 +61,7 @@ void EventRecorder::Record(const Json& object, std::string_view type, std::strin
     log::Warn("event not recorded", {{"reason", std::string(reason)}, {"error", r.status().ToString()}});
     return;
   }
+  lock.lock();
   seen_[dedup] = Seen{name, 1};
 }
 

@@ -194,8 +194,14 @@ Result<Json> FakeKubeClient::Update(const Resource& r, std::string_view ns, cons
 }
 
 Result<Json> FakeKubeClient::Patch(const Resource& r, std::string_view ns, std::string_view name,
-                                   PatchType, const Json& patch, std::string_view subresource,
-                                   const PatchOptions&) {
+                                   PatchType type, const Json& patch,
+                                   std::string_view subresource, const PatchOptions&) {
+  if (type == PatchType::kApply && subresource.empty() &&
+      IsNotFound(Get(r, ns, name).status())) {
+    Json obj = patch;  // server-side apply creates a missing object
+    obj["metadata"]["name"] = std::string(name);
+    return Create(r, ns, obj);
+  }
   std::lock_guard lock(mu_);
   RETURN_IF_ERROR(TakeFault("patch"));
   Key key{r.GroupResource(), std::string(ns), std::string(name)};
@@ -313,8 +319,11 @@ Status FakeKubeClient::Watch(const Resource& r, std::string_view ns, const Watch
     }
   }
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(opts.timeout_seconds);
+  size_t pos = 0;  // history is append-only between compactions
   while (true) {
-    for (const Event& e : history_) {
+    if (pos > history_.size()) pos = 0;  // compacted meanwhile; `from` still filters
+    for (; pos < history_.size(); ++pos) {
+      const Event& e = history_[pos];
       if (e.rv <= from || e.gr != gr || (!ns.empty() && e.ns != ns)) continue;
       bool now_match = sel.MatchesObject(e.object);
       bool was_match = !e.old_object.is_null() && sel.MatchesObject(e.old_object);

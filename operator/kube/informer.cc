@@ -50,6 +50,11 @@ std::vector<Json> Informer::List() const {
   return out;
 }
 
+void Informer::ForEach(const std::function<void(const Json&)>& fn) const {
+  std::lock_guard lock(mu_);
+  for (const auto& [k, v] : store_) fn(v);
+}
+
 size_t Informer::Size() const {
   std::lock_guard lock(mu_);
   return store_.size();

@@ -41,6 +41,9 @@ class Informer {
   // Cache reads ("ns/name" keys).
   std::optional<Json> Get(const std::string& key) const;
   std::vector<Json> List() const;
+  // Visits cached objects under the cache lock, without copying them; `fn`
+  // must not call back into this informer.
+  void ForEach(const std::function<void(const Json&)>& fn) const;
   size_t Size() const;
 
   // Observability for tests and metrics.
