@@ -66,78 +66,58 @@ std::string DefaultIdentity() {
   return std::string(host) + "_" + std::to_string(getpid());
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  Flags flags;
-  if (!ParseFlags(argc, argv, &flags)) {
-    std::cerr << "usage: kubicle-operator [--flag=value ...]; flags and defaults:\n";
-    for (const auto& [k, v] : flags.v) std::cerr << "  --" << k << "=" << v << "\n";
-    return 2;
-  }
-  kubicle::log::Init("kubicle-operator", flags.v["log-format"] == "json",
-                     kubicle::log::ParseLevel(flags.v["log-level"]));
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
-
-  auto cfg = LoadConfig(flags);
-  if (!cfg.ok()) {
-    kubicle::log::Error("no cluster config", {{"error", cfg.status().ToString()}});
-    return 1;
-  }
-  auto client = kube::HttpKubeClient::Create(*cfg);
-  if (!client.ok()) {
-    kubicle::log::Error("client", {{"error", client.status().ToString()}});
-    return 1;
-  }
-  std::string identity = flags.v["identity"].empty() ? DefaultIdentity() : flags.v["identity"];
+op::ControllerOptions ControllerOptionsFrom(const Flags& f, const std::string& identity) {
   op::ControllerOptions opts;
-  opts.workers = static_cast<int>(flags.Int("workers"));
+  opts.workers = static_cast<int>(f.Int("workers"));
   opts.identity = identity;
-  opts.config.default_ttl = std::chrono::seconds(flags.Int("default-ttl-seconds"));
-  opts.config.node_gone_grace = std::chrono::seconds(flags.Int("node-gone-grace-seconds"));
-  opts.config.node_lease_namespace = flags.v["node-lease-namespace"];
+  opts.config.default_ttl = std::chrono::seconds(f.Int("default-ttl-seconds"));
+  opts.config.node_gone_grace = std::chrono::seconds(f.Int("node-gone-grace-seconds"));
+  opts.config.node_lease_namespace = f.v.at("node-lease-namespace");
+  return opts;
+}
 
+kube::LeaderElectionConfig ElectionConfigFrom(const Flags& f, const std::string& identity) {
+  return kube::LeaderElectionConfig{f.v.at("leader-election-namespace"),
+                                    f.v.at("leader-election-lease"), identity,
+                                    std::chrono::seconds(f.Int("lease-duration-seconds")),
+                                    std::chrono::seconds(f.Int("renew-deadline-seconds")),
+                                    std::chrono::seconds(f.Int("retry-period-seconds"))};
+}
+
+// Runs the controller (behind leader election when asked) until SIGINT or
+// SIGTERM, or until leadership is lost; returns the exit status.
+int Run(const Flags& flags, kube::KubeClient* client, const sigset_t& sigs) {
+  std::string identity = flags.v.at("identity").empty() ? DefaultIdentity() : flags.v.at("identity");
   kubicle::metrics::Registry registry;
-  auto& leader_gauge = registry.AddGauge("kubicle_operator_leader", "1 while this replica leads.")
-                           .WithLabels({});
-  op::Controller controller(client->get(), &kube::RealClock::Instance(), &registry, opts);
+  auto& leader_gauge =
+      registry.AddGauge("kubicle_operator_leader", "1 while this replica leads.").WithLabels({});
+  op::Controller controller(client, &kube::RealClock::Instance(), &registry,
+                            ControllerOptionsFrom(flags, identity));
   op::MetricsServer metrics(&registry, [] { return true; });
   if (flags.Int("metrics-port") > 0) {
-    Status s = metrics.Start(flags.v["metrics-address"], static_cast<int>(flags.Int("metrics-port")));
+    Status s = metrics.Start(flags.v.at("metrics-address"), static_cast<int>(flags.Int("metrics-port")));
     if (!s.ok()) {
       kubicle::log::Error("metrics", {{"error", s.ToString()}});
       return 1;
     }
   }
-
   std::atomic<bool> failed{false};
   kube::CancelToken cancel;
   auto lead = [&] {
     leader_gauge.Set(1);
-    Status s = controller.Start();
-    if (!s.ok()) {
+    if (Status s = controller.Start(); !s.ok()) {
       kubicle::log::Error("controller start", {{"error", s.ToString()}});
       failed = true;
     }
   };
   std::unique_ptr<kube::LeaderElector> elector;
   std::thread election;
-  if (flags.v["leader-elect"] == "true") {
-    elector = std::make_unique<kube::LeaderElector>(
-        client->get(),
-        kube::LeaderElectionConfig{flags.v["leader-election-namespace"],
-                                   flags.v["leader-election-lease"], identity,
-                                   std::chrono::seconds(flags.Int("lease-duration-seconds")),
-                                   std::chrono::seconds(flags.Int("renew-deadline-seconds")),
-                                   std::chrono::seconds(flags.Int("retry-period-seconds"))});
+  if (flags.v.at("leader-elect") == "true") {
+    elector = std::make_unique<kube::LeaderElector>(client, ElectionConfigFrom(flags, identity));
     election = std::thread([&] {
       elector->Run(cancel, lead, [&] {
         leader_gauge.Set(0);
-        if (!cancel.IsCancelled()) failed = true;  // lost the lease: stop, let a restart rejoin
+        if (!cancel.IsCancelled()) failed = true;  // lost the Lease: exit, a restart rejoins
       });
     });
   } else {
@@ -154,4 +134,33 @@ int main(int argc, char** argv) {
   metrics.Stop();
   kubicle::log::Info("operator stopped", {{"identity", identity}});
   return failed.load() ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags flags;
+  if (!ParseFlags(argc, argv, &flags)) {
+    std::cerr << "usage: kubicle-operator [--flag=value ...]; flags and defaults:\n";
+    for (const auto& [k, v] : flags.v) std::cerr << "  --" << k << "=" << v << "\n";
+    return 2;
+  }
+  kubicle::log::Init("kubicle-operator", flags.v["log-format"] == "json",
+                     kubicle::log::ParseLevel(flags.v["log-level"]));
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);  // before any thread starts
+  auto cfg = LoadConfig(flags);
+  if (!cfg.ok()) {
+    kubicle::log::Error("no cluster config", {{"error", cfg.status().ToString()}});
+    return 1;
+  }
+  auto client = kube::HttpKubeClient::Create(*cfg);
+  if (!client.ok()) {
+    kubicle::log::Error("client", {{"error", client.status().ToString()}});
+    return 1;
+  }
+  return Run(flags, client->get(), sigs);
 }
