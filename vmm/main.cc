@@ -45,7 +45,9 @@ int main(int argc, char** argv) {
     std::fputs(kubicle::vmm::UsageText().c_str(), args.empty() ? stderr : stdout);
     return static_cast<int>(args.empty() ? ExitCode::kUsage : ExitCode::kGuestShutdown);
   }
-  if (args[0] != "run") return Fail(ExitCode::kUsage, "unknown command '" + args[0] + "' (see --help)");
+  const std::string command = args[0];
+  if (command != "run" && command != "restore")
+    return Fail(ExitCode::kUsage, "unknown command '" + command + "' (see --help)");
   args.erase(args.begin());
   for (const std::string& a : args) {
     if (a == "--help" || a == "-h") {
@@ -53,12 +55,14 @@ int main(int argc, char** argv) {
       return 0;
     }
   }
-  auto config = kubicle::vmm::ParseRunArgs(args);
+  auto config = command == "run" ? kubicle::vmm::ParseRunArgs(args)
+                                 : kubicle::vmm::ParseRestoreArgs(args);
   if (!config.ok()) return Fail(ExitCode::kUsage, config.status().message());
   kubicle::log::Init("kubicle-vmm", config->log_json, kubicle::log::ParseLevel(config->log_level));
   ::signal(SIGPIPE, SIG_IGN);  // a host peer closing a socket must not kill the VM
 
-  auto vm = kubicle::vmm::Vm::Create(*config);
+  auto vm = command == "run" ? kubicle::vmm::Vm::Create(*config)
+                             : kubicle::vmm::Vm::Restore(*config);
   if (!vm.ok()) return Fail(ExitCode::kSetupFailed, vm.status().ToString());
   WatchSignals(vm->get());
   kubicle::Status st = (*vm)->Start();

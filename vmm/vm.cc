@@ -4,6 +4,7 @@
 
 #include "common/log.h"
 #include "vmm/arch/x86_64/layout.h"
+#include "snapshot/vcpu_state.h"
 #include "vmm/devices/legacy/serial.h"
 
 namespace kubicle::vmm {
@@ -45,6 +46,7 @@ Status Vm::BuildMachine() {
 }
 
 Status Vm::SetupVcpu(int index, kvm::VcpuFd& vcpu) {
+  if (restore_state_) return snapshot::ApplyVcpu(vcpu, restore_state_->vcpus.at(index));
   return arch::SetupVcpu(*kvm_, vcpu, static_cast<uint32_t>(index),
                          static_cast<uint32_t>(config_.vcpus), boot_, supported_cpuid_);
 }
@@ -68,6 +70,12 @@ Status Vm::Start() {
   }
   RETURN_IF_ERROR(vcpus_->Start(std::move(fds),
                                 [this](kvm::VcpuFd& fd) { return SetupVcpu(fd.id(), fd); }));
+  if (restore_state_) {
+    // Every vCPU's LAPIC is restored now: an interrupt raised here is not
+    // overwritten. Drain what the guest queued before the snapshot and tell
+    // it to look (a stale event index must not leave a queue silent).
+    for (auto& t : virtio_) t->KickQueues();
+  }
   log::Info("vm started", {{"vm", config_.vm_id}, {"vcpus", config_.vcpus},
                            {"mem_mib", config_.mem_bytes >> 20}, {"entry", boot_.entry}});
   return Status::Ok();
@@ -142,6 +150,17 @@ Status Vm::AttachControlSocket() {
   control_->Register("resume", [this](const nlohmann::json&) -> Result<nlohmann::json> {
     RETURN_IF_ERROR(Resume());
     return Describe();
+  });
+  control_->Register("snapshot", [this](const nlohmann::json& req) -> Result<nlohmann::json> {
+    if (!req.contains("dir") || !req["dir"].is_string())
+      return Status::InvalidArgument("snapshot needs \"dir\": a path");
+    if (req.contains("resume") && !req["resume"].is_boolean())
+      return Status::InvalidArgument("snapshot: \"resume\" must be true or false");
+    bool resume = req.value("resume", true);
+    RETURN_IF_ERROR(Snapshot(req["dir"].get<std::string>(), resume));
+    nlohmann::json j = Describe();
+    j["dir"] = req["dir"];
+    return j;
   });
   control_->Register("shutdown", [this](const nlohmann::json&) -> Result<nlohmann::json> {
     RequestStop(ExitCode::kGuestShutdown, "shutdown command");

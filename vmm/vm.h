@@ -29,6 +29,7 @@
 #include "vmm/kvm/vm_fd.h"
 #include "vmm/memory/guest_memory.h"
 #include "vmm/vcpu_runner.h"
+#include "snapshot/state.h"
 #include "vmm/vmm_config.h"
 
 namespace kubicle::vmm {
@@ -42,12 +43,19 @@ class Vm {
   // Builds the VM described by config: memory, irqchip, PIT, kernel and boot
   // structures, devices. On error nothing is left running.
   static Result<std::unique_ptr<Vm>> Create(const VmmConfig& config);
+  // Builds the VM from the snapshot at config.snapshot_path (validated by
+  // SnapshotDir::Open; memory mapped MAP_PRIVATE) with config's new identity:
+  // vsock CID and socket, serial, control socket. Start resumes it.
+  static Result<std::unique_ptr<Vm>> Restore(const VmmConfig& config);
   ~Vm();
 
   // Starts the event loop, the control socket and the vCPUs.
   Status Start();
   Status Pause();
   Status Resume();
+  // Pauses (if running), writes a snapshot directory at dir (which must not
+  // exist), then resumes if resume is set. Refused for VMs with raw disks.
+  Status Snapshot(const std::string& dir, bool resume);
   // Asks the VM to stop; the first request's code and reason win.
   void RequestStop(ExitCode code, const std::string& reason);
   // Blocks until a stop is requested, then tears everything down.
@@ -65,6 +73,9 @@ class Vm {
   Status AttachVirtio(std::unique_ptr<devices::virtio::VirtioDevice> device);
   Status AttachControlSocket();
   Status SetupVcpu(int index, kvm::VcpuFd& vcpu);
+  Status BuildRestored();
+  Status AttachRestoredVirtio(const snapshot::MachineState& s);
+  Result<snapshot::MachineState> CaptureState();
 
   VmmConfig config_;
   std::string kernel_cmdline_;  // config cmdline plus virtio_mmio.device= entries
@@ -73,6 +84,8 @@ class Vm {
   std::unique_ptr<GuestMemory> memory_;
   std::vector<kvm_cpuid_entry2> supported_cpuid_;
   arch::BootInfo boot_;
+  // Set by Restore: vCPUs start from this state instead of boot registers.
+  std::unique_ptr<snapshot::MachineState> restore_state_;
 
   // Declared before the devices: transports unregister from the loop when
   // destroyed, so it must outlive them.

@@ -1,8 +1,8 @@
 # The monitor: VM assembly, vCPU threads and the kubicle-vmm binary.
-add_library(kubicle_vmm_monitor vm.cc vm_devices.cc vcpu_runner.cc)
+add_library(kubicle_vmm_monitor vm.cc vm_devices.cc vm_snapshot.cc vcpu_runner.cc)
 target_compile_options(kubicle_vmm_monitor PRIVATE ${KUBICLE_HOST_WARNINGS})
 target_link_libraries(kubicle_vmm_monitor PUBLIC
-  kubicle_vmm_control kubicle_vmm_arch kubicle_vmm_kvm kubicle_vmm_legacy kubicle_vmm_virtio
+  kubicle_snapshot kubicle_vmm_control kubicle_vmm_arch kubicle_vmm_kvm kubicle_vmm_legacy kubicle_vmm_virtio
   kubicle_vmm_core kubicle_common)
 
 add_executable(kubicle-vmm main.cc)
@@ -19,3 +19,9 @@ kubicle_test(vmm_process_kvm_test kvm vmm_process_kvm_test.cc)
 target_link_libraries(vmm_process_kvm_test PRIVATE kubicle_vmm_testing kubicle_testguest_elf)
 target_compile_definitions(vmm_process_kvm_test PRIVATE KUBICLE_VMM_BIN="$<TARGET_FILE:kubicle-vmm>")
 add_dependencies(vmm_process_kvm_test kubicle-vmm)
+
+# kvm tests of snapshot and restore (vm_snapshot.cc) through real processes.
+kubicle_test(vm_snapshot_kvm_test kvm vm_snapshot_kvm_test.cc)
+target_link_libraries(vm_snapshot_kvm_test PRIVATE kubicle_vmm_testing kubicle_snapshot kubicle_testguest_elf)
+target_compile_definitions(vm_snapshot_kvm_test PRIVATE KUBICLE_VMM_BIN="$<TARGET_FILE:kubicle-vmm>")
+add_dependencies(vm_snapshot_kvm_test kubicle-vmm)

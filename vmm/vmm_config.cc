@@ -100,9 +100,38 @@ Result<VmmConfig> ParseRunArgs(const std::vector<std::string>& args) {
     else if (flag == "--control") cfg.control_path = v;
     else if (flag == "--id") cfg.vm_id = v;
     else if (flag == "--log-level") cfg.log_level = v;
+    else if (flag == "--snapshot") cfg.snapshot_path = v;
     else return Status::InvalidArgument("unknown flag '" + flag + "' (see --help)");
   }
+  if (!cfg.snapshot_path.empty())
+    return Status::InvalidArgument("--snapshot is for `kubicle-vmm restore`");
   RETURN_IF_ERROR(Validate(cfg));
+  return cfg;
+}
+
+Result<VmmConfig> ParseRestoreArgs(const std::vector<std::string>& args) {
+  for (const std::string& a : args) {
+    if (a == "--kernel" || a == "--initrd" || a == "--mem" || a == "--vcpus" || a == "--disk" ||
+        a == "--cmdline" || a == "--no-rng")
+      return Status::InvalidArgument(a + ": the machine's shape comes from the snapshot");
+  }
+  std::vector<std::string> run_args;
+  std::string snapshot;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--snapshot") {
+      if (i + 1 >= args.size()) return Status::InvalidArgument("--snapshot needs a value");
+      snapshot = args[++i];
+      continue;
+    }
+    run_args.push_back(args[i]);
+  }
+  if (snapshot.empty()) return Status::InvalidArgument("--snapshot is required");
+  // Reuse the run parser for the shared flags; the kernel check does not apply.
+  run_args.push_back("--kernel");
+  run_args.push_back("/proc/self/exe");
+  ASSIGN_OR_RETURN(VmmConfig cfg, ParseRunArgs(run_args));
+  cfg.kernel_path.clear();
+  cfg.snapshot_path = snapshot;
   return cfg;
 }
 
@@ -111,6 +140,7 @@ std::string UsageText() {
 
 Usage:
   kubicle-vmm run --kernel PATH [options]
+  kubicle-vmm restore --snapshot DIR [--vsock-uds P] [--cid N] [--control C] [--serial S]
   kubicle-vmm --help
 
 Options for run:
@@ -127,7 +157,8 @@ Options for run:
   --no-rng             no virtio-rng device
   --serial PATH        serial console output file ("none" to discard; default stdout)
   --control PATH       control socket (line-delimited JSON: status, pause,
-                       resume, shutdown)
+                       resume, snapshot {"dir","resume"}, shutdown)
+  --snapshot DIR       (restore only) the snapshot directory to resume from
   --id NAME            VM id used in logs
   --log-level LEVEL    debug, info, warn, error
   --json-log           logs as JSON lines on stderr

@@ -30,6 +30,7 @@ struct VmmConfig {
   std::string serial_path;  // empty: stdout; "none": discard
   std::string control_path; // empty: no control socket
   std::string vm_id = "vm";
+  std::string snapshot_path;  // `restore`: the snapshot directory
   bool log_json = false;
   std::string log_level = "info";
 };
@@ -46,6 +47,12 @@ Result<uint64_t> ParseSize(const std::string& text);
 // kernel exists, sizes are in range, guest CID >= 3, paths are set where
 // needed. Does not touch KVM.
 Result<VmmConfig> ParseRunArgs(const std::vector<std::string>& args);
+
+// Parses the arguments after `kubicle-vmm restore`: --snapshot DIR plus the
+// new identity (--vsock-uds, --cid, --control, --serial, --id, logging).
+// The machine's shape comes from the snapshot, so --kernel, --mem, --vcpus,
+// --disk and --cmdline are refused.
+Result<VmmConfig> ParseRestoreArgs(const std::vector<std::string>& args);
 
 // The text printed for `kubicle-vmm --help`.
 std::string UsageText();

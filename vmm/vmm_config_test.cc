@@ -66,5 +66,27 @@ TEST_F(VmmConfigTest, ClearErrors) {
   EXPECT_EQ(ParseRunArgs({}).status().code(), StatusCode::kInvalidArgument);
 }
 
+TEST(ParseRestoreArgsTest, TakesSnapshotAndIdentityButNotTheMachineShape) {
+  auto cfg = ParseRestoreArgs({"--snapshot", "/snaps/a", "--vsock-uds", "/run/v.sock", "--cid", "9",
+                               "--control", "/run/c.sock", "--serial", "none"});
+  ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+  EXPECT_EQ(cfg->snapshot_path, "/snaps/a");
+  EXPECT_EQ(cfg->guest_cid, 9u);
+  EXPECT_EQ(cfg->vsock_uds, "/run/v.sock");
+  EXPECT_EQ(cfg->control_path, "/run/c.sock");
+  EXPECT_TRUE(cfg->kernel_path.empty());
+
+  EXPECT_EQ(ParseRestoreArgs({"--cid", "9"}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseRestoreArgs({"--snapshot"}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseRestoreArgs({"--snapshot", "/s", "--cid", "1"}).status().code(),
+            StatusCode::kOutOfRange);
+  auto shaped = ParseRestoreArgs({"--snapshot", "/s", "--mem", "1G"});
+  EXPECT_EQ(shaped.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(shaped.status().message().find("--mem"), std::string::npos);
+  // --snapshot belongs to restore only.
+  EXPECT_EQ(ParseRunArgs({"--kernel", "/proc/self/exe", "--snapshot", "/s"}).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace kubicle::vmm

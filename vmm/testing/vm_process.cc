@@ -27,10 +27,13 @@ Result<std::unique_ptr<VmProcess>> VmProcess::Start(const VmProcessOptions& o) {
   vm->dir_ = tmpl;
 
   std::vector<std::string> args = {o.vmm_binary, "run", "--kernel", o.kernel, "--mem", o.mem,
-                                   "--vcpus", std::to_string(o.vcpus), "--cid", std::to_string(o.cid),
-                                   "--cmdline", o.cmdline, "--serial", vm->serial_path(),
-                                   "--vsock-uds", vm->vsock_path(), "--control", vm->control_path(),
-                                   "--id", std::filesystem::path(vm->dir_).filename().string()};
+                                   "--vcpus", std::to_string(o.vcpus), "--cmdline", o.cmdline};
+  if (!o.restore_from.empty()) args = {o.vmm_binary, "restore", "--snapshot", o.restore_from};
+  std::vector<std::string> common = {
+      "--cid", std::to_string(o.cid), "--serial", vm->serial_path(),
+      "--vsock-uds", vm->vsock_path(), "--control", vm->control_path(),
+      "--id", std::filesystem::path(vm->dir_).filename().string()};
+  args.insert(args.end(), common.begin(), common.end());
   for (const std::string& d : o.disks) {
     args.push_back("--disk");
     args.push_back(d);

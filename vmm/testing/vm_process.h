@@ -28,6 +28,9 @@ struct VmProcessOptions {
   std::vector<std::string> disks;       // "path" or "path,ro"
   std::vector<std::string> extra_args;  // appended verbatim
   std::string cmdline = "console=ttyS0";
+  // When set: `kubicle-vmm restore --snapshot restore_from` with this
+  // process's own sockets and cid (kernel, mem, vcpus, disks, cmdline unused).
+  std::string restore_from;
 };
 
 class VmProcess {
