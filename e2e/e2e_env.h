@@ -25,6 +25,8 @@ inline constexpr const char* kSystemNs = "kubicle-system";
 // Started once by the environment; null when binaries are missing.
 ControlPlane* Cluster();
 std::unique_ptr<kube::HttpKubeClient> NewClient();
+// main() of the e2e test binaries (see e2e_main.cc).
+int RunE2E(int argc, char** argv);
 // GTEST_SKIP()s the calling test when there is no control plane.
 #define KUBICLE_REQUIRE_CLUSTER()                                                   \
   do {                                                                              \

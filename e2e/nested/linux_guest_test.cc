@@ -13,11 +13,13 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <fstream>
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "guest/client/agent_client.h"
 #include "guest/protocol/tlv.h"
@@ -51,11 +53,13 @@ std::string Str(const Bytes& b) { return std::string(b.begin(), b.end()); }
 struct Guest {
   std::unique_ptr<VmProcess> vm;
   std::unique_ptr<AgentClient> agent;
-  double boot_to_agent_ms = 0;
+  double boot_to_agent_ms = 0;  // kubicle-vmm start to the agent's HELLO
+  double guest_uptime_ms = 0;   // the guest's own clock at that point
 };
 
-// Boots kubicle-vmm with our kernel and initramfs; `disk` may be empty.
-Result<Guest> BootGuest(const std::string& disk, const std::string& extra_cmdline) {
+// Boots kubicle-vmm with our kernel and initramfs; `disks` ("path" or
+// "path,ro") may be empty.
+Result<Guest> BootGuest(std::vector<std::string> disks, const std::string& extra_cmdline) {
   const auto images = ReadEnvFile(KUBICLE_LINUX_IMAGES_ENV);
   for (const char* key : {"KUBICLE_LINUX_KERNEL", "KUBICLE_LINUX_INITRAMFS"}) {
     auto it = images.find(key);
@@ -80,7 +84,7 @@ Result<Guest> BootGuest(const std::string& disk, const std::string& extra_cmdlin
               std::string("kubicle.clock=") + std::to_string(std::time(nullptr)) + " " +
               extra_cmdline;
   o.extra_args = {"--initrd", images.at("KUBICLE_LINUX_INITRAMFS")};
-  if (!disk.empty()) o.disks = {disk + ",ro"};
+  o.disks = std::move(disks);
   Guest g;
   const auto start = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(g.vm, VmProcess::Start(o));
@@ -92,6 +96,8 @@ Result<Guest> BootGuest(const std::string& disk, const std::string& extra_cmdlin
   g.agent = std::move(*agent);
   g.boot_to_agent_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  auto id = g.agent->Identity();
+  if (id.ok()) g.guest_uptime_ms = double(id->uptime_ns) / 1e6;
   return g;
 }
 
@@ -101,13 +107,14 @@ class PythonGuestTest : public ::testing::Test {
     const auto images = ReadEnvFile(KUBICLE_LINUX_IMAGES_ENV);
     auto it = images.find("KUBICLE_LINUX_ROOTFS_PYTHON");
     const std::string rootfs = it == images.end() ? std::string() : it->second;
-    auto g = BootGuest(rootfs, "kubicle.hostname=py-guest kubicle.overlay=tmpfs");
+    auto g = BootGuest({rootfs + ",ro"}, "kubicle.hostname=py-guest kubicle.overlay=tmpfs");
     if (!g.ok()) {
       boot_error_ = new std::string(g.status().ToString());
       return;
     }
     guest_ = new Guest(std::move(*g));
-    std::printf("linux guest (python rootfs): boot-to-agent %.0f ms\n", guest_->boot_to_agent_ms);
+    std::printf("linux guest (python rootfs): boot-to-agent %.0f ms (guest uptime %.0f ms)\n",
+                guest_->boot_to_agent_ms, guest_->guest_uptime_ms);
   }
   static void TearDownTestSuite() {
     delete guest_;
@@ -250,9 +257,10 @@ TEST_F(PythonGuestTest, ZzGuestShutsDownCleanly) {
 
 // Without a disk the agent runs straight from the initramfs.
 TEST(InitramfsOnlyGuestTest, AgentRunsWithoutARootDisk) {
-  auto g = BootGuest("", "kubicle.hostname=bare");
+  auto g = BootGuest({}, "kubicle.hostname=bare");
   ASSERT_TRUE(g.ok()) << g.status().ToString();
-  std::printf("linux guest (initramfs only): boot-to-agent %.0f ms\n", g->boot_to_agent_ms);
+  std::printf("linux guest (initramfs only): boot-to-agent %.0f ms (guest uptime %.0f ms)\n",
+              g->boot_to_agent_ms, g->guest_uptime_ms);
   ExecStartRequest req;
   req.shell_command = "hostname; busybox | head -n 1 | cut -d' ' -f1";
   auto r = g->agent->Exec(req, {}, DeadlineIn(60s));
@@ -265,6 +273,42 @@ TEST(InitramfsOnlyGuestTest, AgentRunsWithoutARootDisk) {
   auto code = g->vm->Wait(120s);
   ASSERT_TRUE(code.ok()) << code.status().ToString();
   EXPECT_EQ(*code, 0);
+}
+
+// The minimal (busybox) rootfs, read-only, under an overlay kept on a second
+// disk: what the guest writes lands on that disk and survives the VM.
+TEST(OverlayDiskGuestTest, WritesLandOnTheOverlayDisk) {
+  const auto images = ReadEnvFile(KUBICLE_LINUX_IMAGES_ENV);
+  ASSERT_TRUE(images.count("KUBICLE_LINUX_ROOTFS_MINIMAL"));
+  char dir[] = "/tmp/kubicle-overlay-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string upper = std::string(dir) + "/upper.ext4";
+  ASSERT_EQ(std::system(("mke2fs -q -t ext4 " + upper + " 64M").c_str()), 0);
+  auto g = BootGuest({images.at("KUBICLE_LINUX_ROOTFS_MINIMAL") + ",ro", upper},
+                     "kubicle.hostname=overlay kubicle.overlay=/dev/vdb");
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  ExecStartRequest req;
+  req.shell_command = "grep -c ' / overlay ' /proc/mounts; echo kept > /root/persist.txt; sync";
+  auto r = g->agent->Exec(req, {}, DeadlineIn(60s));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(Str(r->stdout_data), "1\n");
+  ExecStartRequest off;
+  off.shell_command = "kill -TERM 1";
+  off.background = true;
+  ASSERT_TRUE(g->agent->Exec(off).ok());
+  auto code = g->vm->Wait(120s);
+  ASSERT_TRUE(code.ok()) << code.status().ToString();
+  EXPECT_EQ(*code, 0);
+  // Read the file back from the overlay disk, without mounting it.
+  const std::string out = std::string(dir) + "/out.txt";
+  ASSERT_EQ(std::system(("debugfs -R 'cat /upper/root/persist.txt' " + upper + " > " + out +
+                         " 2>/dev/null").c_str()),
+            0);
+  std::ifstream in(out);
+  std::string line;
+  std::getline(in, line);
+  EXPECT_EQ(line, "kept");
+  std::system(("rm -rf " + std::string(dir)).c_str());
 }
 
 }  // namespace
