@@ -46,7 +46,7 @@ int main(int argc, char** argv) {
     return static_cast<int>(args.empty() ? ExitCode::kUsage : ExitCode::kGuestShutdown);
   }
   const std::string command = args[0];
-  if (command != "run" && command != "restore")
+  if (command != "run" && command != "restore" && command != "pool")
     return Fail(ExitCode::kUsage, "unknown command '" + command + "' (see --help)");
   args.erase(args.begin());
   for (const std::string& a : args) {
@@ -55,14 +55,16 @@ int main(int argc, char** argv) {
       return 0;
     }
   }
-  auto config = command == "run" ? kubicle::vmm::ParseRunArgs(args)
-                                 : kubicle::vmm::ParseRestoreArgs(args);
+  auto config = command == "run"       ? kubicle::vmm::ParseRunArgs(args)
+                : command == "restore" ? kubicle::vmm::ParseRestoreArgs(args)
+                                       : kubicle::vmm::ParsePoolArgs(args);
   if (!config.ok()) return Fail(ExitCode::kUsage, config.status().message());
   kubicle::log::Init("kubicle-vmm", config->log_json, kubicle::log::ParseLevel(config->log_level));
   ::signal(SIGPIPE, SIG_IGN);  // a host peer closing a socket must not kill the VM
 
-  auto vm = command == "run" ? kubicle::vmm::Vm::Create(*config)
-                             : kubicle::vmm::Vm::Restore(*config);
+  auto vm = command == "run"       ? kubicle::vmm::Vm::Create(*config)
+            : command == "restore" ? kubicle::vmm::Vm::Restore(*config)
+                                   : kubicle::vmm::Vm::CreatePooled(*config);
   if (!vm.ok()) return Fail(ExitCode::kSetupFailed, vm.status().ToString());
   WatchSignals(vm->get());
   kubicle::Status st = (*vm)->Start();

@@ -52,22 +52,29 @@ Status Vm::SetupVcpu(int index, kvm::VcpuFd& vcpu) {
 }
 
 Status Vm::Start() {
-  // SIGTERM/SIGINT/SIGHUP become a clean shutdown; block them in every thread
-  // we start so only the signalfd-free main loop below sees them.
   started_at_ = std::chrono::steady_clock::now();
   loop_thread_ = std::thread([this] {
     Status st = loop_->Run();
     if (!st.ok()) RequestStop(ExitCode::kInternal, "event loop failed: " + st.ToString());
   });
-  vcpus_ = std::make_unique<VcpuSet>(&pio_bus_, &mmio_bus_,
-                                     [this](ExitCode code, const std::string& reason) {
-                                       RequestStop(code, reason);
-                                     });
+  if (pooled_) {
+    log::Info("vm pooled", {{"vm", config_.vm_id}, {"vcpus", config_.vcpus},
+                            {"mem_mib", config_.mem_bytes >> 20}});
+    return Status::Ok();
+  }
   std::vector<kvm::VcpuFd> fds;
   for (int i = 0; i < config_.vcpus; ++i) {
     ASSIGN_OR_RETURN(kvm::VcpuFd fd, vm_fd_->CreateVcpu(static_cast<uint32_t>(i)));
     fds.push_back(std::move(fd));
   }
+  return StartVcpus(std::move(fds));
+}
+
+Status Vm::StartVcpus(std::vector<kvm::VcpuFd> fds) {
+  vcpus_ = std::make_unique<VcpuSet>(&pio_bus_, &mmio_bus_,
+                                     [this](ExitCode code, const std::string& reason) {
+                                       RequestStop(code, reason);
+                                     });
   RETURN_IF_ERROR(vcpus_->Start(std::move(fds),
                                 [this](kvm::VcpuFd& fd) { return SetupVcpu(fd.id(), fd); }));
   if (restore_state_) {
@@ -77,7 +84,8 @@ Status Vm::Start() {
     for (auto& t : virtio_) t->KickQueues();
   }
   log::Info("vm started", {{"vm", config_.vm_id}, {"vcpus", config_.vcpus},
-                           {"mem_mib", config_.mem_bytes >> 20}, {"entry", boot_.entry}});
+                           {"mem_mib", config_.mem_bytes >> 20}, {"entry", boot_.entry},
+                           {"restored", restore_state_ != nullptr}});
   return Status::Ok();
 }
 
@@ -121,7 +129,7 @@ ExitCode Vm::WaitForStop() {
 nlohmann::json Vm::Describe() const {
   nlohmann::json j;
   j["id"] = config_.vm_id;
-  j["state"] = vcpus_ && vcpus_->paused() ? "paused" : "running";
+  j["state"] = !vcpus_ ? "pooled" : vcpus_->paused() ? "paused" : "running";
   j["vcpus"] = config_.vcpus;
   j["mem_bytes"] = config_.mem_bytes;
   j["guest_cid"] = config_.guest_cid;
@@ -130,9 +138,11 @@ nlohmann::json Vm::Describe() const {
   j["uptime_ms"] = std::chrono::duration_cast<std::chrono::milliseconds>(uptime).count();
   // Host ranges of guest RAM, so tools can tell VMM overhead from guest pages.
   nlohmann::json ranges = nlohmann::json::array();
-  for (const GuestRegion& r : memory_->regions())
-    ranges.push_back({{"guest", r.guest_base}, {"host", reinterpret_cast<uintptr_t>(r.host)},
-                      {"size", r.size}});
+  if (memory_) {
+    for (const GuestRegion& r : memory_->regions())
+      ranges.push_back({{"guest", r.guest_base}, {"host", reinterpret_cast<uintptr_t>(r.host)},
+                        {"size", r.size}});
+  }
   j["guest_memory"] = ranges;
   return j;
 }

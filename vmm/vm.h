@@ -29,6 +29,8 @@
 #include "vmm/kvm/vm_fd.h"
 #include "vmm/memory/guest_memory.h"
 #include "vmm/vcpu_runner.h"
+#include "snapshot/memory_reservation.h"
+#include "snapshot/snapshot_dir.h"
 #include "snapshot/state.h"
 #include "vmm/vmm_config.h"
 
@@ -47,6 +49,13 @@ class Vm {
   // SnapshotDir::Open; memory mapped MAP_PRIVATE) with config's new identity:
   // vsock CID and socket, serial, control socket. Start resumes it.
   static Result<std::unique_ptr<Vm>> Restore(const VmmConfig& config);
+  // Warm pool: builds the KVM VM, memory slots over a MemoryReservation of
+  // config.mem_bytes and config.vcpus vCPUs, and the control socket, but no
+  // guest. Start then only starts the event loop; a {"cmd":"restore",
+  // "snapshot":DIR, "vsock_uds"?, "cid"?, "serial"?, "id"?} request on the
+  // control socket restores a snapshot of the same shape and runs it
+  // (vm_pool.cc). Fields left out keep the values of config.
+  static Result<std::unique_ptr<Vm>> CreatePooled(const VmmConfig& config);
   ~Vm();
 
   // Starts the event loop, the control socket and the vCPUs.
@@ -76,6 +85,9 @@ class Vm {
   Status BuildRestored();
   Status AttachRestoredVirtio(const snapshot::MachineState& s);
   Result<snapshot::MachineState> CaptureState();
+  Status StartVcpus(std::vector<kvm::VcpuFd> fds);
+  Result<nlohmann::json> RestoreFromPool(const nlohmann::json& req);
+  Status FinishRestore(const snapshot::SnapshotDir& snap);
 
   VmmConfig config_;
   std::string kernel_cmdline_;  // config cmdline plus virtio_mmio.device= entries
@@ -86,6 +98,10 @@ class Vm {
   arch::BootInfo boot_;
   // Set by Restore: vCPUs start from this state instead of boot registers.
   std::unique_ptr<snapshot::MachineState> restore_state_;
+  // Warm pool only, until the restore request consumes them.
+  std::unique_ptr<snapshot::MemoryReservation> reservation_;
+  std::vector<kvm::VcpuFd> pool_vcpus_;
+  bool pooled_ = false;
 
   // Declared before the devices: transports unregister from the loop when
   // destroyed, so it must outlive them.

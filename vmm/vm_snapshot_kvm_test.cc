@@ -169,6 +169,55 @@ TEST_F(VmSnapshotKvmTest, PostRestoreGivesEachCloneItsOwnIdentity) {
   EXPECT_NE(ids[0].entropy_digest, ids[1].entropy_digest);
 }
 
+TEST_F(VmSnapshotKvmTest, WarmPoolRestoresOnRequest) {
+  uint64_t sum = BootFillAndSnapshot("s", /*resume=*/false);
+  ASSERT_NE(sum, 0u);
+  VmProcessOptions o = Options();
+  o.pool = true;
+  o.cid = 40;
+  auto pool = Start(o);
+  ASSERT_TRUE(pool);
+  ASSERT_TRUE(pool->WaitForControl(20s).ok()) << pool->VmmLog();
+  auto status = pool->Control({{"cmd", "status"}});
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ((*status)["state"], "pooled");
+  auto r = pool->Control({{"cmd", "restore"}, {"snapshot", dir_ + "/s"}, {"cid", 41}});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ((*r)["ok"], true) << r->dump() << pool->VmmLog();
+  EXPECT_EQ((*r)["state"], "running");
+  auto agent = pool->ConnectAgent(10s);
+  ASSERT_TRUE(agent.ok()) << agent.status().ToString() << pool->VmmLog();
+  auto got = (*agent)->MemChecksum();
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->checksum, sum);
+  EXPECT_EQ((*agent)->Identity()->cid, 41u);
+  // One restore per pool VM.
+  auto again = pool->Control({{"cmd", "restore"}, {"snapshot", dir_ + "/s"}});
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ((*again)["ok"], false);
+  EXPECT_TRUE((*agent)->Ping().ok());
+}
+
+TEST_F(VmSnapshotKvmTest, WarmPoolRefusesAMismatchedOrDamagedSnapshotAndStaysReady) {
+  BootFillAndSnapshot("s", /*resume=*/false);
+  VmProcessOptions o = Options();
+  o.pool = true;
+  o.mem = "128M";
+  auto pool = Start(o);
+  ASSERT_TRUE(pool);
+  ASSERT_TRUE(pool->WaitForControl(20s).ok()) << pool->VmmLog();
+  auto r = pool->Control({{"cmd", "restore"}, {"snapshot", dir_ + "/s"}});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ((*r)["ok"], false);
+  EXPECT_NE((*r)["error"].get<std::string>().find("64 MiB"), std::string::npos) << r->dump();
+  auto missing = pool->Control({{"cmd", "restore"}, {"snapshot", dir_ + "/nope"}});
+  ASSERT_TRUE(missing.ok());
+  EXPECT_EQ((*missing)["ok"], false);
+  auto status = pool->Control({{"cmd", "status"}});
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ((*status)["state"], "pooled");
+}
+
 // Copies snapshot src to dst with writable files, for damaging it.
 void CopyWritable(const std::string& src, const std::string& dst) {
   fs::copy(src, dst, fs::copy_options::recursive);

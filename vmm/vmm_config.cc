@@ -135,12 +135,30 @@ Result<VmmConfig> ParseRestoreArgs(const std::vector<std::string>& args) {
   return cfg;
 }
 
+Result<VmmConfig> ParsePoolArgs(const std::vector<std::string>& args) {
+  for (const std::string& a : args) {
+    if (a == "--kernel" || a == "--initrd" || a == "--disk" || a == "--cmdline" ||
+        a == "--no-rng" || a == "--snapshot")
+      return Status::InvalidArgument(a + ": a pool VM gets its guest from the restore request");
+  }
+  std::vector<std::string> run_args = args;
+  run_args.push_back("--kernel");
+  run_args.push_back("/proc/self/exe");
+  ASSIGN_OR_RETURN(VmmConfig cfg, ParseRunArgs(run_args));
+  cfg.kernel_path.clear();
+  if (cfg.control_path.empty())
+    return Status::InvalidArgument("--control is required: restore requests come there");
+  return cfg;
+}
+
 std::string UsageText() {
   return R"(kubicle-vmm: one KVM microVM per process.
 
 Usage:
   kubicle-vmm run --kernel PATH [options]
   kubicle-vmm restore --snapshot DIR [--vsock-uds P] [--cid N] [--control C] [--serial S]
+  kubicle-vmm pool --mem SIZE [--vcpus N] --control C [--vsock-uds P] [--cid N] [--serial S]
+                       (warm pool: waits for {"cmd":"restore","snapshot":DIR,...})
   kubicle-vmm --help
 
 Options for run:

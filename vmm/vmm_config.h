@@ -54,6 +54,10 @@ Result<VmmConfig> ParseRunArgs(const std::vector<std::string>& args);
 // --disk and --cmdline are refused.
 Result<VmmConfig> ParseRestoreArgs(const std::vector<std::string>& args);
 
+// Parses the arguments after `kubicle-vmm pool`: the shape (--mem, --vcpus),
+// --control (required) and identity defaults for the restore request.
+Result<VmmConfig> ParsePoolArgs(const std::vector<std::string>& args);
+
 // The text printed for `kubicle-vmm --help`.
 std::string UsageText();
 

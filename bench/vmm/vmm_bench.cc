@@ -1,13 +1,17 @@
 // kubicle-bench-vmm: figures for kubicle-vmm with the tiny test guest on this
 // machine's KVM. Prints cold boot to agent answering (p50/p99), vsock ping
 // round trip (p50/p99), and the private memory of one idle kubicle-vmm beyond
-// guest-touched pages.
+// guest-touched pages, and restore of a snapshot into a new kubicle-vmm
+// process (`kubicle-vmm restore`, cold: process start and KVM setup
+// included) and into a warm-pool process (`kubicle-vmm pool`, restore
+// request to agent answering), p50/p99.
 //
 //   build/bench/vmm/kubicle-bench-vmm [--runs N] [--pings N]
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -54,6 +58,60 @@ PrivateMemory MeasurePrivate(pid_t pid, const nlohmann::json& guest_ranges) {
   return m;
 }
 
+// Boots a guest, snapshots it (paused), then restores it `runs` times into
+// new processes (spawn to the first answered agent request), and `runs`
+// times into warm-pool processes (restore request to agent answering).
+bool MeasureRestore(const VmProcessOptions& o, int runs, std::vector<double>* out,
+                    std::vector<double>* warm) {
+  auto src = VmProcess::Start(o);
+  if (!src.ok()) return std::fprintf(stderr, "start: %s\n", src.status().ToString().c_str()), false;
+  if (!(*src)->ConnectAgent(60s).ok()) return std::fprintf(stderr, "agent did not answer\n"), false;
+  std::string snap = (*src)->dir() + "/snapshot";
+  auto r = (*src)->Control({{"cmd", "snapshot"}, {"dir", snap}, {"resume", false}});
+  if (!r.ok() || (*r)["ok"] != true) {
+    std::fprintf(stderr, "snapshot failed: %s\n", r.ok() ? r->dump().c_str() : r.status().ToString().c_str());
+    return false;
+  }
+  for (int run = 0; run < runs; ++run) {
+    VmProcessOptions ro = o;
+    ro.restore_from = snap;
+    ro.cid = 100 + run;
+    auto start = Clock::now();
+    auto vm = VmProcess::Start(ro);
+    if (!vm.ok()) return std::fprintf(stderr, "restore: %s\n", vm.status().ToString().c_str()), false;
+    auto agent = (*vm)->ConnectAgent(10s);
+    if (!agent.ok()) {
+      std::fprintf(stderr, "restored agent: %s\n%s\n", agent.status().ToString().c_str(),
+                   (*vm)->VmmLog().c_str());
+      return false;
+    }
+    out->push_back(MillisSince(start));
+  }
+  // Warm pool: processes started and waiting (untimed), then restore request
+  // to agent answering (timed).
+  for (int run = 0; run < runs; ++run) {
+    VmProcessOptions po = o;
+    po.pool = true;
+    po.cid = 1000 + run;
+    auto vm = VmProcess::Start(po);
+    if (!vm.ok() || !(*vm)->WaitForControl(20s).ok())
+      return std::fprintf(stderr, "pool process did not come up\n"), false;
+    auto start = Clock::now();
+    auto r = (*vm)->Control({{"cmd", "restore"}, {"snapshot", snap}});
+    if (!r.ok() || (*r)["ok"] != true)
+      return std::fprintf(stderr, "pool restore failed: %s\n", (*vm)->VmmLog().c_str()), false;
+    auto agent = (*vm)->ConnectAgent(10s);
+    if (!agent.ok()) return std::fprintf(stderr, "pool agent: %s\n", (*vm)->VmmLog().c_str()), false;
+    warm->push_back(MillisSince(start));
+  }
+  // Snapshot files are read-only; the scratch dir's removal needs them writable.
+  std::error_code ec;
+  for (auto& e : std::filesystem::directory_iterator(snap, ec))
+    std::filesystem::permissions(e.path(), std::filesystem::perms::owner_write,
+                                 std::filesystem::perm_options::add, ec);
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -91,7 +149,12 @@ int main(int argc, char** argv) {
       if (status.ok()) idle = MeasurePrivate((*vm)->pid(), (*status)["guest_memory"]);
     }
   }
+  std::vector<double> restore_ms, warm_ms;
+  if (!MeasureRestore(o, runs, &restore_ms, &warm_ms)) return 1;
   kubicle::bench::PrintPercentiles("cold boot to agent answering", boot_ms, "ms");
+  kubicle::bench::PrintPercentiles("restore (new process) to agent answering", restore_ms, "ms");
+  kubicle::bench::PrintPercentiles("warm-pool restore to agent answering", warm_ms, "ms");
+  std::printf("  (restore targets: p50 5 ms, p99 15 ms)\n");
   kubicle::bench::PrintPercentiles("vsock ping round trip", ping_us, "us");
   std::printf("%-44s %9.2f MiB (guest-touched pages: %.2f MiB, target <= 3 MiB)\n",
               "idle kubicle-vmm private memory", idle.vmm_kib / 1024.0, idle.guest_kib / 1024.0);

@@ -29,6 +29,7 @@ Result<std::unique_ptr<VmProcess>> VmProcess::Start(const VmProcessOptions& o) {
   std::vector<std::string> args = {o.vmm_binary, "run", "--kernel", o.kernel, "--mem", o.mem,
                                    "--vcpus", std::to_string(o.vcpus), "--cmdline", o.cmdline};
   if (!o.restore_from.empty()) args = {o.vmm_binary, "restore", "--snapshot", o.restore_from};
+  if (o.pool) args = {o.vmm_binary, "pool", "--mem", o.mem, "--vcpus", std::to_string(o.vcpus)};
   std::vector<std::string> common = {
       "--cid", std::to_string(o.cid), "--serial", vm->serial_path(),
       "--vsock-uds", vm->vsock_path(), "--control", vm->control_path(),
@@ -113,6 +114,17 @@ Result<std::unique_ptr<guest::client::AgentClient>> VmProcess::ConnectAgent(
     std::this_thread::sleep_for(200us);
   }
   return last.WithContext("agent did not answer in time");
+}
+
+Status VmProcess::WaitForControl(std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    Result<nlohmann::json> r = Control({{"cmd", "status"}});
+    if (r.ok()) return Status::Ok();
+    if (Reap(false)) return Status::Unavailable("kubicle-vmm exited: " + VmmLog());
+    if (std::chrono::steady_clock::now() > deadline) return r.status();
+    std::this_thread::sleep_for(200us);
+  }
 }
 
 Result<nlohmann::json> VmProcess::Control(const nlohmann::json& request) {

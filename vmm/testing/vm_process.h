@@ -31,6 +31,9 @@ struct VmProcessOptions {
   // When set: `kubicle-vmm restore --snapshot restore_from` with this
   // process's own sockets and cid (kernel, mem, vcpus, disks, cmdline unused).
   std::string restore_from;
+  // When set: `kubicle-vmm pool` (mem, vcpus, sockets and cid as above);
+  // send {"cmd":"restore","snapshot":DIR} through Control.
+  bool pool = false;
 };
 
 class VmProcess {
@@ -54,6 +57,8 @@ class VmProcess {
   // Connects to the agent, retrying until it answers or the timeout expires.
   Result<std::unique_ptr<guest::client::AgentClient>> ConnectAgent(
       std::chrono::milliseconds timeout);
+  // Waits until the control socket answers "status".
+  Status WaitForControl(std::chrono::milliseconds timeout);
   // Sends one control request and returns the parsed response line.
   Result<nlohmann::json> Control(const nlohmann::json& request);
 
