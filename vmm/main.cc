@@ -61,6 +61,7 @@ int main(int argc, char** argv) {
   if (!config.ok()) return Fail(ExitCode::kUsage, config.status().message());
   kubicle::log::Init("kubicle-vmm", config->log_json, kubicle::log::ParseLevel(config->log_level));
   ::signal(SIGPIPE, SIG_IGN);  // a host peer closing a socket must not kill the VM
+  ::signal(SIGCHLD, SIG_IGN);  // fork children are reaped by the kernel
 
   auto vm = command == "run"       ? kubicle::vmm::Vm::Create(*config)
             : command == "restore" ? kubicle::vmm::Vm::Restore(*config)

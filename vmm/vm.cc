@@ -172,6 +172,7 @@ Status Vm::AttachControlSocket() {
     j["dir"] = req["dir"];
     return j;
   });
+  control_->Register("fork", [this](const nlohmann::json& req) { return Fork(req); });
   control_->Register("shutdown", [this](const nlohmann::json&) -> Result<nlohmann::json> {
     RequestStop(ExitCode::kGuestShutdown, "shutdown command");
     return nlohmann::json::object();

@@ -40,6 +40,15 @@ namespace devices::legacy {
 class Serial;
 }
 
+// The new identity of one fork child.
+struct ForkChild {
+  std::string vsock_uds;  // required when the VM has a vsock device
+  std::string control;    // required
+  std::string serial;     // empty: discarded
+  uint64_t cid = 0;
+};
+inline constexpr size_t kMaxForkChildren = 64;
+
 class Vm {
  public:
   // Builds the VM described by config: memory, irqchip, PIT, kernel and boot
@@ -65,6 +74,11 @@ class Vm {
   // Pauses (if running), writes a snapshot directory at dir (which must not
   // exist), then resumes if resume is set. Refused for VMs with raw disks.
   Status Snapshot(const std::string& dir, bool resume);
+  // {"cmd":"fork","count":N,"children":[{"vsock_uds","control","cid",
+  // "serial"},...]}: pauses, captures, fork(2)s one child process per entry
+  // (each a copy-on-write clone with that identity), resumes. Returns status
+  // plus "pids". Runs on the event-loop thread (vm_fork.cc).
+  Result<nlohmann::json> Fork(const nlohmann::json& request);
   // Asks the VM to stop; the first request's code and reason win.
   void RequestStop(ExitCode code, const std::string& reason);
   // Blocks until a stop is requested, then tears everything down.
@@ -88,6 +102,10 @@ class Vm {
   Status StartVcpus(std::vector<kvm::VcpuFd> fds);
   Result<nlohmann::json> RestoreFromPool(const nlohmann::json& req);
   Status FinishRestore(const snapshot::SnapshotDir& snap);
+  // Devices, loop and control socket from state, over memory_ and vm_fd_.
+  Status RestoreOnto(const snapshot::MachineState& s);
+  [[noreturn]] void ChildMain(const snapshot::MachineState& state, const ForkChild& child);
+  Status BuildForked(const snapshot::MachineState& s);
 
   VmmConfig config_;
   std::string kernel_cmdline_;  // config cmdline plus virtio_mmio.device= entries

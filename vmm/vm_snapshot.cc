@@ -137,8 +137,11 @@ Status Vm::BuildRestored() {
                    snapshot::MemoryReservation::Create(s.config.memory));
   RETURN_IF_ERROR(reservation.RegisterWith(*vm_fd_));
   ASSIGN_OR_RETURN(memory_, reservation.MapFile(snap.memory_path(), s.config.memory));
-  RETURN_IF_ERROR(snapshot::ApplyVm(*vm_fd_, s.vm));
+  return RestoreOnto(s);
+}
 
+Status Vm::RestoreOnto(const snapshot::MachineState& s) {
+  RETURN_IF_ERROR(snapshot::ApplyVm(*vm_fd_, s.vm));
   ASSIGN_OR_RETURN(loop_, EventLoop::Create());
   RETURN_IF_ERROR(AttachLegacyDevices());
   if (s.serial) serial_->SetState(*s.serial);

@@ -62,8 +62,22 @@ VmProcess::~VmProcess() {
   if (!dir_.empty()) std::filesystem::remove_all(dir_, ec);
 }
 
+std::unique_ptr<VmProcess> VmProcess::Attach(pid_t pid, const std::string& dir) {
+  std::unique_ptr<VmProcess> vm(new VmProcess());
+  vm->pid_ = pid;
+  vm->dir_ = dir;
+  vm->attached_ = true;
+  return vm;
+}
+
 bool VmProcess::Reap(bool block) {
   if (pid_ < 0 || exit_code_) return true;
+  if (attached_) {
+    // Not our child: its own parent reaps it; "gone" is all we can know.
+    if (::kill(pid_, 0) == 0) return false;
+    exit_code_ = -1;
+    return true;
+  }
   int status = 0;
   pid_t r = ::waitpid(pid_, &status, block ? 0 : WNOHANG);
   if (r != pid_) return false;
@@ -74,6 +88,10 @@ bool VmProcess::Reap(bool block) {
 void VmProcess::Kill() {
   if (pid_ < 0 || Reap(false)) return;
   ::kill(pid_, SIGKILL);
+  if (attached_) {
+    for (int i = 0; i < 1000 && !Reap(false); ++i) std::this_thread::sleep_for(1ms);
+    return;
+  }
   Reap(true);
 }
 

@@ -42,6 +42,11 @@ class VmProcess {
   static Result<std::unique_ptr<VmProcess>> Start(const VmProcessOptions& options);
   ~VmProcess();
 
+  // Takes charge of a kubicle-vmm process this process did not start (a fork
+  // child) whose sockets are in dir with the usual names: Kill signals it,
+  // the destructor kills it and removes dir. Wait is not available.
+  static std::unique_ptr<VmProcess> Attach(pid_t pid, const std::string& dir);
+
   pid_t pid() const { return pid_; }
   const std::string& dir() const { return dir_; }
   std::string vsock_path() const { return dir_ + "/vsock.sock"; }
@@ -73,6 +78,7 @@ class VmProcess {
   bool Reap(bool block);
 
   pid_t pid_ = -1;
+  bool attached_ = false;
   std::string dir_;
   std::optional<int> exit_code_;
 };

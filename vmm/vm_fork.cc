@@ -1,0 +1,126 @@
+// Fork of a running Vm (docs/vmm.md, "Fork"): the VM is paused and captured
+// once, then the VMM process fork(2)s from its event-loop thread, once per
+// child. Guest memory is private anonymous (or a MAP_PRIVATE snapshot file),
+// so every child shares it copy-on-write with the parent. A child keeps
+// nothing of the parent's machine but that memory: the parent's KVM VM fd
+// belongs to the parent's mm, and its event loop, transports and sockets
+// share epoll instances and listening sockets with the parent, so the child
+// builds a new KVM VM over the inherited memory, new devices from the
+// captured state, a new loop and control socket, and takes the new identity
+// it was given (CID, vsock socket, control socket, serial). The inherited
+// objects are never destroyed (the child ends in _exit): destroying them
+// would touch state shared with the parent (epoll registrations) or join
+// threads that do not exist in the child.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include "common/log.h"
+#include "snapshot/vm_state.h"
+#include "vmm/arch/x86_64/layout.h"
+#include "vmm/vm.h"
+
+namespace kubicle::vmm {
+
+namespace {
+
+Result<std::vector<ForkChild>> ParseChildren(const nlohmann::json& req) {
+  if (!req.contains("children") || !req["children"].is_array() || req["children"].empty())
+    return Status::InvalidArgument("fork needs \"children\": a non-empty array");
+  if (req["children"].size() > kMaxForkChildren)
+    return Status::OutOfRange("fork: at most " + std::to_string(kMaxForkChildren) + " children");
+  if (req.contains("count") && req["count"] != req["children"].size())
+    return Status::InvalidArgument("fork: \"count\" differs from the number of children");
+  std::vector<ForkChild> out;
+  for (const nlohmann::json& c : req["children"]) {
+    ForkChild child;
+    if (!c.is_object()) return Status::InvalidArgument("fork: each child is an object");
+    for (auto [key, field] : {std::pair{"vsock_uds", &child.vsock_uds},
+                              std::pair{"control", &child.control},
+                              std::pair{"serial", &child.serial}}) {
+      if (!c.contains(key)) continue;
+      if (!c[key].is_string()) return Status::InvalidArgument(std::string("fork: \"") + key + "\" must be a string");
+      *field = c[key].get<std::string>();
+    }
+    if (child.control.empty()) return Status::InvalidArgument("fork: every child needs \"control\"");
+    if (!c.contains("cid") || !c["cid"].is_number_unsigned() || c["cid"].get<uint64_t>() < 3 ||
+        c["cid"].get<uint64_t>() >= 0xffffffffull)
+      return Status::InvalidArgument("fork: every child needs a \"cid\" in 3..2^32-2");
+    child.cid = c["cid"].get<uint64_t>();
+    out.push_back(std::move(child));
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<nlohmann::json> Vm::Fork(const nlohmann::json& req) {
+  ASSIGN_OR_RETURN(std::vector<ForkChild> children, ParseChildren(req));
+  if (!vcpus_) return Status::FailedPrecondition("vm is not started");
+  if (!config_.disks.empty()) return Status::Unimplemented("fork of a VM with --disk is not supported yet");
+  auto start = std::chrono::steady_clock::now();
+  bool was_paused = vcpus_->paused();
+  if (!was_paused) RETURN_IF_ERROR(vcpus_->Pause());
+  Result<snapshot::MachineState> state = CaptureState();
+  nlohmann::json pids = nlohmann::json::array();
+  Status st = state.status();
+  for (size_t i = 0; st.ok() && i < children.size(); ++i) {
+    pid_t pid = ::fork();
+    if (pid < 0) {
+      st = Status::FromErrno("fork");
+      break;
+    }
+    if (pid == 0) ChildMain(*state, children[i]);  // never returns
+    pids.push_back(pid);
+  }
+  if (!was_paused) vcpus_->Resume();
+  if (!st.ok()) return st.WithContext("fork (" + std::to_string(pids.size()) + " children started)");
+  auto us = std::chrono::duration_cast<std::chrono::microseconds>(
+                std::chrono::steady_clock::now() - start).count();
+  log::Info("vm forked", {{"vm", config_.vm_id}, {"children", pids.size()}, {"us", us}});
+  nlohmann::json j = Describe();
+  j["pids"] = pids;
+  j["fork_us"] = us;
+  return j;
+}
+
+void Vm::ChildMain(const snapshot::MachineState& state, const ForkChild& child) {
+  // Only this thread exists here. Termination signals were blocked for the
+  // parent's signal watcher, which the child does not have: let them kill.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGHUP);
+  pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+
+  VmmConfig config = config_;
+  config.vsock_uds = child.vsock_uds;
+  config.control_path = child.control;
+  config.serial_path = child.serial.empty() ? "none" : child.serial;
+  config.guest_cid = child.cid;
+  config.vm_id = config_.vm_id + "-" + std::to_string(::getpid());
+  std::unique_ptr<Vm> vm(new Vm(config));
+  // The inherited machine (this object and everything it owns) is never
+  // destroyed: the child ends in _exit. Only its guest memory moves on.
+  vm->memory_ = std::move(memory_);
+  Status st = vm->BuildForked(state);
+  if (st.ok()) st = vm->Start();
+  if (!st.ok()) {
+    log::Error("fork child failed", {{"vm", config.vm_id}, {"error", st.ToString()}});
+    ::_exit(static_cast<int>(ExitCode::kSetupFailed));
+  }
+  ExitCode code = vm->WaitForStop();
+  ::_exit(static_cast<int>(code));
+}
+
+Status Vm::BuildForked(const snapshot::MachineState& s) {
+  ASSIGN_OR_RETURN(kvm::Kvm kvm, kvm::Kvm::Open());
+  kvm_.emplace(std::move(kvm));
+  ASSIGN_OR_RETURN(kvm::VmFd vm_fd, kvm_->CreateVm());
+  vm_fd_.emplace(std::move(vm_fd));
+  RETURN_IF_ERROR(arch::ConfigureVm(*vm_fd_));
+  RETURN_IF_ERROR(arch::RegisterGuestMemory(*vm_fd_, *memory_));
+  return RestoreOnto(s);
+}
+
+}  // namespace kubicle::vmm
