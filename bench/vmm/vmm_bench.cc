@@ -4,7 +4,8 @@
 // guest-touched pages, and restore of a snapshot into a new kubicle-vmm
 // process (`kubicle-vmm restore`, cold: process start and KVM setup
 // included) and into a warm-pool process (`kubicle-vmm pool`, restore
-// request to agent answering), p50/p99.
+// request to agent answering), p50/p99; fork of a running guest to the
+// child's agent answering (p50/p99) and a 20-way fork until all answer.
 //
 //   build/bench/vmm/kubicle-bench-vmm [--runs N] [--pings N]
 #include <unistd.h>
@@ -112,6 +113,33 @@ bool MeasureRestore(const VmProcessOptions& o, int runs, std::vector<double>* ou
   return true;
 }
 
+// Forks a running guest into n children (one request); returns the time
+// from the request to every child's agent answering, in ms (negative: error).
+double TimeFork(VmProcess& parent, int n, uint64_t first_cid) {
+  nlohmann::json children = nlohmann::json::array();
+  std::vector<std::string> dirs;
+  for (int i = 0; i < n; ++i) {
+    char tmpl[] = "/tmp/kubicle-bench-fork-XXXXXX";
+    if (::mkdtemp(tmpl) == nullptr) return -1;
+    dirs.push_back(tmpl);
+    children.push_back({{"vsock_uds", dirs.back() + "/vsock.sock"},
+                        {"control", dirs.back() + "/control.sock"},
+                        {"serial", "none"}, {"cid", first_cid + i}});
+  }
+  auto start = Clock::now();
+  auto r = parent.Control({{"cmd", "fork"}, {"count", n}, {"children", children}});
+  if (!r.ok() || (*r)["ok"] != true) {
+    std::fprintf(stderr, "fork failed: %s\n", r.ok() ? r->dump().c_str() : r.status().ToString().c_str());
+    for (auto& d : dirs) std::filesystem::remove_all(d);
+    return -1;
+  }
+  std::vector<std::unique_ptr<VmProcess>> kids;
+  for (int i = 0; i < n; ++i) kids.push_back(VmProcess::Attach((*r)["pids"][i].get<pid_t>(), dirs[i]));
+  for (auto& kid : kids)
+    if (!kid->ConnectAgent(10s).ok()) return std::fprintf(stderr, "fork child did not answer\n"), -1;
+  return MillisSince(start);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -151,10 +179,27 @@ int main(int argc, char** argv) {
   }
   std::vector<double> restore_ms, warm_ms;
   if (!MeasureRestore(o, runs, &restore_ms, &warm_ms)) return 1;
+  std::vector<double> fork_ms;
+  double fork20_ms = -1;
+  {
+    auto parent = VmProcess::Start(o);
+    if (!parent.ok() || !(*parent)->ConnectAgent(60s).ok())
+      return std::fprintf(stderr, "fork parent did not boot\n"), 1;
+    for (int run = 0; run < runs; ++run) {
+      double ms = TimeFork(**parent, 1, 2000 + run);
+      if (ms < 0) return 1;
+      fork_ms.push_back(ms);
+    }
+    fork20_ms = TimeFork(**parent, 20, 3000);
+    if (fork20_ms < 0) return 1;
+  }
   kubicle::bench::PrintPercentiles("cold boot to agent answering", boot_ms, "ms");
   kubicle::bench::PrintPercentiles("restore (new process) to agent answering", restore_ms, "ms");
   kubicle::bench::PrintPercentiles("warm-pool restore to agent answering", warm_ms, "ms");
   std::printf("  (restore targets: p50 5 ms, p99 15 ms)\n");
+  kubicle::bench::PrintPercentiles("fork to child agent answering", fork_ms, "ms");
+  std::printf("%-44s %9.2f ms (target 50 ms; fork p50 target 10 ms)\n",
+              "20-way fork until all children answer", fork20_ms);
   kubicle::bench::PrintPercentiles("vsock ping round trip", ping_us, "us");
   std::printf("%-44s %9.2f MiB (guest-touched pages: %.2f MiB, target <= 3 MiB)\n",
               "idle kubicle-vmm private memory", idle.vmm_kib / 1024.0, idle.guest_kib / 1024.0);
