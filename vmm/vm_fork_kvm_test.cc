@@ -121,6 +121,23 @@ TEST_F(VmForkKvmTest, ForkOfAFork) {
   EXPECT_NE(Checksum(*parent), child_sum);
 }
 
+TEST_F(VmForkKvmTest, TwentyWayForkAllAnswerWithTheirOwnCid) {
+  auto parent = Boot();
+  ASSERT_TRUE(parent);
+  ASSERT_TRUE(parent->ConnectAgent(60s).ok());
+  Fill(*parent, 42);
+  uint64_t sum = Checksum(*parent);
+  auto children = Fork(*parent, 20, 100);
+  ASSERT_EQ(children.size(), 20u);
+  for (size_t i = 0; i < children.size(); ++i) {
+    auto agent = children[i]->ConnectAgent(20s);
+    ASSERT_TRUE(agent.ok()) << i << ": " << agent.status().ToString();
+    EXPECT_EQ((*agent)->Identity()->cid, 100 + i);
+    EXPECT_EQ((*agent)->MemChecksum()->checksum, sum);
+  }
+  EXPECT_EQ(Checksum(*parent), sum);
+}
+
 TEST_F(VmForkKvmTest, BadForkRequestsAreRefused) {
   auto parent = Boot();
   ASSERT_TRUE(parent);

@@ -218,6 +218,26 @@ TEST_F(VmSnapshotKvmTest, WarmPoolRefusesAMismatchedOrDamagedSnapshotAndStaysRea
   EXPECT_EQ((*status)["state"], "pooled");
 }
 
+TEST_F(VmSnapshotKvmTest, ASnapshotOfARestoredVmRestoresAgain) {
+  uint64_t sum = BootFillAndSnapshot("s", /*resume=*/false);
+  auto a = Restore(dir_ + "/s", 12);
+  ASSERT_TRUE(a);
+  auto agent = a->ConnectAgent(10s);
+  ASSERT_TRUE(agent.ok()) << agent.status().ToString();
+  ASSERT_TRUE((*agent)->WriteFile("/data/second", Bytes{'2'}).ok());
+  auto r = a->Control({{"cmd", "snapshot"}, {"dir", dir_ + "/s2"}, {"resume", false}});
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ((*r)["ok"], true) << r->dump();
+  auto b = Restore(dir_ + "/s2", 13);
+  ASSERT_TRUE(b);
+  auto agent_b = b->ConnectAgent(10s);
+  ASSERT_TRUE(agent_b.ok()) << agent_b.status().ToString() << b->VmmLog();
+  EXPECT_EQ((*agent_b)->MemChecksum()->checksum, sum);
+  EXPECT_EQ(*(*agent_b)->ReadFile("/data/second"), Bytes{'2'});
+  EXPECT_EQ(*(*agent_b)->ReadFile("/data/hello"), (Bytes{'s', 'n', 'a', 'p'}));
+  EXPECT_EQ((*agent_b)->Identity()->cid, 13u);
+}
+
 // Copies snapshot src to dst with writable files, for damaging it.
 void CopyWritable(const std::string& src, const std::string& dst) {
   fs::copy(src, dst, fs::copy_options::recursive);
