@@ -85,7 +85,8 @@ def die_with_parent():
 
 def stream(proc, started, state):
     for raw in proc.stdout:
-        line = raw.decode(errors="replace")
+        # The serial console ends lines with CRLF.
+        line = raw.decode(errors="replace").replace("\r\n", "\n")
         if "TCG doesn't support requested feature" in line:
             continue  # QEMU's note about host features it only pretends to have
         if "kubicle-testhost: ready" in line and state.get("ready") is None:

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -23,7 +24,11 @@ Result<std::unique_ptr<AgentProcess>> AgentProcess::Start(std::vector<std::strin
   p->dir_ = tmpl;
   p->socket_ = p->dir_ + "/agent.sock";
   p->private_uts_ = ::geteuid() == 0;
-  std::vector<std::string> args = {KUBICLE_AGENT_BIN, "--unix", p->socket_, "--no-set-clock",
+  // KUBICLE_AGENT_BIN in the environment runs another build of the agent
+  // (e.g. one with sanitizers, which cannot be linked statically).
+  const char* bin = std::getenv("KUBICLE_AGENT_BIN");
+  std::vector<std::string> args = {bin != nullptr ? bin : KUBICLE_AGENT_BIN, "--unix", p->socket_,
+                                   "--no-set-clock",
                                    "--log-level", "warn"};
   args.push_back(p->private_uts_ ? "--unshare-uts" : "--no-set-hostname");
   for (auto& a : extra_args) args.push_back(std::move(a));
