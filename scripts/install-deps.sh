@@ -11,6 +11,8 @@ PACKAGES=(
   libgtest-dev libgmock-dev
   # guest images and the nested test host
   busybox-static e2fsprogs cpio qemu-system-x86
+  # the Linux guest kernel, rootfs and test host (guest/linux, e2e/nested)
+  linux-source-6.1 bc bison flex libelf-dev debootstrap fakeroot xz-utils
   # tools used by tests and benchmarks
   python3 curl
 )
