@@ -61,9 +61,30 @@ def write_command(scratch, command, cwd, extra_env):
         f.write("\n".join(lines) + "\n")
 
 
-def qemu_command(testhost, scratch, args):
+def tmp_shares(args):
+    """Top-level /tmp directories the command needs (its cwd, its binary,
+    --share): the test host puts a fresh tmpfs on /tmp, so anything of the
+    host's /tmp must be shared explicitly (a CI clone may live there)."""
+    wanted = list(args.share) + [args.cwd]
+    if os.path.isabs(args.command[0]) or os.sep in args.command[0]:
+        wanted.append(os.path.dirname(os.path.abspath(args.command[0])))
+    shares = set()
+    for path in wanted:
+        parts = os.path.realpath(path).split(os.sep)
+        if len(parts) > 2 and parts[1] == "tmp" and os.path.isdir(os.sep.join(parts[:3])):
+            shares.add(os.sep.join(parts[:3]))
+    return sorted(shares)
+
+
+def qemu_command(testhost, scratch, shares, args):
     append = (f"console=ttyS0 quiet loglevel=3 panic=-1 mitigations=off "
               f"kubicle.scratch={scratch}")
+    if shares:
+        append += " kubicle.shares=" + ":".join(shares)
+    extra = []
+    for i, path in enumerate(shares):
+        extra += ["-virtfs",
+                  f"local,path={path},mount_tag=share{i},security_model=none,multidevs=remap"]
     return [
         "qemu-system-x86_64", "-nodefaults", "-no-reboot", "-display", "none",
         "-accel", "tcg,thread=multi", "-cpu", "EPYC,+svm,+npt",
@@ -74,7 +95,7 @@ def qemu_command(testhost, scratch, args):
         "-append", append,
         "-virtfs", "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap",
         "-virtfs", f"local,path={scratch},mount_tag=scratch,security_model=none,multidevs=remap",
-    ]
+    ] + extra
 
 
 def die_with_parent():
@@ -117,6 +138,8 @@ def main():
     p.add_argument("--cwd", default=os.getcwd())
     p.add_argument("--env", action="append", default=[], help="KEY=VALUE or KEY to pass")
     p.add_argument("--keep", action="store_true", help="keep the scratch directory")
+    p.add_argument("--share", action="append", default=[],
+                   help="a directory under /tmp to share read-write (others are visible read-only)")
     p.add_argument("command", nargs="+")
     args = p.parse_args()
     if shutil.which("qemu-system-x86_64") is None:
@@ -129,7 +152,7 @@ def main():
     scratch = tempfile.mkdtemp(prefix="kubicle-nested-", dir="/tmp")
     os.chmod(scratch, 0o755)
     write_command(scratch, args.command, args.cwd, args.env)
-    cmd = qemu_command(testhost, scratch, args)
+    cmd = qemu_command(testhost, scratch, tmp_shares(args), args)
     log(f"booting the test host (QEMU TCG, {args.smp} vCPUs, {args.mem}, "
         f"timeout {args.timeout:.0f} s, scratch {scratch}): "
         f"{' '.join(shlex.quote(a) for a in args.command)}")

@@ -2,8 +2,8 @@
 # /init of the nested KVM test host (see run-in-testhost.py). Loads kvm-amd
 # (nested=1) and 9p, mounts the host's root read-only at /host (so every
 # binary and library of the build machine is there, at the same paths), a
-# tmpfs on /host/tmp and the harness's scratch directory read-write at its
-# own path inside it, then runs $scratch/cmd.sh chrooted into /host with its
+# tmpfs on /host/tmp and the harness's scratch directory (and any shared
+# /tmp directories) read-write at their own paths inside it, then runs $scratch/cmd.sh chrooted into /host with its
 # output on the console, writes the exit status to $scratch/exit-status and
 # powers off.
 /bin/busybox mount -t proc proc /proc
@@ -13,9 +13,12 @@ export PATH=/bin
 say() { echo "kubicle-testhost: $*" >/dev/console; }
 die() { say "error: $*"; poweroff -f; }
 
-scratch=
+scratch= shares=
 for word in $(cat /proc/cmdline); do
-  case $word in kubicle.scratch=*) scratch=${word#*=} ;; esac
+  case $word in
+    kubicle.scratch=*) scratch=${word#*=} ;;
+    kubicle.shares=*) shares=${word#*=} ;;
+  esac
 done
 [ -n "$scratch" ] || die "no kubicle.scratch= on the command line"
 
@@ -40,6 +43,14 @@ mount -t tmpfs -o mode=0755 tmpfs /host/run
 mkdir -p "/host$scratch"
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=524288 scratch "/host$scratch" ||
   die "cannot mount the scratch directory"
+# Directories of the host's /tmp the harness shares (hidden by the tmpfs).
+i=0
+for dir in $(echo "$shares" | tr ':' ' '); do
+  mkdir -p "/host$dir"
+  mount -t 9p -o trans=virtio,version=9p2000.L,msize=524288 "share$i" "/host$dir" ||
+    die "cannot mount the shared directory $dir"
+  i=$((i + 1))
+done
 hostname kubicle-testhost
 say "ready after $(cut -d' ' -f1 /proc/uptime) s"
 
