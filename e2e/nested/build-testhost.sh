@@ -35,8 +35,14 @@ flock 9
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 log "downloading $meta_dep $kversion"
-(cd "$work" && apt-get download -q "$meta_dep" 2>&1 | grep -v "unsandboxed" >&2 || true)
+download() { (cd "$work" && apt-get download -q "$meta_dep" 2>&1 | grep -v "unsandboxed" >&2 || true); }
+download
 deb=$(ls "$work"/*.deb 2>/dev/null | head -n1)
+if [ -z "$deb" ]; then  # stale package lists: the mirror moved on
+  apt-get update -qq
+  download
+  deb=$(ls "$work"/*.deb 2>/dev/null | head -n1)
+fi
 [ -n "$deb" ] || die "apt-get download $meta_dep failed"
 dpkg-deb -x "$deb" "$work/pkg"
 kdir=$(ls -d "$work"/pkg/lib/modules/* | head -n1)
