@@ -81,6 +81,11 @@ def qemu_command(testhost, scratch, shares, args):
               f"kubicle.scratch={scratch}")
     if shares:
         append += " kubicle.shares=" + ":".join(shares)
+    # The PVH vmlinux when build-testhost.sh could extract it (no
+    # decompression under TCG), else the bzImage.
+    kernel = os.path.join(testhost, "vmlinux")
+    if not os.path.exists(kernel):
+        kernel = os.path.join(testhost, "vmlinuz")
     extra = []
     for i, path in enumerate(shares):
         extra += ["-virtfs",
@@ -90,7 +95,7 @@ def qemu_command(testhost, scratch, shares, args):
         "-accel", "tcg,thread=multi", "-cpu", "EPYC,+svm,+npt",
         "-smp", str(args.smp), "-m", args.mem,
         "-serial", "stdio", "-monitor", "none",
-        "-kernel", os.path.join(testhost, "vmlinuz"),
+        "-kernel", kernel,
         "-initrd", os.path.join(testhost, "initramfs.cpio.gz"),
         "-append", append,
         "-virtfs", "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap",
