@@ -59,17 +59,7 @@ uint64_t Block::device_features() const {
 }
 
 void Block::ProcessQueue(uint16_t index) {
-  Queue& q = context()->queue(index);
-  const GuestMemory& mem = context()->memory();
-  bool any = false;
-  while (true) {
-    auto popped = q.Pop(mem, &chain_);
-    if (!popped.ok() || !*popped) break;  // a broken queue is reported by the transport
-    uint32_t written = Execute(chain_);
-    if (!q.AddUsed(mem, chain_.head, written).ok()) break;
-    any = true;
-  }
-  if (any) context()->SignalUsed(index);
+  DrainQueue(index, &chain_, [this](const DescriptorChain& chain) { return Execute(chain); });
 }
 
 void Block::LogReject(const char* why, uint64_t sector, uint64_t bytes) {

@@ -18,17 +18,7 @@ uint64_t Rng::device_features() const {
 }
 
 void Rng::ProcessQueue(uint16_t index) {
-  Queue& q = context()->queue(index);
-  const GuestMemory& mem = context()->memory();
-  bool any = false;
-  while (true) {
-    auto popped = q.Pop(mem, &chain_);
-    if (!popped.ok() || !*popped) break;  // a broken queue is reported by the transport
-    uint32_t n = Fill(chain_);
-    if (!q.AddUsed(mem, chain_.head, n).ok()) break;
-    any = true;
-  }
-  if (any) context()->SignalUsed(index);
+  DrainQueue(index, &chain_, [this](const DescriptorChain& chain) { return Fill(chain); });
 }
 
 uint32_t Rng::Fill(const DescriptorChain& chain) {

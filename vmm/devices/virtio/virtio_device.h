@@ -94,6 +94,24 @@ class VirtioDevice {
   std::unique_lock<std::mutex> LockTransport() const {
     return context_ != nullptr ? context_->Lock() : std::unique_lock<std::mutex>();
   }
+  // Completes every available chain of queue `index` with `complete(chain)`,
+  // which returns the bytes written into it, then signals once for the batch.
+  // Stops at a ring error (the transport reports the broken queue). `chain` is
+  // reused storage owned by the device.
+  template <typename Complete>
+  void DrainQueue(uint16_t index, DescriptorChain* chain, Complete&& complete) {
+    Queue& q = context_->queue(index);
+    const GuestMemory& mem = context_->memory();
+    bool any = false;
+    while (true) {
+      auto popped = q.Pop(mem, chain);
+      if (!popped.ok() || !*popped) break;
+      uint32_t written = complete(*chain);
+      if (!q.AddUsed(mem, chain->head, written).ok()) break;
+      any = true;
+    }
+    if (any) context_->SignalUsed(index);
+  }
   // Copies config bytes [offset, offset+out.size()) into out; 0 past the end.
   static void CopyConfig(std::span<const uint8_t> config, uint64_t offset, std::span<uint8_t> out);
 
