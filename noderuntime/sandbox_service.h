@@ -1,0 +1,137 @@
+// The node daemon's service interface: what kubicle-node can do with
+// templates and sandboxes on this machine. The HTTP API (noderuntime/api)
+// and, later, the Kubernetes node agent call it; SandboxManager
+// (noderuntime/sandbox_manager.h) implements it over kubicle-vmm processes;
+// FakeSandboxService implements it in memory for the API's unit tests.
+//
+// Contracts:
+//  - Every method is thread-safe and may be called concurrently; methods on
+//    different sandboxes never wait for each other.
+//  - Errors are Status codes the API maps to HTTP: InvalidArgument (400),
+//    NotFound (404), AlreadyExists / FailedPrecondition (409),
+//    ResourceExhausted (429: no capacity), DeadlineExceeded (504),
+//    Unavailable (503), anything else 500. A failed call changes no state.
+//  - Ids are DNS-1123 labels (lowercase alphanumerics and '-', ≤ 63 chars).
+//    Label keys and values follow Kubernetes' syntax; selectors are
+//    Kubernetes label selectors ("kubicle.dev/run=r1,tier in (a,b)").
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "guest/client/agent_client.h"
+#include "guest/protocol/messages.h"
+
+namespace kubicle::noderuntime {
+
+using Labels = std::map<std::string, std::string>;
+using WallTime = std::chrono::system_clock::time_point;
+
+// How a template's VM is built: cold boot from these images, then the
+// warm-up commands through the agent, then a snapshot.
+struct TemplateSpec {
+  std::string name;
+  std::string kernel;                 // vmlinux / bzImage / test guest ELF
+  std::string initrd;                 // optional
+  std::string cmdline;                // optional extra kernel command line
+  std::vector<std::string> disks;     // "path" or "path,ro"; the rootfs first
+  uint64_t mem_mib = 256;
+  uint32_t vcpus = 1;
+  std::vector<std::string> warmup;    // shell commands, run in order
+};
+
+enum class TemplateState { kBaking, kReady, kFailed };
+
+struct TemplateInfo {
+  TemplateSpec spec;
+  TemplateState state = TemplateState::kBaking;
+  std::string message;                // what failed, or the bake's progress
+  std::string digest;                 // "sha256:<hex>" of the snapshot's state+memory
+  std::string snapshot_dir;
+  double bake_seconds = 0;
+  WallTime ready_at{};
+};
+
+struct SandboxSpec {
+  std::string id;                     // empty: the node picks one
+  std::string template_name;
+  Labels labels;
+  std::optional<int64_t> ttl_seconds; // node-side backstop; unset = no TTL
+  std::string hostname;               // empty: the id
+};
+
+enum class SandboxState { kCreating, kRunning, kFailed, kDeleting };
+
+struct SandboxInfo {
+  std::string id;
+  std::string template_name;
+  Labels labels;
+  SandboxState state = SandboxState::kCreating;
+  std::string message;                // why it failed
+  std::string fork_of;                // source sandbox of a fork
+  WallTime created_at{};
+  std::optional<WallTime> expires_at;
+  uint32_t cid = 0;
+  int vmm_pid = 0;
+  double ready_ms = 0;                // create (restore or fork) to agent answering
+  uint64_t mem_mib = 0;
+  uint32_t vcpus = 0;
+  std::string token;                  // data-plane token; returned only by Create/Fork
+};
+
+struct ForkRequest {
+  std::string source_id;
+  uint32_t count = 1;                 // 1..64
+  Labels labels;                      // added to the source's labels
+  std::optional<int64_t> ttl_seconds;
+};
+
+struct ExecOptions {
+  guest::protocol::ExecStartRequest request;
+  guest::client::ExecIo io;           // on_output streams; unset collects
+  std::chrono::milliseconds timeout{60000};
+};
+
+class SandboxService {
+ public:
+  virtual ~SandboxService() = default;
+
+  // Starts baking (asynchronously) and returns at once with state kBaking.
+  // AlreadyExists if a template of that name exists with another spec.
+  virtual Result<TemplateInfo> PutTemplate(const TemplateSpec& spec) = 0;
+  virtual Result<TemplateInfo> GetTemplate(const std::string& name) = 0;
+  virtual std::vector<TemplateInfo> ListTemplates() = 0;
+  // FailedPrecondition while sandboxes of the template run.
+  virtual Status DeleteTemplate(const std::string& name) = 0;
+
+  // Returns once the sandbox's agent answers (state kRunning).
+  virtual Result<SandboxInfo> CreateSandbox(const SandboxSpec& spec) = 0;
+  virtual Result<std::vector<SandboxInfo>> ForkSandbox(const ForkRequest& request) = 0;
+  virtual Result<SandboxInfo> GetSandbox(const std::string& id) = 0;
+  // `selector` is a Kubernetes label selector; empty selects all.
+  virtual Result<std::vector<SandboxInfo>> ListSandboxes(const std::string& selector) = 0;
+  // Returns once the VM is gone. NotFound if there is no such sandbox.
+  virtual Status DeleteSandbox(const std::string& id) = 0;
+  // Deletes every sandbox the selector matches; returns their ids.
+  virtual Result<std::vector<std::string>> DeleteSandboxes(const std::string& selector) = 0;
+  // True if `token` is the sandbox's data-plane token (constant-time compare).
+  virtual bool CheckToken(const std::string& id, const std::string& token) = 0;
+
+  virtual Result<guest::client::ExecResult> Exec(const std::string& id,
+                                                 const ExecOptions& options) = 0;
+  virtual Status WriteFile(const std::string& id, const std::string& path,
+                           guest::protocol::ByteSpan data, uint32_t mode) = 0;
+  virtual Result<guest::protocol::Bytes> ReadFile(const std::string& id,
+                                                  const std::string& path) = 0;
+};
+
+const char* TemplateStateName(TemplateState s);
+const char* SandboxStateName(SandboxState s);
+
+}  // namespace kubicle::noderuntime
