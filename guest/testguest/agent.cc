@@ -63,10 +63,12 @@ void Agent::HandleFrame(Session* s, const wire::FrameHeader& h, const uint8_t* p
     case Type::kList: return List(s, h.id, f);
     case Type::kRemove: return Remove(s, h.id, f);
     case Type::kChmod: return Chmod(s, h.id, f);
-    case Type::kExecStdin: return;  // no exec can exist: ignored, as for any unknown exec
-    case Type::kExecStart:
+    case Type::kExecStart: return ExecStart(s, h.id, f, payload, h.payload_len);
+    // Built-in execs end inside EXEC_START: stdin and signals only ever
+    // name finished execs (stdin is dropped, as for any unknown exec).
+    case Type::kExecStdin: return;
     case Type::kExecSignal:
-      return s->SendError(h.id, ErrorCode::kUnimplemented, "the test guest cannot exec");
+      return s->SendError(h.id, ErrorCode::kNotFound, "no running exec (built-ins finish at once)");
     case Type::kMkdir:
       return s->SendError(h.id, ErrorCode::kUnimplemented,
                           "the test guest's directories are implicit");
@@ -97,7 +99,8 @@ void Agent::Hello(Session* s, uint32_t id, Fields& f) {
   w->PutU16(Tag::kVersion, hi);
   w->PutCStr(Tag::kName, kName);
   w->PutCStr(Tag::kSoftwareVersion, kSoftwareVersion);
-  static const char* const kCaps[] = {"testguest", "files", "mem", "entropy", "disk"};
+  static const char* const kCaps[] = {"testguest", "files", "mem", "entropy", "disk",
+                                       "exec"};
   for (const char* cap : kCaps) w->PutCStr(Tag::kCapability, cap);
   w->PutU32(Tag::kMaxPayload, Session::kMaxRxPayload);
   s->EndReply();

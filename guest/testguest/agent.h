@@ -1,7 +1,8 @@
 // Agent: the test guest's request handler, the subset of the agent protocol
 // the tiny guest implements (docs/testguest.md): HELLO, PING, ECHO, RAM files
 // (write/read/stat/list/remove/chmod), IDENTITY, POST_RESTORE, MEM_FILL,
-// MEM_CHECKSUM, ENTROPY_READ, DISK_INFO/READ/WRITE. Everything else gets
+// MEM_CHECKSUM, ENTROPY_READ, DISK_INFO/READ/WRITE, and EXEC_START of a few
+// built-in programs (echo, hostname, cat, true, false). Everything else gets
 // ERROR Unimplemented.
 //
 // Portable freestanding C++ with no hardware access: the guest wires it to
@@ -94,6 +95,36 @@ class Agent {
 
  private:
   using Type = wire::MsgType;
+  // Built-in exec (agent_exec.cc). ExecArgs points into the request payload.
+  struct ExecArgs {
+    static constexpr uint32_t kMax = 256;
+    const char* argv[kMax] = {};
+    uint32_t argv_len[kMax] = {};
+    uint32_t argc = 0;  // may exceed kMax (then refused)
+    const uint8_t* stdin_data = nullptr;
+    uint32_t stdin_len = 0;
+    bool background = false;
+    uint32_t output_limit = 0;
+  };
+  // Output of one exec; everything beyond the caps is dropped (truncated).
+  struct ExecOut {
+    static constexpr uint32_t kOutCap = 64 * 1024;  // fits one reply burst (kMaxReply)
+    static constexpr uint32_t kErrCap = 512;
+    uint8_t* out = nullptr;  // kOutCap bytes
+    uint32_t out_len = 0;
+    uint32_t limit = kOutCap;
+    uint8_t err[kErrCap] = {};
+    uint32_t err_len = 0;
+    bool truncated = false;
+    void Write(uint8_t stream, const void* data, uint32_t n);
+    void WriteStr(uint8_t stream, const char* s);
+  };
+  void ExecStart(Session* s, uint32_t id, Fields& f, const uint8_t* payload, uint32_t size);
+  bool ParseExec(Fields& f, const uint8_t* payload, uint32_t size, ExecArgs* a);
+  int32_t RunBuiltin(const ExecArgs& a, ExecOut* o);
+  int32_t Cat(const ExecArgs& a, ExecOut* o);
+  void SendExecOutput(Session* s, uint32_t id, uint8_t stream, const uint8_t* data, uint32_t len);
+
   void Hello(Session* s, uint32_t id, Fields& f);
   void Ping(Session* s, uint32_t id, Fields& f);
   void Echo(Session* s, uint32_t id, Fields& f);
@@ -137,6 +168,9 @@ class Agent {
   uint8_t boot_id_[wire::kBootIdLen] = {};
   bool boot_entropy_ok_ = false;
   uint64_t entropy_digest_ = 0;
+  uint32_t next_pid_ = 100;  // exec "pids": unique per boot, never 0
+  ExecOut exec_out_;
+  uint8_t exec_stdout_[ExecOut::kOutCap] = {};
   RamFs fs_;
 };
 

@@ -28,7 +28,7 @@ TEST(TestGuestAgent, HelloPingEcho) {
   ASSERT_NE(c, nullptr);
   EXPECT_EQ(c->agent().name, "kubicle-testguest");
   EXPECT_TRUE(c->agent().HasCapability("testguest"));
-  EXPECT_FALSE(c->agent().HasCapability("exec"));
+  EXPECT_TRUE(c->agent().HasCapability("exec"));
   EXPECT_EQ(c->agent().max_payload, Session::kMaxRxPayload);
   EXPECT_TRUE(c->Ping().ok());
   for (size_t n : {size_t(0), size_t(1), size_t(60000)}) {
@@ -115,7 +115,7 @@ TEST(TestGuestAgent, FileLimitsAndBadPathsKeepTheConnection) {
   EXPECT_EQ(c->WriteFile("/f3/x", Bytes{1}).code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(c->Mkdir("/d").code(), StatusCode::kUnimplemented);
   protocol::ExecStartRequest ex;
-  ex.argv = {"/bin/true"};
+  ex.shell_command = "true";
   EXPECT_EQ(c->Exec(ex).status().code(), StatusCode::kUnimplemented);
   EXPECT_TRUE(c->Ping().ok());
 }

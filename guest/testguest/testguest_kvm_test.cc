@@ -172,8 +172,45 @@ TEST_F(TestGuestKvm, MalformedFramesOverVsockKeepTheConnection) {
   EXPECT_EQ(r->type, protocol::MsgType::kError);
   EXPECT_EQ(protocol::ErrorReply::Decode(r->payload)->code, protocol::ErrorCode::kInvalidArgument);
   protocol::ExecStartRequest ex;
-  ex.argv = {"/bin/true"};
+  ex.shell_command = "true";
   EXPECT_EQ(c->Exec(ex).status().code(), StatusCode::kUnimplemented);
+  EXPECT_TRUE(c->Ping().ok());
+}
+
+Bytes ImagePattern(size_t n, uint32_t salt);
+
+TEST_F(TestGuestKvm, BuiltInExecThroughAgentClient) {
+  auto vm = Boot();
+  ASSERT_TRUE(vm);
+  auto c = Connect(*vm);
+  ASSERT_TRUE(c);
+  EXPECT_TRUE(c->agent().HasCapability("exec"));
+  auto str = [](const Bytes& b) { return std::string(b.begin(), b.end()); };
+  auto run = [&](std::vector<std::string> argv, Bytes in = {}) {
+    protocol::ExecStartRequest req;
+    req.argv = std::move(argv);
+    req.stdin_data = std::move(in);
+    auto r = c->Exec(req);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? *r : client::ExecResult{};
+  };
+  auto echo = run({"echo", "hello", "kvm"});
+  EXPECT_EQ(str(echo.stdout_data), "hello kvm\n");
+  EXPECT_EQ(echo.exit_code, 0);
+  EXPECT_EQ(run({"true"}).exit_code, 0);
+  EXPECT_EQ(run({"false"}).exit_code, 1);
+  auto missing = run({"/bin/sh", "-c", "true"});
+  EXPECT_EQ(missing.exit_code, 127);
+  EXPECT_NE(str(missing.stderr_data).find("not found"), std::string::npos);
+  EXPECT_EQ(str(run({"cat"}, Bytes{'s', 'i'}).stdout_data), "si");
+  ASSERT_TRUE(c->WriteFile("/etc/motd", ImagePattern(40000, 4)).ok());
+  EXPECT_EQ(run({"cat", "/etc/motd"}).stdout_data, ImagePattern(40000, 4));
+  EXPECT_EQ(str(run({"hostname"}).stdout_data), "kubicle-testguest\n");
+  protocol::PostRestoreRequest pr;
+  pr.hostname = "sandbox-1";
+  pr.generation = 1;
+  ASSERT_TRUE(c->PostRestore(pr).ok());
+  EXPECT_EQ(str(run({"hostname"}).stdout_data), "sandbox-1\n");
   EXPECT_TRUE(c->Ping().ok());
 }
 
