@@ -19,6 +19,7 @@ Vm::~Vm() {
   if (vcpus_) vcpus_->Stop();
   if (loop_) loop_->Stop();
   if (loop_thread_.joinable()) loop_thread_.join();
+  JoinFlatten();
 }
 
 Status Vm::BuildMachine() {
@@ -123,6 +124,8 @@ ExitCode Vm::WaitForStop() {
   loop_->Stop();
   if (loop_thread_.joinable()) loop_thread_.join();
   control_.reset();
+  JoinFlatten();
+  RemoveOverlays();
   return stop.first;
 }
 

@@ -8,6 +8,7 @@
 // serial input) and the control socket; one thread per vCPU.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -29,6 +30,7 @@
 #include "vmm/kvm/vm_fd.h"
 #include "vmm/memory/guest_memory.h"
 #include "vmm/vcpu_runner.h"
+#include "snapshot/layered_disk.h"
 #include "snapshot/memory_reservation.h"
 #include "snapshot/snapshot_dir.h"
 #include "snapshot/state.h"
@@ -39,12 +41,16 @@ namespace kubicle::vmm {
 namespace devices::legacy {
 class Serial;
 }
+namespace devices::virtio {
+class Block;
+}
 
 // The new identity of one fork child.
 struct ForkChild {
   std::string vsock_uds;  // required when the VM has a vsock device
   std::string control;    // required
   std::string serial;     // empty: discarded
+  std::string layer_dir;  // empty: the parent's --layer-dir
   uint64_t cid = 0;
 };
 inline constexpr size_t kMaxForkChildren = 64;
@@ -89,6 +95,14 @@ class Vm {
   const VmmConfig& config() const { return config_; }
 
  private:
+  // One entry per virtio-blk device (the Block is owned by its transport).
+  struct DiskSlot {
+    uint32_t slot = 0;
+    devices::virtio::Block* block = nullptr;
+    snapshot::LayeredDisk* layered = nullptr;  // null: a raw image file
+    std::string base_path;
+    bool read_only = false;
+  };
   explicit Vm(VmmConfig config) : config_(std::move(config)) {}
   Status BuildMachine();
   Status AttachLegacyDevices();
@@ -106,6 +120,20 @@ class Vm {
   Status RestoreOnto(const snapshot::MachineState& s);
   [[noreturn]] void ChildMain(const snapshot::MachineState& state, const ForkChild& child);
   Status BuildForked(const snapshot::MachineState& s);
+  // Disks (vm_disks.cc).
+  Status AttachDisk(const DiskConfig& disk);
+  Status AttachRestoredDisk(const snapshot::BlockDeviceState& b);
+  // Refuses (Unimplemented) when a writable disk is a raw image.
+  Status CheckDisksCapturable() const;
+  // Freezes a copy-on-write disk's overlay; returns what the state records.
+  Result<snapshot::BlockDeviceState> CaptureDisk(uint32_t slot);
+  std::string NewOverlayPath(uint32_t slot) const;
+  // Deletes the live overlays (private to this VM) when it stops.
+  void RemoveOverlays();
+  // Keeps the disk's frozen chain short: a background flatten past
+  // LayeredDisk::kFlattenThreshold, a synchronous one at kMaxLayers.
+  void MaybeFlatten(DiskSlot& d);
+  void JoinFlatten();
 
   VmmConfig config_;
   std::string kernel_cmdline_;  // config cmdline plus virtio_mmio.device= entries
@@ -129,6 +157,10 @@ class Vm {
   std::shared_ptr<devices::legacy::Serial> serial_;
   std::vector<std::shared_ptr<devices::virtio::MmioTransport>> virtio_;
   std::vector<EventFd> notify_fds_;  // ioeventfds, registered on loop_
+  std::vector<DiskSlot> disks_;
+  // At most one background flatten at a time (any disk).
+  std::thread flatten_thread_;
+  std::atomic<bool> flatten_done_{false};
 
   std::thread loop_thread_;
   std::unique_ptr<ControlServer> control_;

@@ -52,11 +52,7 @@ Status Vm::AttachLegacyDevices() {
 }
 
 Status Vm::AttachVirtioDevices() {
-  for (const DiskConfig& disk : config_.disks) {
-    ASSIGN_OR_RETURN(auto backend, virtio::RawFileBackend::Open(disk.path, disk.read_only));
-    std::string id = "disk" + std::to_string(virtio_.size());
-    RETURN_IF_ERROR(AttachVirtio(std::make_unique<virtio::Block>(std::move(backend), id)));
-  }
+  for (const DiskConfig& disk : config_.disks) RETURN_IF_ERROR(AttachDisk(disk));
   if (!config_.vsock_uds.empty()) {
     virtio::VsockConfig vsock_config;
     vsock_config.guest_cid = config_.guest_cid;

@@ -36,7 +36,8 @@ Result<std::vector<ForkChild>> ParseChildren(const nlohmann::json& req) {
     if (!c.is_object()) return Status::InvalidArgument("fork: each child is an object");
     for (auto [key, field] : {std::pair{"vsock_uds", &child.vsock_uds},
                               std::pair{"control", &child.control},
-                              std::pair{"serial", &child.serial}}) {
+                              std::pair{"serial", &child.serial},
+                              std::pair{"layer_dir", &child.layer_dir}}) {
       if (!c.contains(key)) continue;
       if (!c[key].is_string()) return Status::InvalidArgument(std::string("fork: \"") + key + "\" must be a string");
       *field = c[key].get<std::string>();
@@ -56,7 +57,7 @@ Result<std::vector<ForkChild>> ParseChildren(const nlohmann::json& req) {
 Result<nlohmann::json> Vm::Fork(const nlohmann::json& req) {
   ASSIGN_OR_RETURN(std::vector<ForkChild> children, ParseChildren(req));
   if (!vcpus_) return Status::FailedPrecondition("vm is not started");
-  if (!config_.disks.empty()) return Status::Unimplemented("fork of a VM with --disk is not supported yet");
+  RETURN_IF_ERROR(CheckDisksCapturable().WithContext("fork"));
   auto start = std::chrono::steady_clock::now();
   bool was_paused = vcpus_->paused();
   if (!was_paused) RETURN_IF_ERROR(vcpus_->Pause());
@@ -98,6 +99,7 @@ void Vm::ChildMain(const snapshot::MachineState& state, const ForkChild& child) 
   config.control_path = child.control;
   config.serial_path = child.serial.empty() ? "none" : child.serial;
   config.guest_cid = child.cid;
+  if (!child.layer_dir.empty()) config.layer_dir = child.layer_dir;
   config.vm_id = config_.vm_id + "-" + std::to_string(::getpid());
   std::unique_ptr<Vm> vm(new Vm(config));
   // The inherited machine (this object and everything it owns) is never

@@ -56,6 +56,7 @@ Result<nlohmann::json> Vm::RestoreFromPool(const nlohmann::json& req) {
   RETURN_IF_ERROR(text("vsock_uds", &config_.vsock_uds));
   RETURN_IF_ERROR(text("serial", &config_.serial_path));
   RETURN_IF_ERROR(text("id", &config_.vm_id));
+  RETURN_IF_ERROR(text("layer_dir", &config_.layer_dir));
   if (req.contains("cid")) {
     if (!req["cid"].is_number_unsigned() || req["cid"].get<uint64_t>() < 3)
       return Status::InvalidArgument("restore: \"cid\" must be an integer >= 3");

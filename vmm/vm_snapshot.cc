@@ -69,12 +69,8 @@ Result<snapshot::MachineState> Vm::CaptureState() {
     virtio::MmioTransport& t = *virtio_[slot];
     snapshot::VirtioDeviceState d;
     ASSIGN_OR_RETURN(d.kind, KindOf(*t.device()));
-    if (d.kind == DeviceKind::kVirtioBlock) {
-      return Status::Unimplemented(
-          "snapshot of a VM with --disk is not supported yet (raw disk images have no "
-          "copy-on-write layers)");
-    }
     d.slot = static_cast<uint32_t>(slot);
+    if (d.kind == DeviceKind::kVirtioBlock) { ASSIGN_OR_RETURN(d.block, CaptureDisk(d.slot)); }
     d.transport = t.SaveState();
     if (d.kind == DeviceKind::kVirtioVsock)
       d.vsock.guest_cid = static_cast<virtio::Vsock*>(t.device())->guest_cid();
@@ -86,6 +82,7 @@ Result<snapshot::MachineState> Vm::CaptureState() {
 
 Status Vm::Snapshot(const std::string& dir, bool resume) {
   if (!vcpus_) return Status::FailedPrecondition("vm is not started");
+  RETURN_IF_ERROR(CheckDisksCapturable().WithContext("snapshot " + dir));
   bool was_paused = vcpus_->paused();
   auto start = std::chrono::steady_clock::now();
   if (!was_paused) RETURN_IF_ERROR(vcpus_->Pause());
@@ -155,7 +152,9 @@ Status Vm::AttachRestoredVirtio(const snapshot::MachineState& s) {
   for (const snapshot::VirtioDeviceState& d : s.virtio) {
     if (d.slot != virtio_.size())
       return Status::DataLoss("snapshot virtio slots are not dense (slot " + std::to_string(d.slot) + ")");
-    if (d.kind == DeviceKind::kVirtioRng) {
+    if (d.kind == DeviceKind::kVirtioBlock) {
+      RETURN_IF_ERROR(AttachRestoredDisk(d.block));
+    } else if (d.kind == DeviceKind::kVirtioRng) {
       RETURN_IF_ERROR(AttachVirtio(std::make_unique<virtio::Rng>()));
     } else if (d.kind == DeviceKind::kVirtioVsock) {
       if (config_.vsock_uds.empty())

@@ -1,5 +1,5 @@
 # The monitor: VM assembly, vCPU threads and the kubicle-vmm binary.
-add_library(kubicle_vmm_monitor vm.cc vm_devices.cc vm_snapshot.cc vm_pool.cc vm_fork.cc vcpu_runner.cc)
+add_library(kubicle_vmm_monitor vm.cc vm_devices.cc vm_disks.cc vm_snapshot.cc vm_pool.cc vm_fork.cc vcpu_runner.cc)
 target_compile_options(kubicle_vmm_monitor PRIVATE ${KUBICLE_HOST_WARNINGS})
 target_link_libraries(kubicle_vmm_monitor PUBLIC
   kubicle_snapshot kubicle_vmm_control kubicle_vmm_arch kubicle_vmm_kvm kubicle_vmm_legacy kubicle_vmm_virtio
@@ -31,3 +31,9 @@ kubicle_test(vm_fork_kvm_test kvm vm_fork_kvm_test.cc)
 target_link_libraries(vm_fork_kvm_test PRIVATE kubicle_vmm_testing kubicle_testguest_elf)
 target_compile_definitions(vm_fork_kvm_test PRIVATE KUBICLE_VMM_BIN="$<TARGET_FILE:kubicle-vmm>")
 add_dependencies(vm_fork_kvm_test kubicle-vmm)
+
+# kvm tests of copy-on-write disks in snapshot, restore and fork (vm_disks.cc).
+kubicle_test(vm_disk_kvm_test kvm vm_disk_kvm_test.cc)
+target_link_libraries(vm_disk_kvm_test PRIVATE kubicle_vmm_testing kubicle_snapshot kubicle_testguest_elf)
+target_compile_definitions(vm_disk_kvm_test PRIVATE KUBICLE_VMM_BIN="$<TARGET_FILE:kubicle-vmm>")
+add_dependencies(vm_disk_kvm_test kubicle-vmm)

@@ -14,6 +14,11 @@ bool IsReadableFile(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
+bool IsDirectory(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
 Result<uint64_t> ParseUint(const std::string& flag, const std::string& text) {
   uint64_t v = 0;
   auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
@@ -53,6 +58,8 @@ Status Validate(const VmmConfig& cfg) {
   if (cfg.guest_cid < 3 || cfg.guest_cid > 0xffffffffull)
     return Status::OutOfRange("--cid: guest CIDs are 3..2^32-1 (0-2 are reserved)");
   if (cfg.cmdline.size() >= 4096) return Status::OutOfRange("--cmdline: longer than 4095 bytes");
+  if (!cfg.layer_dir.empty() && !IsDirectory(cfg.layer_dir))
+    return Status::NotFound("--layer-dir: no such directory '" + cfg.layer_dir + "'");
   return Status::Ok();
 }
 
@@ -101,6 +108,7 @@ Result<VmmConfig> ParseRunArgs(const std::vector<std::string>& args) {
     else if (flag == "--id") cfg.vm_id = v;
     else if (flag == "--log-level") cfg.log_level = v;
     else if (flag == "--snapshot") cfg.snapshot_path = v;
+    else if (flag == "--layer-dir") cfg.layer_dir = v;
     else return Status::InvalidArgument("unknown flag '" + flag + "' (see --help)");
   }
   if (!cfg.snapshot_path.empty())
@@ -157,7 +165,9 @@ std::string UsageText() {
 Usage:
   kubicle-vmm run --kernel PATH [options]
   kubicle-vmm restore --snapshot DIR [--vsock-uds P] [--cid N] [--control C] [--serial S]
+                      [--layer-dir D]
   kubicle-vmm pool --mem SIZE [--vcpus N] --control C [--vsock-uds P] [--cid N] [--serial S]
+                   [--layer-dir D]
                        (warm pool: waits for {"cmd":"restore","snapshot":DIR,...})
   kubicle-vmm --help
 
@@ -168,6 +178,10 @@ Options for run:
   --mem SIZE           guest memory, e.g. 256M, 2G (16M..1T; default 256M)
   --vcpus N            virtual CPUs (1..64; default 1)
   --disk PATH[,ro|,rw] raw disk image as virtio-blk (repeatable, up to 8)
+  --layer-dir DIR      copy-on-write disks: each writable --disk image becomes a
+                       read-only base and the VM writes to an overlay file in
+                       DIR (needed to snapshot or fork a VM with writable disks;
+                       restore: where the restored VM's overlays go)
   --vsock-uds PATH     virtio-vsock; host side is a Unix socket at PATH
                        (connect, send "CONNECT <port>\n", read "OK <port>\n";
                        guest connections to port P go to PATH_P)

@@ -31,6 +31,12 @@ struct VmmConfig {
   std::string control_path; // empty: no control socket
   std::string vm_id = "vm";
   std::string snapshot_path;  // `restore`: the snapshot directory
+  // Directory for copy-on-write disk layers. When set, every writable --disk
+  // is a LayeredDisk: the image is its read-only base and this VM's writes
+  // go to a private overlay file here (which snapshot and fork freeze into
+  // shared layers). Empty: writable disks are raw images, written in place,
+  // and the VM cannot be snapshotted or forked.
+  std::string layer_dir;
   bool log_json = false;
   std::string log_level = "info";
 };

@@ -88,5 +88,22 @@ TEST(ParseRestoreArgsTest, TakesSnapshotAndIdentityButNotTheMachineShape) {
             StatusCode::kInvalidArgument);
 }
 
+TEST(LayerDirTest, RunRestoreAndPoolTakeAnExistingDirectory) {
+  auto run = ParseRunArgs({"--kernel", "/proc/self/exe", "--layer-dir", "/tmp"});
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  EXPECT_EQ(run->layer_dir, "/tmp");
+  EXPECT_EQ(ParseRunArgs({"--kernel", "/proc/self/exe", "--layer-dir", "/nonexistent/x"}).status().code(),
+            StatusCode::kNotFound);
+  EXPECT_EQ(ParseRunArgs({"--kernel", "/proc/self/exe", "--layer-dir", "/proc/self/exe"}).status().code(),
+            StatusCode::kNotFound);
+  auto restore = ParseRestoreArgs({"--snapshot", "/s", "--layer-dir", "/tmp"});
+  ASSERT_TRUE(restore.ok()) << restore.status().ToString();
+  EXPECT_EQ(restore->layer_dir, "/tmp");
+  auto pool = ParsePoolArgs({"--mem", "64M", "--control", "/run/c", "--layer-dir", "/tmp"});
+  ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+  EXPECT_EQ(pool->layer_dir, "/tmp");
+  EXPECT_TRUE(ParseRunArgs({"--kernel", "/proc/self/exe"})->layer_dir.empty());
+}
+
 }  // namespace
 }  // namespace kubicle::vmm

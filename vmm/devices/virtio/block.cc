@@ -50,6 +50,11 @@ Block::Block(std::unique_ptr<BlockBackend> backend, std::string id)
 
 uint32_t Block::device_id() const { return kDeviceIdBlock; }
 
+std::string Block::id() const {
+  const auto end = std::find(id_.begin(), id_.end(), uint8_t{0});
+  return std::string(id_.begin(), end);
+}
+
 uint64_t Block::device_features() const {
   uint64_t f = FeatureBit(kFeatureVersion1) | FeatureBit(kFeatureRingEventIdx) |
                FeatureBit(kFeatureSizeMax) | FeatureBit(kFeatureSegMax) |

@@ -54,6 +54,9 @@ class Block final : public VirtioDevice {
   void Reset() override {}
 
   uint64_t capacity_sectors() const { return capacity_; }
+  // The GET_ID serial (without trailing NULs) and the backend, for snapshots.
+  std::string id() const;
+  BlockBackend* backend() const { return backend_.get(); }
 
  private:
   // Executes one request; returns the bytes written into the chain.
