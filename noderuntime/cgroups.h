@@ -1,0 +1,58 @@
+// Per-VM cgroups: a CPU quota of `vcpus` whole CPUs, a memory limit of the
+// guest's RAM plus the VMM's own overhead, and a pids limit, one group per
+// sandbox under a "kubicle" parent. Works on cgroup v1 (separate cpu, memory
+// and pids hierarchies, as on this machine) and v2 (unified; chosen when
+// <root>/cgroup.controllers exists).
+//
+// Contracts: the root is injected so tests use a plain directory that looks
+// like a cgroup mount. Create is idempotent; Remove deletes the groups and
+// must be called after the processes in them are gone (the kernel refuses
+// rmdir of a populated group: Remove then answers FailedPrecondition).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace kubicle::noderuntime {
+
+struct CgroupLimits {
+  uint64_t mem_mib = 0;       // guest RAM
+  uint64_t overhead_mib = 64; // VMM heap, page tables, device buffers
+  uint32_t vcpus = 1;
+  uint64_t pids_max = 256;    // the VMM's threads (vCPUs, event loop)
+};
+
+class Cgroups {
+ public:
+  // enabled=false makes every call a no-op (hosts where we may not write).
+  // `parent` is the group under which each VM's group is made ("kubicle").
+  Cgroups(std::string root, bool enabled, std::string parent = "kubicle");
+
+  bool enabled() const { return enabled_; }
+  bool v2() const { return v2_; }
+  Status Create(const std::string& name, const CgroupLimits& limits);
+  Status AddProcess(const std::string& name, pid_t pid);
+  Status Remove(const std::string& name);
+  // Names of the groups that exist under the parent.
+  // Removes the (empty) parent groups themselves.
+  Status RemoveParent();
+  std::vector<std::string> List() const;
+  // The directories of a group (one per v1 controller, or the v2 one).
+  std::vector<std::string> Dirs(const std::string& name) const;
+
+ private:
+  std::vector<std::string> Parents() const;
+  Status EnableV2Controllers();
+
+  std::string root_;
+  std::string parent_;
+  bool enabled_;
+  bool v2_ = false;
+};
+
+}  // namespace kubicle::noderuntime

@@ -1,0 +1,225 @@
+#include "noderuntime/node_util.h"
+
+#include <fcntl.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+
+#include "common/unique_fd.h"
+
+namespace kubicle::noderuntime {
+namespace {
+
+bool IsAlnum(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'); }
+
+// [A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?, at most 63: a label name or value.
+bool ValidLabelToken(std::string_view s) {
+  if (s.empty() || s.size() > 63) return false;
+  if (!IsAlnum(s.front()) || !IsAlnum(s.back())) return false;
+  for (char c : s)
+    if (!IsAlnum(c) && c != '-' && c != '_' && c != '.') return false;
+  return true;
+}
+
+bool ValidDnsLabel(std::string_view s) {
+  if (s.empty() || s.size() > 63) return false;
+  auto lower_alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+  if (!lower_alnum(s.front()) || !lower_alnum(s.back())) return false;
+  for (char c : s)
+    if (!lower_alnum(c) && c != '-') return false;
+  return true;
+}
+
+bool ValidDnsSubdomain(std::string_view s) {
+  if (s.empty() || s.size() > 253) return false;
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t dot = s.find('.', start);
+    if (dot == std::string_view::npos) dot = s.size();
+    if (!ValidDnsLabel(s.substr(start, dot - start))) return false;
+    start = dot + 1;
+  }
+  return true;
+}
+
+Status FsyncPath(const std::string& path, int flags) {
+  UniqueFd fd(::open(path.c_str(), flags | O_CLOEXEC));
+  if (!fd) return Status::FromErrno("open " + path);
+  if (::fsync(fd.get()) != 0) return Status::FromErrno("fsync " + path);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ValidateId(std::string_view id, std::string_view what) {
+  if (ValidDnsLabel(id)) return Status::Ok();
+  return Status::InvalidArgument(std::string(what) + " '" + std::string(id.substr(0, 80)) +
+                                 "' is not a DNS-1123 label (lowercase letters, digits and '-', "
+                                 "starting and ending with a letter or digit, at most 63)");
+}
+
+Status ValidateLabels(const Labels& labels) {
+  for (const auto& [key, value] : labels) {
+    std::string_view name = key;
+    size_t slash = key.find('/');
+    if (slash != std::string::npos) {
+      if (!ValidDnsSubdomain(std::string_view(key).substr(0, slash)))
+        return Status::InvalidArgument("label key '" + key + "': bad prefix");
+      name = std::string_view(key).substr(slash + 1);
+    }
+    if (!ValidLabelToken(name))
+      return Status::InvalidArgument("label key '" + key + "' is not a valid label name");
+    if (!value.empty() && !ValidLabelToken(value))
+      return Status::InvalidArgument("label '" + key + "': value '" + value.substr(0, 80) +
+                                     "' is not a valid label value");
+  }
+  return Status::Ok();
+}
+
+guest::protocol::Bytes RandomBytes(size_t n) {
+  guest::protocol::Bytes out(n);
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = ::getrandom(out.data() + got, n - got, 0);
+    if (r > 0) got += static_cast<size_t>(r);
+    // EINTR retries; getrandom never fails otherwise once the pool is seeded.
+  }
+  return out;
+}
+
+std::string RandomHex(size_t bytes) {
+  static const char kHex[] = "0123456789abcdef";
+  std::string s;
+  for (uint8_t b : RandomBytes(bytes)) {
+    s.push_back(kHex[b >> 4]);
+    s.push_back(kHex[b & 15]);
+  }
+  return s;
+}
+
+namespace {
+std::string Hex(const unsigned char* d, unsigned n) {
+  static const char kHex[] = "0123456789abcdef";
+  std::string s;
+  for (unsigned i = 0; i < n; ++i) {
+    s.push_back(kHex[d[i] >> 4]);
+    s.push_back(kHex[d[i] & 15]);
+  }
+  return s;
+}
+}  // namespace
+
+std::string Sha256Hex(std::string_view data) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned n = 0;
+  EVP_Digest(data.data(), data.size(), md, &n, EVP_sha256(), nullptr);
+  return Hex(md, n);
+}
+
+Result<std::string> Sha256Files(const std::vector<std::string>& paths) {
+  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
+  if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1)
+    return Status::Internal("EVP_DigestInit failed");
+  std::vector<char> buf(1 << 20);
+  for (const std::string& p : paths) {
+    UniqueFd fd(::open(p.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd) return Status::FromErrno("open " + p);
+    for (;;) {
+      ssize_t n = ::read(fd.get(), buf.data(), buf.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return Status::FromErrno("read " + p);
+      if (n == 0) break;
+      EVP_DigestUpdate(ctx.get(), buf.data(), static_cast<size_t>(n));
+    }
+  }
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned n = 0;
+  EVP_DigestFinal_ex(ctx.get(), md, &n);
+  return "sha256:" + Hex(md, n);
+}
+
+bool ConstantTimeEqual(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+Status AtomicWriteFile(const std::string& path, std::string_view content) {
+  std::filesystem::path p(path);
+  std::string dir = p.parent_path().string();
+  std::string tmp = dir + "/." + p.filename().string() + ".tmp-" + RandomHex(4);
+  {
+    UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+    if (!fd) return Status::FromErrno("create " + tmp);
+    size_t off = 0;
+    while (off < content.size()) {
+      ssize_t n = ::write(fd.get(), content.data() + off, content.size() - off);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        Status s = Status::FromErrno("write " + tmp);
+        ::unlink(tmp.c_str());
+        return s;
+      }
+      off += static_cast<size_t>(n);
+    }
+    if (::fsync(fd.get()) != 0) {
+      Status s = Status::FromErrno("fsync " + tmp);
+      ::unlink(tmp.c_str());
+      return s;
+    }
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    Status s = Status::FromErrno("rename " + tmp);
+    ::unlink(tmp.c_str());
+    return s;
+  }
+  return FsyncPath(dir, O_RDONLY | O_DIRECTORY);
+}
+
+Result<std::string> ReadFileToString(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return Status::FromErrno("open " + path);
+  std::string out;
+  char buf[8192];
+  for (;;) {
+    ssize_t n = ::read(fd.get(), buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Status::FromErrno("read " + path);
+    if (n == 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  return out;
+}
+
+std::string TailOfFile(const std::string& path, size_t max_bytes) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return "";
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return "";
+  off_t start = st.st_size > static_cast<off_t>(max_bytes) ? st.st_size - static_cast<off_t>(max_bytes) : 0;
+  std::string out(static_cast<size_t>(st.st_size - start), '\0');
+  ssize_t n = ::pread(fd.get(), out.data(), out.size(), start);
+  out.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+  return out;
+}
+
+Status MakeDirs(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::create_directories(path, ec);
+  if (ec) return Status::Internal("mkdir " + path + ": " + ec.message());
+  return Status::Ok();
+}
+
+Status RemoveTree(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::remove_all(path, ec);
+  if (ec) return Status::Internal("remove " + path + ": " + ec.message());
+  return Status::Ok();
+}
+
+}  // namespace kubicle::noderuntime

@@ -1,0 +1,41 @@
+// Small helpers the node runtime shares: input validation (ids, labels),
+// randomness and digests for tokens and snapshots, and crash-safe files for
+// the state directory.
+//
+// Contracts: AtomicWriteFile either leaves the old content or the complete
+// new content at `path`, even across a power loss (tmp file + fsync + rename
+// + fsync of the directory). Every fd opened here is O_CLOEXEC, so VMM
+// processes spawned concurrently never inherit one.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "noderuntime/sandbox_service.h"
+
+namespace kubicle::noderuntime {
+
+// A DNS-1123 label: [a-z0-9]([-a-z0-9]*[a-z0-9])?, at most 63 characters.
+Status ValidateId(std::string_view id, std::string_view what);
+// Kubernetes label keys ([dns-subdomain-prefix/]name) and values.
+Status ValidateLabels(const Labels& labels);
+
+guest::protocol::Bytes RandomBytes(size_t n);
+std::string RandomHex(size_t bytes);
+std::string Sha256Hex(std::string_view data);
+// SHA-256 over the concatenated contents of `paths`, as "sha256:<hex>".
+Result<std::string> Sha256Files(const std::vector<std::string>& paths);
+// Compares in time that depends only on the lengths.
+bool ConstantTimeEqual(std::string_view a, std::string_view b);
+
+Status AtomicWriteFile(const std::string& path, std::string_view content);
+Result<std::string> ReadFileToString(const std::string& path);
+// The last `max_bytes` of a file ("" when it cannot be read).
+std::string TailOfFile(const std::string& path, size_t max_bytes);
+Status MakeDirs(const std::string& path);
+Status RemoveTree(const std::string& path);
+
+}  // namespace kubicle::noderuntime

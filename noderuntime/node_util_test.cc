@@ -1,0 +1,65 @@
+#include "noderuntime/node_util.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+namespace kubicle::noderuntime {
+namespace {
+
+TEST(NodeUtilTest, Ids) {
+  EXPECT_TRUE(ValidateId("sb-1", "id").ok());
+  EXPECT_TRUE(ValidateId(std::string(63, 'a'), "id").ok());
+  for (const char* bad : {"", "-a", "a-", "A", "a_b", "a.b", "a/b"}) {
+    Status s = ValidateId(bad, "sandbox id");
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(s.message().find("sandbox id"), std::string::npos);
+  }
+  EXPECT_FALSE(ValidateId(std::string(64, 'a'), "id").ok());
+}
+
+TEST(NodeUtilTest, Labels) {
+  EXPECT_TRUE(ValidateLabels({{"kubicle.dev/run", "r1"}, {"tier", ""}, {"a_b.c", "X-1"}}).ok());
+  EXPECT_FALSE(ValidateLabels({{"", "x"}}).ok());
+  EXPECT_FALSE(ValidateLabels({{"bad key", "x"}}).ok());
+  EXPECT_FALSE(ValidateLabels({{"UPPER.dev/x", "x"}}).ok());
+  EXPECT_FALSE(ValidateLabels({{"k", "-x"}}).ok());
+  EXPECT_FALSE(ValidateLabels({{"k", std::string(64, 'v')}}).ok());
+  EXPECT_FALSE(ValidateLabels({{"/x", "v"}}).ok());
+}
+
+TEST(NodeUtilTest, TokensAndDigests) {
+  std::string a = RandomHex(32), b = RandomHex(32);
+  EXPECT_EQ(a.size(), 64u);
+  EXPECT_NE(a, b);
+  EXPECT_EQ(Sha256Hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_TRUE(ConstantTimeEqual("abc", "abc"));
+  EXPECT_FALSE(ConstantTimeEqual("abc", "abd"));
+  EXPECT_FALSE(ConstantTimeEqual("abc", "abcd"));
+}
+
+TEST(NodeUtilTest, AtomicWriteAndDigestOfFiles) {
+  char tmpl[] = "/tmp/kubicle-nodeutil-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  std::string dir = tmpl;
+  ASSERT_TRUE(AtomicWriteFile(dir + "/a", "ab").ok());
+  ASSERT_TRUE(AtomicWriteFile(dir + "/b", "c").ok());
+  ASSERT_TRUE(AtomicWriteFile(dir + "/a", "a").ok());  // replaces
+  ASSERT_TRUE(AtomicWriteFile(dir + "/a", "ab").ok());
+  EXPECT_EQ(*ReadFileToString(dir + "/a"), "ab");
+  // Only the two files: no temporaries left behind.
+  size_t n = 0;
+  for (auto& e : std::filesystem::directory_iterator(dir)) (void)e, ++n;
+  EXPECT_EQ(n, 2u);
+  auto d = Sha256Files({dir + "/a", dir + "/b"});
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(*d, "sha256:" + Sha256Hex("abc"));
+  EXPECT_EQ(Sha256Files({dir + "/missing"}).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(TailOfFile(dir + "/a", 1), "b");
+  EXPECT_FALSE(AtomicWriteFile(dir + "/nodir/x", "x").ok());
+  ASSERT_TRUE(RemoveTree(dir).ok());
+}
+
+}  // namespace
+}  // namespace kubicle::noderuntime

@@ -1,0 +1,166 @@
+#include "noderuntime/records.h"
+
+namespace kubicle::noderuntime {
+namespace {
+
+using nlohmann::json;
+
+int64_t ToMs(WallTime t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
+}
+WallTime FromMs(int64_t ms) { return WallTime(std::chrono::milliseconds(ms)); }
+
+// Typed field access that reports the field instead of throwing.
+class Reader {
+ public:
+  explicit Reader(const json& j) : j_(j) {}
+  template <typename T>
+  void Get(const char* key, T* out, bool required = true) {
+    if (!status_.ok()) return;
+    auto it = j_.find(key);
+    if (it == j_.end()) {
+      if (required) status_ = Status::DataLoss(std::string("record: missing \"") + key + "\"");
+      return;
+    }
+    try {
+      *out = it->template get<T>();
+    } catch (const json::exception&) {
+      status_ = Status::DataLoss(std::string("record: bad \"") + key + "\"");
+    }
+  }
+  bool Has(const char* key) const { return j_.contains(key); }
+  const Status& status() const { return status_; }
+
+ private:
+  const json& j_;
+  Status status_;
+};
+
+Result<json> ParseObject(const std::string& text) {
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return Status::DataLoss("record is not a JSON object");
+  if (j.value("version", 0) != 1) return Status::DataLoss("record: unknown version");
+  return j;
+}
+
+}  // namespace
+
+Result<SandboxState> ParseSandboxState(const std::string& s) {
+  for (SandboxState st : {SandboxState::kCreating, SandboxState::kRunning, SandboxState::kFailed,
+                          SandboxState::kDeleting})
+    if (s == SandboxStateName(st)) return st;
+  return Status::DataLoss("unknown sandbox state '" + s + "'");
+}
+
+Result<TemplateState> ParseTemplateState(const std::string& s) {
+  for (TemplateState st : {TemplateState::kBaking, TemplateState::kReady, TemplateState::kFailed})
+    if (s == TemplateStateName(st)) return st;
+  return Status::DataLoss("unknown template state '" + s + "'");
+}
+
+std::string EncodeSandboxRecord(const SandboxRecord& r) {
+  const SandboxInfo& i = r.info;
+  json j = {{"version", 1},
+            {"id", i.id},
+            {"template", i.template_name},
+            {"labels", i.labels},
+            {"state", SandboxStateName(i.state)},
+            {"message", i.message},
+            {"fork_of", i.fork_of},
+            {"created_at_ms", ToMs(i.created_at)},
+            {"cid", i.cid},
+            {"pid", i.vmm_pid},
+            {"pid_start_time", r.pid_start_time},
+            {"ready_ms", i.ready_ms},
+            {"mem_mib", i.mem_mib},
+            {"vcpus", i.vcpus},
+            {"token_sha256", r.token_sha256},
+            {"generation", r.generation},
+            {"control", r.control_path},
+            {"vsock", r.vsock_path}};
+  if (i.expires_at) j["expires_at_ms"] = ToMs(*i.expires_at);
+  return j.dump(2) + "\n";
+}
+
+Result<SandboxRecord> DecodeSandboxRecord(const std::string& text) {
+  ASSIGN_OR_RETURN(json j, ParseObject(text));
+  SandboxRecord r;
+  SandboxInfo& i = r.info;
+  Reader rd(j);
+  std::string state;
+  int64_t created = 0, expires = 0;
+  rd.Get("id", &i.id);
+  rd.Get("template", &i.template_name);
+  rd.Get("labels", &i.labels);
+  rd.Get("state", &state);
+  rd.Get("message", &i.message, false);
+  rd.Get("fork_of", &i.fork_of, false);
+  rd.Get("created_at_ms", &created);
+  rd.Get("expires_at_ms", &expires, false);
+  rd.Get("cid", &i.cid);
+  rd.Get("pid", &i.vmm_pid);
+  rd.Get("pid_start_time", &r.pid_start_time);
+  rd.Get("ready_ms", &i.ready_ms, false);
+  rd.Get("mem_mib", &i.mem_mib);
+  rd.Get("vcpus", &i.vcpus);
+  rd.Get("token_sha256", &r.token_sha256);
+  rd.Get("generation", &r.generation, false);
+  rd.Get("control", &r.control_path);
+  rd.Get("vsock", &r.vsock_path);
+  RETURN_IF_ERROR(rd.status());
+  ASSIGN_OR_RETURN(i.state, ParseSandboxState(state));
+  i.created_at = FromMs(created);
+  if (rd.Has("expires_at_ms")) i.expires_at = FromMs(expires);
+  return r;
+}
+
+std::string EncodeTemplateRecord(const TemplateRecord& r) {
+  const TemplateInfo& i = r.info;
+  const TemplateSpec& s = i.spec;
+  json j = {{"version", 1},
+            {"name", s.name},
+            {"kernel", s.kernel},
+            {"initrd", s.initrd},
+            {"cmdline", s.cmdline},
+            {"disks", s.disks},
+            {"mem_mib", s.mem_mib},
+            {"vcpus", s.vcpus},
+            {"warmup", s.warmup},
+            {"state", TemplateStateName(i.state)},
+            {"message", i.message},
+            {"digest", i.digest},
+            {"snapshot_dir", i.snapshot_dir},
+            {"bake_seconds", i.bake_seconds},
+            {"ready_at_ms", ToMs(i.ready_at)}};
+  return j.dump(2) + "\n";
+}
+
+Result<TemplateRecord> DecodeTemplateRecord(const std::string& text) {
+  ASSIGN_OR_RETURN(json j, ParseObject(text));
+  TemplateRecord r;
+  TemplateInfo& i = r.info;
+  TemplateSpec& s = i.spec;
+  Reader rd(j);
+  std::string state;
+  int64_t ready = 0;
+  rd.Get("name", &s.name);
+  rd.Get("kernel", &s.kernel);
+  rd.Get("initrd", &s.initrd, false);
+  rd.Get("cmdline", &s.cmdline, false);
+  rd.Get("disks", &s.disks, false);
+  rd.Get("mem_mib", &s.mem_mib);
+  rd.Get("vcpus", &s.vcpus);
+  rd.Get("warmup", &s.warmup, false);
+  rd.Get("state", &state);
+  rd.Get("message", &i.message, false);
+  rd.Get("digest", &i.digest, false);
+  rd.Get("snapshot_dir", &i.snapshot_dir, false);
+  rd.Get("bake_seconds", &i.bake_seconds, false);
+  rd.Get("ready_at_ms", &ready, false);
+  RETURN_IF_ERROR(rd.status());
+  ASSIGN_OR_RETURN(i.state, ParseTemplateState(state));
+  i.ready_at = FromMs(ready);
+  return r;
+}
+
+}  // namespace kubicle::noderuntime

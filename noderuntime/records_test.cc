@@ -1,0 +1,103 @@
+#include "noderuntime/records.h"
+
+#include <gtest/gtest.h>
+
+namespace kubicle::noderuntime {
+namespace {
+
+SandboxRecord Sample() {
+  SandboxRecord r;
+  r.info.id = "sb-1";
+  r.info.template_name = "tg";
+  r.info.labels = {{"kubicle.dev/run", "r1"}};
+  r.info.state = SandboxState::kRunning;
+  r.info.fork_of = "sb-0";
+  r.info.created_at = WallTime(std::chrono::milliseconds(1764687600123));
+  r.info.expires_at = WallTime(std::chrono::milliseconds(1764687660123));
+  r.info.cid = 7;
+  r.info.vmm_pid = 4242;
+  r.info.ready_ms = 4.5;
+  r.info.mem_mib = 64;
+  r.info.vcpus = 1;
+  r.token_sha256 = "ab";
+  r.pid_start_time = 99;
+  r.generation = 3;
+  r.control_path = "/s/sock/7.ctl";
+  r.vsock_path = "/s/sock/7.vsock";
+  return r;
+}
+
+// The on-disk format: changing it breaks re-adoption of running VMs.
+constexpr char kGolden[] = R"({
+  "cid": 7,
+  "control": "/s/sock/7.ctl",
+  "created_at_ms": 1764687600123,
+  "expires_at_ms": 1764687660123,
+  "fork_of": "sb-0",
+  "generation": 3,
+  "id": "sb-1",
+  "labels": {
+    "kubicle.dev/run": "r1"
+  },
+  "mem_mib": 64,
+  "message": "",
+  "pid": 4242,
+  "pid_start_time": 99,
+  "ready_ms": 4.5,
+  "state": "Running",
+  "template": "tg",
+  "token_sha256": "ab",
+  "vcpus": 1,
+  "version": 1,
+  "vsock": "/s/sock/7.vsock"
+}
+)";
+
+TEST(RecordsTest, SandboxRecordGoldenAndRoundTrip) {
+  EXPECT_EQ(EncodeSandboxRecord(Sample()), kGolden);
+  auto r = DecodeSandboxRecord(kGolden);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(EncodeSandboxRecord(*r), kGolden);
+  EXPECT_EQ(r->info.labels.at("kubicle.dev/run"), "r1");
+  EXPECT_EQ(r->info.expires_at, Sample().info.expires_at);
+  SandboxRecord no_ttl = Sample();
+  no_ttl.info.expires_at.reset();
+  auto back = DecodeSandboxRecord(EncodeSandboxRecord(no_ttl));
+  ASSERT_TRUE(back.ok());
+  EXPECT_FALSE(back->info.expires_at);
+}
+
+TEST(RecordsTest, BadSandboxRecordsAreDataLoss) {
+  for (const char* bad : {"", "[]", "{", R"({"version":2})", R"({"version":1})",
+                          R"({"version":1,"id":5})"}) {
+    EXPECT_EQ(DecodeSandboxRecord(bad).status().code(), StatusCode::kDataLoss) << bad;
+  }
+  std::string s = kGolden;
+  s.replace(s.find("Running"), 7, "Dancing");
+  EXPECT_EQ(DecodeSandboxRecord(s).status().code(), StatusCode::kDataLoss);
+  s = kGolden;
+  s.replace(s.find("\"cid\": 7"), 8, "\"cid\": \"x\"");
+  auto r = DecodeSandboxRecord(s);
+  EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(r.status().message().find("cid"), std::string::npos);
+}
+
+TEST(RecordsTest, TemplateRecordRoundTrip) {
+  TemplateRecord t;
+  t.info.spec = {"tg", "/k", "", "console=ttyS0", {"/d,ro"}, 64, 2, {"echo hi"}};
+  t.info.state = TemplateState::kReady;
+  t.info.digest = "sha256:00";
+  t.info.snapshot_dir = "/s/templates/tg/snapshot";
+  t.info.bake_seconds = 1.5;
+  t.info.ready_at = WallTime(std::chrono::milliseconds(5));
+  auto back = DecodeTemplateRecord(EncodeTemplateRecord(t));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(EncodeTemplateRecord(*back), EncodeTemplateRecord(t));
+  EXPECT_EQ(back->info.spec.disks, t.info.spec.disks);
+  EXPECT_EQ(back->info.spec.warmup, t.info.spec.warmup);
+  EXPECT_EQ(back->info.state, TemplateState::kReady);
+  EXPECT_EQ(DecodeTemplateRecord(R"({"version":1,"name":"x"})").status().code(), StatusCode::kDataLoss);
+}
+
+}  // namespace
+}  // namespace kubicle::noderuntime

@@ -1,0 +1,448 @@
+// SandboxManager: opening and shutting down, supervision (VMM exits),
+// teardown, and the per-sandbox calls (get, list, delete, exec, files).
+// Creation and fork are in sandbox_manager_create.cc, re-adoption in
+// sandbox_manager_adopt.cc, templates in template_baker.cc.
+#include "noderuntime/sandbox_manager.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "noderuntime/node_util.h"
+#include "noderuntime/sandbox_manager_internal.h"
+#include "operator/kube/label_selector.h"
+
+namespace kubicle::noderuntime {
+
+using namespace std::chrono_literals;
+using guest::client::AgentClient;
+
+SandboxManager::SandboxManager(NodeConfig config, metrics::Registry* metrics)
+    : config_(std::move(config)),
+      metrics_(metrics),
+      cgroups_(config_.cgroup_root, config_.use_cgroups, config_.cgroup_parent),
+      capacity_(std::make_unique<Capacity>(config_.capacity_mem_mib, config_.capacity_vcpus)) {
+  if (metrics_ == nullptr) {
+    own_metrics_ = std::make_unique<metrics::Registry>();
+    metrics_ = own_metrics_.get();
+  }
+  if (!config_.clock) config_.clock = [] { return std::chrono::system_clock::now(); };
+}
+
+Result<std::unique_ptr<SandboxManager>> SandboxManager::Open(NodeConfig config,
+                                                             metrics::Registry* metrics) {
+  if (config.state_dir.empty() || config.state_dir[0] != '/')
+    return Status::InvalidArgument("state_dir must be an absolute path");
+  while (config.state_dir.size() > 1 && config.state_dir.back() == '/') config.state_dir.pop_back();
+  // Unix socket paths are limited to 107 bytes: <state>/sock/<cid>.vsock must fit.
+  if (config.state_dir.size() > 80)
+    return Status::InvalidArgument("state_dir is too long for Unix socket paths (max 80 bytes)");
+  if (::access(config.vmm_binary.c_str(), X_OK) != 0)
+    return Status::InvalidArgument("vmm_binary '" + config.vmm_binary + "' is not executable");
+  if (config.capacity_mem_mib == 0 || config.capacity_vcpus == 0)
+    return Status::InvalidArgument("capacity_mem_mib and capacity_vcpus must be positive");
+  std::unique_ptr<SandboxManager> m(new SandboxManager(std::move(config), metrics));
+  RETURN_IF_ERROR(m->Init());
+  return m;
+}
+
+Status SandboxManager::Init() {
+  for (const char* sub : {"sandboxes", "templates", "pool", "sock"})
+    RETURN_IF_ERROR(MakeDirs(config_.state_dir + "/" + sub));
+  RETURN_IF_ERROR(watcher_.Start());
+  RegisterMetrics();
+  WarmPool::Options po;
+  po.vmm_binary = config_.vmm_binary;
+  po.dir = config_.state_dir + "/pool";
+  po.sock_dir = config_.state_dir + "/sock";
+  po.per_shape = config_.pool_size_per_shape;
+  po.reserve = [this](const VmShape& s) { return capacity_->TryReserve(s); };
+  po.release = [this](const VmShape& s) { capacity_->Release(s); };
+  po.on_change = [this] { UpdatePoolGauge(); };
+  pool_ = std::make_unique<WarmPool>(std::move(po));
+
+  RETURN_IF_ERROR(LoadTemplates());
+  RETURN_IF_ERROR(AdoptSandboxes());
+  KillOrphans();
+  {
+    std::lock_guard l(mu_);
+    for (auto& [name, t] : templates_) {
+      std::lock_guard tl(t->mu);
+      if (t->info.state == TemplateState::kBaking) {
+        std::lock_guard bl(bake_mu_);
+        bakers_.emplace_back([this, t = t] { Bake(t); });
+      } else if (t->info.state == TemplateState::kReady && !t->in_pool) {
+        t->in_pool = true;
+        pool_->Want({t->info.spec.mem_mib, t->info.spec.vcpus});
+      }
+    }
+  }
+  pool_->Start();
+  sweeper_ = std::thread([this] { SweeperLoop(); });
+  log::Info("node runtime started", {{"state_dir", config_.state_dir},
+                                     {"sandboxes", sandboxes_.size()},
+                                     {"templates", templates_.size()},
+                                     {"cgroups", !cgroups_.enabled() ? "off" : cgroups_.v2() ? "v2" : "v1"}});
+  return Status::Ok();
+}
+
+SandboxManager::~SandboxManager() { Shutdown(false); }
+
+void SandboxManager::Shutdown(bool stop_vms) {
+  {
+    std::lock_guard l(mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+  }
+  stopping_ = true;
+  sweep_cv_.notify_all();
+  if (sweeper_.joinable()) sweeper_.join();
+  {
+    std::lock_guard l(bake_mu_);
+    for (std::thread& t : bakers_)
+      if (t.joinable()) t.join();
+    bakers_.clear();
+  }
+  if (pool_) pool_->Stop();
+  std::vector<std::shared_ptr<Sandbox>> all;
+  {
+    std::lock_guard l(mu_);
+    for (auto& [id, sb] : sandboxes_) all.push_back(sb);
+  }
+  for (auto& sb : all) {
+    std::lock_guard op(sb->op_mu);  // waits for creates and deletes in flight
+    if (stop_vms) {
+      Status s = Teardown(sb);
+      if (!s.ok()) log::Warn("teardown at shutdown", {{"sandbox", sb->rec.info.id}, {"error", s.ToString()}});
+      continue;
+    }
+    uint64_t key;
+    {
+      std::lock_guard l(sb->mu);
+      key = std::exchange(sb->watch_key, 0);
+    }
+    if (key) watcher_.Unwatch(key);
+    std::lock_guard l(sb->mu);
+    sb->agent.reset();
+    sb->pidfd.reset();
+  }
+  {
+    std::lock_guard l(scrape_link_->mu);
+    scrape_link_->manager = nullptr;
+  }
+  log::Info("node runtime stopped", {{"stop_vms", stop_vms ? "true" : "false"}});
+}
+
+std::string SandboxManager::SandboxDir(const std::string& id) const {
+  return config_.state_dir + "/sandboxes/" + id;
+}
+
+std::string SandboxManager::SockPath(uint32_t cid, const char* kind) const {
+  return config_.state_dir + "/sock/" + std::to_string(cid) + "." + kind;
+}
+
+uint32_t SandboxManager::AllocateCid() {
+  // CIDs 0-2 are reserved by vsock; wrap well below 2^32 - 1 (VMADDR_CID_ANY).
+  for (;;) {
+    uint32_t cid = next_cid_++;
+    if (next_cid_ >= 0x7fffffff) next_cid_ = 3;
+    if (cids_.insert(cid).second) return cid;
+  }
+}
+
+Status SandboxManager::Persist(Sandbox& sb) {
+  return AtomicWriteFile(sb.dir + "/record.json", EncodeSandboxRecord(sb.rec));
+}
+
+Status SandboxManager::Watch(const std::shared_ptr<Sandbox>& sb) {
+  std::weak_ptr<Sandbox> weak = sb;
+  std::lock_guard l(sb->mu);
+  if (!sb->pidfd) return Status::FailedPrecondition("no process to watch");
+  ASSIGN_OR_RETURN(sb->watch_key, watcher_.Watch(sb->pidfd.get(), [this, weak](std::optional<int> code) {
+                     if (auto s = weak.lock()) OnVmmExit(s, code);
+                   }));
+  return Status::Ok();
+}
+
+void SandboxManager::OnVmmExit(const std::shared_ptr<Sandbox>& sb, std::optional<int> code) {
+  std::lock_guard l(sb->mu);
+  sb->exited = true;
+  sb->watch_key = 0;
+  sb->cv.notify_all();
+  if (sb->rec.info.state != SandboxState::kRunning || sb->delete_requested) return;
+  std::string reason = code ? "kubicle-vmm " + DescribeExit(*code) : "kubicle-vmm exited unexpectedly";
+  std::string tail = TailOfFile(sb->log_path, 400);
+  if (!tail.empty()) reason += "; vmm.log: " + tail;
+  sb->rec.info.state = SandboxState::kFailed;
+  sb->rec.info.message = reason;
+  sb->agent.reset();
+  FreeResources(*sb);
+  Status s = Persist(*sb);
+  vmm_crashes_->WithLabels({}).Inc();
+  log::Error("sandbox failed", {{"sandbox", sb->rec.info.id},
+                                {"run", sb->rec.info.labels.count("kubicle.dev/run") ? sb->rec.info.labels.at("kubicle.dev/run") : ""},
+                                {"template", sb->rec.info.template_name},
+                                {"reason", reason},
+                                {"persist", s.ok() ? "ok" : s.ToString()}});
+}
+
+void SandboxManager::FreeResources(Sandbox& sb) {
+  if (sb.holds_capacity) capacity_->Release(sb.shape);
+  sb.holds_capacity = false;
+  if (sb.holds_cid) {
+    std::lock_guard l(mu_);
+    cids_.erase(sb.rec.info.cid);
+  }
+  sb.holds_cid = false;
+  if (sb.holds_cgroup) {
+    Status s = cgroups_.Remove(sb.rec.info.id);
+    if (!s.ok()) log::Warn("cgroup removal failed", {{"sandbox", sb.rec.info.id}, {"error", s.ToString()}});
+  }
+  sb.holds_cgroup = false;
+  if (!sb.rec.control_path.empty()) ::unlink(sb.rec.control_path.c_str());
+  if (!sb.rec.vsock_path.empty()) ::unlink(sb.rec.vsock_path.c_str());
+  sb.pidfd.reset();
+}
+
+void SandboxManager::StopVm(Sandbox& sb) {
+  int pidfd;
+  std::string control;
+  {
+    std::lock_guard l(sb.mu);
+    if (sb.exited || !sb.pidfd) return;
+    pidfd = sb.pidfd.get();  // stays open: only Teardown/FreeResources close it
+    control = sb.rec.control_path;
+  }
+  auto r = ControlCall(control, {{"cmd", "shutdown"}}, 500ms);
+  if (!r.ok() || !WaitExited(pidfd, config_.delete_grace)) {
+    (void)PidfdKill(pidfd, SIGKILL);
+    WaitExited(pidfd, 10s);
+  }
+}
+
+Status SandboxManager::Teardown(const std::shared_ptr<Sandbox>& sb) {
+  {
+    std::lock_guard l(sb->mu);
+    if (sb->removed) return Status::Ok();
+    sb->delete_requested = true;
+    sb->agent.reset();
+    if (sb->rec.info.state != SandboxState::kFailed) {
+      sb->rec.info.state = SandboxState::kDeleting;
+      if (!sb->dir.empty()) (void)Persist(*sb);
+    }
+  }
+  StopVm(*sb);
+  uint64_t key;
+  {
+    std::lock_guard l(sb->mu);
+    key = std::exchange(sb->watch_key, 0);
+  }
+  if (key) watcher_.Unwatch(key);  // the callback is not running after this
+  {
+    std::lock_guard l(sb->mu);
+    if (sb->pidfd) ReapIfChild(sb->pidfd.get());
+    sb->exited = true;
+    FreeResources(*sb);
+    if (!sb->dir.empty()) {
+      Status s = RemoveTree(sb->dir);
+      if (!s.ok()) log::Warn("sandbox dir removal failed", {{"sandbox", sb->rec.info.id}, {"error", s.ToString()}});
+    }
+    sb->removed = true;
+  }
+  std::lock_guard l(mu_);
+  auto it = sandboxes_.find(sb->rec.info.id);
+  if (it != sandboxes_.end() && it->second == sb) sandboxes_.erase(it);
+  return Status::Ok();
+}
+
+Result<std::shared_ptr<SandboxManager::Sandbox>> SandboxManager::Find(const std::string& id) {
+  RETURN_IF_ERROR(ValidateId(id, "sandbox id"));
+  std::lock_guard l(mu_);
+  if (shut_down_) return Status::Unavailable("the node runtime is shutting down");
+  auto it = sandboxes_.find(id);
+  if (it == sandboxes_.end()) return Status::NotFound("no sandbox '" + id + "'");
+  return it->second;
+}
+
+Result<SandboxInfo> SandboxManager::GetSandbox(const std::string& id) {
+  ASSIGN_OR_RETURN(auto sb, Find(id));
+  std::lock_guard l(sb->mu);
+  return sb->rec.info;
+}
+
+Result<std::vector<SandboxInfo>> SandboxManager::ListSandboxes(const std::string& selector) {
+  auto sel = kube::LabelSelector::Parse(selector);
+  if (!sel.ok()) return Status::InvalidArgument("bad label selector: " + sel.status().message());
+  std::vector<std::shared_ptr<Sandbox>> all;
+  {
+    std::lock_guard l(mu_);
+    for (auto& [id, sb] : sandboxes_) all.push_back(sb);
+  }
+  std::vector<SandboxInfo> out;
+  for (auto& sb : all) {
+    std::lock_guard l(sb->mu);
+    if (!sb->removed && sel->Matches(sb->rec.info.labels)) out.push_back(sb->rec.info);
+  }
+  return out;
+}
+
+Status SandboxManager::DeleteSandbox(const std::string& id) {
+  ASSIGN_OR_RETURN(auto sb, Find(id));
+  {
+    // A create in flight holds op_mu: killing its VM makes it fail fast.
+    std::lock_guard l(sb->mu);
+    sb->delete_requested = true;
+    if (sb->rec.info.state == SandboxState::kCreating && sb->pidfd)
+      (void)PidfdKill(sb->pidfd.get(), SIGKILL);
+  }
+  std::lock_guard op(sb->op_mu);
+  Status s = Teardown(sb);
+  log::Info("sandbox deleted", {{"sandbox", id}, {"template", sb->rec.info.template_name}});
+  return s;
+}
+
+Result<std::vector<std::string>> SandboxManager::DeleteSandboxes(const std::string& selector) {
+  ASSIGN_OR_RETURN(std::vector<SandboxInfo> matched, ListSandboxes(selector));
+  std::vector<std::string> ids;
+  for (const SandboxInfo& info : matched) {
+    Status s = DeleteSandbox(info.id);
+    if (s.ok()) ids.push_back(info.id);
+    else if (s.code() != StatusCode::kNotFound) return s;
+  }
+  return ids;
+}
+
+bool SandboxManager::CheckToken(const std::string& id, const std::string& token) {
+  auto sb = Find(id);
+  if (!sb.ok()) return false;
+  std::string want;
+  {
+    std::lock_guard l((*sb)->mu);
+    want = (*sb)->rec.token_sha256;
+  }
+  return !want.empty() && ConstantTimeEqual(Sha256Hex(token), want);
+}
+
+std::shared_ptr<AgentClient> SandboxManager::AgentOf(Sandbox& sb, Status* why) {
+  std::lock_guard l(sb.mu);
+  if (sb.rec.info.state != SandboxState::kRunning || !sb.agent) {
+    *why = Status::FailedPrecondition("sandbox '" + sb.rec.info.id + "' is " +
+                                      SandboxStateName(sb.rec.info.state) +
+                                      (sb.rec.info.message.empty() ? "" : ": " + sb.rec.info.message));
+    return nullptr;
+  }
+  return sb.agent;
+}
+
+Result<guest::client::ExecResult> SandboxManager::Exec(const std::string& id, const ExecOptions& options) {
+  ASSIGN_OR_RETURN(auto sb, Find(id));
+  Status why;
+  auto agent = AgentOf(*sb, &why);
+  if (!agent) return why;
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = agent->Exec(options.request, options.io, guest::client::DeadlineIn(options.timeout));
+  if (r.ok()) exec_seconds_->WithLabels({}).Observe(SecondsSince(t0));
+  return r;
+}
+
+Status SandboxManager::WriteFile(const std::string& id, const std::string& path,
+                                 guest::protocol::ByteSpan data, uint32_t mode) {
+  ASSIGN_OR_RETURN(auto sb, Find(id));
+  Status why;
+  auto agent = AgentOf(*sb, &why);
+  if (!agent) return why;
+  guest::client::WriteOptions wo;
+  wo.mode = mode;
+  return agent->WriteFile(path, data, wo);
+}
+
+Result<guest::protocol::Bytes> SandboxManager::ReadFile(const std::string& id, const std::string& path) {
+  ASSIGN_OR_RETURN(auto sb, Find(id));
+  Status why;
+  auto agent = AgentOf(*sb, &why);
+  if (!agent) return why;
+  return agent->ReadFile(path);
+}
+
+std::vector<std::string> SandboxManager::SweepExpired() {
+  WallTime now = config_.clock();
+  std::vector<std::shared_ptr<Sandbox>> all;
+  {
+    std::lock_guard l(mu_);  // never held while taking a sandbox's mu
+    for (auto& [id, sb] : sandboxes_) all.push_back(sb);
+  }
+  std::vector<std::string> expired;
+  for (auto& sb : all) {
+    std::lock_guard sl(sb->mu);
+    if (sb->rec.info.expires_at && *sb->rec.info.expires_at <= now &&
+        sb->rec.info.state != SandboxState::kCreating && !sb->removed)
+      expired.push_back(sb->rec.info.id);
+  }
+  std::vector<std::string> done;
+  for (const std::string& id : expired) {
+    Status s = DeleteSandbox(id);
+    if (s.ok()) {
+      done.push_back(id);
+      log::Info("sandbox ttl expired", {{"sandbox", id}});
+    }
+  }
+  return done;
+}
+
+void SandboxManager::SweeperLoop() {
+  std::unique_lock l(sweep_mu_);
+  while (!stopping_) {
+    sweep_cv_.wait_for(l, config_.sweep_interval);
+    if (stopping_) break;
+    l.unlock();
+    SweepExpired();
+    l.lock();
+  }
+}
+
+SandboxManager::Usage SandboxManager::usage() const {
+  Usage u;
+  auto [mem, vcpus] = capacity_->used();
+  u.mem_mib = mem;
+  u.vcpus = vcpus;
+  u.pool_vms = pool_ ? pool_->idle() : 0;
+  u.watched_processes = watcher_.size();
+  return u;
+}
+
+void SandboxManager::UpdatePoolGauge() {
+  if (pool_vms_ && pool_) pool_vms_->WithLabels({}).Set(static_cast<double>(pool_->idle()));
+}
+
+void SandboxManager::RegisterMetrics() {
+  auto lat = metrics::ExponentialBuckets(0.001, 2, 16);
+  restore_seconds_ = &metrics_->AddHistogram("kubicle_restore_seconds",
+                                             "Sandbox create: pool restore to agent answering", {}, lat);
+  fork_seconds_ = &metrics_->AddHistogram("kubicle_fork_seconds",
+                                          "Sandbox fork: request to every child answering", {}, lat);
+  exec_seconds_ = &metrics_->AddHistogram("kubicle_exec_seconds", "Exec round trip through the agent", {}, lat);
+  bake_seconds_ = &metrics_->AddHistogram("kubicle_template_bake_seconds", "Template bake duration", {},
+                                          metrics::ExponentialBuckets(0.1, 2, 14));
+  pool_vms_ = &metrics_->AddGauge("kubicle_pool_vms", "Idle warm-pool VMs");
+  vmm_crashes_ = &metrics_->AddCounter("kubicle_vmm_crashes_total", "VMM processes that exited unexpectedly");
+  vmm_crashes_->WithLabels({});
+  scrape_link_ = std::make_shared<ScrapeLink>();
+  scrape_link_->manager = this;
+  metrics_->AddGaugeCallback(
+      "kubicle_sandboxes", "Sandboxes by state", {"state"}, [link = scrape_link_] {
+        std::vector<std::pair<metrics::LabelValues, double>> out;
+        std::lock_guard l(link->mu);
+        if (link->manager == nullptr) return out;
+        std::map<std::string, double> counts;
+        for (SandboxState s : {SandboxState::kCreating, SandboxState::kRunning, SandboxState::kFailed,
+                               SandboxState::kDeleting})
+          counts[SandboxStateName(s)] = 0;
+        auto all = link->manager->ListSandboxes("");
+        if (all.ok())
+          for (const SandboxInfo& i : *all) counts[SandboxStateName(i.state)] += 1;
+        for (auto& [state, n] : counts) out.push_back({{state}, n});
+        return out;
+      });
+}
+
+}  // namespace kubicle::noderuntime

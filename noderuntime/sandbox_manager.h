@@ -1,0 +1,187 @@
+// SandboxManager: the node runtime behind SandboxService. It bakes templates
+// (cold boot, warm-up commands, snapshot), restores sandboxes into warm-pool
+// VMMs, forks them, proxies exec and file calls to each guest's agent, and
+// supervises every kubicle-vmm process it started or re-adopted.
+//
+// Contracts (in addition to SandboxService's):
+//  - Everything lives under NodeConfig::state_dir (docs/node.md, "State
+//    directory"). VMM processes are detached and outlive the manager:
+//    Shutdown(false) leaves them running and a later Open() on the same
+//    directory re-adopts them (pid + start time, control socket, agent).
+//  - Open() kills VMMs of this state directory that no record owns (stale
+//    pool VMs, orphans of a crash mid-create) and marks sandboxes whose VMM
+//    is gone Failed, with the reason.
+//  - A VMM that exits unexpectedly turns its sandbox Failed with the reason;
+//    its cgroup, sockets, CID and capacity are freed; the record stays until
+//    DeleteSandbox.
+//  - Capacity: memory MiB and vCPUs of live sandboxes plus the warm pool
+//    never exceed NodeConfig's; creates and forks beyond it are refused with
+//    ResourceExhausted (idle pool VMs of other shapes are evicted first).
+//  - One manager per state directory and per metrics registry at a time.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/metrics.h"
+#include "noderuntime/cgroups.h"
+#include "noderuntime/process_watcher.h"
+#include "noderuntime/records.h"
+#include "noderuntime/sandbox_service.h"
+#include "noderuntime/warm_pool.h"
+
+namespace kubicle::noderuntime {
+
+struct NodeConfig {
+  std::string state_dir;               // absolute; created if missing
+  std::string vmm_binary;              // path to kubicle-vmm
+  uint64_t capacity_mem_mib = 0;       // guest RAM of sandboxes + pool
+  uint32_t capacity_vcpus = 0;
+  uint32_t pool_size_per_shape = 2;    // idle pool VMs kept per template shape
+  std::string cgroup_root = "/sys/fs/cgroup";
+  bool use_cgroups = true;
+  std::string cgroup_parent = "kubicle";  // VM groups are <root>/<ctrl>/<parent>/<id>
+  uint64_t cgroup_overhead_mib = 64;   // memory limit = guest RAM + this
+  std::function<WallTime()> clock;     // default: system_clock::now
+  std::chrono::milliseconds sweep_interval{1000};  // TTL sweeper period
+  std::chrono::milliseconds agent_timeout{10000};  // restore/fork to agent answering
+  std::chrono::milliseconds bake_boot_timeout{120000};
+  std::chrono::milliseconds delete_grace{2000};    // shutdown request to SIGKILL
+};
+
+class SandboxManager final : public SandboxService {
+ public:
+  // Creates the state directory layout and re-adopts what it holds.
+  // `metrics` may be null (a private registry is used).
+  static Result<std::unique_ptr<SandboxManager>> Open(NodeConfig config,
+                                                      metrics::Registry* metrics);
+  ~SandboxManager() override;  // Shutdown(false) if not done
+
+  // Stops background threads and kills idle pool VMs. stop_vms=true also
+  // deletes every sandbox (VM, cgroup, directory); false leaves sandbox VMs
+  // running for the next Open(). Idempotent; later calls fail Unavailable.
+  void Shutdown(bool stop_vms);
+
+  Result<TemplateInfo> PutTemplate(const TemplateSpec& spec) override;
+  Result<TemplateInfo> GetTemplate(const std::string& name) override;
+  std::vector<TemplateInfo> ListTemplates() override;
+  Status DeleteTemplate(const std::string& name) override;
+
+  Result<SandboxInfo> CreateSandbox(const SandboxSpec& spec) override;
+  Result<std::vector<SandboxInfo>> ForkSandbox(const ForkRequest& request) override;
+  Result<SandboxInfo> GetSandbox(const std::string& id) override;
+  Result<std::vector<SandboxInfo>> ListSandboxes(const std::string& selector) override;
+  Status DeleteSandbox(const std::string& id) override;
+  Result<std::vector<std::string>> DeleteSandboxes(const std::string& selector) override;
+  bool CheckToken(const std::string& id, const std::string& token) override;
+
+  Result<guest::client::ExecResult> Exec(const std::string& id, const ExecOptions& options) override;
+  Status WriteFile(const std::string& id, const std::string& path, guest::protocol::ByteSpan data,
+                   uint32_t mode) override;
+  Result<guest::protocol::Bytes> ReadFile(const std::string& id, const std::string& path) override;
+
+  // Deletes sandboxes whose TTL passed (the sweeper thread calls it every
+  // sweep_interval; tests call it with a fake clock). Returns their ids.
+  std::vector<std::string> SweepExpired();
+
+  struct Usage {
+    uint64_t mem_mib = 0;
+    uint32_t vcpus = 0;
+    size_t pool_vms = 0;
+    size_t watched_processes = 0;
+  };
+  Usage usage() const;
+  const NodeConfig& config() const { return config_; }
+
+ private:
+  struct Sandbox;
+  struct Template;
+  class Capacity;
+
+  SandboxManager(NodeConfig config, metrics::Registry* metrics);
+  Status Init();
+  // Re-adoption (sandbox_manager_adopt.cc).
+  Status LoadTemplates();
+  Status AdoptSandboxes();
+  void AdoptOne(SandboxRecord record);
+  void KillOrphans();
+  // Creation and forking (sandbox_manager_create.cc).
+  // A pool VM of this shape with its capacity: taken warm or started now.
+  Status AcquireVm(const VmShape& shape, std::optional<PoolVm>* vm);
+  // Evicts idle pool VMs of other shapes if that makes room.
+  Status ReserveCapacity(const VmShape& shape);
+  Status RunCreate(const std::shared_ptr<Sandbox>& sb, const std::string& snapshot_dir,
+                   std::optional<PoolVm> vm, const std::string& hostname);
+  Status SetUpCgroup(Sandbox& sb);
+  Status FinishStart(const std::shared_ptr<Sandbox>& sb, const std::string& hostname);
+  Result<SandboxInfo> ForkChild(const std::shared_ptr<Sandbox>& child, const std::string& hostname);
+  // Supervision and teardown (sandbox_manager.cc).
+  Status Watch(const std::shared_ptr<Sandbox>& sb);
+  void OnVmmExit(const std::shared_ptr<Sandbox>& sb, std::optional<int> code);
+  void FreeResources(Sandbox& sb);  // requires sb.mu
+  Status Persist(Sandbox& sb);      // requires sb.mu
+  void StopVm(Sandbox& sb);         // shutdown request, SIGKILL after the grace period
+  Status Teardown(const std::shared_ptr<Sandbox>& sb);
+  Result<std::shared_ptr<Sandbox>> Find(const std::string& id);
+  std::shared_ptr<guest::client::AgentClient> AgentOf(Sandbox& sb, Status* why);
+  uint32_t AllocateCid();  // requires mu_
+  std::string SandboxDir(const std::string& id) const;
+  std::string SockPath(uint32_t cid, const char* kind) const;
+  // Templates (template_baker.cc).
+  void Bake(std::shared_ptr<Template> t);
+  Status BakeSteps(const std::shared_ptr<Template>& t);
+  Status BakeInVm(const std::shared_ptr<Template>& t, const TemplateSpec& spec, int pidfd,
+                  const std::string& control, const std::string& vsock, const std::string& snapshot_dir);
+  void SetTemplateProgress(const std::shared_ptr<Template>& t, const std::string& message);
+  Status PersistTemplate(const Template& t);  // requires t's lock
+  std::string TemplateDir(const std::string& name) const;
+  void RegisterMetrics();
+  void SweeperLoop();
+  void UpdatePoolGauge();
+
+  NodeConfig config_;
+  std::unique_ptr<metrics::Registry> own_metrics_;
+  metrics::Registry* metrics_;
+  metrics::Family<metrics::Histogram>* restore_seconds_ = nullptr;
+  metrics::Family<metrics::Histogram>* fork_seconds_ = nullptr;
+  metrics::Family<metrics::Histogram>* exec_seconds_ = nullptr;
+  metrics::Family<metrics::Histogram>* bake_seconds_ = nullptr;
+  metrics::Family<metrics::Gauge>* pool_vms_ = nullptr;
+  metrics::Family<metrics::Counter>* vmm_crashes_ = nullptr;
+  // Lets the scrape-time gauge callback outlive this manager safely.
+  struct ScrapeLink {
+    std::mutex mu;
+    SandboxManager* manager = nullptr;
+  };
+  std::shared_ptr<ScrapeLink> scrape_link_;
+
+  Cgroups cgroups_;
+  std::unique_ptr<Capacity> capacity_;
+  ProcessWatcher watcher_;
+  std::unique_ptr<WarmPool> pool_;
+
+  mutable std::mutex mu_;  // guards the maps and sets below
+  std::map<std::string, std::shared_ptr<Sandbox>> sandboxes_;
+  std::map<std::string, std::shared_ptr<Template>> templates_;
+  std::set<uint32_t> cids_;
+  uint32_t next_cid_ = 3;
+  uint64_t next_generation_ = 1;
+
+  std::mutex bake_mu_;
+  std::vector<std::thread> bakers_;
+  std::thread sweeper_;
+  std::mutex sweep_mu_;
+  std::condition_variable sweep_cv_;
+  std::atomic<bool> stopping_{false};
+  bool shut_down_ = false;
+};
+
+}  // namespace kubicle::noderuntime

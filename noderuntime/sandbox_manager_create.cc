@@ -1,0 +1,368 @@
+// SandboxManager: creating sandboxes (warm-pool VMM + restore + agent +
+// POST_RESTORE) and forking running ones into N copy-on-write children.
+#include <signal.h>
+#include <stdio.h>
+
+#include <thread>
+
+#include "common/log.h"
+#include "noderuntime/node_util.h"
+#include "noderuntime/sandbox_manager.h"
+#include "noderuntime/sandbox_manager_internal.h"
+
+namespace kubicle::noderuntime {
+
+using namespace std::chrono_literals;
+using guest::client::AgentClient;
+
+namespace {
+
+constexpr uint32_t kMaxForkCount = 64;
+
+Status CheckCommon(const Labels& labels, const std::optional<int64_t>& ttl) {
+  RETURN_IF_ERROR(ValidateLabels(labels));
+  if (ttl && *ttl <= 0) return Status::InvalidArgument("ttl_seconds must be positive");
+  return Status::Ok();
+}
+
+std::string RunLabel(const Labels& l) {
+  auto it = l.find("kubicle.dev/run");
+  return it == l.end() ? "" : it->second;
+}
+
+}  // namespace
+
+Status SandboxManager::AcquireVm(const VmShape& shape, std::optional<PoolVm>* vm) {
+  *vm = pool_->Take(shape);
+  if (*vm) return Status::Ok();  // its capacity reservation comes with it
+  RETURN_IF_ERROR(ReserveCapacity(shape));
+  auto started = pool_->StartNow(shape);
+  if (!started.ok()) {
+    capacity_->Release(shape);
+    return started.status().WithContext("starting a VMM");
+  }
+  *vm = std::move(started).value();
+  return Status::Ok();
+}
+
+Status SandboxManager::ReserveCapacity(const VmShape& shape) {
+  while (!capacity_->TryReserve(shape)) {
+    if (pool_->EvictOne(shape)) continue;
+    auto [mem, vcpus] = capacity_->used();
+    return Status::ResourceExhausted(
+        "node is full: " + std::to_string(mem) + " of " + std::to_string(config_.capacity_mem_mib) +
+        " MiB and " + std::to_string(vcpus) + " of " + std::to_string(config_.capacity_vcpus) +
+        " vCPUs in use; this sandbox needs " + std::to_string(shape.mem_mib) + " MiB and " +
+        std::to_string(shape.vcpus) + " vCPUs");
+  }
+  return Status::Ok();
+}
+
+Result<SandboxInfo> SandboxManager::CreateSandbox(const SandboxSpec& spec) {
+  const auto t0 = std::chrono::steady_clock::now();
+  RETURN_IF_ERROR(ValidateId(spec.template_name, "template name"));
+  if (!spec.id.empty()) RETURN_IF_ERROR(ValidateId(spec.id, "sandbox id"));
+  RETURN_IF_ERROR(CheckCommon(spec.labels, spec.ttl_seconds));
+  auto sb = std::make_shared<Sandbox>();
+  SandboxInfo& info = sb->rec.info;
+  info.id = spec.id.empty() ? "sb-" + RandomHex(5) : spec.id;
+  const std::string hostname = spec.hostname.empty() ? info.id : spec.hostname;
+  RETURN_IF_ERROR(guest::protocol::ValidateHostname(hostname));
+  info.template_name = spec.template_name;
+  info.labels = spec.labels;
+  info.created_at = config_.clock();
+  if (spec.ttl_seconds) info.expires_at = info.created_at + std::chrono::seconds(*spec.ttl_seconds);
+  const std::string token = RandomHex(32);
+  sb->rec.token_sha256 = Sha256Hex(token);
+
+  std::unique_lock op(sb->op_mu);  // a concurrent delete waits for this create
+  std::string snapshot_dir;
+  {
+    std::lock_guard l(mu_);
+    if (shut_down_) return Status::Unavailable("the node runtime is shutting down");
+    auto t = templates_.find(spec.template_name);
+    if (t == templates_.end()) return Status::NotFound("no template '" + spec.template_name + "'");
+    {
+      std::lock_guard tl(t->second->mu);
+      const TemplateInfo& ti = t->second->info;
+      if (ti.state != TemplateState::kReady)
+        return Status::FailedPrecondition("template '" + spec.template_name + "' is " +
+                                          TemplateStateName(ti.state) +
+                                          (ti.message.empty() ? "" : ": " + ti.message));
+      snapshot_dir = ti.snapshot_dir;
+      sb->shape = {ti.spec.mem_mib, ti.spec.vcpus};
+    }
+    if (sandboxes_.count(info.id)) return Status::AlreadyExists("sandbox '" + info.id + "' exists");
+    info.cid = AllocateCid();
+    sb->holds_cid = true;
+    sb->rec.generation = next_generation_++;
+    sandboxes_[info.id] = sb;
+  }
+  info.mem_mib = sb->shape.mem_mib;
+  info.vcpus = sb->shape.vcpus;
+  std::optional<PoolVm> vm;
+  Status st = AcquireVm(sb->shape, &vm);
+  if (st.ok()) {
+    {
+      std::lock_guard l(sb->mu);
+      sb->holds_capacity = true;
+    }
+    st = RunCreate(sb, snapshot_dir, std::move(vm), hostname);
+  }
+  if (!st.ok()) {
+    bool deleted;
+    {
+      std::lock_guard l(sb->mu);
+      deleted = sb->delete_requested;
+    }
+    (void)Teardown(sb);
+    log::Warn("sandbox create failed", {{"sandbox", info.id}, {"template", info.template_name},
+                                        {"run", RunLabel(info.labels)}, {"error", st.ToString()}});
+    if (deleted) return Status::FailedPrecondition("sandbox '" + info.id + "' was deleted while being created");
+    return st;
+  }
+  SandboxInfo out;
+  {
+    std::lock_guard l(sb->mu);
+    sb->rec.info.ready_ms = SecondsSince(t0) * 1000;
+    (void)Persist(*sb);
+    out = sb->rec.info;
+  }
+  out.token = token;
+  log::Info("sandbox created", {{"sandbox", out.id}, {"run", RunLabel(out.labels)},
+                                {"template", out.template_name}, {"ready_ms", out.ready_ms}});
+  return out;
+}
+
+Status SandboxManager::RunCreate(const std::shared_ptr<Sandbox>& sb, const std::string& snapshot_dir,
+                                 std::optional<PoolVm> vm, const std::string& hostname) {
+  std::string id, control, vsock, serial;
+  uint32_t cid;
+  {
+    std::lock_guard l(sb->mu);
+    id = sb->rec.info.id;
+    cid = sb->rec.info.cid;
+    sb->dir = SandboxDir(id);
+    sb->log_path = sb->dir + "/vmm.log";
+    sb->rec.control_path = control = SockPath(cid, "ctl");
+    sb->rec.vsock_path = vsock = SockPath(cid, "vsock");
+    serial = sb->dir + "/serial.log";
+  }
+  Status st = MakeDirs(sb->dir);
+  // Unix sockets and open files move with rename: the VMM keeps serving the
+  // control socket and logging, under the sandbox's names.
+  if (st.ok() && ::rename(vm->control_path.c_str(), control.c_str()) != 0)
+    st = Status::FromErrno("rename control socket");
+  if (st.ok()) {
+    vm->control_path = control;
+    if (::rename(vm->log_path.c_str(), sb->log_path.c_str()) != 0) st = Status::FromErrno("rename vmm log");
+    else vm->log_path = sb->log_path;
+  }
+  if (!st.ok()) {
+    WarmPool::Destroy(*vm);
+    return st;
+  }
+  {
+    std::lock_guard l(sb->mu);
+    sb->pidfd = std::move(vm->handle.pidfd);
+    sb->rec.info.vmm_pid = vm->handle.pid;
+    sb->rec.pid_start_time = vm->handle.start_time;
+    if (sb->delete_requested) return Status::FailedPrecondition("deleted");
+  }
+  RETURN_IF_ERROR(SetUpCgroup(*sb));
+  {
+    std::lock_guard l(sb->mu);
+    RETURN_IF_ERROR(Persist(*sb));
+  }
+  RETURN_IF_ERROR(Watch(sb));
+  const auto t0 = std::chrono::steady_clock::now();
+  nlohmann::json req = {{"cmd", "restore"}, {"snapshot", snapshot_dir}, {"vsock_uds", vsock},
+                        {"cid", cid}, {"serial", serial}, {"id", id}};
+  auto r = ControlCall(control, req, 30s);
+  if (!r.ok()) return r.status().WithContext("restore");
+  RETURN_IF_ERROR(FinishStart(sb, hostname));
+  restore_seconds_->WithLabels({}).Observe(SecondsSince(t0));
+  return Status::Ok();
+}
+
+Status SandboxManager::SetUpCgroup(Sandbox& sb) {
+  if (!cgroups_.enabled()) return Status::Ok();
+  CgroupLimits limits;
+  limits.mem_mib = sb.shape.mem_mib;
+  limits.vcpus = sb.shape.vcpus;
+  limits.overhead_mib = config_.cgroup_overhead_mib;
+  {
+    std::lock_guard l(sb.mu);
+    sb.holds_cgroup = true;  // Remove is safe on a partly created group
+  }
+  RETURN_IF_ERROR(cgroups_.Create(sb.rec.info.id, limits).WithContext("cgroup"));
+  return cgroups_.AddProcess(sb.rec.info.id, sb.rec.info.vmm_pid).WithContext("cgroup");
+}
+
+Status SandboxManager::FinishStart(const std::shared_ptr<Sandbox>& sb, const std::string& hostname) {
+  const auto deadline = guest::client::DeadlineIn(config_.agent_timeout);
+  std::string vsock;
+  {
+    std::lock_guard l(sb->mu);
+    vsock = sb->rec.vsock_path;
+  }
+  std::unique_ptr<AgentClient> agent;
+  Status last = Status::Unavailable("no attempt");
+  for (;;) {
+    {
+      std::lock_guard l(sb->mu);
+      if (sb->delete_requested) return Status::FailedPrecondition("deleted");
+      if (sb->exited) {
+        std::string tail = TailOfFile(sb->log_path, 300);
+        return Status::Unavailable("kubicle-vmm exited before the agent answered" +
+                                   (tail.empty() ? "" : ": " + tail));
+      }
+    }
+    auto now = guest::client::Clock::now();
+    if (now >= deadline) return last.WithContext("agent did not answer in time");
+    auto c = AgentClient::ConnectVsock(vsock, guest::protocol::kAgentVsockPort, {},
+                                       std::min(deadline, now + 1s));
+    if (c.ok()) {
+      agent = std::move(c).value();
+      break;
+    }
+    last = c.status();
+    std::this_thread::sleep_for(200us);
+  }
+  guest::protocol::PostRestoreRequest pr;
+  pr.entropy_seed = RandomBytes(32);
+  pr.wall_clock_ns = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(config_.clock().time_since_epoch()).count());
+  pr.hostname = hostname;
+  {
+    std::lock_guard l(sb->mu);
+    pr.generation = sb->rec.generation;
+  }
+  auto gen = agent->PostRestore(pr, deadline);
+  if (!gen.ok()) return gen.status().WithContext("post-restore");
+  std::lock_guard l(sb->mu);
+  if (sb->delete_requested) return Status::FailedPrecondition("deleted");
+  sb->agent = std::move(agent);
+  sb->rec.info.state = SandboxState::kRunning;
+  return Persist(*sb);
+}
+
+Result<std::vector<SandboxInfo>> SandboxManager::ForkSandbox(const ForkRequest& request) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (request.count < 1 || request.count > kMaxForkCount)
+    return Status::InvalidArgument("fork count must be 1.." + std::to_string(kMaxForkCount));
+  RETURN_IF_ERROR(CheckCommon(request.labels, request.ttl_seconds));
+  ASSIGN_OR_RETURN(auto src, Find(request.source_id));
+  SandboxInfo src_info;
+  VmShape shape;
+  std::string src_control, src_log;
+  {
+    std::lock_guard l(src->mu);
+    if (src->rec.info.state != SandboxState::kRunning)
+      return Status::FailedPrecondition("sandbox '" + request.source_id + "' is " +
+                                        SandboxStateName(src->rec.info.state));
+    src_info = src->rec.info;
+    shape = src->shape;
+    src_control = src->rec.control_path;
+    src_log = src->log_path;
+  }
+  std::vector<std::shared_ptr<Sandbox>> kids;
+  std::vector<std::string> tokens;
+  std::vector<std::unique_lock<std::mutex>> ops;
+  auto abort_all = [&](Status st) -> Status {
+    ops.clear();
+    for (auto& k : kids) (void)Teardown(k);
+    log::Warn("sandbox fork failed", {{"sandbox", request.source_id}, {"error", st.ToString()}});
+    return st;
+  };
+  for (uint32_t i = 0; i < request.count; ++i) {
+    auto k = std::make_shared<Sandbox>();
+    SandboxInfo& ki = k->rec.info;
+    ki.id = "sb-" + RandomHex(5);
+    ki.template_name = src_info.template_name;
+    ki.labels = src_info.labels;
+    for (const auto& [key, v] : request.labels) ki.labels[key] = v;
+    ki.labels["kubicle.dev/fork-of"] = request.source_id;
+    ki.fork_of = request.source_id;
+    ki.created_at = config_.clock();
+    if (request.ttl_seconds) ki.expires_at = ki.created_at + std::chrono::seconds(*request.ttl_seconds);
+    else ki.expires_at = src_info.expires_at;
+    ki.mem_mib = shape.mem_mib;
+    ki.vcpus = shape.vcpus;
+    k->shape = shape;
+    tokens.push_back(RandomHex(32));
+    k->rec.token_sha256 = Sha256Hex(tokens.back());
+    k->dir = SandboxDir(ki.id);
+    k->log_path = src_log;  // a fork child keeps logging to its parent's stderr
+    ops.emplace_back(k->op_mu);
+    {
+      std::lock_guard l(mu_);
+      if (sandboxes_.count(ki.id)) return abort_all(Status::Internal("sandbox id collision"));
+      ki.cid = AllocateCid();
+      k->holds_cid = true;
+      k->rec.generation = next_generation_++;
+      sandboxes_[ki.id] = k;
+    }
+    k->rec.control_path = SockPath(ki.cid, "ctl");
+    k->rec.vsock_path = SockPath(ki.cid, "vsock");
+    kids.push_back(k);
+    Status cap = ReserveCapacity(shape);
+    if (!cap.ok()) return abort_all(cap);
+    k->holds_capacity = true;
+    Status mk = MakeDirs(k->dir);
+    if (!mk.ok()) return abort_all(mk);
+  }
+  nlohmann::json children = nlohmann::json::array();
+  for (auto& k : kids)
+    children.push_back({{"vsock_uds", k->rec.vsock_path}, {"control", k->rec.control_path},
+                        {"cid", k->rec.info.cid}, {"serial", k->dir + "/serial.log"}});
+  auto r = ControlCall(src_control, {{"cmd", "fork"}, {"count", kids.size()}, {"children", children}}, 60s);
+  if (!r.ok()) return abort_all(r.status().WithContext("fork"));
+  const auto& pids = (*r)["pids"];
+  if (!pids.is_array() || pids.size() != kids.size())
+    return abort_all(Status::DataLoss("fork response has no pid per child: " + r->dump()));
+  // Take hold of every child first, so an abort kills them all.
+  Status attached;
+  for (size_t i = 0; i < kids.size(); ++i) {
+    auto h = pids[i].is_number_integer() ? AttachProcess(pids[i].get<pid_t>(), std::nullopt)
+                                         : Result<VmmHandle>(Status::DataLoss("fork response: bad pid"));
+    if (!h.ok()) {
+      if (attached.ok()) attached = h.status();
+      continue;
+    }
+    std::lock_guard l(kids[i]->mu);
+    kids[i]->pidfd = std::move(h->pidfd);
+    kids[i]->rec.info.vmm_pid = h->pid;
+    kids[i]->rec.pid_start_time = h->start_time;
+  }
+  if (!attached.ok()) return abort_all(attached.WithContext("fork child"));
+  std::vector<SandboxInfo> out;
+  for (size_t i = 0; i < kids.size(); ++i) {
+    auto info = ForkChild(kids[i], kids[i]->rec.info.id);
+    if (!info.ok()) return abort_all(info.status());
+    out.push_back(*info);
+    out.back().token = tokens[i];
+  }
+  fork_seconds_->WithLabels({}).Observe(SecondsSince(t0));
+  log::Info("sandbox forked", {{"sandbox", request.source_id}, {"run", RunLabel(src_info.labels)},
+                               {"template", src_info.template_name}, {"children", kids.size()}});
+  return out;
+}
+
+Result<SandboxInfo> SandboxManager::ForkChild(const std::shared_ptr<Sandbox>& k,
+                                              const std::string& hostname) {
+  const auto t0 = std::chrono::steady_clock::now();
+  RETURN_IF_ERROR(SetUpCgroup(*k));
+  {
+    std::lock_guard l(k->mu);
+    RETURN_IF_ERROR(Persist(*k));
+  }
+  RETURN_IF_ERROR(Watch(k));
+  RETURN_IF_ERROR(FinishStart(k, hostname));
+  std::lock_guard l(k->mu);
+  k->rec.info.ready_ms = SecondsSince(t0) * 1000;
+  RETURN_IF_ERROR(Persist(*k));
+  return k->rec.info;
+}
+
+}  // namespace kubicle::noderuntime

@@ -1,0 +1,216 @@
+#include "noderuntime/vmm_process.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+#include "noderuntime/node_util.h"
+
+extern char** environ;
+
+namespace kubicle::noderuntime {
+namespace {
+
+int PidfdOpenRaw(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
+
+}  // namespace
+
+Result<uint64_t> ProcessStartTime(pid_t pid) {
+  ASSIGN_OR_RETURN(std::string stat, ReadFileToString("/proc/" + std::to_string(pid) + "/stat"));
+  // comm (field 2) may hold spaces and parentheses: fields resume after the last ')'.
+  size_t close = stat.rfind(')');
+  if (close == std::string::npos) return Status::DataLoss("malformed /proc stat");
+  size_t pos = close + 2;
+  for (int field = 3; field < 22; ++field) {
+    pos = stat.find(' ', pos);
+    if (pos == std::string::npos) return Status::DataLoss("short /proc stat");
+    ++pos;
+  }
+  return std::strtoull(stat.c_str() + pos, nullptr, 10);
+}
+
+Result<VmmHandle> SpawnDetached(const std::vector<std::string>& argv, const std::string& log_path) {
+  std::vector<std::string> args = argv;
+  std::vector<char*> cargv;
+  for (std::string& a : args) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawnattr_t attr;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawnattr_init(&attr);
+  posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, log_path.c_str(),
+                                   O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
+  // Fds opened by other threads without O_CLOEXEC must not leak into a VM.
+  posix_spawn_file_actions_addclosefrom_np(&fa, 3);
+  // A new session: the daemon's terminal or process group signals never reach
+  // the VMs, which outlive the daemon. Default signal mask and dispositions.
+  sigset_t none, all;
+  sigemptyset(&none);
+  sigfillset(&all);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &all);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  pid_t pid = -1;
+  int rc = ::posix_spawn(&pid, cargv[0], &fa, &attr, cargv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) return Status::FromErrno("spawn " + argv[0], rc);
+  VmmHandle h;
+  h.pid = pid;
+  // Our unreaped child: its pid cannot be reused before we open the pidfd.
+  h.pidfd.reset(PidfdOpenRaw(pid));
+  if (!h.pidfd) {
+    Status s = Status::FromErrno("pidfd_open");
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+    return s;
+  }
+  auto st = ProcessStartTime(pid);
+  h.start_time = st.ok() ? *st : 0;
+  return h;
+}
+
+Result<VmmHandle> AttachProcess(pid_t pid, std::optional<uint64_t> expected_start_time) {
+  if (pid <= 0) return Status::NotFound("no pid");
+  VmmHandle h;
+  h.pid = pid;
+  h.pidfd.reset(PidfdOpenRaw(pid));
+  if (!h.pidfd) return Status::FromErrno("pidfd_open " + std::to_string(pid));
+  // Checked after the pidfd exists: the pidfd pins this exact process, so a
+  // matching start time now means the pidfd refers to the process we recorded.
+  ASSIGN_OR_RETURN(h.start_time, ProcessStartTime(pid));
+  if (expected_start_time && *expected_start_time != h.start_time)
+    return Status::NotFound("pid " + std::to_string(pid) + " now belongs to another process");
+  return h;
+}
+
+Status PidfdKill(int pidfd, int sig) {
+  if (::syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0) == 0 || errno == ESRCH)
+    return Status::Ok();
+  return Status::FromErrno("pidfd_send_signal");
+}
+
+bool WaitExited(int pidfd, std::chrono::milliseconds timeout) {
+  pollfd p{pidfd, POLLIN, 0};
+  int r;
+  do {
+    r = ::poll(&p, 1, static_cast<int>(timeout.count()));
+  } while (r < 0 && errno == EINTR);
+  return r > 0;
+}
+
+std::optional<int> ReapIfChild(int pidfd) {
+  siginfo_t info{};
+  if (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd), &info, WEXITED | WNOHANG) != 0)
+    return std::nullopt;
+  if (info.si_pid == 0) return std::nullopt;
+  if (info.si_code == CLD_EXITED) return info.si_status;
+  return 128 + info.si_status;
+}
+
+std::string DescribeExit(int code) {
+  if (code > 128) {
+    const char* name = sigabbrev_np(code - 128);
+    return "killed by signal " + std::to_string(code - 128) + (name ? std::string(" (SIG") + name + ")" : "");
+  }
+  return "exit code " + std::to_string(code);
+}
+
+Result<nlohmann::json> ControlCall(const std::string& socket_path, const nlohmann::json& request,
+                                   std::chrono::milliseconds timeout) {
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd) return Status::FromErrno("socket");
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (socket_path.size() >= sizeof(addr.sun_path))
+    return Status::InvalidArgument("control socket path too long: " + socket_path);
+  std::memcpy(addr.sun_path, socket_path.c_str(), socket_path.size() + 1);
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) < 0)
+    return Status::Unavailable("connect " + socket_path + ": " + std::strerror(errno));
+  timeval tv{static_cast<time_t>(timeout.count() / 1000),
+             static_cast<suseconds_t>((timeout.count() % 1000) * 1000)};
+  ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  ::setsockopt(fd.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  std::string line = request.dump() + "\n";
+  if (::send(fd.get(), line.data(), line.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(line.size()))
+    return Status::Unavailable("send to " + socket_path + ": " + std::strerror(errno));
+  std::string response;
+  char buf[4096];
+  while (response.find('\n') == std::string::npos) {
+    ssize_t n = ::read(fd.get(), buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return Status::DeadlineExceeded("control " + request.value("cmd", "?") + ": no answer in time");
+    if (n <= 0) return Status::Unavailable("control socket closed before a response");
+    response.append(buf, static_cast<size_t>(n));
+    if (response.size() > (1u << 20)) return Status::DataLoss("control response too long");
+  }
+  auto j = nlohmann::json::parse(response.substr(0, response.find('\n')), nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return Status::DataLoss("control response is not a JSON object");
+  if (j.value("ok", false) != true) {
+    std::string err = j.contains("error") && j["error"].is_string() ? j["error"].get<std::string>() : j.dump();
+    return Status::FailedPrecondition("kubicle-vmm " + request.value("cmd", "?") + ": " + err);
+  }
+  return j;
+}
+
+Status WaitForControl(const std::string& socket_path, int pidfd, std::chrono::milliseconds timeout) {
+  auto end = std::chrono::steady_clock::now() + timeout;
+  Status last = Status::Unavailable("no attempt");
+  while (std::chrono::steady_clock::now() < end) {
+    if (WaitExited(pidfd, std::chrono::milliseconds(0)))
+      return Status::Unavailable("kubicle-vmm exited before its control socket answered");
+    auto r = ControlCall(socket_path, {{"cmd", "status"}}, std::chrono::milliseconds(2000));
+    if (r.ok()) return Status::Ok();
+    last = r.status();
+    std::this_thread::sleep_for(std::chrono::microseconds(300));
+  }
+  return Status::DeadlineExceeded("control socket did not answer: " + last.message());
+}
+
+std::vector<pid_t> FindVmmProcesses(const std::string& vmm_binary, const std::string& state_dir) {
+  std::vector<pid_t> out;
+  std::string base = std::filesystem::path(vmm_binary).filename().string();
+  std::string prefix = state_dir + "/";
+  DIR* d = ::opendir("/proc");
+  if (d == nullptr) return out;
+  while (dirent* e = ::readdir(d)) {
+    char* end = nullptr;
+    long pid = std::strtol(e->d_name, &end, 10);
+    if (pid <= 0 || *end != '\0' || pid == ::getpid()) continue;
+    auto cmdline = ReadFileToString(std::string("/proc/") + e->d_name + "/cmdline");
+    if (!cmdline.ok() || cmdline->empty()) continue;
+    std::vector<std::string> args;
+    size_t start = 0;
+    while (start < cmdline->size()) {
+      size_t z = cmdline->find('\0', start);
+      if (z == std::string::npos) z = cmdline->size();
+      args.push_back(cmdline->substr(start, z - start));
+      start = z + 1;
+    }
+    if (std::filesystem::path(args[0]).filename().string() != base) continue;
+    for (size_t i = 1; i < args.size(); ++i) {
+      if (args[i].rfind(prefix, 0) == 0) {
+        out.push_back(static_cast<pid_t>(pid));
+        break;
+      }
+    }
+  }
+  ::closedir(d);
+  return out;
+}
+
+}  // namespace kubicle::noderuntime

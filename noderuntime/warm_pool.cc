@@ -1,0 +1,192 @@
+#include "noderuntime/warm_pool.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "noderuntime/node_util.h"
+
+namespace kubicle::noderuntime {
+
+using namespace std::chrono_literals;
+
+WarmPool::WarmPool(Options options) : options_(std::move(options)) {
+  next_ = std::chrono::steady_clock::now().time_since_epoch().count() & 0xffffff;
+}
+
+WarmPool::~WarmPool() { Stop(); }
+
+void WarmPool::Start() {
+  std::lock_guard l(mu_);
+  if (thread_.joinable() || stop_) return;
+  thread_ = std::thread([this] { Run(); });
+}
+
+void WarmPool::Stop() {
+  std::map<VmShape, std::vector<PoolVm>> idle;
+  {
+    std::lock_guard l(mu_);
+    stop_ = true;
+    idle.swap(idle_);
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  for (auto& [shape, vms] : idle) {
+    for (PoolVm& vm : vms) {
+      Destroy(vm);
+      if (options_.release) options_.release(shape);
+    }
+  }
+  if (options_.on_change) options_.on_change();
+}
+
+void WarmPool::Want(const VmShape& shape) {
+  {
+    std::lock_guard l(mu_);
+    ++wanted_[shape];
+  }
+  cv_.notify_all();
+}
+
+void WarmPool::Unwant(const VmShape& shape) {
+  std::lock_guard l(mu_);
+  auto it = wanted_.find(shape);
+  if (it != wanted_.end() && --it->second <= 0) wanted_.erase(it);
+}
+
+void WarmPool::Destroy(PoolVm& vm) {
+  if (vm.handle.pidfd) {
+    (void)PidfdKill(vm.handle.pidfd.get(), SIGKILL);
+    WaitExited(vm.handle.pidfd.get(), 5s);
+    ReapIfChild(vm.handle.pidfd.get());
+    vm.handle.pidfd.reset();
+  }
+  if (!vm.control_path.empty()) ::unlink(vm.control_path.c_str());
+  if (!vm.log_path.empty()) ::unlink(vm.log_path.c_str());
+}
+
+void WarmPool::DropDead() {
+  for (auto& [shape, vms] : idle_) {
+    for (size_t i = 0; i < vms.size();) {
+      if (!WaitExited(vms[i].handle.pidfd.get(), 0ms)) {
+        ++i;
+        continue;
+      }
+      std::optional<int> code = ReapIfChild(vms[i].handle.pidfd.get());
+      log::Warn("pool vm exited", {{"vm", vms[i].name},
+                                   {"status", code ? DescribeExit(*code) : "unknown"},
+                                   {"log", TailOfFile(vms[i].log_path, 300)}});
+      Destroy(vms[i]);
+      if (options_.release) options_.release(shape);
+      vms.erase(vms.begin() + static_cast<long>(i));
+    }
+  }
+}
+
+std::optional<PoolVm> WarmPool::Take(const VmShape& shape) {
+  std::optional<PoolVm> out;
+  {
+    std::lock_guard l(mu_);
+    DropDead();
+    auto it = idle_.find(shape);
+    if (it != idle_.end() && !it->second.empty()) {
+      out = std::move(it->second.back());
+      it->second.pop_back();
+    }
+  }
+  cv_.notify_all();
+  if (out && options_.on_change) options_.on_change();
+  return out;
+}
+
+bool WarmPool::EvictOne(const VmShape& keep) {
+  std::optional<PoolVm> victim;
+  VmShape shape;
+  {
+    std::lock_guard l(mu_);
+    for (auto& [s, vms] : idle_) {
+      if (s == keep || vms.empty()) continue;
+      victim = std::move(vms.back());
+      vms.pop_back();
+      shape = s;
+      break;
+    }
+  }
+  if (!victim) return false;
+  Destroy(*victim);
+  if (options_.release) options_.release(shape);
+  if (options_.on_change) options_.on_change();
+  return true;
+}
+
+size_t WarmPool::idle() const {
+  std::lock_guard l(mu_);
+  size_t n = 0;
+  for (const auto& [s, vms] : idle_) n += vms.size();
+  return n;
+}
+
+Result<PoolVm> WarmPool::Spawn(const VmShape& shape) {
+  PoolVm vm;
+  {
+    std::lock_guard l(mu_);
+    vm.name = "pool-" + std::to_string(++next_);
+  }
+  vm.shape = shape;
+  vm.control_path = options_.sock_dir + "/" + vm.name + ".ctl";
+  vm.log_path = options_.dir + "/" + vm.name + ".log";
+  ASSIGN_OR_RETURN(vm.handle,
+                   SpawnDetached({options_.vmm_binary, "pool", "--mem", std::to_string(shape.mem_mib) + "M",
+                                  "--vcpus", std::to_string(shape.vcpus), "--control", vm.control_path,
+                                  "--id", vm.name},
+                                 vm.log_path));
+  Status ready = WaitForControl(vm.control_path, vm.handle.pidfd.get(), 30s);
+  if (!ready.ok()) {
+    std::string tail = TailOfFile(vm.log_path, 300);
+    Destroy(vm);
+    return ready.WithContext("pool vm " + vm.name + (tail.empty() ? "" : " (" + tail + ")"));
+  }
+  return vm;
+}
+
+Result<PoolVm> WarmPool::StartNow(const VmShape& shape) { return Spawn(shape); }
+
+void WarmPool::Run() {
+  std::unique_lock l(mu_);
+  while (!stop_) {
+    DropDead();
+    std::optional<VmShape> need;
+    for (const auto& [shape, n] : wanted_) {
+      if (idle_[shape].size() < options_.per_shape) {
+        need = shape;
+        break;
+      }
+    }
+    if (!need || (options_.reserve && !options_.reserve(*need))) {
+      cv_.wait_for(l, 100ms);
+      continue;
+    }
+    l.unlock();
+    Result<PoolVm> vm = Spawn(*need);
+    l.lock();
+    if (!vm.ok()) {
+      if (options_.release) options_.release(*need);
+      log::Error("pool vm failed to start", {{"error", vm.status().ToString()}});
+      cv_.wait_for(l, 1s);  // do not spin on a broken binary or host
+      continue;
+    }
+    if (stop_) {
+      l.unlock();
+      Destroy(*vm);
+      if (options_.release) options_.release(*need);
+      l.lock();
+      break;
+    }
+    idle_[*need].push_back(std::move(vm).value());
+    l.unlock();
+    if (options_.on_change) options_.on_change();
+    l.lock();
+  }
+}
+
+}  // namespace kubicle::noderuntime

@@ -1,0 +1,91 @@
+// WarmPool: pre-started `kubicle-vmm pool` processes, a few per VM shape
+// (memory, vCPUs), so a sandbox create only pays the restore itself. A
+// background thread keeps each wanted shape topped up and drops pool VMs
+// that died; a miss starts one on the spot.
+//
+// Contracts: each pool VM holds a capacity reservation taken through
+// Options::reserve before it starts; Take hands that reservation to the
+// caller with the VM (the caller releases it when the sandbox goes); Evict
+// and Stop release it. A pool VM's files are <dir>/<name>.log and its
+// control socket <sock_dir>/<name>.ctl; the taker renames them.
+#pragma once
+
+#include <compare>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/status.h"
+#include "noderuntime/vmm_process.h"
+
+namespace kubicle::noderuntime {
+
+struct VmShape {
+  uint64_t mem_mib = 0;
+  uint32_t vcpus = 0;
+  auto operator<=>(const VmShape&) const = default;
+};
+
+struct PoolVm {
+  std::string name;
+  VmShape shape;
+  VmmHandle handle;
+  std::string control_path;
+  std::string log_path;
+};
+
+class WarmPool {
+ public:
+  struct Options {
+    std::string vmm_binary;
+    std::string dir;       // logs
+    std::string sock_dir;  // control sockets
+    uint32_t per_shape = 2;
+    std::function<bool(const VmShape&)> reserve;  // false: no capacity now
+    std::function<void(const VmShape&)> release;
+    std::function<void()> on_change;  // pool size changed (metrics)
+  };
+
+  explicit WarmPool(Options options);
+  ~WarmPool();  // Stop()
+  WarmPool(const WarmPool&) = delete;
+  WarmPool& operator=(const WarmPool&) = delete;
+
+  void Start();
+  // Kills every idle pool VM and joins the refill thread.
+  void Stop();
+  // Reference-counted: the shape is kept warm while any holder wants it.
+  void Want(const VmShape& shape);
+  void Unwant(const VmShape& shape);
+  // A live pool VM of this shape with its reservation, if one is ready.
+  std::optional<PoolVm> Take(const VmShape& shape);
+  // Starts one now, for a miss; the caller has reserved its capacity.
+  Result<PoolVm> StartNow(const VmShape& shape);
+  // Kills one idle VM of another shape than `keep` (its capacity is released).
+  bool EvictOne(const VmShape& keep);
+  size_t idle() const;
+  // Kills a VM (taken or not) and removes its files; does not touch capacity.
+  static void Destroy(PoolVm& vm);
+
+ private:
+  void Run();
+  void DropDead();  // requires mu_
+  Result<PoolVm> Spawn(const VmShape& shape);
+
+  Options options_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
+  std::map<VmShape, int> wanted_;
+  std::map<VmShape, std::vector<PoolVm>> idle_;
+  uint64_t next_ = 0;
+};
+
+}  // namespace kubicle::noderuntime
