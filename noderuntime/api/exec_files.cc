@@ -1,0 +1,132 @@
+// Exec (collected or streamed as NDJSON) and file routes.
+#include <cpprest/producerconsumerstream.h>
+
+#include <mutex>
+
+#include "noderuntime/api/codec.h"
+#include "noderuntime/api/http_call.h"
+
+namespace kubicle::noderuntime::api {
+
+namespace http = web::http;
+using guest::protocol::OutputStream;
+
+namespace {
+
+bool CheckId(Call& call) {
+  if (ValidId(call.name())) return true;
+  call.Error(400, "InvalidArgument",
+             "sandbox id \"" + call.name() + "\" must be a DNS-1123 label: [a-z0-9-], at most 63");
+  return false;
+}
+
+// Writes NDJSON lines into the response body as they are produced. A client
+// that went away makes writes fail; they are then dropped.
+class LineStream {
+ public:
+  LineStream() = default;
+  concurrency::streams::istream Reader() { return buf_.create_istream(); }
+
+  void Write(const nlohmann::json& line) {
+    std::string s = line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+    std::lock_guard l(mu_);
+    if (broken_) return;
+    try {
+      buf_.putn_nocopy(reinterpret_cast<const uint8_t*>(s.data()), s.size()).wait();
+      // The response reader waits for a full chunk unless the data is synced.
+      buf_.sync().wait();
+    } catch (const std::exception&) {
+      broken_ = true;
+    }
+  }
+  void Close() {
+    std::lock_guard l(mu_);
+    try {
+      buf_.close(std::ios_base::out).wait();
+    } catch (const std::exception&) {
+    }
+  }
+
+ private:
+  concurrency::streams::producer_consumer_buffer<uint8_t> buf_;
+  std::mutex mu_;
+  bool broken_ = false;
+};
+
+void StreamExec(Call& call, SandboxService& svc, ExecOptions options) {
+  // A missing sandbox is a plain 404, not a stream that ends in an error.
+  auto info = svc.GetSandbox(call.name());
+  if (!info.ok()) return call.Fail(info.status());
+  auto lines = std::make_shared<LineStream>();
+  http::http_response resp(http::status_codes::OK);
+  resp.set_body(lines->Reader(), "application/x-ndjson");
+  call.Send(std::move(resp));
+  options.io.on_output = [lines](OutputStream s, guest::protocol::ByteSpan data) {
+    lines->Write({{"stream", s == OutputStream::kStdout ? "stdout" : "stderr"},
+                  {"data", Base64Encode(data)}});
+  };
+  auto result = svc.Exec(call.name(), options);
+  if (result.ok()) {
+    nlohmann::json exit = ExecResultToJson(*result);
+    exit.erase("stdout");
+    exit.erase("stderr");
+    exit.erase("encoding");
+    lines->Write({{"exit", exit}});
+  } else {
+    lines->Write({{"error",
+                   {{"code", std::string(StatusCodeName(result.status().code()))},
+                    {"message", result.status().message()}}}});
+  }
+  lines->Close();
+}
+
+}  // namespace
+
+void HandleExec(Call& call, SandboxService& svc, const ApiServerOptions& opts) {
+  if (!call.OnlyQuery({"stream"}) || !CheckId(call)) return;
+  std::string stream = call.Query("stream").value_or("false");
+  if (stream != "true" && stream != "false" && stream != "1" && stream != "0") {
+    return call.Error(400, "InvalidArgument", "query parameter \"stream\" must be true or false");
+  }
+  auto body = call.JsonBody(opts.max_json_bytes);
+  if (!body) return;
+  auto options = ExecOptionsFromJson(*body);
+  if (!options.ok()) return call.Fail(options.status());
+  if (stream == "true" || stream == "1") return StreamExec(call, svc, std::move(*options));
+  auto result = svc.Exec(call.name(), *options);
+  result.ok() ? call.Json(200, ExecResultToJson(*result)) : call.Fail(result.status());
+}
+
+void HandleFiles(Call& call, SandboxService& svc, const ApiServerOptions& opts) {
+  const bool put = call.method() == "PUT";
+  if (!(put ? call.OnlyQuery({"path", "mode"}) : call.OnlyQuery({"path"})) || !CheckId(call)) {
+    return;
+  }
+  std::string path = call.Query("path").value_or("");
+  if (path.empty() || path.front() != '/' || path.find('\0') != std::string::npos) {
+    return call.Error(400, "InvalidArgument", "query parameter \"path\" must be an absolute path");
+  }
+  if (!put) {
+    auto data = svc.ReadFile(call.name(), path);
+    if (!data.ok()) return call.Fail(data.status());
+    return call.Raw(200, std::move(*data), "application/octet-stream");
+  }
+  uint32_t mode = 0644;
+  if (auto m = call.Query("mode")) {
+    char* end = nullptr;
+    unsigned long v = m->empty() ? 0 : std::strtoul(m->c_str(), &end, 8);
+    if (m->empty() || *end != '\0' || v > 07777 || m->size() > 5) {
+      return call.Error(400, "InvalidArgument",
+                        "query parameter \"mode\" must be octal, at most 07777 (e.g. 0644)");
+    }
+    mode = static_cast<uint32_t>(v);
+  }
+  auto body = call.Body(opts.max_file_bytes);
+  if (!body) return;
+  const auto* p = reinterpret_cast<const uint8_t*>(body->data());
+  Status st = svc.WriteFile(call.name(), path, {p, body->size()}, mode);
+  if (!st.ok()) return call.Fail(st);
+  call.Json(200, {{"path", path}, {"size", body->size()}, {"mode", mode}});
+}
+
+}  // namespace kubicle::noderuntime::api

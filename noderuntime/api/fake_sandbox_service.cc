@@ -1,0 +1,259 @@
+#include "noderuntime/api/fake_sandbox_service.h"
+
+#include <random>
+
+#include "operator/kube/label_selector.h"
+
+namespace kubicle::noderuntime::api {
+
+using guest::client::ExecResult;
+using guest::protocol::Bytes;
+using guest::protocol::ByteSpan;
+
+namespace {
+
+std::string RandomToken() {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string t;
+  for (int i = 0; i < 32; ++i) t.push_back(kHex[rng() & 15]);
+  return t;
+}
+
+bool SameSpec(const TemplateSpec& a, const TemplateSpec& b) {
+  return a.kernel == b.kernel && a.initrd == b.initrd && a.cmdline == b.cmdline &&
+         a.disks == b.disks && a.mem_mib == b.mem_mib && a.vcpus == b.vcpus &&
+         a.warmup == b.warmup;
+}
+
+ExecResult BuiltinExec(const ExecOptions& o) {
+  ExecResult r;
+  const auto& argv = o.request.argv;
+  auto emit = [&](guest::protocol::OutputStream s, const std::string& text) {
+    Bytes b(text.begin(), text.end());
+    if (o.io.on_output) {
+      o.io.on_output(s, b);
+    } else {
+      Bytes& dst = s == guest::protocol::OutputStream::kStdout ? r.stdout_data : r.stderr_data;
+      dst.insert(dst.end(), b.begin(), b.end());
+    }
+  };
+  if (!argv.empty() && argv[0] == "echo") {
+    std::string out;
+    for (size_t i = 1; i < argv.size(); ++i) out += (i > 1 ? " " : "") + argv[i];
+    emit(guest::protocol::OutputStream::kStdout, out + "\n");
+    r.exit_code = 0;
+  } else if (argv.size() == 2 && argv[0] == "fail") {
+    emit(guest::protocol::OutputStream::kStderr, "failing\n");
+    r.exit_code = std::atoi(argv[1].c_str());
+  } else {
+    r.exit_code = 127;
+  }
+  return r;
+}
+
+}  // namespace
+
+Result<TemplateInfo> FakeSandboxService::PutTemplate(const TemplateSpec& spec) {
+  ++calls_;
+  std::lock_guard l(mu_);
+  auto it = templates_.find(spec.name);
+  if (it != templates_.end()) {
+    if (!SameSpec(it->second.spec, spec)) {
+      return Status::AlreadyExists("template " + spec.name + " exists with another spec");
+    }
+    return it->second;
+  }
+  TemplateInfo info;
+  info.spec = spec;
+  info.state = TemplateState::kBaking;
+  info.message = "cold boot";
+  TemplateInfo ready = info;
+  ready.state = TemplateState::kReady;
+  ready.message = "";
+  ready.digest = "sha256:" + std::string(64, '0');
+  ready.snapshot_dir = "/fake/" + spec.name;
+  ready.ready_at = std::chrono::system_clock::now();
+  templates_[spec.name] = ready;
+  return info;
+}
+
+Result<TemplateInfo> FakeSandboxService::GetTemplate(const std::string& name) {
+  ++calls_;
+  std::lock_guard l(mu_);
+  auto it = templates_.find(name);
+  if (it == templates_.end()) return Status::NotFound("no template " + name);
+  return it->second;
+}
+
+std::vector<TemplateInfo> FakeSandboxService::ListTemplates() {
+  ++calls_;
+  std::lock_guard l(mu_);
+  std::vector<TemplateInfo> out;
+  for (const auto& [_, t] : templates_) out.push_back(t);
+  return out;
+}
+
+Status FakeSandboxService::DeleteTemplate(const std::string& name) {
+  ++calls_;
+  std::lock_guard l(mu_);
+  if (!templates_.count(name)) return Status::NotFound("no template " + name);
+  for (const auto& [_, s] : sandboxes_) {
+    if (s.info.template_name == name) {
+      return Status::FailedPrecondition("sandbox " + s.info.id + " uses template " + name);
+    }
+  }
+  templates_.erase(name);
+  return Status::Ok();
+}
+
+Result<SandboxInfo> FakeSandboxService::AddLocked(SandboxInfo info) {
+  if (info.id.empty()) info.id = "sbx-" + std::to_string(next_id_++);
+  if (sandboxes_.count(info.id)) return Status::AlreadyExists("sandbox " + info.id + " exists");
+  info.state = SandboxState::kRunning;
+  info.created_at = std::chrono::system_clock::now();
+  info.cid = next_cid_++;
+  info.vmm_pid = 1000 + static_cast<int>(info.cid);
+  info.ready_ms = 1.5;
+  info.token = RandomToken();
+  sandboxes_[info.id].info = info;
+  return info;
+}
+
+Result<SandboxInfo> FakeSandboxService::CreateSandbox(const SandboxSpec& spec) {
+  ++calls_;
+  if (!create_error.ok()) return create_error;
+  std::lock_guard l(mu_);
+  auto t = templates_.find(spec.template_name);
+  if (t == templates_.end()) return Status::NotFound("no template " + spec.template_name);
+  SandboxInfo info;
+  info.id = spec.id;
+  info.template_name = spec.template_name;
+  info.labels = spec.labels;
+  info.mem_mib = t->second.spec.mem_mib;
+  info.vcpus = t->second.spec.vcpus;
+  if (spec.ttl_seconds) {
+    info.expires_at = std::chrono::system_clock::now() + std::chrono::seconds(*spec.ttl_seconds);
+  }
+  return AddLocked(std::move(info));
+}
+
+Result<std::vector<SandboxInfo>> FakeSandboxService::ForkSandbox(const ForkRequest& req) {
+  ++calls_;
+  std::lock_guard l(mu_);
+  auto src = sandboxes_.find(req.source_id);
+  if (src == sandboxes_.end()) return Status::NotFound("no sandbox " + req.source_id);
+  std::vector<SandboxInfo> out;
+  for (uint32_t i = 0; i < req.count; ++i) {
+    SandboxInfo child = src->second.info;
+    child.id = req.source_id + "-f" + std::to_string(next_id_++);
+    child.fork_of = req.source_id;
+    for (const auto& [k, v] : req.labels) child.labels[k] = v;
+    child.expires_at.reset();
+    if (req.ttl_seconds) {
+      child.expires_at = std::chrono::system_clock::now() + std::chrono::seconds(*req.ttl_seconds);
+    }
+    ASSIGN_OR_RETURN(SandboxInfo added, AddLocked(std::move(child)));
+    out.push_back(std::move(added));
+  }
+  return out;
+}
+
+Result<SandboxInfo> FakeSandboxService::GetSandbox(const std::string& id) {
+  ++calls_;
+  std::lock_guard l(mu_);
+  auto it = sandboxes_.find(id);
+  if (it == sandboxes_.end()) return Status::NotFound("no sandbox " + id);
+  SandboxInfo info = it->second.info;
+  info.token.clear();
+  return info;
+}
+
+Result<std::vector<SandboxInfo>> FakeSandboxService::ListSandboxes(const std::string& selector) {
+  ++calls_;
+  ASSIGN_OR_RETURN(kube::LabelSelector sel, kube::LabelSelector::Parse(selector));
+  std::lock_guard l(mu_);
+  std::vector<SandboxInfo> out;
+  for (const auto& [_, s] : sandboxes_) {
+    if (!sel.Matches(s.info.labels)) continue;
+    out.push_back(s.info);
+    out.back().token.clear();
+  }
+  return out;
+}
+
+Status FakeSandboxService::DeleteSandbox(const std::string& id) {
+  ++calls_;
+  std::lock_guard l(mu_);
+  if (!sandboxes_.erase(id)) return Status::NotFound("no sandbox " + id);
+  return Status::Ok();
+}
+
+Result<std::vector<std::string>> FakeSandboxService::DeleteSandboxes(const std::string& selector) {
+  ++calls_;
+  ASSIGN_OR_RETURN(kube::LabelSelector sel, kube::LabelSelector::Parse(selector));
+  std::lock_guard l(mu_);
+  std::vector<std::string> ids;
+  for (auto it = sandboxes_.begin(); it != sandboxes_.end();) {
+    if (sel.Matches(it->second.info.labels)) {
+      ids.push_back(it->first);
+      it = sandboxes_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return ids;
+}
+
+bool FakeSandboxService::CheckToken(const std::string& id, const std::string& token) {
+  ++calls_;
+  std::lock_guard l(mu_);
+  auto it = sandboxes_.find(id);
+  return it != sandboxes_.end() && !token.empty() && it->second.info.token == token;
+}
+
+Result<ExecResult> FakeSandboxService::Exec(const std::string& id, const ExecOptions& options) {
+  ++calls_;
+  {
+    std::lock_guard l(mu_);
+    if (!sandboxes_.count(id)) return Status::NotFound("no sandbox " + id);
+  }
+  if (exec_hook) return exec_hook(id, options);
+  return BuiltinExec(options);
+}
+
+Status FakeSandboxService::WriteFile(const std::string& id, const std::string& path,
+                                     ByteSpan data, uint32_t mode) {
+  ++calls_;
+  std::lock_guard l(mu_);
+  auto it = sandboxes_.find(id);
+  if (it == sandboxes_.end()) return Status::NotFound("no sandbox " + id);
+  if (path.empty() || path.front() != '/') return Status::InvalidArgument("path must be absolute");
+  it->second.files[path] = {Bytes(data.begin(), data.end()), mode};
+  return Status::Ok();
+}
+
+Result<Bytes> FakeSandboxService::ReadFile(const std::string& id, const std::string& path) {
+  ++calls_;
+  std::lock_guard l(mu_);
+  auto it = sandboxes_.find(id);
+  if (it == sandboxes_.end()) return Status::NotFound("no sandbox " + id);
+  auto f = it->second.files.find(path);
+  if (f == it->second.files.end()) return Status::NotFound("no file " + path);
+  return f->second.first;
+}
+
+size_t FakeSandboxService::sandbox_count() const {
+  std::lock_guard l(mu_);
+  return sandboxes_.size();
+}
+
+uint32_t FakeSandboxService::file_mode(const std::string& id, const std::string& path) const {
+  std::lock_guard l(mu_);
+  auto it = sandboxes_.find(id);
+  if (it == sandboxes_.end()) return 0;
+  auto f = it->second.files.find(path);
+  return f == it->second.files.end() ? 0 : f->second.second;
+}
+
+}  // namespace kubicle::noderuntime::api

@@ -1,0 +1,73 @@
+// FakeSandboxService: SandboxService in memory, for the API's unit tests.
+//
+// Templates bake instantly (they read "baking" in PutTemplate's answer and
+// "ready" afterwards); sandboxes are records with a random token and a
+// RAM file table; Exec runs `exec_hook` when set, else a tiny built-in
+// command set: `echo ARGS...` (stdout), `fail CODE` (stderr, exit CODE),
+// anything else exits 127. Label selectors use the Kubernetes parser
+// (operator/kube/label_selector.h) so the fake filters as the manager does.
+// calls() counts every service call, so tests can assert that a rejected
+// request never reached the service. Thread-safe.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "noderuntime/sandbox_service.h"
+
+namespace kubicle::noderuntime::api {
+
+class FakeSandboxService : public SandboxService {
+ public:
+  using ExecHook = std::function<Result<guest::client::ExecResult>(const std::string& id,
+                                                                   const ExecOptions& options)>;
+
+  Result<TemplateInfo> PutTemplate(const TemplateSpec& spec) override;
+  Result<TemplateInfo> GetTemplate(const std::string& name) override;
+  std::vector<TemplateInfo> ListTemplates() override;
+  Status DeleteTemplate(const std::string& name) override;
+
+  Result<SandboxInfo> CreateSandbox(const SandboxSpec& spec) override;
+  Result<std::vector<SandboxInfo>> ForkSandbox(const ForkRequest& request) override;
+  Result<SandboxInfo> GetSandbox(const std::string& id) override;
+  Result<std::vector<SandboxInfo>> ListSandboxes(const std::string& selector) override;
+  Status DeleteSandbox(const std::string& id) override;
+  Result<std::vector<std::string>> DeleteSandboxes(const std::string& selector) override;
+  bool CheckToken(const std::string& id, const std::string& token) override;
+
+  Result<guest::client::ExecResult> Exec(const std::string& id,
+                                         const ExecOptions& options) override;
+  Status WriteFile(const std::string& id, const std::string& path,
+                   guest::protocol::ByteSpan data, uint32_t mode) override;
+  Result<guest::protocol::Bytes> ReadFile(const std::string& id,
+                                          const std::string& path) override;
+
+  // Set before requests arrive.
+  ExecHook exec_hook;
+  // Makes CreateSandbox fail with this status (when not OK).
+  Status create_error;
+
+  int calls() const { return calls_.load(); }
+  size_t sandbox_count() const;
+  // The mode of a written file (0 if absent).
+  uint32_t file_mode(const std::string& id, const std::string& path) const;
+
+ private:
+  struct Sandbox {
+    SandboxInfo info;
+    std::map<std::string, std::pair<guest::protocol::Bytes, uint32_t>> files;
+  };
+  Result<SandboxInfo> AddLocked(SandboxInfo info);
+
+  mutable std::mutex mu_;
+  std::map<std::string, TemplateInfo> templates_;
+  std::map<std::string, Sandbox> sandboxes_;
+  uint64_t next_id_ = 1;
+  uint32_t next_cid_ = 3;
+  std::atomic<int> calls_{0};
+};
+
+}  // namespace kubicle::noderuntime::api

@@ -1,0 +1,135 @@
+#include "noderuntime/api/routes.h"
+
+#include <algorithm>
+#include <cctype>
+#include <vector>
+
+namespace kubicle::noderuntime::api {
+
+namespace {
+
+std::vector<std::string_view> Split(std::string_view path) {
+  std::vector<std::string_view> parts;
+  size_t i = 0;
+  while (i < path.size()) {
+    size_t j = path.find('/', i);
+    if (j == std::string_view::npos) j = path.size();
+    if (j > i) parts.push_back(path.substr(i, j - i));
+    i = j + 1;
+  }
+  return parts;
+}
+
+const char* Pattern(Route r) {
+  switch (r) {
+    case Route::kHealthz: return "/healthz";
+    case Route::kMetrics: return "/metrics";
+    case Route::kTemplates: return "/v1/templates";
+    case Route::kTemplate: return "/v1/templates/{name}";
+    case Route::kSandboxes: return "/v1/sandboxes";
+    case Route::kSandbox: return "/v1/sandboxes/{id}";
+    case Route::kFork: return "/v1/sandboxes/{id}/fork";
+    case Route::kExec: return "/v1/sandboxes/{id}/exec";
+    case Route::kFiles: return "/v1/sandboxes/{id}/files";
+  }
+  return "?";
+}
+
+}  // namespace
+
+std::optional<RouteMatch> MatchRoute(std::string_view path) {
+  if (path.empty() || path.front() != '/' || path.find("//") != std::string_view::npos) {
+    return std::nullopt;
+  }
+  auto p = Split(path);
+  if (p.size() == 1 && p[0] == "healthz") return RouteMatch{Route::kHealthz, ""};
+  if (p.size() == 1 && p[0] == "metrics") return RouteMatch{Route::kMetrics, ""};
+  if (p.size() < 2 || p[0] != "v1") return std::nullopt;
+  if (p[1] == "templates") {
+    if (p.size() == 2) return RouteMatch{Route::kTemplates, ""};
+    if (p.size() == 3) return RouteMatch{Route::kTemplate, std::string(p[2])};
+    return std::nullopt;
+  }
+  if (p[1] != "sandboxes") return std::nullopt;
+  if (p.size() == 2) return RouteMatch{Route::kSandboxes, ""};
+  std::string id(p[2]);
+  if (p.size() == 3) return RouteMatch{Route::kSandbox, id};
+  if (p.size() != 4) return std::nullopt;
+  if (p[3] == "fork") return RouteMatch{Route::kFork, id};
+  if (p[3] == "exec") return RouteMatch{Route::kExec, id};
+  if (p[3] == "files") return RouteMatch{Route::kFiles, id};
+  return std::nullopt;
+}
+
+std::string AllowedMethods(Route r) {
+  switch (r) {
+    case Route::kHealthz:
+    case Route::kMetrics:
+    case Route::kTemplates: return "GET";
+    case Route::kTemplate: return "GET, PUT, DELETE";
+    case Route::kSandboxes: return "GET, POST, DELETE";
+    case Route::kSandbox: return "GET, DELETE";
+    case Route::kFork:
+    case Route::kExec: return "POST";
+    case Route::kFiles: return "GET, PUT";
+  }
+  return "";
+}
+
+bool MethodAllowed(Route r, std::string_view method) {
+  if (method.empty()) return false;
+  std::string allowed = AllowedMethods(r);
+  size_t i = 0;
+  while (i < allowed.size()) {
+    size_t j = allowed.find(", ", i);
+    if (j == std::string::npos) j = allowed.size();
+    if (std::string_view(allowed).substr(i, j - i) == method) return true;
+    i = j + 2;
+  }
+  return false;
+}
+
+Access RouteAccess(Route r, std::string_view method) {
+  switch (r) {
+    case Route::kHealthz:
+    case Route::kMetrics: return Access::kPublic;
+    case Route::kExec:
+    case Route::kFiles: return Access::kAdminOrSandbox;
+    case Route::kSandbox: return method == "GET" ? Access::kAdminOrSandbox : Access::kAdmin;
+    default: return Access::kAdmin;
+  }
+}
+
+std::string RouteLabel(Route r, std::string_view method) {
+  return std::string(method) + " " + Pattern(r);
+}
+
+bool ConstantTimeEquals(std::string_view a, std::string_view b) {
+  // Runs over the longer input so the time depends on lengths only.
+  size_t n = std::max(a.size(), b.size());
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < n; ++i) {
+    unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
+    unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
+    diff |= x ^ y;
+  }
+  return diff == 0;
+}
+
+std::optional<std::string> ParseBearer(std::string_view h) {
+  constexpr std::string_view kPrefix = "Bearer ";
+  if (h.size() <= kPrefix.size()) return std::nullopt;
+  for (size_t i = 0; i < kPrefix.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(h[i])) !=
+        std::tolower(static_cast<unsigned char>(kPrefix[i]))) {
+      return std::nullopt;
+    }
+  }
+  std::string_view token = h.substr(kPrefix.size());
+  while (!token.empty() && token.front() == ' ') token.remove_prefix(1);
+  while (!token.empty() && token.back() == ' ') token.remove_suffix(1);
+  if (token.empty() || token.find(' ') != std::string_view::npos) return std::nullopt;
+  return std::string(token);
+}
+
+}  // namespace kubicle::noderuntime::api

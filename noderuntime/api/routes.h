@@ -1,0 +1,50 @@
+// The node API's routing table: which path is which route, which methods it
+// takes, who may call it, and the route's name in metrics. Pure functions,
+// tested without a listener.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+
+namespace kubicle::noderuntime::api {
+
+enum class Route {
+  kHealthz,     // GET /healthz                       (no auth)
+  kMetrics,     // GET /metrics                       (no auth)
+  kTemplates,   // GET /v1/templates
+  kTemplate,    // GET|PUT|DELETE /v1/templates/{name}
+  kSandboxes,   // GET|POST|DELETE /v1/sandboxes
+  kSandbox,     // GET|DELETE /v1/sandboxes/{id}
+  kFork,        // POST /v1/sandboxes/{id}/fork
+  kExec,        // POST /v1/sandboxes/{id}/exec
+  kFiles,       // GET|PUT /v1/sandboxes/{id}/files
+};
+
+struct RouteMatch {
+  Route route;
+  std::string name;  // the {name} or {id} segment, percent-decoded; else empty
+};
+
+// The route for an (already percent-decoded) path; nullopt for unknown paths.
+// A trailing slash is tolerated.
+std::optional<RouteMatch> MatchRoute(std::string_view path);
+bool MethodAllowed(Route route, std::string_view method);
+// "GET, PUT, DELETE" for the Allow header of a 405.
+std::string AllowedMethods(Route route);
+// Who may call it: no token, only the admin token, or also the data-plane
+// token of the sandbox named in the path.
+enum class Access { kPublic, kAdmin, kAdminOrSandbox };
+Access RouteAccess(Route route, std::string_view method);
+// The route label of kubicle_http_request_seconds, e.g. "POST /v1/sandboxes/{id}/exec".
+std::string RouteLabel(Route route, std::string_view method);
+
+// Compares secrets without an early exit on the first differing byte.
+bool ConstantTimeEquals(std::string_view a, std::string_view b);
+// The token of an "Authorization: Bearer <token>" header; nullopt if the
+// header is not of that form.
+std::optional<std::string> ParseBearer(std::string_view header);
+
+}  // namespace kubicle::noderuntime::api

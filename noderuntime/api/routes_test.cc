@@ -1,0 +1,61 @@
+#include "noderuntime/api/routes.h"
+
+#include <gtest/gtest.h>
+
+namespace kubicle::noderuntime::api {
+namespace {
+
+TEST(Routes, MatchesEveryRoute) {
+  EXPECT_EQ(MatchRoute("/healthz")->route, Route::kHealthz);
+  EXPECT_EQ(MatchRoute("/metrics")->route, Route::kMetrics);
+  EXPECT_EQ(MatchRoute("/v1/templates")->route, Route::kTemplates);
+  EXPECT_EQ(MatchRoute("/v1/templates/")->route, Route::kTemplates);
+  auto t = MatchRoute("/v1/templates/py");
+  EXPECT_EQ(t->route, Route::kTemplate);
+  EXPECT_EQ(t->name, "py");
+  EXPECT_EQ(MatchRoute("/v1/sandboxes")->route, Route::kSandboxes);
+  EXPECT_EQ(MatchRoute("/v1/sandboxes/s1")->route, Route::kSandbox);
+  auto e = MatchRoute("/v1/sandboxes/s1/exec");
+  EXPECT_EQ(e->route, Route::kExec);
+  EXPECT_EQ(e->name, "s1");
+  EXPECT_EQ(MatchRoute("/v1/sandboxes/s1/fork")->route, Route::kFork);
+  EXPECT_EQ(MatchRoute("/v1/sandboxes/s1/files")->route, Route::kFiles);
+}
+
+TEST(Routes, UnknownPaths) {
+  for (const char* p : {"", "/", "/v2/sandboxes", "/v1", "/v1/sandboxes/a/b/c", "/v1/x",
+                        "/v1/sandboxes/s1/nope", "/v1/templates/a/b", "/v1//sandboxes",
+                        "healthz"}) {
+    EXPECT_FALSE(MatchRoute(p).has_value()) << p;
+  }
+}
+
+TEST(Routes, MethodsAndAccess) {
+  EXPECT_TRUE(MethodAllowed(Route::kTemplate, "PUT"));
+  EXPECT_FALSE(MethodAllowed(Route::kTemplate, "POST"));
+  EXPECT_FALSE(MethodAllowed(Route::kExec, "GET"));
+  EXPECT_FALSE(MethodAllowed(Route::kSandbox, "GE"));
+  EXPECT_FALSE(MethodAllowed(Route::kSandbox, ""));
+  EXPECT_EQ(AllowedMethods(Route::kSandboxes), "GET, POST, DELETE");
+  EXPECT_EQ(RouteAccess(Route::kMetrics, "GET"), Access::kPublic);
+  EXPECT_EQ(RouteAccess(Route::kSandbox, "GET"), Access::kAdminOrSandbox);
+  EXPECT_EQ(RouteAccess(Route::kSandbox, "DELETE"), Access::kAdmin);
+  EXPECT_EQ(RouteAccess(Route::kFork, "POST"), Access::kAdmin);
+  EXPECT_EQ(RouteAccess(Route::kExec, "POST"), Access::kAdminOrSandbox);
+  EXPECT_EQ(RouteLabel(Route::kExec, "POST"), "POST /v1/sandboxes/{id}/exec");
+}
+
+TEST(Auth, BearerAndConstantTimeCompare) {
+  EXPECT_EQ(*ParseBearer("Bearer abc"), "abc");
+  EXPECT_EQ(*ParseBearer("bearer  abc "), "abc");
+  EXPECT_FALSE(ParseBearer("Basic abc").has_value());
+  EXPECT_FALSE(ParseBearer("Bearer ").has_value());
+  EXPECT_FALSE(ParseBearer("Bearer a b").has_value());
+  EXPECT_TRUE(ConstantTimeEquals("abc", "abc"));
+  EXPECT_FALSE(ConstantTimeEquals("abc", "abd"));
+  EXPECT_FALSE(ConstantTimeEquals("abc", "abcd"));
+  EXPECT_FALSE(ConstantTimeEquals("", "a"));
+}
+
+}  // namespace
+}  // namespace kubicle::noderuntime::api

@@ -1,0 +1,26 @@
+// Used only until noderuntime/sandbox_service.cc (kubicle_noderuntime)
+// provides these; CMakeLists picks one or the other.
+#include "noderuntime/sandbox_service.h"
+
+namespace kubicle::noderuntime {
+
+const char* TemplateStateName(TemplateState s) {
+  switch (s) {
+    case TemplateState::kBaking: return "Baking";
+    case TemplateState::kReady: return "Ready";
+    case TemplateState::kFailed: return "Failed";
+  }
+  return "Unknown";
+}
+
+const char* SandboxStateName(SandboxState s) {
+  switch (s) {
+    case SandboxState::kCreating: return "Creating";
+    case SandboxState::kRunning: return "Running";
+    case SandboxState::kFailed: return "Failed";
+    case SandboxState::kDeleting: return "Deleting";
+  }
+  return "Unknown";
+}
+
+}  // namespace kubicle::noderuntime
