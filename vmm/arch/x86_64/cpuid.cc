@@ -101,6 +101,67 @@ void UpdateAmdLeaves(std::vector<kvm_cpuid_entry2>& t, uint32_t index, uint32_t 
   }
 }
 
+// XSAVE state components (XCR0 bits) and the CPUID feature each needs.
+constexpr uint32_t kLeaf1EcxXsave = 1u << 26;
+constexpr uint32_t kLeaf1EcxAvx = 1u << 28;
+constexpr uint32_t kLeaf7EbxMpx = 1u << 14;
+constexpr uint32_t kLeaf7EbxAvx512f = 1u << 16;
+constexpr uint32_t kLeaf7EcxPku = 1u << 3;
+constexpr uint32_t kLeaf7EdxAmxTile = 1u << 24;
+constexpr uint32_t kXsaveLegacyAndHeader = 512 + 64;
+constexpr uint32_t kXsaveCompactedBits = (1u << 1) | (1u << 3);  // 0xD.1 EAX: XSAVEC, XSAVES
+
+// The user state components (XCR0) the guest may enable: what KVM supports
+// (0xD.0 EDX:EAX), x87 and SSE always, every other component only with the
+// feature flag a kernel checks before enabling it (Linux clears YMM without
+// AVX, the AVX-512 states without AVX512F, ...). Advertising a component the
+// guest then leaves disabled makes the sizes below disagree with its XCR0.
+uint64_t UsableXcr0(const std::vector<kvm_cpuid_entry2>& t, const kvm_cpuid_entry2& d0) {
+  const uint64_t supported = d0.eax | (uint64_t{d0.edx} << 32);
+  const kvm_cpuid_entry2* l1 = FindCpuid(t, 1);
+  const kvm_cpuid_entry2* l7 = FindCpuid(t, 7, 0);
+  const uint32_t ecx1 = l1 ? l1->ecx : 0;
+  const uint32_t ebx7 = l7 ? l7->ebx : 0, ecx7 = l7 ? l7->ecx : 0, edx7 = l7 ? l7->edx : 0;
+  uint64_t mask = 0x3;  // x87, SSE
+  if (ecx1 & kLeaf1EcxAvx) mask |= 1u << 2;
+  if (ebx7 & kLeaf7EbxMpx) mask |= (1u << 3) | (1u << 4);
+  if ((ebx7 & kLeaf7EbxAvx512f) && (ecx1 & kLeaf1EcxAvx)) mask |= (1u << 5) | (1u << 6) | (1u << 7);
+  if (ecx7 & kLeaf7EcxPku) mask |= 1u << 9;
+  if (edx7 & kLeaf7EdxAmxTile) mask |= (1u << 17) | (1u << 18);
+  return supported & mask;
+}
+
+// Makes leaf 0xD agree with the components the guest can enable: sub-leaf 0
+// lists them (EDX:EAX) with the size of their XSAVE area in EBX (the guest
+// enables all of them) and ECX; sub-leaf 1's compacted size covers them (no
+// supervisor states: XSS is 0); sub-leaves of other components read zero.
+// Without XSAVE in leaf 1 only x87 and SSE remain.
+void UpdateXsaveLeaf(std::vector<kvm_cpuid_entry2>& t) {
+  kvm_cpuid_entry2* d0 = Find(t, 0xd, 0);
+  if (d0 == nullptr) return;
+  const kvm_cpuid_entry2* l1 = FindCpuid(t, 1);
+  const uint64_t xcr0 = (l1 && (l1->ecx & kLeaf1EcxXsave)) ? UsableXcr0(t, *d0) : 0x3;
+  uint32_t standard = kXsaveLegacyAndHeader, compacted = kXsaveLegacyAndHeader;
+  for (kvm_cpuid_entry2& e : t) {
+    if (e.function != 0xd || e.index < 2) continue;
+    if (e.index >= 64 || !(xcr0 & (uint64_t{1} << e.index))) {
+      e.eax = e.ebx = e.ecx = e.edx = 0;
+      continue;
+    }
+    standard = std::max(standard, e.ebx + e.eax);  // offset + size
+    if (e.ecx & 2) compacted = (compacted + 63) & ~63u;  // 64-byte aligned in compacted form
+    compacted += e.eax;
+  }
+  d0->eax = static_cast<uint32_t>(xcr0);
+  d0->edx = static_cast<uint32_t>(xcr0 >> 32);
+  d0->ebx = standard;
+  d0->ecx = standard;
+  if (kvm_cpuid_entry2* d1 = Find(t, 0xd, 1)) {
+    d1->ebx = (d1->eax & kXsaveCompactedBits) ? compacted : 0;
+    d1->ecx = d1->edx = 0;
+  }
+}
+
 void EnsureKvmLeaves(std::vector<kvm_cpuid_entry2>& t) {
   kvm_cpuid_entry2* sig = Find(t, kKvmCpuidSignatureLeaf);
   if (sig == nullptr) {
@@ -153,6 +214,7 @@ Result<std::vector<kvm_cpuid_entry2>> NormalizeCpuid(std::vector<kvm_cpuid_entry
   } else {
     UpdateIntelCacheLeaf(t, num_vcpus);
   }
+  if (max_basic >= 0xd) UpdateXsaveLeaf(t);
   EnsureKvmLeaves(t);
   return t;
 }

@@ -9,6 +9,12 @@
 //   package, x2APIC id in EDX of every subleaf, subleaf 2 terminates.
 // - leaf 4 (Intel): cores per package and threads sharing each cache.
 // - AMD: 0x80000008 ECX core count, 0x8000001E extended APIC id.
+// - leaf 0xD (XSAVE): only the state components the guest can enable given
+//   the other leaves (YMM needs AVX, AVX-512 states need AVX512F, PKRU
+//   needs PKU, MPX and AMX their flags; none but x87/SSE without XSAVE);
+//   sub-leaf 0 EBX/ECX = the XSAVE area size for exactly those, sub-leaf 1
+//   EBX the compacted size (no supervisor states), sub-leaves of other
+//   components zero. Otherwise Linux warns "XSAVE consistency problem".
 // - KVM paravirt leaves 0x40000000 ("KVMKVMKVM\0\0\0", max leaf) and
 //   0x40000001 (features as KVM reports them: kvmclock, PV EOI, ...).
 // Pure function over plain vectors, so it is unit-tested without KVM.

@@ -149,5 +149,69 @@ TEST(CpuidTest, RejectsBadTopologyAndMissingLeaves) {
   EXPECT_FALSE(NormalizeCpuid(no_leaf1, 0, 1).ok());
 }
 
+// Leaf 0xD as KVM reports it on this machine's (nested) host: x87, SSE,
+// AVX and the three AVX-512 states, with their sizes and offsets.
+void AddXsaveLeaves(std::vector<kvm_cpuid_entry2>& t, uint32_t leaf1_ecx, uint32_t leaf7_ebx) {
+  const_cast<kvm_cpuid_entry2*>(FindCpuid(t, 1))->ecx = leaf1_ecx;
+  kvm_cpuid_entry2 l7 = Entry(7, 0, KVM_CPUID_FLAG_SIGNIFCANT_INDEX);
+  l7.ebx = leaf7_ebx;
+  t.push_back(l7);
+  const uint32_t d[][5] = {{0, 0xe7, 0xa80, 0xa80, 0},   {1, 0xf, 0x9c0, 0x100, 0},
+                           {2, 0x100, 0x240, 0, 0},       {5, 0x40, 0x440, 0, 0},
+                           {6, 0x200, 0x480, 0, 0},       {7, 0x400, 0x680, 0, 0},
+                           {8, 0x80, 0, 1, 0}};
+  for (const auto& r : d) {
+    kvm_cpuid_entry2 e = Entry(0xd, r[0], KVM_CPUID_FLAG_SIGNIFCANT_INDEX);
+    e.eax = r[1];
+    e.ebx = r[2];
+    e.ecx = r[3];
+    e.edx = r[4];
+    t.push_back(e);
+  }
+}
+
+constexpr uint32_t kXsave = 1u << 26, kAvx = 1u << 28, kAvx512f = 1u << 16;
+
+TEST(CpuidTest, XsaveLeafListsOnlyWhatTheGuestCanEnable) {
+  struct Case {
+    uint32_t leaf1_ecx, leaf7_ebx;
+    uint32_t xcr0, size, compacted;
+  } cases[] = {
+      // This host: AVX-512 states in 0xD but neither AVX nor AVX512F flags.
+      // Linux enables x87|SSE (576 bytes); the host said 2688 (and the guest
+      // warned "size 832 != kernel_size 576" with YMM left in).
+      {kXsave, 0, 0x3, 576, 576},
+      {kXsave, kAvx512f, 0x3, 576, 576},  // AVX-512 needs AVX too
+      {kXsave | kAvx, 0, 0x7, 832, 832},
+      {kXsave | kAvx, kAvx512f, 0xe7, 0xa80, 576 + 256 + 64 + 512 + 1024},
+      {kAvx, kAvx512f, 0x3, 576, 576},  // no XSAVE at all
+  };
+  for (const Case& c : cases) {
+    std::vector<kvm_cpuid_entry2> in = IntelSupported();
+    AddXsaveLeaves(in, c.leaf1_ecx, c.leaf7_ebx);
+    auto t = NormalizeCpuid(in, 0, 1);
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    SCOPED_TRACE(::testing::Message() << std::hex << "leaf1 ecx " << c.leaf1_ecx << " leaf7 ebx "
+                                      << c.leaf7_ebx);
+    const kvm_cpuid_entry2& d0 = Get(*t, 0xd, 0);
+    EXPECT_EQ(d0.eax, c.xcr0);
+    EXPECT_EQ(d0.edx, 0u);
+    EXPECT_EQ(d0.ebx, c.size);
+    EXPECT_EQ(d0.ecx, c.size);
+    const kvm_cpuid_entry2& d1 = Get(*t, 0xd, 1);
+    EXPECT_EQ(d1.eax, 0xfu);  // XSAVEOPT, XSAVEC, XGETBV1, XSAVES kept
+    EXPECT_EQ(d1.ebx, c.compacted);
+    EXPECT_EQ(d1.ecx, 0u);  // no supervisor states
+    for (uint32_t i : {2u, 5u, 6u, 7u, 8u}) {
+      const kvm_cpuid_entry2& e = Get(*t, 0xd, i);
+      const bool enabled = (c.xcr0 >> i) & 1;
+      EXPECT_EQ(e.eax != 0, enabled) << "sub-leaf " << i;
+      if (!enabled) {
+        EXPECT_EQ(e.eax | e.ebx | e.ecx | e.edx, 0u) << "sub-leaf " << i;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kubicle::vmm::arch
