@@ -19,6 +19,8 @@ namespace kubicle::noderuntime::api {
 namespace http = web::http;
 using http::experimental::listener::http_listener;
 
+using Clock = std::chrono::steady_clock;
+
 class ApiServer::Impl {
  public:
   Impl(SandboxService* svc, metrics::Registry* registry, ApiServerOptions opts)
@@ -35,7 +37,10 @@ class ApiServer::Impl {
   std::unique_ptr<http_listener> listener;
 
  private:
-  void Dispatch(http::http_request& req, std::string& route_label, int* code);
+  // Sets *observed once the latency has been recorded at reply time.
+  void Dispatch(http::http_request& req, Clock::time_point start, std::string& route_label,
+                int* code, bool* observed);
+  void Observe(const std::string& route_label, int code, Clock::time_point start);
   // Replies 401/403 and returns false when the caller may not use the route.
   bool Authorize(Call& call);
 
@@ -59,11 +64,12 @@ std::map<std::string, std::string> DecodeQuery(const std::string& raw) {
 }  // namespace
 
 void ApiServer::Impl::Handle(http::http_request req) {
-  auto start = std::chrono::steady_clock::now();
+  auto start = Clock::now();
   std::string route_label = "unmatched";
   int code = 0;
+  bool observed = false;
   try {
-    Dispatch(req, route_label, &code);
+    Dispatch(req, start, route_label, &code, &observed);
   } catch (const std::exception& e) {
     log::Error("api handler failed", {{"route", route_label}, {"error", e.what()}});
     code = 0;
@@ -83,11 +89,16 @@ void ApiServer::Impl::Handle(http::http_request req) {
     } catch (const std::exception&) {
     }
   }
-  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!observed) Observe(route_label, code, start);
+}
+
+void ApiServer::Impl::Observe(const std::string& route_label, int code, Clock::time_point start) {
+  double secs = std::chrono::duration<double>(Clock::now() - start).count();
   latency_.WithLabels({route_label, std::to_string(code)}).Observe(secs);
 }
 
-void ApiServer::Impl::Dispatch(http::http_request& req, std::string& route_label, int* code) {
+void ApiServer::Impl::Dispatch(http::http_request& req, Clock::time_point start,
+                               std::string& route_label, int* code, bool* observed) {
   std::string path;
   std::map<std::string, std::string> query;
   try {
@@ -101,6 +112,10 @@ void ApiServer::Impl::Dispatch(http::http_request& req, std::string& route_label
   }
   auto match = MatchRoute(path);
   Call call(req, match.value_or(RouteMatch{Route::kHealthz, ""}), std::move(query));
+  call.SetObserver([&, this](int c) {
+    Observe(route_label, c, start);
+    *observed = true;
+  });
   if (!match) {
     call.Error(404, "NotFound", "no route " + path);
     *code = call.code();

@@ -60,7 +60,7 @@ void StreamExec(Call& call, SandboxService& svc, ExecOptions options) {
   auto lines = std::make_shared<LineStream>();
   http::http_response resp(http::status_codes::OK);
   resp.set_body(lines->Reader(), "application/x-ndjson");
-  call.Send(std::move(resp));
+  call.Send(std::move(resp), /*streamed=*/true);
   options.io.on_output = [lines](OutputStream s, guest::protocol::ByteSpan data) {
     lines->Write({{"stream", s == OutputStream::kStdout ? "stdout" : "stderr"},
                   {"data", Base64Encode(data)}});

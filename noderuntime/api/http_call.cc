@@ -42,8 +42,12 @@ bool Call::OnlyQuery(std::initializer_list<const char*> known) {
   return true;
 }
 
-void Call::Send(http::http_response response) {
+void Call::Send(http::http_response response, bool streamed) {
   code_ = response.status_code();
+  if (observer_ && !streamed) {
+    observer_(code_);
+    observer_ = nullptr;
+  }
   try {
     // Observe the task: an unobserved exceptional pplx task raises SIGTRAP.
     req_.reply(response).then([](pplx::task<void> t) {

@@ -5,6 +5,7 @@
 
 #include <cpprest/http_msg.h>
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -43,8 +44,12 @@ class Call {
   // Maps the Status code to HTTP (sandbox_service.h's table).
   void Fail(const Status& status);
   void Raw(int code, std::vector<unsigned char> body, const std::string& content_type);
-  // Sends a prepared response (e.g. a streamed body).
-  void Send(web::http::http_response response);
+  // Sends a prepared response. `streamed`: the body is still being produced,
+  // so the request's latency is recorded when the handler returns instead.
+  void Send(web::http::http_response response, bool streamed = false);
+  // Called with the status code just before a complete response is sent, so
+  // metrics are recorded before the client can see the answer.
+  void SetObserver(std::function<void(int code)> observer) { observer_ = std::move(observer); }
 
   // The body, at most `limit` bytes; replies 413 (or 400) and returns nullopt
   // when it is larger or cannot be read.
@@ -57,6 +62,7 @@ class Call {
   RouteMatch match_;
   std::map<std::string, std::string> query_;
   int code_ = 0;
+  std::function<void(int)> observer_;
 };
 
 // Route handlers (handlers.cc, exec_files.cc). Auth is already checked.
