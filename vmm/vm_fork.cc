@@ -2,7 +2,8 @@
 // once, then the VMM process fork(2)s from its event-loop thread, once per
 // child. Guest memory is private anonymous (or a MAP_PRIVATE snapshot file),
 // so every child shares it copy-on-write with the parent. A child keeps
-// nothing of the parent's machine but that memory: the parent's KVM VM fd
+// nothing of the parent's machine but that memory (it closes every other
+// inherited fd first): the parent's KVM VM fd
 // belongs to the parent's mm, and its event loop, transports and sockets
 // share epoll instances and listening sockets with the parent, so the child
 // builds a new KVM VM over the inherited memory, new devices from the
@@ -11,8 +12,13 @@
 // objects are never destroyed (the child ends in _exit): destroying them
 // would touch state shared with the parent (epoll registrations) or join
 // threads that do not exist in the child.
+#include <dirent.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
 
 #include "common/log.h"
 #include "snapshot/vm_state.h"
@@ -50,6 +56,26 @@ Result<std::vector<ForkChild>> ParseChildren(const nlohmann::json& req) {
     out.push_back(std::move(child));
   }
   return out;
+}
+
+// Closes every fd >= 3. Nothing inherited is used again except guest memory,
+// and mappings outlive their fds. Without this a child would hold the
+// parent's listening control and vsock sockets, the connection the fork
+// request came on, its KVM VM and vCPU fds (keeping the parent's VM alive
+// after the parent exits), eventfds, epoll instances and disk files.
+void CloseInheritedFds() {
+  if (::syscall(SYS_close_range, 3u, ~0u, 0u) == 0) return;
+  // Kernels before 5.9: walk /proc/self/fd (collect first: closing while
+  // iterating would close the directory's own fd).
+  std::vector<int> fds;
+  if (DIR* d = ::opendir("/proc/self/fd")) {
+    while (dirent* e = ::readdir(d)) {
+      int fd = std::atoi(e->d_name);
+      if (fd >= 3 && fd != ::dirfd(d)) fds.push_back(fd);
+    }
+    ::closedir(d);
+  }
+  for (int fd : fds) ::close(fd);
 }
 
 }  // namespace
@@ -93,6 +119,7 @@ void Vm::ChildMain(const snapshot::MachineState& state, const ForkChild& child) 
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGHUP);
   pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+  CloseInheritedFds();
 
   VmmConfig config = config_;
   config.vsock_uds = child.vsock_uds;

@@ -2,7 +2,12 @@
 // and the test guest: children answer at once with their own CID, parent and
 // children keep running, memory writes stay private, and a child forks again.
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
 
 #include <filesystem>
 #include <string>
@@ -136,6 +141,57 @@ TEST_F(VmForkKvmTest, TwentyWayForkAllAnswerWithTheirOwnCid) {
     EXPECT_EQ((*agent)->MemChecksum()->checksum, sum);
   }
   EXPECT_EQ(Checksum(*parent), sum);
+}
+
+// Targets of a process's fds >= 3 ("socket:[123]", "anon_inode:kvm-vm", paths).
+std::vector<std::string> FdTargets(pid_t pid) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec)) {
+    if (std::stoi(e.path().filename().string()) < 3) continue;
+    auto target = fs::read_symlink(e.path(), ec);
+    if (!ec) out.push_back(target.string());
+  }
+  return out;
+}
+
+bool Connects(const std::string& path) {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  ::close(fd);
+  return ok;
+}
+
+TEST_F(VmForkKvmTest, ChildrenHoldNoneOfTheParentsFds) {
+  auto parent = Boot();
+  ASSERT_TRUE(parent);
+  auto agent = parent->ConnectAgent(60s);  // a live host connection in the parent
+  ASSERT_TRUE(agent.ok());
+  auto children = Fork(*parent, 1, 70);
+  ASSERT_EQ(children.size(), 1u);
+  ASSERT_TRUE(children[0]->ConnectAgent(20s).ok());
+  std::vector<std::string> mine = FdTargets(children[0]->pid());
+  std::vector<std::string> theirs = FdTargets(parent->pid());
+  ASSERT_FALSE(theirs.empty());
+  int vms = 0;
+  for (const std::string& t : mine) {
+    vms += t == "anon_inode:kvm-vm";
+    if (t.rfind("socket:", 0) == 0) {
+      EXPECT_EQ(std::count(theirs.begin(), theirs.end(), t), 0) << t << " is shared with the parent";
+    }
+    EXPECT_EQ(t.find(parent->dir()), std::string::npos) << t;
+  }
+  EXPECT_EQ(vms, 1) << "the child holds the parent's KVM VM";
+  // Once the parent is gone nothing answers on its sockets.
+  const std::string control = parent->control_path(), vsock = parent->vsock_path();
+  EXPECT_TRUE(Connects(control));
+  parent->Kill();
+  EXPECT_FALSE(Connects(control));
+  EXPECT_FALSE(Connects(vsock));
+  EXPECT_TRUE(children[0]->ConnectAgent(10s).ok());
 }
 
 TEST_F(VmForkKvmTest, BadForkRequestsAreRefused) {
