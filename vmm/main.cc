@@ -9,6 +9,7 @@
 
 #include "common/log.h"
 #include "vmm/exit_code.h"
+#include "vmm/fast_exit.h"
 #include "vmm/vm.h"
 #include "vmm/vmm_config.h"
 
@@ -71,5 +72,7 @@ int main(int argc, char** argv) {
   kubicle::Status st = (*vm)->Start();
   if (!st.ok()) return Fail(ExitCode::kSetupFailed, st.ToString());
   ExitCode code = (*vm)->WaitForStop();
-  return static_cast<int>(code);
+  // Every thread is stopped: exit now and let a helper hold the KVM VM and
+  // guest memory while the kernel tears them down (fast_exit.h).
+  kubicle::vmm::ExitLeavingTeardown(static_cast<int>(code));
 }

@@ -2,11 +2,16 @@
 // test guest: boot, serial, vsock agent, virtio-rng, virtio-blk, vCPUs,
 // pause/resume, shutdown and exit codes. Each test runs a real VMM process.
 #include <gtest/gtest.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 
 #include "vmm/testing/vm_process.h"
 
@@ -176,6 +181,51 @@ TEST_F(VmmKvmTest, ShutdownCommandExitsCleanly) {
   auto code = vm->Wait(10s);
   ASSERT_TRUE(code.ok()) << code.status().ToString();
   EXPECT_EQ(*code, 0);
+}
+
+bool Connects(const std::string& path) {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  ::close(fd);
+  return ok;
+}
+
+// Processes whose command line mentions `needle` (the VMM's teardown helper
+// shares its memory, so it has the same command line).
+int ProcessesMentioning(const std::string& needle) {
+  int n = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+    std::ifstream in(e.path() / "cmdline", std::ios::binary);
+    std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    n += cmd.find(needle) != std::string::npos;
+  }
+  return n;
+}
+
+// Exit does not wait for the kernel's VM teardown (fast_exit.h), yet leaves
+// nothing: the sockets refuse at once and the teardown helper goes away.
+TEST_F(VmmKvmTest, ShutdownLeavesNoSocketOrHelperBehind) {
+  auto vm = Boot(Options());
+  ASSERT_TRUE(vm);
+  auto agent = vm->ConnectAgent(60s);
+  ASSERT_TRUE(agent.ok()) << agent.status().ToString();
+  ASSERT_TRUE(vm->Control({{"cmd", "shutdown"}}).ok());
+  auto code = vm->Wait(10s);
+  ASSERT_TRUE(code.ok()) << code.status().ToString();
+  EXPECT_EQ(*code, 0);
+  EXPECT_FALSE(Connects(vm->control_path()));
+  EXPECT_FALSE(Connects(vm->vsock_path()));
+  EXPECT_FALSE((*agent)->Ping(std::chrono::steady_clock::now() + 5s).ok());
+  int left = ProcessesMentioning(vm->dir());
+  for (int i = 0; i < 1000 && left > 0; ++i) {
+    std::this_thread::sleep_for(10ms);
+    left = ProcessesMentioning(vm->dir());
+  }
+  EXPECT_EQ(left, 0) << "the teardown helper outlived 10 s";
 }
 
 TEST_F(VmmKvmTest, SigtermExitsCleanly) {

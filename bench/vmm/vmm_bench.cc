@@ -5,17 +5,24 @@
 // process (`kubicle-vmm restore`, cold: process start and KVM setup
 // included) and into a warm-pool process (`kubicle-vmm pool`, restore
 // request to agent answering), p50/p99; fork of a running guest to the
-// child's agent answering (p50/p99) and a 20-way fork until all answer.
+// child's agent answering (p50/p99) and a 20-way fork until all answer;
+// then fork at 128 MiB, 512 MiB and 2 GiB of guest memory (32 MiB of it
+// written by the parent): fork to child answering p50/p99, the child's
+// start-up steps (from its "fork child running" log line) and the private
+// memory of one idle child; and shutdown request to process exit.
 //
-//   build/bench/vmm/kubicle-bench-vmm [--runs N] [--pings N]
+//   build/bench/vmm/kubicle-bench-vmm [--runs N] [--pings N] [--fork-sizes 128M,512M,2G]
+//                                     [--only fork-sizes|shutdown]
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include "bench/stats.h"
 #include "vmm/testing/vm_process.h"
@@ -115,7 +122,9 @@ bool MeasureRestore(const VmProcessOptions& o, int runs, std::vector<double>* ou
 
 // Forks a running guest into n children (one request); returns the time
 // from the request to every child's agent answering, in ms (negative: error).
-double TimeFork(VmProcess& parent, int n, uint64_t first_cid) {
+// The children are killed on return unless `keep` takes them.
+double TimeFork(VmProcess& parent, int n, uint64_t first_cid,
+                std::vector<std::unique_ptr<VmProcess>>* keep = nullptr) {
   nlohmann::json children = nlohmann::json::array();
   std::vector<std::string> dirs;
   for (int i = 0; i < n; ++i) {
@@ -137,21 +146,101 @@ double TimeFork(VmProcess& parent, int n, uint64_t first_cid) {
   for (int i = 0; i < n; ++i) kids.push_back(VmProcess::Attach((*r)["pids"][i].get<pid_t>(), dirs[i]));
   for (auto& kid : kids)
     if (!kid->ConnectAgent(10s).ok()) return std::fprintf(stderr, "fork child did not answer\n"), -1;
-  return MillisSince(start);
+  double ms = MillisSince(start);
+  if (keep) *keep = std::move(kids);
+  return ms;
+}
+
+// Values of `key=N` on every log line containing `marker`, in ms.
+std::vector<double> LogField(const std::string& log, const std::string& marker, const std::string& key) {
+  std::vector<double> out;
+  std::istringstream in(log);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.find(marker) == std::string::npos) continue;
+    auto at = line.find(" " + key + "=");
+    if (at != std::string::npos) out.push_back(std::atof(line.c_str() + at + key.size() + 2) / 1000.0);
+  }
+  return out;
+}
+
+// Fork figures at one guest memory size.
+bool MeasureForkAt(const VmProcessOptions& base, const std::string& mem, int runs) {
+  VmProcessOptions o = base;
+  o.mem = mem;
+  auto parent = VmProcess::Start(o);
+  if (!parent.ok()) return std::fprintf(stderr, "start: %s\n", parent.status().ToString().c_str()), false;
+  auto agent = (*parent)->ConnectAgent(60s);
+  if (!agent.ok() || !(*agent)->MemFill(1, 32ull << 20).ok())
+    return std::fprintf(stderr, "fork parent (%s) did not come up\n", mem.c_str()), false;
+  std::vector<double> fork_ms;
+  std::vector<std::unique_ptr<VmProcess>> last;
+  for (int run = 0; run < runs; ++run) {
+    double ms = TimeFork(**parent, 1, 5000 + run, &last);
+    if (ms < 0) return false;
+    fork_ms.push_back(ms);
+    if (run + 1 < runs) last.clear();
+  }
+  std::this_thread::sleep_for(200ms);  // let the last child go idle
+  PrivateMemory child;
+  auto status = last.at(0)->Control({{"cmd", "status"}});
+  if (status.ok()) child = MeasurePrivate(last[0]->pid(), (*status)["guest_memory"]);
+  last.clear();
+  std::string title = "fork to child answering, " + mem;
+  kubicle::bench::PrintPercentiles(title, fork_ms, "ms");
+  const std::string log = (*parent)->VmmLog();
+  for (const char* key : {"kvm_vm_us", "slots_us", "devices_us", "vcpus_us", "total_us"}) {
+    std::vector<double> v = LogField(log, "fork child running", key);
+    std::string name = "  child step " + std::string(key, std::strlen(key) - 3);
+    if (!v.empty()) kubicle::bench::PrintPercentiles(name, v, "ms");
+  }
+  std::printf("%-44s %9.2f MiB (guest pages copied: %.2f MiB)\n", "  private memory of one idle fork child",
+              (child.vmm_kib + child.guest_kib) / 1024.0, child.guest_kib / 1024.0);
+  return true;
+}
+
+// Shutdown request to the process gone (reaped), the path a node daemon
+// waits on when it stops a sandbox.
+bool MeasureShutdown(const VmProcessOptions& o, int runs) {
+  std::vector<double> reply_ms, exit_ms;
+  for (int run = 0; run < runs; ++run) {
+    auto vm = VmProcess::Start(o);
+    if (!vm.ok() || !(*vm)->ConnectAgent(60s).ok()) return std::fprintf(stderr, "start failed\n"), false;
+    auto start = Clock::now();
+    auto r = (*vm)->Control({{"cmd", "shutdown"}});
+    reply_ms.push_back(MillisSince(start));
+    auto code = (*vm)->Wait(10s);
+    if (!code.ok() || *code != 0) return std::fprintf(stderr, "shutdown did not exit 0\n"), false;
+    exit_ms.push_back(MillisSince(start));
+  }
+  kubicle::bench::PrintPercentiles("shutdown reply, " + o.mem, reply_ms, "ms");
+  kubicle::bench::PrintPercentiles("shutdown to process reaped, " + o.mem, exit_ms, "ms");
+  return true;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   int runs = 20, pings = 1000;
+  std::string fork_sizes = "128M,512M,2G";
+  std::string only;  // "fork-sizes" or "shutdown": just that part
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--runs")) runs = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--pings")) pings = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--fork-sizes")) fork_sizes = argv[i + 1];
+    if (!std::strcmp(argv[i], "--only")) only = argv[i + 1];
   }
   VmProcessOptions o;
   o.vmm_binary = KUBICLE_VMM_BIN;
   o.kernel = KUBICLE_TESTGUEST_ELF;
   std::printf("kubicle-vmm with the test guest, %s memory, %d run(s)\n", o.mem.c_str(), runs);
+  if (only == "shutdown") return MeasureShutdown(o, runs) ? 0 : 1;
+  if (only == "fork-sizes") {
+    std::istringstream sizes(fork_sizes);
+    for (std::string mem; std::getline(sizes, mem, ',');)
+      if (!mem.empty() && !MeasureForkAt(o, mem, runs)) return 1;
+    return 0;
+  }
 
   std::vector<double> boot_ms, ping_us;
   PrivateMemory idle;
@@ -203,5 +292,10 @@ int main(int argc, char** argv) {
   kubicle::bench::PrintPercentiles("vsock ping round trip", ping_us, "us");
   std::printf("%-44s %9.2f MiB (guest-touched pages: %.2f MiB, target <= 3 MiB)\n",
               "idle kubicle-vmm private memory", idle.vmm_kib / 1024.0, idle.guest_kib / 1024.0);
+  std::istringstream sizes(fork_sizes);
+  for (std::string mem; std::getline(sizes, mem, ',');) {
+    if (!mem.empty() && !MeasureForkAt(o, mem, runs)) return 1;
+  }
+  if (!MeasureShutdown(o, std::max(3, runs / 2))) return 1;
   return 0;
 }
