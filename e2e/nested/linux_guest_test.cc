@@ -23,6 +23,7 @@
 
 #include "guest/client/agent_client.h"
 #include "guest/protocol/tlv.h"
+#include "e2e/nested/test_watchdog.h"
 #include "vmm/testing/vm_process.h"
 
 namespace kubicle::e2e::nested {
@@ -36,6 +37,10 @@ using guest::protocol::ExecStartRequest;
 using vmm::testing::VmProcess;
 using vmm::testing::VmProcessOptions;
 
+// A hang fails the test binary in minutes, with a report, instead of at the
+// harness's hard timeout with none (test_watchdog.h).
+const bool kWatchdogStarted = (StartWatchdog(std::chrono::seconds(300)), true);
+
 std::map<std::string, std::string> ReadEnvFile(const std::string& path) {
   std::map<std::string, std::string> out;
   std::ifstream in(path);
@@ -46,6 +51,8 @@ std::map<std::string, std::string> ReadEnvFile(const std::string& path) {
   }
   return out;
 }
+
+constexpr int kGuestVcpus = 2;
 
 std::string Str(const Bytes& b) { return std::string(b.begin(), b.end()); }
 
@@ -78,7 +85,7 @@ Result<Guest> BootGuest(std::vector<std::string> disks, const std::string& extra
   o.vmm_binary = KUBICLE_VMM_BIN;
   o.kernel = images.at("KUBICLE_LINUX_KERNEL");
   o.mem = "512M";
-  o.vcpus = 2;
+  o.vcpus = kGuestVcpus;
   // quiet: every console byte is a port-I/O exit, which is slow when nested.
   o.cmdline = "console=ttyS0 quiet reboot=k panic=1 i8042.noaux i8042.nomux i8042.dumbkbd " +
               std::string("kubicle.clock=") + std::to_string(std::time(nullptr)) + " " +
@@ -87,7 +94,10 @@ Result<Guest> BootGuest(std::vector<std::string> disks, const std::string& extra
   o.disks = std::move(disks);
   Guest g;
   const auto start = std::chrono::steady_clock::now();
+  Progress("starting kubicle-vmm (" + extra_cmdline + ")");
   ASSIGN_OR_RETURN(g.vm, VmProcess::Start(o));
+  WatchVmDir(g.vm->dir());
+  Progress("waiting for the agent of pid " + std::to_string(g.vm->pid()));
   auto agent = g.vm->ConnectAgent(180s);
   if (!agent.ok()) {
     return agent.status().WithContext("serial:\n" + g.vm->SerialOutput() + "\nvmm log:\n" +
@@ -96,8 +106,10 @@ Result<Guest> BootGuest(std::vector<std::string> disks, const std::string& extra
   g.agent = std::move(*agent);
   g.boot_to_agent_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  Progress("agent answered; asking its identity");
   auto id = g.agent->Identity();
   if (id.ok()) g.guest_uptime_ms = double(id->uptime_ns) / 1e6;
+  Progress("guest booted");
   return g;
 }
 
@@ -147,7 +159,7 @@ TEST_F(PythonGuestTest, AgentAnswersWithTheGuestsIdentity) {
   auto id = agent().Identity();
   ASSERT_TRUE(id.ok()) << id.status().ToString();
   EXPECT_EQ(id->hostname, "py-guest");
-  EXPECT_EQ(id->cpus, 2u);
+  EXPECT_EQ(id->cpus, uint32_t(kGuestVcpus));
   EXPECT_GT(id->memory_bytes, 400ull << 20);
   EXPECT_LT(id->memory_bytes, 512ull << 20);
   EXPECT_EQ(id->cid, 3u);
@@ -246,8 +258,10 @@ TEST_F(PythonGuestTest, ZzGuestShutsDownCleanly) {
   ExecStartRequest req;
   req.shell_command = "kill -TERM 1";
   req.background = true;  // the agent goes away with the guest
-  auto r = agent().Exec(req);
+  Progress("exec: kill -TERM 1");
+  auto r = agent().Exec(req, {}, DeadlineIn(60s));
   ASSERT_TRUE(r.ok()) << r.status().ToString();
+  Progress("waiting for kubicle-vmm to exit");
   auto code = guest_->vm->Wait(120s);
   ASSERT_TRUE(code.ok()) << code.status().ToString() << "\n" << guest_->vm->SerialOutput();
   EXPECT_EQ(*code, 0) << guest_->vm->VmmLog();
@@ -263,13 +277,16 @@ TEST(InitramfsOnlyGuestTest, AgentRunsWithoutARootDisk) {
               g->boot_to_agent_ms, g->guest_uptime_ms);
   ExecStartRequest req;
   req.shell_command = "hostname; busybox | head -n 1 | cut -d' ' -f1";
+  Progress("exec: hostname; busybox");
   auto r = g->agent->Exec(req, {}, DeadlineIn(60s));
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(Str(r->stdout_data), "bare\nBusyBox\n");
   ExecStartRequest off;
   off.shell_command = "reboot -f";
   off.background = true;
-  ASSERT_TRUE(g->agent->Exec(off).ok());
+  Progress("exec: reboot -f");
+  ASSERT_TRUE(g->agent->Exec(off, {}, DeadlineIn(60s)).ok());
+  Progress("waiting for kubicle-vmm to exit");
   auto code = g->vm->Wait(120s);
   ASSERT_TRUE(code.ok()) << code.status().ToString();
   EXPECT_EQ(*code, 0);
@@ -295,7 +312,9 @@ TEST(OverlayDiskGuestTest, WritesLandOnTheOverlayDisk) {
   ExecStartRequest off;
   off.shell_command = "kill -TERM 1";
   off.background = true;
-  ASSERT_TRUE(g->agent->Exec(off).ok());
+  Progress("exec: kill -TERM 1");
+  ASSERT_TRUE(g->agent->Exec(off, {}, DeadlineIn(60s)).ok());
+  Progress("waiting for kubicle-vmm to exit");
   auto code = g->vm->Wait(120s);
   ASSERT_TRUE(code.ok()) << code.status().ToString();
   EXPECT_EQ(*code, 0);

@@ -13,7 +13,11 @@ real /dev/kvm.
     e2e/nested/run-in-testhost.py [options] -- COMMAND [ARG...]
 
 The command's output streams to stdout as it runs; the exit status is the
-command's, 124 on timeout, 125 when the test host failed. A hard timeout
+command's, 124 on timeout, 125 when the test host failed. The test host
+prints a heartbeat every 30 s; when it falls silent (QEMU's emulated nested
+SVM occasionally wedges both of its CPUs) the command is rerun in a fresh
+test host, at most --wedge-retries times; a command's own failure is never
+rerun. A hard timeout
 always tears QEMU down (its own process group, killed with the harness too).
 Environment variables named KUBICLE_*, GTEST_*, HOME, PATH, LANG and those
 given with --env are passed to the command; it starts in the current
@@ -77,7 +81,9 @@ def tmp_shares(args):
 
 
 def qemu_command(testhost, scratch, shares, args):
-    append = (f"console=ttyS0 quiet loglevel=3 panic=-1 mitigations=off "
+    # loglevel 5 keeps boot quiet but shows warnings with their backtraces
+    # (a soft lockup report is useless without its stack).
+    append = (f"console=ttyS0 quiet loglevel={args.loglevel} panic=-1 mitigations=off "
               f"kubicle.scratch={scratch}")
     if shares:
         append += " kubicle.shares=" + ":".join(shares)
@@ -92,7 +98,7 @@ def qemu_command(testhost, scratch, shares, args):
                   f"local,path={path},mount_tag=share{i},security_model=none,multidevs=remap"]
     return [
         "qemu-system-x86_64", "-nodefaults", "-no-reboot", "-display", "none",
-        "-accel", "tcg,thread=multi", "-cpu", "EPYC,+svm,+npt",
+        "-accel", f"tcg,thread={args.tcg_threads}", "-cpu", "EPYC,+svm,+npt",
         "-smp", str(args.smp), "-m", args.mem,
         "-serial", "stdio", "-monitor", "none",
         "-kernel", kernel,
@@ -111,10 +117,13 @@ def die_with_parent():
 
 def stream(proc, started, state):
     for raw in proc.stdout:
+        state["last_output"] = time.monotonic()
         # The serial console ends lines with CRLF.
         line = raw.decode(errors="replace").replace("\r\n", "\n")
         if "TCG doesn't support requested feature" in line:
             continue  # QEMU's note about host features it only pretends to have
+        if "kubicle-testhost: alive" in line:
+            continue  # the heartbeat: counted above, not worth showing
         if "kubicle-testhost: ready" in line and state.get("ready") is None:
             state["ready"] = time.monotonic() - started
             log(f"test host up in {state['ready']:.1f} s; running the command")
@@ -135,23 +144,24 @@ def kill_group(proc):
             pass
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--timeout", type=float, default=1200, help="hard limit in seconds")
-    p.add_argument("--mem", default="4G", help="test host memory (default 4G)")
-    p.add_argument("--smp", type=int, default=2, help="test host vCPUs (default 2)")
-    p.add_argument("--cwd", default=os.getcwd())
-    p.add_argument("--env", action="append", default=[], help="KEY=VALUE or KEY to pass")
-    p.add_argument("--keep", action="store_true", help="keep the scratch directory")
-    p.add_argument("--share", action="append", default=[],
-                   help="a directory under /tmp to share read-write (others are visible read-only)")
-    p.add_argument("command", nargs="+")
-    args = p.parse_args()
-    if shutil.which("qemu-system-x86_64") is None:
-        log("qemu-system-x86_64 is missing (apt-get install qemu-system-x86)")
-        return 125
+def wait_for_qemu(proc, state, started, args):
+    """Returns "exited", "timeout" or "wedged" (no console line, not even the
+    test host's 30 s heartbeat, for --wedge-after seconds)."""
+    while True:
+        try:
+            proc.wait(timeout=1)
+            return "exited"
+        except subprocess.TimeoutExpired:
+            pass
+        now = time.monotonic()
+        if now - started > args.timeout:
+            return "timeout"
+        last = state.get("last_output", started)
+        if state.get("ready") is not None and now - last > args.wedge_after:
+            return "wedged"
 
-    testhost = build_testhost()
+
+def run_once(testhost, args, attempt):
     # Under /tmp: the test host mounts a tmpfs there and the scratch share at
     # the same path, so paths inside and outside agree.
     scratch = tempfile.mkdtemp(prefix="kubicle-nested-", dir="/tmp")
@@ -159,7 +169,7 @@ def main():
     write_command(scratch, args.command, args.cwd, args.env)
     cmd = qemu_command(testhost, scratch, tmp_shares(args), args)
     log(f"booting the test host (QEMU TCG, {args.smp} vCPUs, {args.mem}, "
-        f"timeout {args.timeout:.0f} s, scratch {scratch}): "
+        f"timeout {args.timeout:.0f} s, scratch {scratch}, attempt {attempt}): "
         f"{' '.join(shlex.quote(a) for a in args.command)}")
     started = time.monotonic()
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -176,22 +186,24 @@ def main():
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    timed_out = False
-    try:
-        proc.wait(timeout=args.timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
+    outcome = wait_for_qemu(proc, state, started, args)
+    if outcome == "timeout":
         log(f"timeout after {args.timeout:.0f} s: killing QEMU")
+        kill_group(proc)
+    elif outcome == "wedged":
+        log(f"the test host printed nothing for {args.wedge_after:.0f} s, not even its "
+            "heartbeat: it is wedged (QEMU's emulated nested SVM, see docs/testing.md); "
+            "killing QEMU")
         kill_group(proc)
     reader.join(timeout=5)
     elapsed = time.monotonic() - started
 
     status_file = os.path.join(scratch, "exit-status")
-    status = 124 if timed_out else 125
-    if not timed_out and os.path.exists(status_file):
+    status = {"timeout": 124, "wedged": 125}.get(outcome, 125)
+    if outcome == "exited" and os.path.exists(status_file):
         with open(status_file) as f:
             status = int(f.read().strip() or 125)
-    elif not timed_out:
+    elif outcome == "exited":
         log(f"the test host stopped without a command status (QEMU exit {proc.returncode})")
     log(f"command status {status} after {elapsed:.1f} s "
         f"(test host boot {state.get('ready', float('nan')):.1f} s)")
@@ -199,6 +211,44 @@ def main():
         log(f"scratch kept: {scratch}")
     else:
         shutil.rmtree(scratch, ignore_errors=True)
+    return status, outcome == "wedged"
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--timeout", type=float, default=1200, help="hard limit in seconds")
+    p.add_argument("--mem", default="4G", help="test host memory (default 4G)")
+    p.add_argument("--smp", type=int, default=2, help="test host vCPUs (default 2)")
+    p.add_argument("--tcg-threads", choices=("single", "multi"), default="multi",
+                   help="QEMU TCG threading: one host thread per vCPU (multi) or one for all")
+    p.add_argument("--wedge-after", type=float, default=150,
+                   help="seconds of console silence after which the test host counts as "
+                        "wedged (it prints a heartbeat every 30 s; default 150)")
+    p.add_argument("--wedge-retries", type=int, default=2,
+                   help="times to rerun the command in a fresh test host after a wedge "
+                        "(never after a command failure; default 2)")
+    p.add_argument("--cwd", default=os.getcwd())
+    p.add_argument("--env", action="append", default=[], help="KEY=VALUE or KEY to pass")
+    p.add_argument("--loglevel", type=int, default=5,
+                   help="test host kernel console loglevel (default 5: warnings and worse)")
+    p.add_argument("--keep", action="store_true", help="keep the scratch directory")
+    p.add_argument("--share", action="append", default=[],
+                   help="a directory under /tmp to share read-write (others are visible read-only)")
+    p.add_argument("command", nargs="+")
+    args = p.parse_args()
+    if shutil.which("qemu-system-x86_64") is None:
+        log("qemu-system-x86_64 is missing (apt-get install qemu-system-x86)")
+        return 125
+
+    testhost = build_testhost()
+    for attempt in range(1, args.wedge_retries + 2):
+        status, wedged = run_once(testhost, args, attempt)
+        if not wedged:
+            return status
+        if attempt <= args.wedge_retries:
+            log(f"rerunning the command in a fresh test host "
+                f"(wedge {attempt} of at most {args.wedge_retries + 1})")
+    log("the test host wedged on every attempt")
     return status
 
 

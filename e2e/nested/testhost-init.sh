@@ -3,9 +3,10 @@
 # (nested=1) and 9p, mounts the host's root read-only at /host (so every
 # binary and library of the build machine is there, at the same paths), a
 # tmpfs on /host/tmp and the harness's scratch directory (and any shared
-# /tmp directories) read-write at their own paths inside it, then runs $scratch/cmd.sh chrooted into /host with its
-# output on the console, writes the exit status to $scratch/exit-status and
-# powers off.
+# /tmp directories) read-write at their own paths inside it, then runs
+# $scratch/cmd.sh chrooted into /host with its output on the console (and a
+# heartbeat line every 30 s), writes the exit status to
+# $scratch/exit-status and powers off.
 /bin/busybox mount -t proc proc /proc
 /bin/busybox mount -t sysfs sysfs /sys
 /bin/busybox mount -t devtmpfs devtmpfs /dev
@@ -54,8 +55,15 @@ done
 hostname kubicle-testhost
 say "ready after $(cut -d' ' -f1 /proc/uptime) s"
 
+# A heartbeat: if these lines stop, the test host itself is wedged (not
+# just the command); the load shows whether anything still runs.
+( while sleep 30; do
+    say "alive: uptime $(cut -d' ' -f1 /proc/uptime) s, load $(cut -d' ' -f1-3 /proc/loadavg)"
+  done ) &
+heartbeat=$!
 chroot /host /bin/sh "$scratch/cmd.sh" </dev/null >/dev/console 2>&1
 status=$?
+kill $heartbeat
 echo "$status" >"/host$scratch/exit-status"
 sync
 say "command exited with status $status"

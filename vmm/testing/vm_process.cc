@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -88,11 +89,13 @@ bool VmProcess::Reap(bool block) {
 void VmProcess::Kill() {
   if (pid_ < 0 || Reap(false)) return;
   ::kill(pid_, SIGKILL);
-  if (attached_) {
-    for (int i = 0; i < 1000 && !Reap(false); ++i) std::this_thread::sleep_for(1ms);
-    return;
+  // Bounded: a process stuck in the kernel (uninterruptible sleep) must not
+  // hang the test forever; say so and leave it to the caller's harness.
+  for (int i = 0; i < 30000 && !Reap(false); ++i) std::this_thread::sleep_for(1ms);
+  if (!exit_code_) {
+    std::fprintf(stderr, "VmProcess: pid %d survived SIGKILL for 30 s (stuck in the kernel?)\n",
+                 pid_);
   }
-  Reap(true);
 }
 
 namespace {
