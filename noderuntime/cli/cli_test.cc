@@ -1,0 +1,107 @@
+// kubicle-nodectl's pieces against the API server over FakeSandboxService.
+#include <gtest/gtest.h>
+
+#include "noderuntime/api/api_server.h"
+#include "noderuntime/api/fake_sandbox_service.h"
+#include "noderuntime/cli/args.h"
+#include "noderuntime/cli/commands.h"
+#include "noderuntime/cli/node_client.h"
+
+namespace kubicle::noderuntime::cli {
+namespace {
+
+TEST(Args, FlagsPositionalsAndRest) {
+  auto a = ParseArgs({"x", "-l", "a=b", "--label=c=d", "--wait", "y", "--", "echo", "-n"},
+                     {"-l", "--label"}, {"--wait"});
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(a->positional, (std::vector<std::string>{"x", "y"}));
+  EXPECT_EQ(a->All("-l"), (std::vector<std::string>{"a=b"}));
+  EXPECT_EQ(a->Get("--label"), "c=d");
+  EXPECT_TRUE(a->Has("--wait"));
+  EXPECT_EQ(a->rest, (std::vector<std::string>{"echo", "-n"}));
+  EXPECT_FALSE(ParseArgs({"--nope"}, {}, {}).ok());
+  EXPECT_FALSE(ParseArgs({"-l"}, {"-l"}, {}).ok());
+  auto n = ParseArgs({"--count", "x"}, {"--count"}, {});
+  EXPECT_FALSE(n->Int("--count", 1, 1, 10).ok());
+  EXPECT_EQ(*n->Int("--other", 7, 1, 10), 7);
+}
+
+TEST(Labels, ParseLabelArgs) {
+  auto l = ParseLabelArgs({"a=b,c=d", "e="});
+  ASSERT_TRUE(l.ok());
+  EXPECT_EQ((*l)["a"], "b");
+  EXPECT_EQ((*l)["c"], "d");
+  EXPECT_EQ((*l)["e"], "");
+  EXPECT_FALSE(ParseLabelArgs({"novalue"}).ok());
+  EXPECT_EQ(QueryEscape("kubicle.dev/run=r 1"), "kubicle.dev/run%3Dr%201");
+}
+
+TEST(Table, AlignsColumns) {
+  EXPECT_EQ(FormatTable({{"ID", "STATE"}, {"longer-id", "Running"}}),
+            "ID         STATE\nlonger-id  Running\n");
+}
+
+class ClientTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ = std::make_unique<api::ApiServer>(&fake_, &registry_,
+                                               api::ApiServerOptions{.admin_token = "adm"});
+    Status st = Status::Unavailable("");
+    for (int i = 0; i < 5 && !st.ok(); ++i) {
+      port_ = *api::PickFreePort();
+      st = server_->Start("127.0.0.1", port_);
+    }
+    ASSERT_TRUE(st.ok());
+    auto c = NodeClient::Create("http://127.0.0.1:" + std::to_string(port_), "adm");
+    ASSERT_TRUE(c.ok());
+    client_ = std::move(*c);
+    ASSERT_TRUE(client_->Call("PUT", "/v1/templates/tg", {{"kernel", "/k"}}).ok());
+  }
+  api::FakeSandboxService fake_;
+  metrics::Registry registry_;
+  std::unique_ptr<api::ApiServer> server_;
+  std::unique_ptr<NodeClient> client_;
+  int port_ = 0;
+};
+
+TEST_F(ClientTest, ErrorsCarryHttpCodeAndMessage) {
+  auto r = client_->Call("GET", "/v1/sandboxes/nope");
+  EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(r.status().message().find("HTTP 404"), std::string::npos);
+  auto bad = NodeClient::Create("http://127.0.0.1:" + std::to_string(port_), "wrong");
+  EXPECT_EQ((*bad)->Call("GET", "/v1/sandboxes").status().code(), StatusCode::kPermissionDenied);
+  server_->Stop();
+  EXPECT_EQ(client_->Call("GET", "/v1/sandboxes").status().code(), StatusCode::kUnavailable);
+}
+
+TEST_F(ClientTest, FilesAndStreamedExec) {
+  auto s = client_->Call("POST", "/v1/sandboxes", {{"template", "tg"}, {"id", "s"}});
+  ASSERT_TRUE(s.ok());
+  std::string data("bin\0ary", 7);
+  ASSERT_TRUE(client_->PutFile("s", "/a b", data, 0600).ok());
+  EXPECT_EQ(fake_.file_mode("s", "/a b"), 0600u);
+  EXPECT_EQ(*client_->GetFile("s", "/a b"), data);
+  std::string out;
+  auto exit = client_->ExecStream("s", {{"argv", {"echo", "hi"}}},
+                                  [&](const std::string& stream, const std::string& d) {
+                                    if (stream == "stdout") out += d;
+                                  });
+  ASSERT_TRUE(exit.ok()) << exit.status().ToString();
+  EXPECT_EQ((*exit)["exitCode"], 0);
+  EXPECT_EQ(out, "hi\n");
+}
+
+TEST_F(ClientTest, SwarmCreatesRunsAndSweeps) {
+  ASSERT_TRUE(client_->Call("POST", "/v1/sandboxes", {{"template", "tg"}}).ok());
+  // The fake's built-in exec answers `echo`; the swarm must sweep only its run.
+  int rc = CmdSwarm(*client_, {"--template", "tg", "--count", "8", "--run", "r1", "--", "echo", "x"});
+  EXPECT_EQ(rc, kExitOk);
+  EXPECT_EQ(fake_.sandbox_count(), 1u);
+  // A command that fails makes the swarm fail, and it still sweeps.
+  rc = CmdSwarm(*client_, {"--template", "tg", "--count", "2", "--", "fail", "3"});
+  EXPECT_EQ(rc, kExitFailed);
+  EXPECT_EQ(fake_.sandbox_count(), 1u);
+}
+
+}  // namespace
+}  // namespace kubicle::noderuntime::cli

@@ -1,0 +1,64 @@
+// NodeClient: a C++ client for kubicle-node's HTTP API (docs/node.md), used
+// by kubicle-nodectl, kubicle-bench-node and the daemon tests.
+//
+// Contracts: never throws; cpprestsdk errors (connection refused, reset)
+// come back as Unavailable, and an API error reply as the Status its HTTP
+// code stands for, with "HTTP <code> <error.code>: <error.message>".
+// Thread-safe: one client may be used from many threads at once.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+
+namespace web::http::client {
+class http_client;
+}
+
+namespace kubicle::noderuntime::cli {
+
+using nlohmann::json;
+
+class NodeClient {
+ public:
+  // `url` like http://127.0.0.1:7070; `token` the admin or a sandbox token.
+  static Result<std::unique_ptr<NodeClient>> Create(const std::string& url,
+                                                    const std::string& token);
+  ~NodeClient();
+
+  // One JSON request; `body` null sends none. Returns the reply's JSON.
+  Result<json> Call(const std::string& method, const std::string& path,
+                    const json& body = nullptr);
+  // HTTP status of the last reply is not kept: errors carry it in the message.
+
+  Result<std::string> GetFile(const std::string& id, const std::string& path);
+  Status PutFile(const std::string& id, const std::string& path, const std::string& data,
+                 uint32_t mode);
+  // POST /v1/sandboxes/{id}/exec?stream=true: on_output("stdout"|"stderr",
+  // bytes) as lines arrive; returns the final "exit" object.
+  Result<json> ExecStream(const std::string& id, const json& request,
+                          const std::function<void(const std::string& stream,
+                                                   const std::string& data)>& on_output);
+
+  const std::string& url() const { return url_; }
+
+ private:
+  NodeClient(std::string url, std::string token);
+  std::string url_;
+  std::string token_;
+  std::unique_ptr<web::http::client::http_client> http_;
+};
+
+// "a=b,c=d" style list of k=v to a JSON object; InvalidArgument on "k".
+Result<json> ParseLabelArgs(const std::vector<std::string>& kvs);
+// Percent-encodes a query value.
+std::string QueryEscape(const std::string& s);
+Status StatusFromHttp(int code, const std::string& body);
+
+}  // namespace kubicle::noderuntime::cli

@@ -1,0 +1,135 @@
+// kubicle-node: the node daemon (docs/node.md). `kubicle-node serve --help`.
+#include <utility>  // before pplx/threadpool.h: its boost::asio needs std::exchange
+
+#include <pplx/threadpool.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <thread>
+
+#include "common/log.h"
+#include "noderuntime/api/api_server.h"
+#include "noderuntime/daemon/admin_token.h"
+#include "noderuntime/daemon/serve_flags.h"
+#include "noderuntime/sandbox_manager.h"
+
+namespace kubicle::noderuntime::daemon {
+namespace {
+
+constexpr int kExitUsage = 1;
+constexpr int kExitSetup = 2;
+// Handlers block while the service works (create returns once the agent
+// answers), so the pool must be larger than the expected concurrency.
+constexpr size_t kHttpThreads = 64;
+
+NodeConfig ConfigFrom(const ServeFlags& f) {
+  NodeConfig c;
+  c.state_dir = f.state_dir;
+  c.vmm_binary = f.vmm;
+  long pages = ::sysconf(_SC_PHYS_PAGES);
+  long page = ::sysconf(_SC_PAGE_SIZE);
+  uint64_t host_mib = pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * page >> 20 : 4096;
+  c.capacity_mem_mib = f.capacity_mem_mib ? f.capacity_mem_mib : host_mib * 3 / 4;
+  unsigned cpus = std::max(1u, std::thread::hardware_concurrency());
+  c.capacity_vcpus = f.capacity_vcpus ? f.capacity_vcpus : cpus * 4;
+  c.pool_size_per_shape = f.pool_size;
+  c.use_cgroups = f.use_cgroups;
+  return c;
+}
+
+int Serve(const ServeFlags& f) {
+  log::Init("kubicle-node", f.log_json, log::ParseLevel(f.log_level));
+  // Signals are taken synchronously by sigwait below; every thread started
+  // from here on inherits the mask.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+  try {
+    crossplat::threadpool::initialize_with_threads(kHttpThreads);
+  } catch (const std::exception&) {
+    // Already initialised: keep cpprestsdk's default pool.
+  }
+
+  if (::access(f.vmm.c_str(), X_OK) != 0) {
+    log::Error("kubicle-vmm is not executable", {{"path", f.vmm}, {"error", std::strerror(errno)}});
+    return kExitSetup;
+  }
+  std::string host = f.listen_host;
+  int port = f.listen_port;
+  if (port == 0) {
+    auto p = api::PickFreePort();
+    if (!p.ok()) {
+      log::Error("no free port", {{"error", p.status().ToString()}});
+      return kExitSetup;
+    }
+    port = *p;
+  }
+  metrics::Registry registry;
+  auto manager = SandboxManager::Open(ConfigFrom(f), &registry);
+  if (!manager.ok()) {
+    log::Error("node runtime failed to start", {{"state_dir", f.state_dir},
+                                                 {"error", manager.status().ToString()}});
+    return kExitSetup;
+  }
+  // The token file usually lives in the state directory, which Open created.
+  auto token = LoadOrCreateAdminToken(f.token_file);
+  if (!token.ok()) {
+    log::Error("admin token", {{"file", f.token_file}, {"error", token.status().ToString()}});
+    (*manager)->Shutdown(false);
+    return kExitSetup;
+  }
+  api::ApiServer server(manager->get(), &registry, api::ApiServerOptions{.admin_token = *token});
+  Status st = server.Start(host, port);
+  if (!st.ok()) {
+    log::Error("API listener failed", {{"error", st.ToString()}});
+    (*manager)->Shutdown(false);
+    return kExitSetup;
+  }
+  std::printf("listening on http://%s:%d\n", host.c_str(), port);
+  std::fflush(stdout);
+  log::Info("kubicle-node serving", {{"address", host + ":" + std::to_string(port)},
+                                     {"state_dir", f.state_dir},
+                                     {"token_file", f.token_file}});
+  int sig = 0;
+  while (sigwait(&stop_signals, &sig) != 0) {
+  }
+  log::Info("stopping; sandbox VMs keep running for the next start", {{"signal", sig}});
+  server.Stop();
+  (*manager)->Shutdown(/*stop_vms=*/false);
+  return 0;
+}
+
+int Main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    std::fputs(kServeUsage, args.empty() ? stderr : stdout);
+    return args.empty() ? kExitUsage : 0;
+  }
+  if (args[0] != "serve") {
+    std::fprintf(stderr, "kubicle-node: unknown command \"%s\" (try: kubicle-node serve --help)\n",
+                 args[0].c_str());
+    return kExitUsage;
+  }
+  auto flags = ParseServeFlags({args.begin() + 1, args.end()});
+  if (!flags.ok()) {
+    std::fprintf(stderr, "kubicle-node serve: %s\n(see kubicle-node serve --help)\n",
+                 flags.status().message().c_str());
+    return kExitUsage;
+  }
+  if (flags->help) {
+    std::fputs(kServeUsage, stdout);
+    return 0;
+  }
+  return Serve(*flags);
+}
+
+}  // namespace
+}  // namespace kubicle::noderuntime::daemon
+
+int main(int argc, char** argv) { return kubicle::noderuntime::daemon::Main(argc, argv); }
