@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <future>
 
 #include "common/log.h"
 #include "snapshot/vm_state.h"
@@ -162,13 +163,22 @@ Status Vm::BuildForked(const snapshot::MachineState& s, ForkTimings* t) {
   kvm_.emplace(std::move(kvm));
   ASSIGN_OR_RETURN(kvm::VmFd vm_fd, kvm_->CreateVm());
   vm_fd_.emplace(std::move(vm_fd));
-  RETURN_IF_ERROR(arch::ConfigureVm(*vm_fd_));
+  // Registering the memory slot waits for an SRCU grace period of the new
+  // VM; so does the irqchip's routing table (another SRCU). Run them side by
+  // side instead of one after the other.
+  auto slots_started = std::chrono::steady_clock::now();
+  std::future<Status> slots = std::async(std::launch::async, [this, slots_started, t] {
+    Status st = arch::RegisterGuestMemory(*vm_fd_, *memory_);
+    t->slots_us = MicrosSince(slots_started);
+    return st;
+  });
+  Status st = arch::ConfigureVm(*vm_fd_);
+  Status slots_st = slots.get();
   t->kvm_vm_us = MicrosSince(mark);
+  RETURN_IF_ERROR(st);
+  RETURN_IF_ERROR(slots_st);
   mark = std::chrono::steady_clock::now();
-  RETURN_IF_ERROR(arch::RegisterGuestMemory(*vm_fd_, *memory_));
-  t->slots_us = MicrosSince(mark);
-  mark = std::chrono::steady_clock::now();
-  Status st = RestoreOnto(s);
+  st = RestoreOnto(s);
   t->devices_us = MicrosSince(mark);
   return st;
 }

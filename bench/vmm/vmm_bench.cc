@@ -124,7 +124,8 @@ bool MeasureRestore(const VmProcessOptions& o, int runs, std::vector<double>* ou
 // from the request to every child's agent answering, in ms (negative: error).
 // The children are killed on return unless `keep` takes them.
 double TimeFork(VmProcess& parent, int n, uint64_t first_cid,
-                std::vector<std::unique_ptr<VmProcess>>* keep = nullptr) {
+                std::vector<std::unique_ptr<VmProcess>>* keep = nullptr,
+                std::vector<double>* parent_ms = nullptr) {
   nlohmann::json children = nlohmann::json::array();
   std::vector<std::string> dirs;
   for (int i = 0; i < n; ++i) {
@@ -142,6 +143,7 @@ double TimeFork(VmProcess& parent, int n, uint64_t first_cid,
     for (auto& d : dirs) std::filesystem::remove_all(d);
     return -1;
   }
+  if (parent_ms) parent_ms->push_back((*r)["fork_us"].get<double>() / 1000.0);
   std::vector<std::unique_ptr<VmProcess>> kids;
   for (int i = 0; i < n; ++i) kids.push_back(VmProcess::Attach((*r)["pids"][i].get<pid_t>(), dirs[i]));
   for (auto& kid : kids)
@@ -173,10 +175,10 @@ bool MeasureForkAt(const VmProcessOptions& base, const std::string& mem, int run
   auto agent = (*parent)->ConnectAgent(60s);
   if (!agent.ok() || !(*agent)->MemFill(1, 32ull << 20).ok())
     return std::fprintf(stderr, "fork parent (%s) did not come up\n", mem.c_str()), false;
-  std::vector<double> fork_ms;
+  std::vector<double> fork_ms, parent_ms;
   std::vector<std::unique_ptr<VmProcess>> last;
   for (int run = 0; run < runs; ++run) {
-    double ms = TimeFork(**parent, 1, 5000 + run, &last);
+    double ms = TimeFork(**parent, 1, 5000 + run, &last, &parent_ms);
     if (ms < 0) return false;
     fork_ms.push_back(ms);
     if (run + 1 < runs) last.clear();
@@ -188,6 +190,7 @@ bool MeasureForkAt(const VmProcessOptions& base, const std::string& mem, int run
   last.clear();
   std::string title = "fork to child answering, " + mem;
   kubicle::bench::PrintPercentiles(title, fork_ms, "ms");
+  kubicle::bench::PrintPercentiles("  parent: pause, capture, fork(2), resume", parent_ms, "ms");
   const std::string log = (*parent)->VmmLog();
   for (const char* key : {"kvm_vm_us", "slots_us", "devices_us", "vcpus_us", "total_us"}) {
     std::vector<double> v = LogField(log, "fork child running", key);
