@@ -4,11 +4,13 @@
 // it was, the base image is never written, read-only disks stay read-only,
 // raw writable disks are refused for snapshot and fork.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 
 #include "snapshot/snapshot_dir.h"
 #include "vmm/testing/vm_process.h"
@@ -292,6 +294,29 @@ TEST_F(VmDiskKvmTest, RawWritableDisksAreRefusedAndOverlaysGoAtExit) {
   ASSERT_TRUE(code.ok());
   EXPECT_EQ(*code, 0);
   EXPECT_EQ(count(), 1u);
+}
+
+// A fork child has its own signal watcher: SIGTERM takes the clean path,
+// which removes its private overlay.
+TEST_F(VmDiskKvmTest, ForkChildStopsCleanlyOnSigterm) {
+  auto parent = Start(Options());
+  ASSERT_TRUE(parent);
+  ASSERT_TRUE(Agent(*parent));
+  VmProcess* child = ForkOne(*parent, 45);
+  ASSERT_NE(child, nullptr);
+  ASSERT_TRUE(Agent(*child));
+  auto layers_now = [&] {
+    size_t n = 0;
+    for (auto& e : fs::directory_iterator(layers())) n += e.path().extension() == ".layer";
+    return n;
+  };
+  EXPECT_EQ(layers_now(), 3u);  // the frozen layer, the parent's and the child's overlays
+  ASSERT_EQ(::kill(child->pid(), SIGTERM), 0);
+  for (int i = 0; i < 1000 && (layers_now() != 2 || ::kill(child->pid(), 0) == 0); ++i)
+    std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(layers_now(), 2u);
+  EXPECT_NE(::kill(child->pid(), 0), 0) << "the child is still running";
+  EXPECT_TRUE(Agent(*parent)->Ping().ok());
 }
 
 }  // namespace

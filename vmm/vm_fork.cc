@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <future>
 
 #include "common/log.h"
@@ -119,14 +120,7 @@ Result<nlohmann::json> Vm::Fork(const nlohmann::json& req) {
 
 void Vm::ChildMain(const snapshot::MachineState& state, const ForkChild& child) {
   const auto forked_at = std::chrono::steady_clock::now();
-  // Only this thread exists here. Termination signals were blocked for the
-  // parent's signal watcher, which the child does not have: let them kill.
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGHUP);
-  pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+  // Only this thread exists here.
   CloseInheritedFds();
 
   VmmConfig config = config_;
@@ -140,6 +134,20 @@ void Vm::ChildMain(const snapshot::MachineState& state, const ForkChild& child) 
   // The inherited machine (this object and everything it owns) is never
   // destroyed: the child ends in _exit. Only its guest memory moves on.
   vm->memory_ = std::move(memory_);
+  // Termination signals stay blocked (as the parent's main thread set them
+  // up); the parent's watcher thread does not exist here, so start one:
+  // SIGTERM stops the child cleanly (overlays removed, fast exit).
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  std::thread([raw = vm.get(), set] {
+    int sig = 0;
+    if (sigwait(&set, &sig) == 0)
+      raw->RequestStop(ExitCode::kGuestShutdown, std::string("signal ") + strsignal(sig));
+  }).detach();
   ForkTimings t;
   Status st = vm->BuildForked(state, &t);
   auto mark = std::chrono::steady_clock::now();

@@ -12,10 +12,11 @@
 // memory of one idle child; and shutdown request to process exit.
 //
 //   build/bench/vmm/kubicle-bench-vmm [--runs N] [--pings N] [--fork-sizes 128M,512M,2G]
-//                                     [--only fork-sizes|shutdown]
+//                                     [--only fork-sizes|fork20|shutdown]
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -146,8 +147,16 @@ double TimeFork(VmProcess& parent, int n, uint64_t first_cid,
   if (parent_ms) parent_ms->push_back((*r)["fork_us"].get<double>() / 1000.0);
   std::vector<std::unique_ptr<VmProcess>> kids;
   for (int i = 0; i < n; ++i) kids.push_back(VmProcess::Attach((*r)["pids"][i].get<pid_t>(), dirs[i]));
-  for (auto& kid : kids)
-    if (!kid->ConnectAgent(10s).ok()) return std::fprintf(stderr, "fork child did not answer\n"), -1;
+  // Every child is asked at once, as a node daemon would.
+  std::atomic<int> failed{0};
+  std::vector<std::thread> askers;
+  for (auto& kid : kids) {
+    askers.emplace_back([&failed, k = kid.get()] {
+      if (!k->ConnectAgent(10s).ok()) failed++;
+    });
+  }
+  for (auto& t : askers) t.join();
+  if (failed > 0) return std::fprintf(stderr, "%d fork children did not answer\n", failed.load()), -1;
   double ms = MillisSince(start);
   if (keep) *keep = std::move(kids);
   return ms;
@@ -238,6 +247,23 @@ int main(int argc, char** argv) {
   o.kernel = KUBICLE_TESTGUEST_ELF;
   std::printf("kubicle-vmm with the test guest, %s memory, %d run(s)\n", o.mem.c_str(), runs);
   if (only == "shutdown") return MeasureShutdown(o, runs) ? 0 : 1;
+  if (only == "fork20") {  // one 20-way fork, with the children's start-up steps
+    auto parent = VmProcess::Start(o);
+    if (!parent.ok() || !(*parent)->ConnectAgent(60s).ok()) return 1;
+    std::vector<double> parent_ms;
+    std::vector<std::unique_ptr<VmProcess>> kids;
+    double ms = TimeFork(**parent, 20, 3000, &kids, &parent_ms);
+    if (ms < 0) return 1;
+    std::printf("%-44s %9.2f ms (parent %.2f ms)\n", "20-way fork until all children answer", ms,
+                parent_ms.at(0));
+    const std::string log = (*parent)->VmmLog();
+    for (const char* key : {"kvm_vm_us", "slots_us", "devices_us", "vcpus_us", "total_us"}) {
+      std::vector<double> v = LogField(log, "fork child running", key);
+      std::string name = "  child step " + std::string(key, std::strlen(key) - 3);
+      if (!v.empty()) kubicle::bench::PrintPercentiles(name, v, "ms");
+    }
+    return 0;
+  }
   if (only == "fork-sizes") {
     std::istringstream sizes(fork_sizes);
     for (std::string mem; std::getline(sizes, mem, ',');)
