@@ -10,7 +10,11 @@
 // the kernel destroys the VM and frees guest memory. Everything else
 // (listening and connected sockets, eventfds, files) is closed here first,
 // so peers see the VM gone at once. The helper is reparented to init (or
-// the nearest subreaper) and reaped there.
+// the nearest subreaper) and reaped there. It stays in the VMM's cgroups
+// until it exits (the VMM cannot tell its sandbox's cgroup from an outer
+// one it must not leave), so removing a sandbox cgroup right after the VMM
+// is reaped may see EBUSY for those milliseconds: retry, as noderuntime's
+// Cgroups does.
 //
 // Contract: call after every vCPU and device thread has stopped (the helper
 // runs no libc code that could hold a lock, but nothing else may run on

@@ -78,7 +78,8 @@ class Vm {
   Status Pause();
   Status Resume();
   // Pauses (if running), writes a snapshot directory at dir (which must not
-  // exist), then resumes if resume is set. Refused for VMs with raw disks.
+  // exist), then resumes if resume is set. Copy-on-write disks are frozen
+  // into shared layers (vm_disks.cc); refused for writable raw disks.
   Status Snapshot(const std::string& dir, bool resume);
   // {"cmd":"fork","count":N,"children":[{"vsock_uds","control","cid",
   // "serial"},...]}: pauses, captures, fork(2)s one child process per entry
