@@ -73,6 +73,9 @@ void ApiServer::Impl::Handle(http::http_request req) {
   } catch (const std::exception& e) {
     log::Error("api handler failed", {{"route", route_label}, {"error", e.what()}});
     code = 0;
+  } catch (...) {
+    log::Error("api handler failed", {{"route", route_label}, {"error", "non-standard exception"}});
+    code = 0;
   }
   if (code == 0) {
     // Nobody answered (an exception): answer 500 so the client is not left hanging.
@@ -95,6 +98,11 @@ void ApiServer::Impl::Handle(http::http_request req) {
 void ApiServer::Impl::Observe(const std::string& route_label, int code, Clock::time_point start) {
   double secs = std::chrono::duration<double>(Clock::now() - start).count();
   latency_.WithLabels({route_label, std::to_string(code)}).Observe(secs);
+  if (code >= 500) {
+    log::Warn("http request failed", {{"route", route_label}, {"code", code}, {"ms", secs * 1000}});
+  } else {
+    log::Debug("http request", {{"route", route_label}, {"code", code}, {"ms", secs * 1000}});
+  }
 }
 
 void ApiServer::Impl::Dispatch(http::http_request& req, Clock::time_point start,

@@ -116,6 +116,15 @@ TEST_F(NodeDaemonTest, CreateExecFilesDeleteOverHttpAndMetricsParse) {
   EXPECT_EQ((*own)->Call("DELETE", "/v1/sandboxes/one").status().code(),
             StatusCode::kPermissionDenied);
 
+  // Bad input against the real runtime: refused, nothing created.
+  EXPECT_EQ(client_->Call("POST", "/v1/sandboxes", {{"template", "nope"}}).status().code(),
+            StatusCode::kNotFound);
+  EXPECT_EQ(client_->Call("GET", "/v1/sandboxes?labelSelector=a%20in%20(b").status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(client_->Call("POST", "/v1/sandboxes", {{"template", "tg"}, {"ttl", 5}}).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ((*client_->Call("GET", "/v1/sandboxes"))["items"].size(), 1u);
+
   auto del = client_->Call("DELETE", "/v1/sandboxes/one");
   ASSERT_TRUE(del.ok()) << del.status().ToString();
   EXPECT_EQ(client_->Call("GET", "/v1/sandboxes/one").status().code(), StatusCode::kNotFound);
