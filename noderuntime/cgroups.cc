@@ -30,8 +30,8 @@ Status MkdirIfMissing(const std::string& path) {
 }
 
 // rmdir a group. A fake root holds real files, which cgroupfs would not.
-Status RemoveGroupDir(const std::string& dir) {
-  for (int attempt = 0; attempt < 50; ++attempt) {
+Status RemoveGroupDir(const std::string& dir, int attempts) {
+  for (int attempt = 0; attempt < attempts; ++attempt) {
     if (::rmdir(dir.c_str()) == 0 || errno == ENOENT) return Status::Ok();
     if (errno == ENOTEMPTY) {
       std::error_code ec;
@@ -41,9 +41,17 @@ Status RemoveGroupDir(const std::string& dir) {
     }
     // EBUSY: a task that just exited may still be leaving the group.
     if (errno != EBUSY) return Status::FromErrno("rmdir " + dir);
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    if (attempt + 1 < attempts) std::this_thread::sleep_for(std::chrono::milliseconds(attempt < 20 ? 1 : 10));
   }
-  return Status::FailedPrecondition("cgroup " + dir + " still has processes");
+  std::string procs;
+  if (UniqueFd fd(::open((dir + "/cgroup.procs").c_str(), O_RDONLY | O_CLOEXEC)); fd) {
+    char buf[256];
+    ssize_t n = ::read(fd.get(), buf, sizeof(buf) - 1);
+    if (n > 0) procs.assign(buf, static_cast<size_t>(n));
+  }
+  for (char& c : procs)
+    if (c == '\n') c = ' ';
+  return Status::FailedPrecondition("cgroup " + dir + " still has processes: [" + procs + "]");
 }
 
 }  // namespace
@@ -99,11 +107,11 @@ Status Cgroups::AddProcess(const std::string& name, pid_t pid) {
   return Status::Ok();
 }
 
-Status Cgroups::Remove(const std::string& name) {
+Status Cgroups::Remove(const std::string& name, int attempts) {
   if (!enabled_) return Status::Ok();
   Status first;
   for (const std::string& d : Dirs(name)) {
-    Status s = RemoveGroupDir(d);
+    Status s = RemoveGroupDir(d, attempts);
     if (!s.ok() && first.ok()) first = s;
   }
   return first;
@@ -113,7 +121,7 @@ Status Cgroups::RemoveParent() {
   if (!enabled_) return Status::Ok();
   Status first;
   for (const std::string& p : Parents()) {
-    Status s = RemoveGroupDir(p);
+    Status s = RemoveGroupDir(p, 100);
     if (!s.ok() && first.ok()) first = s;
   }
   return first;

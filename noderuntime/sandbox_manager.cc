@@ -126,6 +126,7 @@ void SandboxManager::Shutdown(bool stop_vms) {
     sb->agent.reset();
     sb->pidfd.reset();
   }
+  RetryCgroupRemovals(100);
   {
     std::lock_guard l(scrape_link_->mu);
     scrape_link_->manager = nullptr;
@@ -194,10 +195,7 @@ void SandboxManager::FreeResources(Sandbox& sb) {
     cids_.erase(sb.rec.info.cid);
   }
   sb.holds_cid = false;
-  if (sb.holds_cgroup) {
-    Status s = cgroups_.Remove(sb.rec.info.id);
-    if (!s.ok()) log::Warn("cgroup removal failed", {{"sandbox", sb.rec.info.id}, {"error", s.ToString()}});
-  }
+  if (sb.holds_cgroup) RemoveCgroupSoon(sb.rec.info.id);
   sb.holds_cgroup = false;
   if (!sb.rec.control_path.empty()) ::unlink(sb.rec.control_path.c_str());
   if (!sb.rec.vsock_path.empty()) ::unlink(sb.rec.vsock_path.c_str());
@@ -226,10 +224,10 @@ Status SandboxManager::Teardown(const std::shared_ptr<Sandbox>& sb) {
     if (sb->removed) return Status::Ok();
     sb->delete_requested = true;
     sb->agent.reset();
-    if (sb->rec.info.state != SandboxState::kFailed) {
-      sb->rec.info.state = SandboxState::kDeleting;
-      if (!sb->dir.empty()) (void)Persist(*sb);
-    }
+    if (sb->rec.info.state != SandboxState::kFailed) sb->rec.info.state = SandboxState::kDeleting;
+    // Without its record the VMM is an orphan to the next Open(), which
+    // finishes this delete if the daemon dies before we do.
+    if (!sb->dir.empty()) ::unlink((sb->dir + "/record.json").c_str());
   }
   StopVm(*sb);
   uint64_t key;
@@ -389,13 +387,46 @@ std::vector<std::string> SandboxManager::SweepExpired() {
   return done;
 }
 
+void SandboxManager::RemoveCgroupSoon(const std::string& name) {
+  // kubicle-vmm exits before the kernel has torn its VM down: a helper that
+  // holds the VM stays in the group for a few ms more. Rather than block the
+  // delete, the sweeper retries busy groups.
+  if (cgroups_.Remove(name, 3).ok()) return;
+  {
+    std::lock_guard l(sweep_mu_);
+    pending_cgroups_.insert(name);
+  }
+  sweep_cv_.notify_all();
+}
+
+void SandboxManager::RetryCgroupRemovals(int attempts) {
+  std::set<std::string> pending;
+  {
+    std::lock_guard l(sweep_mu_);
+    pending.swap(pending_cgroups_);
+  }
+  for (const std::string& name : pending) {
+    Status s = cgroups_.Remove(name, attempts);
+    if (s.ok()) continue;
+    log::Warn("cgroup removal failed", {{"sandbox", name}, {"error", s.ToString()}});
+    std::lock_guard l(sweep_mu_);
+    pending_cgroups_.insert(name);
+  }
+}
+
 void SandboxManager::SweeperLoop() {
+  auto next_sweep = std::chrono::steady_clock::now() + config_.sweep_interval;
   std::unique_lock l(sweep_mu_);
   while (!stopping_) {
-    sweep_cv_.wait_for(l, config_.sweep_interval);
+    auto wake = pending_cgroups_.empty() ? next_sweep : std::chrono::steady_clock::now() + 20ms;
+    sweep_cv_.wait_until(l, std::min(wake, next_sweep));
     if (stopping_) break;
     l.unlock();
-    SweepExpired();
+    RetryCgroupRemovals(1);
+    if (std::chrono::steady_clock::now() >= next_sweep) {
+      SweepExpired();
+      next_sweep = std::chrono::steady_clock::now() + config_.sweep_interval;
+    }
     l.lock();
   }
 }
@@ -407,6 +438,8 @@ SandboxManager::Usage SandboxManager::usage() const {
   u.vcpus = vcpus;
   u.pool_vms = pool_ ? pool_->idle() : 0;
   u.watched_processes = watcher_.size();
+  std::lock_guard l(sweep_mu_);
+  u.pending_cgroups = pending_cgroups_.size();
   return u;
 }
 

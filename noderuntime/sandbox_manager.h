@@ -97,6 +97,7 @@ class SandboxManager final : public SandboxService {
     uint32_t vcpus = 0;
     size_t pool_vms = 0;
     size_t watched_processes = 0;
+    size_t pending_cgroups = 0;  // busy groups the sweeper retries
   };
   Usage usage() const;
   const NodeConfig& config() const { return config_; }
@@ -145,6 +146,8 @@ class SandboxManager final : public SandboxService {
   std::string TemplateDir(const std::string& name) const;
   void RegisterMetrics();
   void SweeperLoop();
+  void RemoveCgroupSoon(const std::string& name);
+  void RetryCgroupRemovals(int attempts);
   void UpdatePoolGauge();
 
   NodeConfig config_;
@@ -178,8 +181,9 @@ class SandboxManager final : public SandboxService {
   std::mutex bake_mu_;
   std::vector<std::thread> bakers_;
   std::thread sweeper_;
-  std::mutex sweep_mu_;
+  mutable std::mutex sweep_mu_;
   std::condition_variable sweep_cv_;
+  std::set<std::string> pending_cgroups_;  // guarded by sweep_mu_
   std::atomic<bool> stopping_{false};
   bool shut_down_ = false;
 };

@@ -93,7 +93,7 @@ void SandboxManager::AdoptOne(SandboxRecord record) {
       WaitExited(handle->pidfd.get(), 5s);
       ReapIfChild(handle->pidfd.get());
     }
-    (void)cgroups_.Remove(info.id);
+    RemoveCgroupSoon(info.id);
     ::unlink(sb->rec.control_path.c_str());
     ::unlink(sb->rec.vsock_path.c_str());
     (void)RemoveTree(sb->dir);
@@ -176,7 +176,7 @@ void SandboxManager::KillOrphans() {
     if (!sockets.count(e.path().filename().string())) fs::remove(e.path(), ec);
   for (const auto& e : fs::directory_iterator(config_.state_dir + "/pool", ec)) fs::remove_all(e.path(), ec);
   for (const std::string& g : cgroups_.List())
-    if (!groups.count(g)) (void)cgroups_.Remove(g);
+    if (!groups.count(g)) RemoveCgroupSoon(g);
 }
 
 }  // namespace kubicle::noderuntime

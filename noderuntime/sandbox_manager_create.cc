@@ -35,7 +35,13 @@ std::string RunLabel(const Labels& l) {
 Status SandboxManager::AcquireVm(const VmShape& shape, std::optional<PoolVm>* vm) {
   *vm = pool_->Take(shape);
   if (*vm) return Status::Ok();  // its capacity reservation comes with it
-  RETURN_IF_ERROR(ReserveCapacity(shape));
+  Status reserved = ReserveCapacity(shape);
+  if (!reserved.ok()) {
+    // The capacity may be held by a pool VM of this shape that is starting.
+    *vm = pool_->Take(shape, 30s);
+    if (*vm) return Status::Ok();
+    return reserved;
+  }
   auto started = pool_->StartNow(shape);
   if (!started.ok()) {
     capacity_->Release(shape);
@@ -109,6 +115,11 @@ Result<SandboxInfo> SandboxManager::CreateSandbox(const SandboxSpec& spec) {
     }
     st = RunCreate(sb, snapshot_dir, std::move(vm), hostname);
   }
+  if (st.ok()) {
+    std::lock_guard l(sb->mu);
+    sb->rec.info.ready_ms = SecondsSince(t0) * 1000;
+    st = Persist(*sb);
+  }
   if (!st.ok()) {
     bool deleted;
     {
@@ -124,8 +135,6 @@ Result<SandboxInfo> SandboxManager::CreateSandbox(const SandboxSpec& spec) {
   SandboxInfo out;
   {
     std::lock_guard l(sb->mu);
-    sb->rec.info.ready_ms = SecondsSince(t0) * 1000;
-    (void)Persist(*sb);
     out = sb->rec.info;
   }
   out.token = token;
@@ -170,14 +179,14 @@ Status SandboxManager::RunCreate(const std::shared_ptr<Sandbox>& sb, const std::
     if (sb->delete_requested) return Status::FailedPrecondition("deleted");
   }
   RETURN_IF_ERROR(SetUpCgroup(*sb));
-  {
-    std::lock_guard l(sb->mu);
-    RETURN_IF_ERROR(Persist(*sb));
-  }
+  // No record until the sandbox runs (one fsync'd write per create): a VMM
+  // without a record is an orphan that the next Open() kills.
   RETURN_IF_ERROR(Watch(sb));
   const auto t0 = std::chrono::steady_clock::now();
   nlohmann::json req = {{"cmd", "restore"}, {"snapshot", snapshot_dir}, {"vsock_uds", vsock},
-                        {"cid", cid}, {"serial", serial}, {"id", id}};
+                        {"cid", cid}, {"serial", serial}, {"id", id},
+                        // Writable disks get their private overlay here, so it goes with the sandbox.
+                        {"layer_dir", sb->dir}};
   auto r = ControlCall(control, req, 30s);
   if (!r.ok()) return r.status().WithContext("restore");
   RETURN_IF_ERROR(FinishStart(sb, hostname));
@@ -191,6 +200,10 @@ Status SandboxManager::SetUpCgroup(Sandbox& sb) {
   limits.mem_mib = sb.shape.mem_mib;
   limits.vcpus = sb.shape.vcpus;
   limits.overhead_mib = config_.cgroup_overhead_mib;
+  {
+    std::lock_guard l(sweep_mu_);
+    pending_cgroups_.erase(sb.rec.info.id);  // a previous sandbox of this id
+  }
   {
     std::lock_guard l(sb.mu);
     sb.holds_cgroup = true;  // Remove is safe on a partly created group
@@ -244,7 +257,7 @@ Status SandboxManager::FinishStart(const std::shared_ptr<Sandbox>& sb, const std
   if (sb->delete_requested) return Status::FailedPrecondition("deleted");
   sb->agent = std::move(agent);
   sb->rec.info.state = SandboxState::kRunning;
-  return Persist(*sb);
+  return Status::Ok();  // the caller persists the record
 }
 
 Result<std::vector<SandboxInfo>> SandboxManager::ForkSandbox(const ForkRequest& request) {
@@ -315,7 +328,7 @@ Result<std::vector<SandboxInfo>> SandboxManager::ForkSandbox(const ForkRequest& 
   nlohmann::json children = nlohmann::json::array();
   for (auto& k : kids)
     children.push_back({{"vsock_uds", k->rec.vsock_path}, {"control", k->rec.control_path},
-                        {"cid", k->rec.info.cid}, {"serial", k->dir + "/serial.log"}});
+                        {"cid", k->rec.info.cid}, {"serial", k->dir + "/serial.log"}, {"layer_dir", k->dir}});
   auto r = ControlCall(src_control, {{"cmd", "fork"}, {"count", kids.size()}, {"children", children}}, 60s);
   if (!r.ok()) return abort_all(r.status().WithContext("fork"));
   const auto& pids = (*r)["pids"];
@@ -353,10 +366,6 @@ Result<SandboxInfo> SandboxManager::ForkChild(const std::shared_ptr<Sandbox>& k,
                                               const std::string& hostname) {
   const auto t0 = std::chrono::steady_clock::now();
   RETURN_IF_ERROR(SetUpCgroup(*k));
-  {
-    std::lock_guard l(k->mu);
-    RETURN_IF_ERROR(Persist(*k));
-  }
   RETURN_IF_ERROR(Watch(k));
   RETURN_IF_ERROR(FinishStart(k, hostname));
   std::lock_guard l(k->mu);

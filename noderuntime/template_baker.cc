@@ -181,6 +181,7 @@ Status SandboxManager::BakeSteps(const std::shared_ptr<Template>& t) {
   const std::string bake_dir = dir + "/bake";
   RETURN_IF_ERROR(RemoveTree(snapshot_dir));  // a bake that died half-way
   RETURN_IF_ERROR(RemoveTree(bake_dir));
+  RETURN_IF_ERROR(RemoveTree(dir + "/layers"));
   RETURN_IF_ERROR(MakeDirs(bake_dir));
   uint32_t cid;
   {
@@ -197,6 +198,12 @@ Status SandboxManager::BakeSteps(const std::shared_ptr<Template>& t) {
                                    "--cid", std::to_string(cid), "--id", "bake-" + spec.name};
   if (!spec.initrd.empty()) argv.insert(argv.end(), {"--initrd", spec.initrd});
   for (const std::string& d : spec.disks) argv.insert(argv.end(), {"--disk", d});
+  // Writable disks become copy-on-write: the bake's overlay is frozen into a
+  // layer under the template (which every sandbox of it then reads).
+  if (!spec.disks.empty()) {
+    RETURN_IF_ERROR(MakeDirs(dir + "/layers"));
+    argv.insert(argv.end(), {"--layer-dir", dir + "/layers"});
+  }
   SetTemplateProgress(t, "booting");
   auto vm = SpawnDetached(argv, bake_dir + "/vmm.log");
   Status st = vm.status();

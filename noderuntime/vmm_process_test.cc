@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <thread>
 
 #include "noderuntime/node_util.h"
 #include "noderuntime/process_watcher.h"
@@ -100,7 +101,12 @@ TEST_F(VmmProcessTest, FindsProcessesByBinaryAndStateDir) {
   // /bin/sh stands in for kubicle-vmm; one argument lies under dir_.
   auto s = SpawnDetached({"/bin/sh", "-c", "sleep 30; true", "sh", dir_ + "/sock/1.ctl"}, dir_ + "/log");
   ASSERT_TRUE(s.ok());
-  EXPECT_EQ(FindVmmProcesses("/bin/sh", dir_), std::vector<pid_t>{s->pid});
+  std::vector<pid_t> found;
+  for (int i = 0; i < 5000 && found.empty(); ++i) {
+    found = FindVmmProcesses("/bin/sh", dir_);
+    if (found.empty()) std::this_thread::sleep_for(1ms);
+  }
+  EXPECT_EQ(found, std::vector<pid_t>{s->pid});
   EXPECT_TRUE(FindVmmProcesses("/bin/sh", dir_ + "-other").empty());
   EXPECT_TRUE(FindVmmProcesses("/usr/bin/kubicle-vmm", dir_).empty());
   (void)PidfdKill(s->pidfd.get(), SIGKILL);

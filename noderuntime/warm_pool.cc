@@ -83,15 +83,20 @@ void WarmPool::DropDead() {
   }
 }
 
-std::optional<PoolVm> WarmPool::Take(const VmShape& shape) {
+std::optional<PoolVm> WarmPool::Take(const VmShape& shape, std::chrono::milliseconds wait_for_starting) {
   std::optional<PoolVm> out;
   {
-    std::lock_guard l(mu_);
-    DropDead();
-    auto it = idle_.find(shape);
-    if (it != idle_.end() && !it->second.empty()) {
-      out = std::move(it->second.back());
-      it->second.pop_back();
+    std::unique_lock l(mu_);
+    auto end = std::chrono::steady_clock::now() + wait_for_starting;
+    for (;;) {
+      DropDead();
+      auto it = idle_.find(shape);
+      if (it != idle_.end() && !it->second.empty()) {
+        out = std::move(it->second.back());
+        it->second.pop_back();
+        break;
+      }
+      if (stop_ || starting_[shape] == 0 || cv_.wait_until(l, end) == std::cv_status::timeout) break;
     }
   }
   cv_.notify_all();
@@ -166,9 +171,12 @@ void WarmPool::Run() {
       cv_.wait_for(l, 100ms);
       continue;
     }
+    ++starting_[*need];
     l.unlock();
     Result<PoolVm> vm = Spawn(*need);
     l.lock();
+    --starting_[*need];
+    cv_.notify_all();
     if (!vm.ok()) {
       if (options_.release) options_.release(*need);
       log::Error("pool vm failed to start", {{"error", vm.status().ToString()}});
@@ -183,6 +191,7 @@ void WarmPool::Run() {
       break;
     }
     idle_[*need].push_back(std::move(vm).value());
+    cv_.notify_all();
     l.unlock();
     if (options_.on_change) options_.on_change();
     l.lock();

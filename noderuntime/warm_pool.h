@@ -63,8 +63,10 @@ class WarmPool {
   // Reference-counted: the shape is kept warm while any holder wants it.
   void Want(const VmShape& shape);
   void Unwant(const VmShape& shape);
-  // A live pool VM of this shape with its reservation, if one is ready.
-  std::optional<PoolVm> Take(const VmShape& shape);
+  // A live pool VM of this shape with its reservation, if one is ready. With
+  // a wait, and none ready but one of this shape starting, waits for it.
+  std::optional<PoolVm> Take(const VmShape& shape,
+                             std::chrono::milliseconds wait_for_starting = std::chrono::milliseconds(0));
   // Starts one now, for a miss; the caller has reserved its capacity.
   Result<PoolVm> StartNow(const VmShape& shape);
   // Kills one idle VM of another shape than `keep` (its capacity is released).
@@ -85,6 +87,7 @@ class WarmPool {
   std::thread thread_;
   std::map<VmShape, int> wanted_;
   std::map<VmShape, std::vector<PoolVm>> idle_;
+  std::map<VmShape, int> starting_;
   uint64_t next_ = 0;
 };
 

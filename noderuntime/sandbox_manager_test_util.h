@@ -1,0 +1,50 @@
+// Test fixture for SandboxManager kvm tests: a scratch state directory, a
+// test-guest template baked once per test, a private cgroup parent, and
+// counters for the resources a leak would show up in.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "common/metrics.h"
+#include "noderuntime/sandbox_manager.h"
+
+namespace kubicle::noderuntime::testing {
+
+class ManagerTest : public ::testing::Test {
+ protected:
+  void SetUp() override;
+  void TearDown() override;
+
+  NodeConfig Config() const;
+  // Opens the manager (config_ as adjusted by the test) and bakes "tg".
+  void OpenAndBake();
+  Status Reopen();
+  Result<TemplateInfo> WaitTemplate(const std::string& name);
+  Result<SandboxInfo> Create(const std::string& id = "", Labels labels = {});
+
+  size_t VmmProcesses() const;
+  std::string DescribeVmmProcesses() const;
+  static constexpr size_t kPoolVms = ~size_t{0};
+  // Waits (up to 10 s) until exactly `vmms` VMM processes (kPoolVms: the
+  // idle pool's) run under the state dir and `cgroups` VM cgroups exist.
+  bool Quiesce(size_t vmms, size_t cgroups = 0);
+  static size_t OpenFds();
+  // Entries under <state>/sandboxes and <state>/sock, idle pool sockets aside.
+  size_t StateFiles() const;
+  size_t Cgroups() const;
+  bool real_cgroups() const { return real_cgroups_; }
+
+  std::string state_dir_;
+  std::string cgroup_parent_;
+  bool real_cgroups_ = false;
+  NodeConfig config_;
+  std::atomic<int64_t> clock_offset_s_{0};
+  std::unique_ptr<metrics::Registry> metrics_;
+  std::unique_ptr<SandboxManager> m_;
+};
+
+}  // namespace kubicle::noderuntime::testing
