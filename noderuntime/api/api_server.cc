@@ -139,7 +139,7 @@ void ApiServer::Impl::Dispatch(http::http_request& req, Clock::time_point start,
                                    {"message", method + " is not allowed on " + path +
                                                    " (allowed: " +
                                                    AllowedMethods(match->route) + ")"}}}}
-                      .dump(),
+                      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
                   "application/json");
     call.Send(std::move(resp));
     *code = call.code();

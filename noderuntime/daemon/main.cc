@@ -99,9 +99,11 @@ int Serve(const ServeFlags& f) {
   int sig = 0;
   while (sigwait(&stop_signals, &sig) != 0) {
   }
-  log::Info("stopping; sandbox VMs keep running for the next start", {{"signal", sig}});
+  log::Info(f.stop_vms_on_exit ? "stopping; deleting every sandbox"
+                                : "stopping; sandbox VMs keep running for the next start",
+            {{"signal", sig}});
   server.Stop();
-  (*manager)->Shutdown(/*stop_vms=*/false);
+  (*manager)->Shutdown(/*stop_vms=*/f.stop_vms_on_exit);
   return 0;
 }
 

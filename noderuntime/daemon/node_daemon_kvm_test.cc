@@ -48,12 +48,12 @@ class NodeDaemonTest : public ::testing::Test {
     fs::remove_all(dir_);
   }
 
-  void StartDaemon() {
-    auto d = DaemonProcess::Start(
-        KUBICLE_NODE_BIN,
-        {"--state-dir", dir_ + "/state", "--vmm", KUBICLE_VMM_BIN, "--listen", "127.0.0.1:0",
-         "--capacity-mem", "16G", "--capacity-vcpus", "256", "--pool-size", "2", "--no-cgroups"},
-        dir_ + "/daemon.log", 30s);
+  void StartDaemon(std::vector<std::string> extra = {}) {
+    std::vector<std::string> args{"--state-dir", dir_ + "/state", "--vmm", KUBICLE_VMM_BIN,
+                                  "--listen", "127.0.0.1:0", "--capacity-mem", "16G",
+                                  "--capacity-vcpus", "256", "--pool-size", "2", "--no-cgroups"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto d = DaemonProcess::Start(KUBICLE_NODE_BIN, args, dir_ + "/daemon.log", 30s);
     ASSERT_TRUE(d.ok()) << d.status().ToString();
     daemon_ = std::move(*d);
     std::ifstream tf(dir_ + "/state/admin-token");
@@ -184,6 +184,22 @@ TEST_F(NodeDaemonTest, Kill9WithTwentySandboxesThenRestartReadoptsAll) {
   ASSERT_TRUE(swept.ok()) << swept.status().ToString();
   EXPECT_EQ((*swept)["deleted"].size(), static_cast<size_t>(kCount));
   EXPECT_EQ((*client_->Call("GET", "/v1/sandboxes"))["items"].size(), 0u);
+}
+
+TEST_F(NodeDaemonTest, StopVmsOnExitLeavesNothingRunning) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon({"--stop-vms-on-exit"}));
+  ASSERT_NO_FATAL_FAILURE(BakeTestGuest());
+  for (int i = 0; i < 3; ++i) {
+    auto r = client_->Call("POST", "/v1/sandboxes", {{"template", "tg"}});
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+  }
+  EXPECT_GE(FindVmmProcesses(KUBICLE_VMM_BIN, dir_).size(), 3u);
+  daemon_->Signal(SIGTERM);
+  EXPECT_EQ(daemon_->Wait(30s), std::optional<int>(0));
+  for (int i = 0; i < 250 && !FindVmmProcesses(KUBICLE_VMM_BIN, dir_).empty(); ++i) {
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_EQ(FindVmmProcesses(KUBICLE_VMM_BIN, dir_).size(), 0u);
 }
 
 TEST_F(NodeDaemonTest, ExitCodesForUsageAndSetupFailures) {

@@ -21,12 +21,15 @@ processes, serves the HTTP API (docs/node.md).
   --capacity-vcpus N     vCPUs the node may hand out (default: 4 per host CPU)
   --pool-size N          idle warm-pool VMs kept per template shape (default 2)
   --no-cgroups           do not put VMs in per-VM cgroups
+  --stop-vms-on-exit     on SIGTERM/SIGINT delete every sandbox too (for demos
+                         and CI: nothing is left running)
   --log-json             JSON log lines on stderr
   --log-level LEVEL      debug, info, warn, error (default info)
   --help                 this text
 
 On SIGTERM or SIGINT the daemon stops serving and exits 0, leaving sandbox
-VMs running: the next start on the same --state-dir re-adopts them.
+VMs running (unless --stop-vms-on-exit): the next start on the same
+--state-dir re-adopts them.
 Exit codes: 0 clean stop, 1 usage, 2 setup failed (state dir, listen, token).
 )";
 
@@ -94,6 +97,8 @@ Result<ServeFlags> ParseServeFlags(const std::vector<std::string>& args) {
       return f;
     } else if (a == "--no-cgroups") {
       f.use_cgroups = false;
+    } else if (a == "--stop-vms-on-exit") {
+      f.stop_vms_on_exit = true;
     } else if (a == "--log-json") {
       f.log_json = true;
     } else if (a == "--state-dir") {

@@ -20,6 +20,7 @@ struct ServeFlags {
   uint32_t capacity_vcpus = 0;     // 0: 4 per host CPU
   uint32_t pool_size = 2;
   bool use_cgroups = true;
+  bool stop_vms_on_exit = false;   // SIGTERM deletes every sandbox (demos, CI)
   bool log_json = false;
   std::string log_level = "info";
   bool help = false;

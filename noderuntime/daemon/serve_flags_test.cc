@@ -14,7 +14,8 @@ namespace {
 TEST(ServeFlags, ParsesEveryFlag) {
   auto f = ParseServeFlags({"--state-dir", "/s", "--vmm", "/v", "--listen", "0.0.0.0:8080",
                             "--capacity-mem", "20G", "--capacity-vcpus", "16", "--pool-size",
-                            "3", "--log-json", "--no-cgroups", "--token-file", "/t"});
+                            "3", "--log-json", "--no-cgroups", "--token-file", "/t",
+                            "--stop-vms-on-exit"});
   ASSERT_TRUE(f.ok()) << f.status().ToString();
   EXPECT_EQ(f->listen_host, "0.0.0.0");
   EXPECT_EQ(f->listen_port, 8080);
@@ -23,6 +24,7 @@ TEST(ServeFlags, ParsesEveryFlag) {
   EXPECT_EQ(f->pool_size, 3u);
   EXPECT_TRUE(f->log_json);
   EXPECT_FALSE(f->use_cgroups);
+  EXPECT_TRUE(f->stop_vms_on_exit);
   EXPECT_EQ(f->token_file, "/t");
   auto d = ParseServeFlags({"--state-dir", "/s", "--vmm", "/v"});
   ASSERT_TRUE(d.ok());
