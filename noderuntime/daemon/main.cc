@@ -34,7 +34,9 @@ NodeConfig ConfigFrom(const ServeFlags& f) {
   uint64_t host_mib = pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * page >> 20 : 4096;
   c.capacity_mem_mib = f.capacity_mem_mib ? f.capacity_mem_mib : host_mib * 3 / 4;
   unsigned cpus = std::max(1u, std::thread::hardware_concurrency());
-  c.capacity_vcpus = f.capacity_vcpus ? f.capacity_vcpus : cpus * 4;
+  // Idle sandboxes cost no CPU (HLT stays in the kernel), so vCPUs are
+  // over-committed by default: an agent swarm is mostly idle VMs.
+  c.capacity_vcpus = f.capacity_vcpus ? f.capacity_vcpus : std::max(64u, cpus * 16);
   c.pool_size_per_shape = f.pool_size;
   c.use_cgroups = f.use_cgroups;
   return c;

@@ -18,7 +18,8 @@ processes, serves the HTTP API (docs/node.md).
                          created with mode 0600 and a random token if absent
   --capacity-mem SIZE    guest memory the node may hand out: 20G, 512M
                          (default: 3/4 of the host's RAM)
-  --capacity-vcpus N     vCPUs the node may hand out (default: 4 per host CPU)
+  --capacity-vcpus N     vCPUs the node may hand out (default: 16 per host
+                         CPU, at least 64: idle VMs cost no CPU)
   --pool-size N          idle warm-pool VMs kept per template shape (default 2)
   --no-cgroups           do not put VMs in per-VM cgroups
   --stop-vms-on-exit     on SIGTERM/SIGINT delete every sandbox too (for demos

@@ -17,7 +17,7 @@ struct ServeFlags {
   std::string token_file;          // created (0600, random) when absent
   std::string vmm;                 // path to kubicle-vmm
   uint64_t capacity_mem_mib = 0;   // 0: 3/4 of the host's RAM
-  uint32_t capacity_vcpus = 0;     // 0: 4 per host CPU
+  uint32_t capacity_vcpus = 0;     // 0: 16 per host CPU, at least 64
   uint32_t pool_size = 2;
   bool use_cgroups = true;
   bool stop_vms_on_exit = false;   // SIGTERM deletes every sandbox (demos, CI)
