@@ -136,8 +136,8 @@ Result<std::unique_ptr<LayerFile>> LayerFile::Create(const std::string& path, ui
   if (st.ok() && ::ftruncate(l->fd_.get(), static_cast<off_t>(l->data_offset_ + virtual_size)) < 0) {
     st = Status::FromErrno("size disk layer " + path);
   }
-  if (st.ok() && ::fsync(l->fd_.get()) < 0) st = Status::FromErrno("fsync disk layer " + path);
-  if (st.ok()) st = FsyncParentDir(path);
+  l->created_durable_ = false;
+  if (st.ok() && options.durable) st = l->MakeCreationDurable();
   if (!st.ok()) {
     ::unlink(path.c_str());
     return st;
@@ -249,10 +249,24 @@ void LayerFile::MarkAllocated(uint64_t cluster) {
   map_dirty_ = true;
 }
 
+Status LayerFile::MakeCreationDurable() {
+  if (created_durable_) return Status::Ok();
+  if (::fsync(fd_.get()) < 0) return Status::FromErrno("fsync disk layer " + path_);
+  RETURN_IF_ERROR(FsyncParentDir(path_));
+  created_durable_ = true;
+  return Status::Ok();
+}
+
 Status LayerFile::Sync() {
   if (!writable_ || (!data_dirty_ && !map_dirty_)) return Status::Ok();
-  // Data first: the map must never name a cluster whose data is not durable.
-  if (::fdatasync(fd_.get()) < 0) return Status::FromErrno("fdatasync disk layer " + path_);
+  // Header and directory entry before any map that relies on them; data
+  // before the map: the map must never name a cluster whose data is not
+  // durable (the fsync of a new file covers its data too).
+  if (!created_durable_) {
+    RETURN_IF_ERROR(MakeCreationDurable());
+  } else if (::fdatasync(fd_.get()) < 0) {
+    return Status::FromErrno("fdatasync disk layer " + path_);
+  }
   data_dirty_ = false;
   if (!map_dirty_) return Status::Ok();
   int next = active_slot_ ^ 1;
@@ -267,6 +281,7 @@ Status LayerFile::Sync() {
 Status LayerFile::Seal() {
   if (!writable_) return Status::Ok();
   RETURN_IF_ERROR(Sync());
+  RETURN_IF_ERROR(MakeCreationDurable());  // a never-written layer is shared too
   if (::fchmod(fd_.get(), 0444) < 0) return Status::FromErrno("chmod disk layer " + path_);
   UniqueFd ro(::open(path_.c_str(), O_RDONLY | O_CLOEXEC));
   if (!ro) return Status::FromErrno("reopen frozen disk layer " + path_);

@@ -5,7 +5,9 @@
 // then it is a shared, read-only layer forever.
 //
 // Crash safety (what a crash at any instant leaves):
-// - The header is written once, at creation, and never again.
+// - The header is written once, at creation, and never again. Creation is
+//   durable (file and directory fsynced) before Create returns, or, with
+//   CreateOptions::durable false, before the first Sync/Seal writes a map.
 // - Allocation is recorded in memory on write and persisted by Sync(), which
 //   makes the data durable first (fdatasync) and only then writes the map
 //   into the older of the two slots with a higher generation and a CRC-32C,
@@ -43,6 +45,11 @@ class LayerFile {
   struct CreateOptions {
     uint32_t cluster_shift = kDefaultClusterShift;
     std::optional<LayerId> id;  // default: 16 random bytes
+    // false: skip the fsyncs of the new file and its directory here; the
+    // first Sync or Seal does them, before any map is written. For a VM's
+    // private overlay, whose contents carry no promise before a flush,
+    // this takes two fsyncs off snapshot, fork and restore.
+    bool durable = true;
   };
   // Creates a new, empty, writable layer at path (which must not exist) for a
   // disk of virtual_size bytes on top of parent (zeros: on the base image).
@@ -100,6 +107,8 @@ class LayerFile {
   uint64_t generation_ = 0;
   bool map_dirty_ = false;
   bool data_dirty_ = false;
+  bool created_durable_ = true;  // the file and its directory entry are synced
+  Status MakeCreationDurable();
 };
 
 // Random 16 bytes (getrandom).

@@ -49,6 +49,31 @@ TEST_F(LayerFileTest, HeaderAndMapRoundTrip) {
   EXPECT_EQ((*back)->generation(), 2u);
 }
 
+// A lazily durable layer (a VM's overlay) behaves the same; only when its
+// creation reaches the disk differs (the first Sync or Seal).
+TEST_F(LayerFileTest, LazilyDurableLayerSyncsAndSealsLikeAnyOther) {
+  for (bool write : {true, false}) {
+    const std::string p = path() + (write ? "-w" : "-empty");
+    auto l = LayerFile::Create(p, kSize, LayerId{}, {.cluster_shift = 16, .id = {}, .durable = false});
+    ASSERT_TRUE(l.ok()) << l.status().ToString();
+    if (write) {
+      (*l)->MarkAllocated(5);
+      ASSERT_TRUE((*l)->Sync().ok());
+      auto back = LayerFile::Open(p, false);
+      ASSERT_TRUE(back.ok()) << back.status().ToString();
+      EXPECT_TRUE((*back)->allocated(5));
+    }
+    ASSERT_TRUE((*l)->Seal().ok());
+    EXPECT_FALSE((*l)->writable());
+    struct stat st{};
+    ASSERT_EQ(::stat(p.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0444u);
+    auto back = LayerFile::Open(p, false);
+    ASSERT_TRUE(back.ok()) << back.status().ToString();
+    EXPECT_EQ((*back)->allocated(5), write);
+  }
+}
+
 TEST_F(LayerFileTest, UnsyncedAllocationIsNotVisibleAfterReopen) {
   auto l = Make();
   l->MarkAllocated(3);

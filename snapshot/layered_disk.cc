@@ -107,7 +107,7 @@ Result<std::unique_ptr<LayeredDisk>> LayeredDisk::OpenExisting(const DiskChain& 
 
 Result<std::unique_ptr<LayerFile>> LayeredDisk::NewOverlay(const std::string& path) const {
   LayerId parent = frozen_.empty() ? LayerId{} : frozen_.back()->id();
-  return LayerFile::Create(path, size_, parent, {.cluster_shift = cluster_shift_, .id = {}});
+  return LayerFile::Create(path, size_, parent, {.cluster_shift = cluster_shift_, .id = {}, .durable = false});
 }
 
 void LayeredDisk::RebuildOwners() {
@@ -217,7 +217,7 @@ Result<DiskChain> LayeredDisk::Freeze(const std::string& new_overlay_path) {
   // failure leaves the disk as it was.
   ASSIGN_OR_RETURN(std::unique_ptr<LayerFile> next,
                    LayerFile::Create(new_overlay_path, size_, overlay_->id(),
-                                     {.cluster_shift = cluster_shift_, .id = {}}));
+                                     {.cluster_shift = cluster_shift_, .id = {}, .durable = false}));
   Status sealed = overlay_->Seal();
   if (!sealed.ok()) {
     next.reset();
@@ -243,7 +243,7 @@ Status LayeredDisk::ReplaceOverlay(const std::string& new_overlay_path) {
   LayerId parent = frozen_.empty() ? LayerId{} : frozen_.back()->id();
   ASSIGN_OR_RETURN(std::unique_ptr<LayerFile> next,
                    LayerFile::Create(new_overlay_path, size_, parent,
-                                     {.cluster_shift = cluster_shift_, .id = {}}));
+                                     {.cluster_shift = cluster_shift_, .id = {}, .durable = false}));
   overlay_ = std::move(next);
   return Status::Ok();
 }

@@ -12,7 +12,7 @@
 // memory of one idle child; and shutdown request to process exit.
 //
 //   build/bench/vmm/kubicle-bench-vmm [--runs N] [--pings N] [--fork-sizes 128M,512M,2G]
-//                                     [--only fork-sizes|fork20|shutdown]
+//                                     [--only fork-sizes|fork20|fork-disk|shutdown]
 #include <unistd.h>
 
 #include <algorithm>
@@ -35,6 +35,8 @@ using kubicle::bench::Clock;
 using kubicle::bench::MillisSince;
 using kubicle::vmm::testing::VmProcess;
 using kubicle::vmm::testing::VmProcessOptions;
+using kubicle::guest::client::AgentClient;
+using kubicle::Result;
 
 struct PrivateMemory {
   uint64_t vmm_kib = 0;    // private pages outside guest RAM
@@ -211,6 +213,49 @@ bool MeasureForkAt(const VmProcessOptions& base, const std::string& mem, int run
   return true;
 }
 
+// Fork of a guest with a 64 MiB copy-on-write disk (--layer-dir): the
+// parent freezes its overlay, every child opens the chain with its own.
+bool MeasureForkWithDisk(const VmProcessOptions& base, int runs) {
+  char tmpl[] = "/tmp/kubicle-bench-disk-XXXXXX";
+  if (::mkdtemp(tmpl) == nullptr) return false;
+  const std::string dir = tmpl;
+  std::filesystem::create_directory(dir + "/layers");
+  {
+    std::ofstream img(dir + "/base.img", std::ios::binary);
+    img.seekp((64 << 20) - 1);
+    img.put(0);
+  }
+  bool ok = false;
+  {
+    VmProcessOptions o = base;
+    o.disks = {dir + "/base.img"};
+    o.extra_args = {"--layer-dir", dir + "/layers"};
+    auto parent = VmProcess::Start(o);
+    auto agent = parent.ok() ? (*parent)->ConnectAgent(60s) : Result<std::unique_ptr<AgentClient>>(parent.status());
+    std::vector<double> fork_ms, parent_ms;
+    for (int run = 0; agent.ok() && run < runs; ++run) {
+      // Something to freeze each time: one written sector.
+      if (!(*agent)->DiskWrite(0, run, kubicle::guest::protocol::Bytes(512, uint8_t(run))).ok()) break;
+      double ms = TimeFork(**parent, 1, 7000 + run, nullptr, &parent_ms);
+      if (ms < 0) break;
+      fork_ms.push_back(ms);
+    }
+    ok = fork_ms.size() == static_cast<size_t>(runs);
+    if (ok) {
+      kubicle::bench::PrintPercentiles("fork to child answering, 64 MiB CoW disk", fork_ms, "ms");
+      kubicle::bench::PrintPercentiles("  parent: pause, freeze, capture, fork(2)", parent_ms, "ms");
+    } else {
+      std::fprintf(stderr, "fork with a disk failed\n");
+    }
+  }
+  std::error_code ec;
+  for (auto& e : std::filesystem::recursive_directory_iterator(dir, ec))
+    std::filesystem::permissions(e.path(), std::filesystem::perms::owner_all,
+                                 std::filesystem::perm_options::add, ec);
+  std::filesystem::remove_all(dir, ec);
+  return ok;
+}
+
 // Shutdown request to the process gone (reaped), the path a node daemon
 // waits on when it stops a sandbox.
 bool MeasureShutdown(const VmProcessOptions& o, int runs) {
@@ -247,6 +292,7 @@ int main(int argc, char** argv) {
   o.kernel = KUBICLE_TESTGUEST_ELF;
   std::printf("kubicle-vmm with the test guest, %s memory, %d run(s)\n", o.mem.c_str(), runs);
   if (only == "shutdown") return MeasureShutdown(o, runs) ? 0 : 1;
+  if (only == "fork-disk") return MeasureForkWithDisk(o, runs) ? 0 : 1;
   if (only == "fork20") {  // one 20-way fork, with the children's start-up steps
     auto parent = VmProcess::Start(o);
     if (!parent.ok() || !(*parent)->ConnectAgent(60s).ok()) return 1;
@@ -325,6 +371,7 @@ int main(int argc, char** argv) {
   for (std::string mem; std::getline(sizes, mem, ',');) {
     if (!mem.empty() && !MeasureForkAt(o, mem, runs)) return 1;
   }
+  if (!MeasureForkWithDisk(o, runs)) return 1;
   if (!MeasureShutdown(o, std::max(3, runs / 2))) return 1;
   return 0;
 }
