@@ -251,6 +251,11 @@ TEST_F(VmDiskKvmTest, PoolRestoreTakesALayerDir) {
   auto pool = Start(o);
   ASSERT_TRUE(pool);
   ASSERT_TRUE(pool->WaitForControl(30s).ok()) << pool->VmmLog();
+  // Without a layer dir the request is refused and the pool VM stays ready.
+  auto refused = pool->Control({{"cmd", "restore"}, {"snapshot", snap}});
+  ASSERT_TRUE(refused.ok());
+  EXPECT_EQ((*refused)["ok"], false) << refused->dump();
+  EXPECT_EQ((*pool->Control({{"cmd", "status"}}))["state"], "pooled");
   auto restored = pool->Control({{"cmd", "restore"}, {"snapshot", snap}, {"layer_dir", layers()}});
   ASSERT_TRUE(restored.ok() && (*restored)["ok"] == true)
       << (restored.ok() ? restored->dump() : "") << pool->VmmLog();
