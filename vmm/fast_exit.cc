@@ -34,13 +34,15 @@ int HelperMain(void* arg) {
 
 bool IsKvmFd(const char* target) { return std::strncmp(target, "anon_inode:kvm-", 15) == 0; }
 
-// Closes every fd above 2 except the KVM VM and vCPU fds.
+// Closes every fd except the KVM VM and vCPU fds, stdio included: a
+// daemon reading the VMM's stderr through a pipe sees EOF when the VMM
+// exits, not when the helper does.
 void CloseAllButKvm() {
   std::vector<int> close_these;
   if (DIR* d = ::opendir("/proc/self/fd")) {
     while (dirent* e = ::readdir(d)) {
       const int fd = std::atoi(e->d_name);
-      if (fd <= 2 || fd == ::dirfd(d)) continue;
+      if (fd == ::dirfd(d)) continue;
       char target[64] = {};
       const std::string link = std::string("/proc/self/fd/") + e->d_name;
       if (::readlink(link.c_str(), target, sizeof(target) - 1) > 0 && IsKvmFd(target)) continue;

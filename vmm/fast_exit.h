@@ -8,8 +8,8 @@
 // clone(CLONE_VM | CLONE_FILES): it shares the fd table and the memory, waits
 // (pidfd) until this process has exited, and exits itself, which is when
 // the kernel destroys the VM and frees guest memory. Everything else
-// (listening and connected sockets, eventfds, files) is closed here first,
-// so peers see the VM gone at once. The helper is reparented to init (or
+// (listening and connected sockets, eventfds, files, stdio) is closed here
+// first, so peers see the VM gone at once. The helper is reparented to init (or
 // the nearest subreaper) and reaped there. It stays in the VMM's cgroups
 // until it exits (the VMM cannot tell its sandbox's cgroup from an outer
 // one it must not leave), so removing a sandbox cgroup right after the VMM

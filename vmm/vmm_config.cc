@@ -189,7 +189,8 @@ Options for run:
   --no-rng             no virtio-rng device
   --serial PATH        serial console output file ("none" to discard; default stdout)
   --control PATH       control socket (line-delimited JSON: status, pause,
-                       resume, snapshot {"dir","resume"}, shutdown)
+                       resume, snapshot {"dir","resume"}, fork {"children"},
+                       restore (pool), shutdown; docs/vmm.md)
   --snapshot DIR       (restore only) the snapshot directory to resume from
   --id NAME            VM id used in logs
   --log-level LEVEL    debug, info, warn, error
