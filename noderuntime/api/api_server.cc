@@ -52,6 +52,19 @@ class ApiServer::Impl {
 
 namespace {
 
+void ReplyMethodNotAllowed(Call& call, Route route, const std::string& method,
+                           const std::string& path) {
+  http::http_response resp(http::status_codes::MethodNotAllowed);
+  resp.headers().add("Allow", AllowedMethods(route));
+  nlohmann::json body{{"error",
+                       {{"code", "MethodNotAllowed"},
+                        {"message", method + " is not allowed on " + path + " (allowed: " +
+                                        AllowedMethods(route) + ")"}}}};
+  resp.set_body(body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+                "application/json");
+  call.Send(std::move(resp));
+}
+
 // Query parameters, percent-decoded. Throws on malformed encoding.
 std::map<std::string, std::string> DecodeQuery(const std::string& raw) {
   std::map<std::string, std::string> out;
@@ -132,16 +145,7 @@ void ApiServer::Impl::Dispatch(http::http_request& req, Clock::time_point start,
   const std::string method = req.method();
   if (!MethodAllowed(match->route, method)) {
     route_label = RouteLabel(match->route, "other");
-    http::http_response resp(http::status_codes::MethodNotAllowed);
-    resp.headers().add("Allow", AllowedMethods(match->route));
-    resp.set_body(nlohmann::json{{"error",
-                                  {{"code", "MethodNotAllowed"},
-                                   {"message", method + " is not allowed on " + path +
-                                                   " (allowed: " +
-                                                   AllowedMethods(match->route) + ")"}}}}
-                      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
-                  "application/json");
-    call.Send(std::move(resp));
+    ReplyMethodNotAllowed(call, match->route, method, path);
     *code = call.code();
     return;
   }

@@ -72,6 +72,32 @@ void RunMember(NodeClient& c, const json& spec, const json& exec, Member* m) {
   m->output = Summary(*r);
 }
 
+// Prints the table and the p50s; returns how many members failed.
+int PrintResults(const std::vector<Member>& members, double wall) {
+  std::vector<std::vector<std::string>> rows{{"SANDBOX", "CREATE_MS", "EXEC_MS", "EXIT", "OUTPUT"}};
+  std::vector<double> creates, execs;
+  int failed = 0;
+  char b1[32], b2[32];
+  for (const auto& m : members) {
+    std::snprintf(b1, sizeof b1, "%.1f", m.create_ms);
+    std::snprintf(b2, sizeof b2, "%.1f", m.exec_ms);
+    if (!m.status.ok()) {
+      ++failed;
+      rows.push_back({m.id.empty() ? "-" : m.id, b1, m.id.empty() ? "-" : b2, "error",
+                      m.status.message().substr(0, 60)});
+      continue;
+    }
+    creates.push_back(m.create_ms);
+    execs.push_back(m.exec_ms);
+    if (m.exit_code != 0) ++failed;
+    rows.push_back({m.id, b1, b2, std::to_string(m.exit_code), m.output});
+  }
+  std::fputs(FormatTable(rows).c_str(), stdout);
+  std::printf("create p50 %.1f ms, exec p50 %.1f ms, wall %.1f ms for %zu sandboxes (%d failed)\n",
+              Median(creates), Median(execs), wall, members.size(), failed);
+  return failed;
+}
+
 }  // namespace
 
 int CmdSwarm(NodeClient& c, const Argv& args) {
@@ -100,27 +126,7 @@ int CmdSwarm(NodeClient& c, const Argv& args) {
   for (auto& t : threads) t.join();
   double wall = MsSince(start);
 
-  std::vector<std::vector<std::string>> rows{{"SANDBOX", "CREATE_MS", "EXEC_MS", "EXIT", "OUTPUT"}};
-  std::vector<double> creates, execs;
-  int failed = 0;
-  char b1[32], b2[32];
-  for (const auto& m : members) {
-    std::snprintf(b1, sizeof b1, "%.1f", m.create_ms);
-    std::snprintf(b2, sizeof b2, "%.1f", m.exec_ms);
-    if (!m.status.ok()) {
-      ++failed;
-      rows.push_back({m.id.empty() ? "-" : m.id, b1, m.id.empty() ? "-" : b2, "error",
-                      m.status.message().substr(0, 60)});
-      continue;
-    }
-    creates.push_back(m.create_ms);
-    execs.push_back(m.exec_ms);
-    if (m.exit_code != 0) ++failed;
-    rows.push_back({m.id, b1, b2, std::to_string(m.exit_code), m.output});
-  }
-  std::fputs(FormatTable(rows).c_str(), stdout);
-  std::printf("create p50 %.1f ms, exec p50 %.1f ms, wall %.1f ms for %lld sandboxes (%d failed)\n",
-              Median(creates), Median(execs), wall, *count, failed);
+  const int failed = PrintResults(members, wall);
   if (a->Has("--keep")) {
     std::printf("kept; sweep later with: kubicle-nodectl rm -l kubicle.dev/run=%s\n", run.c_str());
     return failed ? kExitFailed : kExitOk;
