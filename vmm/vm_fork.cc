@@ -1,17 +1,17 @@
 // Fork of a running Vm (docs/vmm.md, "Fork"): the VM is paused and captured
-// once, then the VMM process fork(2)s from its event-loop thread, once per
-// child. Guest memory is private anonymous (or a MAP_PRIVATE snapshot file),
-// so every child shares it copy-on-write with the parent. A child keeps
-// nothing of the parent's machine but that memory (it closes every other
-// inherited fd first): the parent's KVM VM fd
-// belongs to the parent's mm, and its event loop, transports and sockets
-// share epoll instances and listening sockets with the parent, so the child
-// builds a new KVM VM over the inherited memory, new devices from the
-// captured state, a new loop and control socket, and takes the new identity
-// it was given (CID, vsock socket, control socket, serial). The inherited
-// objects are never destroyed (the child ends in _exit): destroying them
-// would touch state shared with the parent (epoll registrations) or join
-// threads that do not exist in the child.
+// once (copy-on-write disks frozen), then the VMM process fork(2)s from its
+// event-loop thread, once per child. Guest memory is private anonymous (or a
+// MAP_PRIVATE snapshot file), so every child shares it copy-on-write with
+// the parent. A child keeps nothing of the parent's machine but that memory:
+// it closes every other inherited fd first. The parent's KVM VM belongs to
+// the parent's mm, and its event loop, transports and sockets are the
+// parent's, so the child builds a new KVM VM over the inherited memory (the
+// memory slot registered on a second thread while the irqchip is set up),
+// new devices from the captured state, a new loop, control socket and
+// signal watcher, and takes the new identity it was given (CID, vsock
+// socket, control socket, serial, disk overlays). The inherited objects are
+// never destroyed (the child ends in ExitLeavingTeardown or _exit):
+// destroying them would join threads that do not exist in the child.
 #include <dirent.h>
 #include <signal.h>
 #include <sys/syscall.h>
@@ -132,7 +132,8 @@ void Vm::ChildMain(const snapshot::MachineState& state, const ForkChild& child) 
   config.vm_id = config_.vm_id + "-" + std::to_string(::getpid());
   std::unique_ptr<Vm> vm(new Vm(config));
   // The inherited machine (this object and everything it owns) is never
-  // destroyed: the child ends in _exit. Only its guest memory moves on.
+  // destroyed: the child never returns from here. Only its guest memory
+  // moves on.
   vm->memory_ = std::move(memory_);
   // Termination signals stay blocked (as the parent's main thread set them
   // up); the parent's watcher thread does not exist here, so start one:
