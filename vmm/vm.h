@@ -146,6 +146,8 @@ class Vm {
   std::optional<kvm::VmFd> vm_fd_;
   std::unique_ptr<GuestMemory> memory_;
   std::vector<kvm_cpuid_entry2> supported_cpuid_;
+  // MSRs KVM can read for this VM's vCPUs (CaptureState, first capture).
+  std::optional<std::vector<uint32_t>> readable_msrs_;
   arch::BootInfo boot_;
   // Set by Restore: vCPUs start from this state instead of boot registers.
   std::unique_ptr<snapshot::MachineState> restore_state_;

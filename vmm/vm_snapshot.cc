@@ -45,17 +45,17 @@ Result<snapshot::MachineState> Vm::CaptureState() {
   s.vcpus.resize(config_.vcpus);
 
   std::mutex mu;
-  std::optional<std::vector<uint32_t>> msrs;
   RETURN_IF_ERROR(vcpus_->ForEachPaused([&](int index, kvm::VcpuFd& fd) -> Status {
     RETURN_IF_ERROR(snapshot::CompletePendingExit(fd));
     std::vector<uint32_t> list;
     {
+      // Probed once per VM: the readable set depends only on the VM's CPUID.
       std::lock_guard lock(mu);
-      if (!msrs) {
+      if (!readable_msrs_) {
         ASSIGN_OR_RETURN(std::vector<uint32_t> readable, snapshot::ReadableMsrs(*kvm_, fd));
-        msrs = std::move(readable);
+        readable_msrs_ = std::move(readable);
       }
-      list = *msrs;
+      list = *readable_msrs_;
     }
     ASSIGN_OR_RETURN(snapshot::VcpuState vs, snapshot::CaptureVcpu(fd, list));
     std::lock_guard lock(mu);
