@@ -2,7 +2,7 @@
 // the tiny guest implements (docs/testguest.md): HELLO, PING, ECHO, RAM files
 // (write/read/stat/list/remove/chmod), IDENTITY, POST_RESTORE, MEM_FILL,
 // MEM_CHECKSUM, ENTROPY_READ, DISK_INFO/READ/WRITE, and EXEC_START of a few
-// built-in programs (echo, hostname, cat, true, false). Everything else gets
+// built-in programs (echo, hostname, cat, sha256sum, true, false). Everything else gets
 // ERROR Unimplemented.
 //
 // Portable freestanding C++ with no hardware access: the guest wires it to
@@ -123,6 +123,7 @@ class Agent {
   bool ParseExec(Fields& f, const uint8_t* payload, uint32_t size, ExecArgs* a);
   int32_t RunBuiltin(const ExecArgs& a, ExecOut* o);
   int32_t Cat(const ExecArgs& a, ExecOut* o);
+  int32_t Sha256Sum(const ExecArgs& a, ExecOut* o);
   void SendExecOutput(Session* s, uint32_t id, uint8_t stream, const uint8_t* data, uint32_t len);
 
   void Hello(Session* s, uint32_t id, Fields& f);

@@ -7,6 +7,7 @@
 #include "guest/testguest/agent.h"
 #include "guest/testguest/fields.h"
 #include "guest/testguest/freestanding.h"
+#include "guest/testguest/sha256.h"
 
 namespace kubicle::guest::testguest {
 
@@ -146,10 +147,60 @@ int32_t Agent::RunBuiltin(const ExecArgs& a, ExecOut* o) {
     return 0;
   }
   if (NameIs(name, name_len, "cat")) return Cat(a, o);
+  if (NameIs(name, name_len, "sha256sum")) return Sha256Sum(a, o);
   o->WriteStr(kStderr, "kubicle-testguest: ");
   o->Write(kStderr, name, name_len);
   o->WriteStr(kStderr, ": not found\n");
   return 127;
+}
+
+namespace {
+
+// The start of a coreutils line, "<64 hex digits>  ", for data.
+constexpr uint32_t kDigestPrefix = 2 * Sha256::kDigestBytes + 2;
+void DigestPrefix(const uint8_t* data, uint32_t len, char out[kDigestPrefix]) {
+  Sha256 h;
+  h.Update(data, len);
+  uint8_t d[Sha256::kDigestBytes];
+  h.Final(d);
+  static const char kHex[] = "0123456789abcdef";
+  for (size_t i = 0; i < sizeof(d); ++i) {
+    out[2 * i] = kHex[d[i] >> 4];
+    out[2 * i + 1] = kHex[d[i] & 15];
+  }
+  out[kDigestPrefix - 2] = out[kDigestPrefix - 1] = ' ';
+}
+
+}  // namespace
+
+int32_t Agent::Sha256Sum(const ExecArgs& a, ExecOut* o) {
+  if (a.argc == 1) {  // no files: inline stdin, named "-"
+    char prefix[kDigestPrefix];
+    DigestPrefix(a.stdin_data, a.stdin_len, prefix);
+    o->Write(kStdout, prefix, kDigestPrefix);
+    o->Write(kStdout, "-\n", 2);
+    return 0;
+  }
+  int32_t code = 0;
+  for (uint32_t i = 1; i < a.argc; ++i) {
+    const char* path = a.argv[i];
+    const uint32_t len = a.argv_len[i];
+    const int slot = RamFs::ValidPath(path, len) ? fs_.Find(path, len) : -1;
+    if (slot < 0) {
+      o->WriteStr(kStderr, "sha256sum: ");
+      o->Write(kStderr, path, Min<uint32_t>(len, RamFs::kMaxPath));
+      o->WriteStr(kStderr, ": No such file or directory\n");
+      code = 1;
+      continue;
+    }
+    const RamFs::File& file = fs_.file(slot);
+    char prefix[kDigestPrefix];
+    DigestPrefix(file.data, file.size, prefix);
+    o->Write(kStdout, prefix, kDigestPrefix);
+    o->Write(kStdout, path, len);
+    o->Write(kStdout, "\n", 1);
+  }
+  return code;
 }
 
 int32_t Agent::Cat(const ExecArgs& a, ExecOut* o) {

@@ -93,6 +93,22 @@ TEST(TestGuestExec, CatReadsRamFilesAndInlineStdin) {
   EXPECT_TRUE(c->Ping().ok());
 }
 
+TEST(TestGuestExec, Sha256sumOfRamFilesAndStdin) {
+  Harness h;
+  auto c = h.Connect();
+  ASSERT_NE(c, nullptr);
+  ASSERT_TRUE(c->WriteFile("/abc", Bytes{'a', 'b', 'c'}).ok());
+  auto r = RunExec(*c, {"sha256sum", "/abc", "/missing"});
+  EXPECT_EQ(Str(r.stdout_data),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad  /abc\n");
+  EXPECT_EQ(Str(r.stderr_data), "sha256sum: /missing: No such file or directory\n");
+  EXPECT_EQ(r.exit_code, 1);
+  ExecStartRequest in;
+  in.argv = {"sha256sum"};
+  EXPECT_EQ(Str(RunExec(*c, in).stdout_data),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855  -\n");
+}
+
 TEST(TestGuestExec, OutputLimitTruncatesAndLargeOutputIsChunked) {
   Harness h;
   auto c = h.Connect();

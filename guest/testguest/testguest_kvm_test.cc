@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "guest/protocol/tlv.h"
+#include "snapshot/digest.h"
 #include "vmm/testing/vm_process.h"
 
 namespace kubicle::guest::testguest {
@@ -205,6 +206,9 @@ TEST_F(TestGuestKvm, BuiltInExecThroughAgentClient) {
   EXPECT_EQ(str(run({"cat"}, Bytes{'s', 'i'}).stdout_data), "si");
   ASSERT_TRUE(c->WriteFile("/etc/motd", ImagePattern(40000, 4)).ok());
   EXPECT_EQ(run({"cat", "/etc/motd"}).stdout_data, ImagePattern(40000, 4));
+  const Bytes motd = ImagePattern(40000, 4);
+  EXPECT_EQ(str(run({"sha256sum", "/etc/motd"}).stdout_data),
+            snapshot::DigestHex(snapshot::Sha256Of(motd)) + "  /etc/motd\n");
   EXPECT_EQ(str(run({"hostname"}).stdout_data), "kubicle-testguest\n");
   protocol::PostRestoreRequest pr;
   pr.hostname = "sandbox-1";
