@@ -107,6 +107,19 @@ Status Cgroups::AddProcess(const std::string& name, pid_t pid) {
   return Status::Ok();
 }
 
+Status Cgroups::Rename(const std::string& from, const std::string& to) {
+  if (!enabled_) return Status::Ok();
+  auto src = Dirs(from), dst = Dirs(to);
+  for (size_t i = 0; i < src.size(); ++i) {
+    if (::rename(src[i].c_str(), dst[i].c_str()) != 0) {
+      Status s = Status::FromErrno("rename " + src[i]);
+      for (size_t j = 0; j < i; ++j) (void)!::rename(dst[j].c_str(), src[j].c_str());
+      return s;
+    }
+  }
+  return Status::Ok();
+}
+
 Status Cgroups::Remove(const std::string& name, int attempts) {
   if (!enabled_) return Status::Ok();
   Status first;

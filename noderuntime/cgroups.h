@@ -37,6 +37,8 @@ class Cgroups {
   bool v2() const { return v2_; }
   Status Create(const std::string& name, const CgroupLimits& limits);
   Status AddProcess(const std::string& name, pid_t pid);
+  // Renames a group (with its processes and limits) in every hierarchy.
+  Status Rename(const std::string& from, const std::string& to);
   // Tries `attempts` times (1 ms, later 10 ms apart) while the group is busy:
   // kubicle-vmm's teardown helper stays in it for a moment after the VMM exits.
   Status Remove(const std::string& name, int attempts = 100);

@@ -49,6 +49,17 @@ TEST_F(CgroupsTest, V1GroupsPerController) {
   EXPECT_TRUE(cg.Remove("sb-1").ok());  // idempotent
 }
 
+TEST_F(CgroupsTest, RenameMovesTheGroupInEveryHierarchy) {
+  for (const char* c : {"cpu", "memory", "pids"}) fs::create_directories(root_ + "/" + c);
+  Cgroups cg(root_, true);
+  ASSERT_TRUE(cg.Create("pool-1", {}).ok());
+  ASSERT_TRUE(cg.Rename("pool-1", "sb-9").ok());
+  EXPECT_EQ(cg.List(), std::vector<std::string>{"sb-9"});
+  EXPECT_TRUE(fs::exists(root_ + "/pids/kubicle/sb-9/pids.max"));
+  EXPECT_FALSE(fs::exists(root_ + "/memory/kubicle/pool-1"));
+  EXPECT_FALSE(cg.Rename("pool-1", "x").ok());  // gone
+}
+
 TEST_F(CgroupsTest, V2UnifiedHierarchy) {
   std::ofstream(root_ + "/cgroup.controllers") << "cpu memory pids\n";
   Cgroups cg(root_, true, "kubicle-t");

@@ -59,6 +59,14 @@ Status SandboxManager::Init() {
   po.reserve = [this](const VmShape& s) { return capacity_->TryReserve(s); };
   po.release = [this](const VmShape& s) { capacity_->Release(s); };
   po.on_change = [this] { UpdatePoolGauge(); };
+  if (cgroups_.enabled()) {
+    po.prepare = [this](const PoolVm& vm) {
+      Status s = cgroups_.Create(vm.name, LimitsFor(vm.shape));
+      if (s.ok()) s = cgroups_.AddProcess(vm.name, vm.handle.pid);
+      if (!s.ok()) log::Warn("pool vm cgroup", {{"vm", vm.name}, {"error", s.ToString()}});
+    };
+    po.discard = [this](const PoolVm& vm) { RemoveCgroupSoon(vm.name); };
+  }
   pool_ = std::make_unique<WarmPool>(std::move(po));
 
   RETURN_IF_ERROR(LoadTemplates());

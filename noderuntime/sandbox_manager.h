@@ -120,8 +120,11 @@ class SandboxManager final : public SandboxService {
   // Evicts idle pool VMs of other shapes if that makes room.
   Status ReserveCapacity(const VmShape& shape);
   Status RunCreate(const std::shared_ptr<Sandbox>& sb, const std::string& snapshot_dir,
-                   std::optional<PoolVm> vm, const std::string& hostname);
-  Status SetUpCgroup(Sandbox& sb);
+                   std::optional<PoolVm> vm, const std::string& hostname, class StepTimes* steps);
+  // Renames `pool_group` (the pool VM's own group) to the sandbox's if it
+  // can, else creates the group and moves the VMM in.
+  Status SetUpCgroup(Sandbox& sb, const std::string& pool_group);
+  CgroupLimits LimitsFor(const VmShape& shape) const;
   Status FinishStart(const std::shared_ptr<Sandbox>& sb, const std::string& hostname);
   Result<SandboxInfo> ForkChild(const std::shared_ptr<Sandbox>& child, const std::string& hostname);
   // Supervision and teardown (sandbox_manager.cc).

@@ -3,6 +3,8 @@
 #include <signal.h>
 #include <stdio.h>
 
+#include <cstdio>
+
 #include <thread>
 
 #include "common/log.h"
@@ -14,6 +16,24 @@ namespace kubicle::noderuntime {
 
 using namespace std::chrono_literals;
 using guest::client::AgentClient;
+
+// "name=ms name=ms ..." of a create's steps, for the log line.
+class StepTimes {
+ public:
+  void Mark(const char* step) {
+    auto now = std::chrono::steady_clock::now();
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "%s%s=%.1f", text_.empty() ? "" : " ", step,
+                  std::chrono::duration<double, std::milli>(now - last_).count());
+    text_ += buf;
+    last_ = now;
+  }
+  const std::string& text() const { return text_; }
+
+ private:
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+  std::string text_;
+};
 
 namespace {
 
@@ -107,18 +127,21 @@ Result<SandboxInfo> SandboxManager::CreateSandbox(const SandboxSpec& spec) {
   info.mem_mib = sb->shape.mem_mib;
   info.vcpus = sb->shape.vcpus;
   std::optional<PoolVm> vm;
+  StepTimes steps;
   Status st = AcquireVm(sb->shape, &vm);
+  steps.Mark("vmm");
   if (st.ok()) {
     {
       std::lock_guard l(sb->mu);
       sb->holds_capacity = true;
     }
-    st = RunCreate(sb, snapshot_dir, std::move(vm), hostname);
+    st = RunCreate(sb, snapshot_dir, std::move(vm), hostname, &steps);
   }
   if (st.ok()) {
     std::lock_guard l(sb->mu);
     sb->rec.info.ready_ms = SecondsSince(t0) * 1000;
     st = Persist(*sb);
+    steps.Mark("record");
   }
   if (!st.ok()) {
     bool deleted;
@@ -139,12 +162,13 @@ Result<SandboxInfo> SandboxManager::CreateSandbox(const SandboxSpec& spec) {
   }
   out.token = token;
   log::Info("sandbox created", {{"sandbox", out.id}, {"run", RunLabel(out.labels)},
-                                {"template", out.template_name}, {"ready_ms", out.ready_ms}});
+                                {"template", out.template_name}, {"ready_ms", out.ready_ms},
+                                {"steps_ms", steps.text()}});
   return out;
 }
 
 Status SandboxManager::RunCreate(const std::shared_ptr<Sandbox>& sb, const std::string& snapshot_dir,
-                                 std::optional<PoolVm> vm, const std::string& hostname) {
+                                 std::optional<PoolVm> vm, const std::string& hostname, StepTimes* steps) {
   std::string id, control, vsock, serial;
   uint32_t cid;
   {
@@ -168,7 +192,7 @@ Status SandboxManager::RunCreate(const std::shared_ptr<Sandbox>& sb, const std::
     else vm->log_path = sb->log_path;
   }
   if (!st.ok()) {
-    WarmPool::Destroy(*vm);
+    pool_->Destroy(*vm);
     return st;
   }
   {
@@ -178,7 +202,9 @@ Status SandboxManager::RunCreate(const std::shared_ptr<Sandbox>& sb, const std::
     sb->rec.pid_start_time = vm->handle.start_time;
     if (sb->delete_requested) return Status::FailedPrecondition("deleted");
   }
-  RETURN_IF_ERROR(SetUpCgroup(*sb));
+  steps->Mark("files");
+  RETURN_IF_ERROR(SetUpCgroup(*sb, vm->name));
+  steps->Mark("cgroup");
   // No record until the sandbox runs (one fsync'd write per create): a VMM
   // without a record is an orphan that the next Open() kills.
   RETURN_IF_ERROR(Watch(sb));
@@ -189,17 +215,23 @@ Status SandboxManager::RunCreate(const std::shared_ptr<Sandbox>& sb, const std::
                         {"layer_dir", sb->dir}};
   auto r = ControlCall(control, req, 30s);
   if (!r.ok()) return r.status().WithContext("restore");
+  steps->Mark("restore");
   RETURN_IF_ERROR(FinishStart(sb, hostname));
+  steps->Mark("agent");
   restore_seconds_->WithLabels({}).Observe(SecondsSince(t0));
   return Status::Ok();
 }
 
-Status SandboxManager::SetUpCgroup(Sandbox& sb) {
-  if (!cgroups_.enabled()) return Status::Ok();
+CgroupLimits SandboxManager::LimitsFor(const VmShape& shape) const {
   CgroupLimits limits;
-  limits.mem_mib = sb.shape.mem_mib;
-  limits.vcpus = sb.shape.vcpus;
+  limits.mem_mib = shape.mem_mib;
+  limits.vcpus = shape.vcpus;
   limits.overhead_mib = config_.cgroup_overhead_mib;
+  return limits;
+}
+
+Status SandboxManager::SetUpCgroup(Sandbox& sb, const std::string& pool_group) {
+  if (!cgroups_.enabled()) return Status::Ok();
   {
     std::lock_guard l(sweep_mu_);
     pending_cgroups_.erase(sb.rec.info.id);  // a previous sandbox of this id
@@ -208,7 +240,10 @@ Status SandboxManager::SetUpCgroup(Sandbox& sb) {
     std::lock_guard l(sb.mu);
     sb.holds_cgroup = true;  // Remove is safe on a partly created group
   }
-  RETURN_IF_ERROR(cgroups_.Create(sb.rec.info.id, limits).WithContext("cgroup"));
+  // The pool made the VM's group already (same shape, same limits): renaming
+  // it is one syscall per hierarchy instead of mkdir, writes and a move.
+  if (!pool_group.empty() && cgroups_.Rename(pool_group, sb.rec.info.id).ok()) return Status::Ok();
+  RETURN_IF_ERROR(cgroups_.Create(sb.rec.info.id, LimitsFor(sb.shape)).WithContext("cgroup"));
   return cgroups_.AddProcess(sb.rec.info.id, sb.rec.info.vmm_pid).WithContext("cgroup");
 }
 
@@ -365,7 +400,7 @@ Result<std::vector<SandboxInfo>> SandboxManager::ForkSandbox(const ForkRequest& 
 Result<SandboxInfo> SandboxManager::ForkChild(const std::shared_ptr<Sandbox>& k,
                                               const std::string& hostname) {
   const auto t0 = std::chrono::steady_clock::now();
-  RETURN_IF_ERROR(SetUpCgroup(*k));
+  RETURN_IF_ERROR(SetUpCgroup(*k, ""));
   RETURN_IF_ERROR(Watch(k));
   RETURN_IF_ERROR(FinishStart(k, hostname));
   std::lock_guard l(k->mu);

@@ -35,7 +35,7 @@ class ManagerTest : public ::testing::Test {
   static size_t OpenFds();
   // Entries under <state>/sandboxes and <state>/sock, idle pool sockets aside.
   size_t StateFiles() const;
-  size_t Cgroups() const;
+  size_t Cgroups() const;  // VM groups of sandboxes (idle pool VMs' aside)
   bool real_cgroups() const { return real_cgroups_; }
 
   std::string state_dir_;

@@ -63,6 +63,7 @@ void WarmPool::Destroy(PoolVm& vm) {
   }
   if (!vm.control_path.empty()) ::unlink(vm.control_path.c_str());
   if (!vm.log_path.empty()) ::unlink(vm.log_path.c_str());
+  if (options_.discard) options_.discard(vm);
 }
 
 void WarmPool::DropDead() {
@@ -151,6 +152,7 @@ Result<PoolVm> WarmPool::Spawn(const VmShape& shape) {
     Destroy(vm);
     return ready.WithContext("pool vm " + vm.name + (tail.empty() ? "" : " (" + tail + ")"));
   }
+  if (options_.prepare) options_.prepare(vm);
   return vm;
 }
 

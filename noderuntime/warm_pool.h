@@ -50,6 +50,10 @@ class WarmPool {
     std::function<bool(const VmShape&)> reserve;  // false: no capacity now
     std::function<void(const VmShape&)> release;
     std::function<void()> on_change;  // pool size changed (metrics)
+    // Off the create path: called once a pool VM answers (e.g. its cgroup);
+    // `discard` undoes it when the pool kills the VM.
+    std::function<void(const PoolVm&)> prepare;
+    std::function<void(const PoolVm&)> discard;
   };
 
   explicit WarmPool(Options options);
@@ -72,8 +76,9 @@ class WarmPool {
   // Kills one idle VM of another shape than `keep` (its capacity is released).
   bool EvictOne(const VmShape& keep);
   size_t idle() const;
-  // Kills a VM (taken or not) and removes its files; does not touch capacity.
-  static void Destroy(PoolVm& vm);
+  // Kills a VM (taken or not) and removes its files and what `prepare` made;
+  // does not touch capacity.
+  void Destroy(PoolVm& vm);
 
  private:
   void Run();
