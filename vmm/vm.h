@@ -168,6 +168,8 @@ class Vm {
   // At most one background flatten at a time (any disk).
   std::thread flatten_thread_;
   std::atomic<bool> flatten_done_{false};
+  Status flatten_result_;   // written by the flatten thread before flatten_done_
+  std::string flatten_out_;
 
   std::thread loop_thread_;
   std::unique_ptr<ControlServer> control_;

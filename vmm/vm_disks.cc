@@ -131,24 +131,29 @@ void Vm::MaybeFlatten(DiskSlot& d) {
   if (!d.layered->NeedsFlatten()) return;
   if (flatten_thread_.joinable()) {
     if (!flatten_done_) return;  // one at a time; the next capture tries again
-    flatten_thread_.join();
+    JoinFlatten();
   }
   flatten_done_ = false;
   // The merged layer replaces the frozen ones under this VM only; the old
   // files stay (snapshots and fork children reference them by path and id).
+  // The thread does not log: a fork(2) while it held the logger's lock would
+  // leave that lock held forever in the child. JoinFlatten reports.
   flatten_thread_ = std::thread([this, disk = d.layered, out = NewOverlayPath(d.slot)] {
     Result<snapshot::LayerRef> merged = disk->Flatten(out);
-    if (merged.ok()) {
-      log::Info("disk layers flattened", {{"vm", config_.vm_id}, {"layer", out}});
-    } else {
-      log::Warn("disk flatten failed", {{"vm", config_.vm_id}, {"error", merged.status().ToString()}});
-    }
+    flatten_result_ = merged.ok() ? Status::Ok() : merged.status();
+    flatten_out_ = out;
     flatten_done_ = true;
   });
 }
 
 void Vm::JoinFlatten() {
-  if (flatten_thread_.joinable()) flatten_thread_.join();
+  if (!flatten_thread_.joinable()) return;
+  flatten_thread_.join();
+  if (flatten_result_.ok()) {
+    log::Info("disk layers flattened", {{"vm", config_.vm_id}, {"layer", flatten_out_}});
+  } else {
+    log::Warn("disk flatten failed", {{"vm", config_.vm_id}, {"error", flatten_result_.ToString()}});
+  }
 }
 
 void Vm::RemoveOverlays() {
