@@ -67,6 +67,28 @@ TEST_F(SandboxManagerKvmTest, FailedBakeSaysWhy) {
   EXPECT_EQ(m_->CreateSandbox(s).status().code(), StatusCode::kFailedPrecondition);
 }
 
+TEST_F(SandboxManagerKvmTest, WarmUpCommandsRunBeforeTheSnapshot) {
+  ASSERT_TRUE(Reopen().ok());
+  TemplateSpec spec;
+  spec.name = "warm";
+  spec.kernel = KUBICLE_TESTGUEST_ELF;
+  spec.mem_mib = 64;
+  spec.warmup = {"echo warming", "true"};
+  ASSERT_TRUE(m_->PutTemplate(spec).ok());
+  auto t = WaitTemplate("warm");
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->state, TemplateState::kReady) << t->message;
+  spec.name = "cold";
+  spec.warmup = {"true", "false", "echo never"};
+  ASSERT_TRUE(m_->PutTemplate(spec).ok());
+  t = WaitTemplate("cold");
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->state, TemplateState::kFailed);
+  EXPECT_NE(t->message.find("warm-up 'false' failed (exit 1)"), std::string::npos) << t->message;
+  EXPECT_FALSE(fs::exists(state_dir_ + "/templates/cold/snapshot"));
+  EXPECT_TRUE(Quiesce(kPoolVms)) << DescribeVmmProcesses();
+}
+
 TEST_F(SandboxManagerKvmTest, CreateListExecFilesDelete) {
   OpenAndBake();
   auto a = Create("a", {{"kubicle.dev/run", "r1"}, {"tier", "x"}});
@@ -98,16 +120,22 @@ TEST_F(SandboxManagerKvmTest, CreateListExecFilesDelete) {
   ExecOptions eo;
   eo.request.argv = {"echo", "hi"};
   auto ex = m_->Exec("a", eo);
-  if (ex.ok()) {
-    EXPECT_EQ(ex->exit_code, 0);
-    EXPECT_EQ(S(ex->stdout_data), "hi\n");
-    eo.request.argv = {"hostname"};
-    auto h = m_->Exec(b->id, eo);
-    ASSERT_TRUE(h.ok());
-    EXPECT_EQ(S(h->stdout_data), b->id + "\n");
-  } else {
-    EXPECT_EQ(ex.status().code(), StatusCode::kUnimplemented) << ex.status().ToString();
-  }
+  ASSERT_TRUE(ex.ok()) << ex.status().ToString();
+  EXPECT_EQ(ex->exit_code, 0);
+  EXPECT_EQ(S(ex->stdout_data), "hi\n");
+  eo.request.argv = {"hostname"};  // POST_RESTORE set it to the id
+  auto h = m_->Exec(b->id, eo);
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  EXPECT_EQ(S(h->stdout_data), b->id + "\n");
+  eo.request.argv = {"cat", "/data/x"};
+  std::string streamed;
+  eo.io.on_output = [&](guest::protocol::OutputStream, guest::protocol::ByteSpan d) {
+    streamed.append(d.begin(), d.end());
+  };
+  auto cat = m_->Exec("a", eo);
+  ASSERT_TRUE(cat.ok()) << cat.status().ToString();
+  EXPECT_EQ(streamed, "hello");
+  EXPECT_NE(metrics_->Render().find("kubicle_exec_seconds_count 3"), std::string::npos);
 
   auto deleted = m_->DeleteSandboxes("kubicle.dev/run=r2");
   ASSERT_TRUE(deleted.ok());
