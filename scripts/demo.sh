@@ -60,9 +60,10 @@ cleanup() {
 trap cleanup EXIT
 ctl() { "$B/noderuntime/cli/kubicle-nodectl" "$@"; }
 
-for _ in $(seq 100); do
-  ctl template ls >/dev/null 2>&1 && break
+deadline=$((SECONDS + 60))
+until ctl template ls >/dev/null 2>&1; do
   kill -0 "$node_pid" 2>/dev/null || { cat "$state/node.log"; say "kubicle-node failed to start"; exit 2; }
+  [ $SECONDS -lt $deadline ] || { cat "$state/node.log"; say "kubicle-node did not answer in 60 s"; exit 2; }
   sleep 0.1
 done
 say "kubicle-node up on $KUBICLE_NODE_URL (state $state/node, log $state/node.log)"

@@ -53,6 +53,7 @@ for dir in $(echo "$shares" | tr ':' ' '); do
   i=$((i + 1))
 done
 hostname kubicle-testhost
+ip link set lo up || die "cannot bring up the loopback interface"
 say "ready after $(cut -d' ' -f1 /proc/uptime) s"
 
 # A heartbeat: if these lines stop, the test host itself is wedged (not
