@@ -41,6 +41,9 @@ mount -t devpts -o newinstance,ptmxmode=0666 devpts /host/dev/pts
 mount -t tmpfs -o mode=1777 tmpfs /host/dev/shm
 mount -t tmpfs -o mode=1777 tmpfs /host/tmp
 mount -t tmpfs -o mode=0755 tmpfs /host/run
+# cgroup v2 here (the build machine has v1), so kubicle-node's cgroup code
+# runs on both hierarchies.
+mount -t cgroup2 cgroup2 /host/sys/fs/cgroup || die "cannot mount cgroup2"
 mkdir -p "/host$scratch"
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=524288 scratch "/host$scratch" ||
   die "cannot mount the scratch directory"
