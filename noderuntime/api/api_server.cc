@@ -8,6 +8,11 @@
 #include <cpprest/http_listener.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <system_error>
+#include <thread>
 
 #include "common/log.h"
 #include "common/unique_fd.h"
@@ -21,7 +26,7 @@ using http::experimental::listener::http_listener;
 
 using Clock = std::chrono::steady_clock;
 
-class ApiServer::Impl {
+class ApiServer::Impl : public std::enable_shared_from_this<ApiServer::Impl> {
  public:
   Impl(SandboxService* svc, metrics::Registry* registry, ApiServerOptions opts)
       : svc_(svc),
@@ -32,7 +37,14 @@ class ApiServer::Impl {
                                         {"route", "code"},
                                         metrics::ExponentialBuckets(0.0005, 2, 16))) {}
 
+  // The listener's callback: runs Handle on a thread of its own, so service
+  // calls that block (a create, a long exec) never hold cpprestsdk's I/O
+  // threads and /healthz answers however many execs run. Over
+  // kMaxInFlight requests at once, the extra ones get a 503.
+  void Accept(http::http_request req);
   void Handle(http::http_request req);
+  // Waits until no request is in flight, at most `grace` (forever if unset).
+  bool WaitIdle(std::optional<std::chrono::milliseconds> grace);
   bool admin_token_empty() const { return opts_.admin_token.empty(); }
   std::unique_ptr<http_listener> listener;
 
@@ -48,6 +60,11 @@ class ApiServer::Impl {
   metrics::Registry* registry_;
   ApiServerOptions opts_;
   metrics::Family<metrics::Histogram>& latency_;
+
+  static constexpr size_t kMaxInFlight = 1024;
+  std::mutex in_flight_mu_;
+  std::condition_variable in_flight_cv_;
+  size_t in_flight_ = 0;
 };
 
 namespace {
@@ -75,6 +92,54 @@ std::map<std::string, std::string> DecodeQuery(const std::string& raw) {
 }
 
 }  // namespace
+
+void ApiServer::Impl::Accept(http::http_request req) {
+  bool admitted = false;
+  {
+    std::lock_guard l(in_flight_mu_);
+    if (in_flight_ < kMaxInFlight) {
+      ++in_flight_;
+      admitted = true;
+    }
+  }
+  auto done = [self = shared_from_this()] {
+    std::lock_guard l(self->in_flight_mu_);
+    if (--self->in_flight_ == 0) self->in_flight_cv_.notify_all();
+  };
+  if (admitted) {
+    try {
+      std::thread([self = shared_from_this(), req, done]() mutable {
+        self->Handle(std::move(req));
+        done();
+      }).detach();
+      return;
+    } catch (const std::system_error&) {
+      done();  // no thread: answer 503 below
+    }
+  }
+  try {
+    req.reply(503, R"({"error":{"code":"Unavailable","message":"too many requests in flight"}})",
+              "application/json")
+        .then([](pplx::task<void> t) {
+          try {
+            t.get();
+          } catch (const std::exception&) {
+          }
+        });
+  } catch (const std::exception&) {
+  }
+  latency_.WithLabels({"overload", "503"}).Observe(0);
+}
+
+bool ApiServer::Impl::WaitIdle(std::optional<std::chrono::milliseconds> grace) {
+  std::unique_lock l(in_flight_mu_);
+  auto idle = [this] { return in_flight_ == 0; };
+  if (!grace) {
+    in_flight_cv_.wait(l, idle);
+    return true;
+  }
+  return in_flight_cv_.wait_for(l, *grace, idle);
+}
 
 void ApiServer::Impl::Handle(http::http_request req) {
   auto start = Clock::now();
@@ -205,9 +270,9 @@ bool ApiServer::Impl::Authorize(Call& call) {
 
 ApiServer::ApiServer(SandboxService* service, metrics::Registry* registry,
                      ApiServerOptions options)
-    : impl_(std::make_unique<Impl>(service, registry, std::move(options))) {}
+    : impl_(std::make_shared<Impl>(service, registry, std::move(options))) {}
 
-ApiServer::~ApiServer() { Stop(); }
+ApiServer::~ApiServer() { Stop(std::nullopt); }
 
 Status ApiServer::Start(const std::string& host, int port) {
   if (impl_->admin_token_empty()) return Status::InvalidArgument("the admin token is empty");
@@ -215,7 +280,8 @@ Status ApiServer::Start(const std::string& host, int port) {
   try {
     impl_->listener = std::make_unique<http_listener>(url);
     Impl* impl = impl_.get();
-    impl_->listener->support([impl](http::http_request req) { impl->Handle(std::move(req)); });
+    // Raw pointer: the listener is closed before the Impl goes away.
+    impl_->listener->support([impl](http::http_request req) { impl->Accept(std::move(req)); });
     impl_->listener->open().wait();
     return Status::Ok();
   } catch (const std::exception& e) {
@@ -224,13 +290,15 @@ Status ApiServer::Start(const std::string& host, int port) {
   }
 }
 
-void ApiServer::Stop() {
-  if (!impl_->listener) return;
-  try {
-    impl_->listener->close().wait();
-  } catch (const std::exception&) {
+bool ApiServer::Stop(std::optional<std::chrono::milliseconds> grace) {
+  if (impl_->listener) {
+    try {
+      impl_->listener->close().wait();
+    } catch (const std::exception&) {
+    }
+    impl_->listener.reset();
   }
-  impl_->listener.reset();
+  return impl_->WaitIdle(grace);
 }
 
 Result<int> PickFreePort() {

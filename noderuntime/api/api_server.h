@@ -12,11 +12,19 @@
 //    files on it. No or a wrong token: 401; a sandbox token on a route it may
 //    not use (delete, fork): 403. /healthz and /metrics need no token.
 //  - Records kubicle_http_request_seconds{route,code} in the registry.
-//  - Start/Stop are not thread-safe with each other; the service and registry
-//    must outlive the server.
+//  - Each request is handled on a thread of its own (service calls block:
+//    a create returns once the VM answers, an exec when the command ends),
+//    at most 1,024 at once (more get 503), so /healthz and short calls
+//    answer however many long execs run.
+//  - Start/Stop are not thread-safe with each other. The service and the
+//    registry must outlive every request: Stop() waits for the requests in
+//    flight; if it returns false (grace expired) they still run and the
+//    service must stay alive (a daemon then exits without destroying it).
 #pragma once
 
+#include <chrono>
 #include <cstddef>
+#include <optional>
 #include <memory>
 #include <string>
 
@@ -41,13 +49,14 @@ class ApiServer {
 
   // Listens on http://host:port. Unavailable if the address cannot be bound.
   Status Start(const std::string& host, int port);
-  // Stops accepting; in-flight requests finish.
-  void Stop();
+  // Stops accepting, then waits for the requests in flight, at most `grace`
+  // (forever if unset). True when none is left. The destructor waits forever.
+  bool Stop(std::optional<std::chrono::milliseconds> grace = std::nullopt);
 
   class Impl;
 
  private:
-  std::unique_ptr<Impl> impl_;
+  std::shared_ptr<Impl> impl_;  // shared with the request threads
 };
 
 // A port free on 127.0.0.1 right now (bind to port 0, read it, close).

@@ -389,6 +389,41 @@ TEST_F(ApiServerTest, ManyConcurrentRequests) {
   EXPECT_EQ(fake_.sandbox_count(), 0u);
 }
 
+TEST_F(ApiServerTest, HealthzAnswersWhileManyExecsBlock) {
+  PutReadyTemplate();
+  Create(R"({"template":"tg","id":"s"})");
+  // More blocked execs than cpprestsdk has I/O threads (40 by default).
+  constexpr int kBlocked = 64;
+  std::promise<void> release;
+  auto released = release.get_future().share();
+  std::atomic<int> started{0};
+  fake_.exec_hook = [&](const std::string&, const ExecOptions&) {
+    ++started;
+    released.wait_for(std::chrono::seconds(60));
+    guest::client::ExecResult r;
+    r.exit_code = 0;
+    return Result<guest::client::ExecResult>(r);
+  };
+  std::vector<pplx::task<http::http_response>> execs;
+  for (int i = 0; i < kBlocked; ++i) {
+    http::http_request req(http::methods::POST);
+    req.set_request_uri("/v1/sandboxes/s/exec");
+    req.headers().add("Authorization", std::string("Bearer ") + kAdmin);
+    req.set_body(std::string(R"({"argv":["x"]})"), "application/json");
+    execs.push_back(client_->request(req));
+  }
+  for (int i = 0; i < 6000 && started < kBlocked; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (started < kBlocked) release.set_value();  // let the stuck ones finish before failing
+  ASSERT_EQ(started, kBlocked) << "execs were not all admitted at once";
+  // Every exec is now blocked inside the service; the API still answers.
+  EXPECT_EQ(Do("GET", "/healthz", "", "").code, 200);
+  EXPECT_EQ(Do("GET", "/v1/sandboxes/s").code, 200);
+  release.set_value();
+  for (auto& t : execs) EXPECT_EQ(t.get().status_code(), 200);
+}
+
 TEST_F(ApiServerTest, MetricsParseWithPrometheusClient) {
   PutReadyTemplate();
   Create(R"({"template":"tg","id":"s"})");

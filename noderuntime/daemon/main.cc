@@ -104,8 +104,16 @@ int Serve(const ServeFlags& f) {
   log::Info(f.stop_vms_on_exit ? "stopping; deleting every sandbox"
                                 : "stopping; sandbox VMs keep running for the next start",
             {{"signal", sig}});
-  server.Stop();
+  // Requests in flight (a long exec) get a grace period; the manager is
+  // shut down either way, and if some still run the process exits without
+  // destroying what they use.
+  bool drained = server.Stop(std::chrono::seconds(10));
   (*manager)->Shutdown(/*stop_vms=*/f.stop_vms_on_exit);
+  if (!drained) {
+    log::Warn("requests still in flight after 10 s; exiting without waiting for them");
+    std::fflush(nullptr);
+    std::_Exit(0);
+  }
   return 0;
 }
 
