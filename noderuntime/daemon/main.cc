@@ -1,7 +1,4 @@
 // kubicle-node: the node daemon (docs/node.md). `kubicle-node serve --help`.
-#include <utility>  // before pplx/threadpool.h: its boost::asio needs std::exchange
-
-#include <pplx/threadpool.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -21,9 +18,6 @@ namespace {
 
 constexpr int kExitUsage = 1;
 constexpr int kExitSetup = 2;
-// Handlers block while the service works (create returns once the agent
-// answers), so the pool must be larger than the expected concurrency.
-constexpr size_t kHttpThreads = 64;
 
 NodeConfig ConfigFrom(const ServeFlags& f) {
   NodeConfig c;
@@ -52,11 +46,6 @@ int Serve(const ServeFlags& f) {
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
-  try {
-    crossplat::threadpool::initialize_with_threads(kHttpThreads);
-  } catch (const std::exception&) {
-    // Already initialised: keep cpprestsdk's default pool.
-  }
 
   if (::access(f.vmm.c_str(), X_OK) != 0) {
     log::Error("kubicle-vmm is not executable", {{"path", f.vmm}, {"error", std::strerror(errno)}});
