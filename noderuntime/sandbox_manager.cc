@@ -424,16 +424,23 @@ void SandboxManager::RetryCgroupRemovals(int attempts) {
 
 void SandboxManager::SweeperLoop() {
   auto next_sweep = std::chrono::steady_clock::now() + config_.sweep_interval;
+  auto next_orphans = std::chrono::steady_clock::now() + config_.orphan_sweep_interval;
   std::unique_lock l(sweep_mu_);
   while (!stopping_) {
     auto wake = pending_cgroups_.empty() ? next_sweep : std::chrono::steady_clock::now() + 20ms;
-    sweep_cv_.wait_until(l, std::min(wake, next_sweep));
+    auto until = std::min(wake, next_sweep);
+    if (config_.orphan_sweep_interval.count() > 0) until = std::min(until, next_orphans);
+    sweep_cv_.wait_until(l, until);
     if (stopping_) break;
     l.unlock();
     RetryCgroupRemovals(1);
     if (std::chrono::steady_clock::now() >= next_sweep) {
       SweepExpired();
       next_sweep = std::chrono::steady_clock::now() + config_.sweep_interval;
+    }
+    if (config_.orphan_sweep_interval.count() > 0 && std::chrono::steady_clock::now() >= next_orphans) {
+      SweepOrphans(config_.orphan_min_age);
+      next_orphans = std::chrono::steady_clock::now() + config_.orphan_sweep_interval;
     }
     l.lock();
   }

@@ -55,6 +55,8 @@ struct NodeConfig {
   std::chrono::milliseconds agent_timeout{10000};  // restore/fork to agent answering
   std::chrono::milliseconds bake_boot_timeout{120000};
   std::chrono::milliseconds delete_grace{2000};    // shutdown request to SIGKILL
+  std::chrono::seconds orphan_sweep_interval{60};  // 0: only at Open()
+  std::chrono::seconds orphan_min_age{120};        // younger VMMs may be mid-create
 };
 
 class SandboxManager final : public SandboxService {
@@ -91,6 +93,9 @@ class SandboxManager final : public SandboxService {
   // Deletes sandboxes whose TTL passed (the sweeper thread calls it every
   // sweep_interval; tests call it with a fake clock). Returns their ids.
   std::vector<std::string> SweepExpired();
+  // Kills VMMs of this state dir older than `min_age` that no sandbox, pool
+  // VM or bake owns (the sweeper runs it every orphan_sweep_interval).
+  size_t SweepOrphans(std::chrono::seconds min_age);
 
   struct Usage {
     uint64_t mem_mib = 0;
@@ -187,6 +192,7 @@ class SandboxManager final : public SandboxService {
   mutable std::mutex sweep_mu_;
   std::condition_variable sweep_cv_;
   std::set<std::string> pending_cgroups_;  // guarded by sweep_mu_
+  std::set<pid_t> bake_pids_;              // guarded by mu_
   std::atomic<bool> stopping_{false};
   bool shut_down_ = false;
 };

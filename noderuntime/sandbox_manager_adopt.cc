@@ -180,3 +180,33 @@ void SandboxManager::KillOrphans() {
 }
 
 }  // namespace kubicle::noderuntime
+
+namespace kubicle::noderuntime {
+
+size_t SandboxManager::SweepOrphans(std::chrono::seconds min_age) {
+  std::set<pid_t> owned;
+  std::vector<std::shared_ptr<Sandbox>> all;
+  {
+    std::lock_guard l(mu_);
+    for (auto& [id, sb] : sandboxes_) all.push_back(sb);
+    owned.insert(bake_pids_.begin(), bake_pids_.end());
+  }
+  for (auto& sb : all) {
+    std::lock_guard l(sb->mu);
+    if (sb->rec.info.vmm_pid > 0) owned.insert(sb->rec.info.vmm_pid);
+  }
+  for (pid_t p : pool_->idle_pids()) owned.insert(p);
+  size_t killed = 0;
+  for (pid_t pid : FindVmmProcesses(config_.vmm_binary, config_.state_dir)) {
+    // Young ones may be a pool VM starting or a fork child being adopted.
+    if (owned.count(pid) || ProcessAgeSeconds(pid) < static_cast<double>(min_age.count())) continue;
+    auto h = AttachProcess(pid, std::nullopt);
+    if (!h.ok()) continue;
+    (void)PidfdKill(h->pidfd.get(), SIGKILL);
+    ++killed;
+    log::Warn("killed orphan kubicle-vmm", {{"pid", pid}});
+  }
+  return killed;
+}
+
+}  // namespace kubicle::noderuntime

@@ -53,7 +53,8 @@ std::string RunLabel(const Labels& l) {
 }  // namespace
 
 Status SandboxManager::AcquireVm(const VmShape& shape, std::optional<PoolVm>* vm) {
-  *vm = pool_->Take(shape);
+  // A pool VM already starting is further along than one started now.
+  *vm = pool_->Take(shape, 30s);
   if (*vm) return Status::Ok();  // its capacity reservation comes with it
   Status reserved = ReserveCapacity(shape);
   if (!reserved.ok()) {

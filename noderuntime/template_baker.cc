@@ -226,6 +226,10 @@ Status SandboxManager::BakeSteps(const std::shared_ptr<Template>& t) {
   auto vm = SpawnDetached(argv, bake_dir + "/vmm.log");
   Status st = vm.status();
   if (st.ok()) {
+    std::lock_guard l(mu_);
+    bake_pids_.insert(vm->pid);
+  }
+  if (st.ok()) {
     st = BakeInVm(t, spec, vm->pidfd.get(), control, vsock, snapshot_dir);
     if (!st.ok()) {
       std::string tail = TailOfFile(bake_dir + "/vmm.log", 300);
@@ -243,6 +247,7 @@ Status SandboxManager::BakeSteps(const std::shared_ptr<Template>& t) {
   {
     std::lock_guard l(mu_);
     cids_.erase(cid);
+    if (vm.ok()) bake_pids_.erase(vm->pid);
   }
   if (st.ok()) {
     SetTemplateProgress(t, "computing digest");

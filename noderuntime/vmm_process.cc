@@ -40,6 +40,15 @@ Result<uint64_t> ProcessStartTime(pid_t pid) {
   return std::strtoull(stat.c_str() + pos, nullptr, 10);
 }
 
+double ProcessAgeSeconds(pid_t pid) {
+  auto start = ProcessStartTime(pid);
+  auto uptime = ReadFileToString("/proc/uptime");
+  if (!start.ok() || !uptime.ok()) return 0;
+  double up = std::strtod(uptime->c_str(), nullptr);
+  double age = up - static_cast<double>(*start) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+  return age > 0 ? age : 0;
+}
+
 Result<VmmHandle> SpawnDetached(const std::vector<std::string>& argv, const std::string& log_path) {
   std::vector<std::string> args = argv;
   std::vector<char*> cargv;

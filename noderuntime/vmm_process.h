@@ -34,6 +34,8 @@ Result<VmmHandle> SpawnDetached(const std::vector<std::string>& argv, const std:
 // Opens a pidfd for a process we did not start and checks its start time.
 Result<VmmHandle> AttachProcess(pid_t pid, std::optional<uint64_t> expected_start_time);
 Result<uint64_t> ProcessStartTime(pid_t pid);
+// Seconds since the process started (0 if it cannot be read).
+double ProcessAgeSeconds(pid_t pid);
 
 // Signals through the pidfd (never a reused pid). Ok if it already exited.
 Status PidfdKill(int pidfd, int sig);

@@ -132,6 +132,14 @@ size_t WarmPool::idle() const {
   return n;
 }
 
+std::vector<pid_t> WarmPool::idle_pids() const {
+  std::lock_guard l(mu_);
+  std::vector<pid_t> out;
+  for (const auto& [s, vms] : idle_)
+    for (const PoolVm& vm : vms) out.push_back(vm.handle.pid);
+  return out;
+}
+
 Result<PoolVm> WarmPool::Spawn(const VmShape& shape) {
   PoolVm vm;
   {

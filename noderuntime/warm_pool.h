@@ -76,6 +76,7 @@ class WarmPool {
   // Kills one idle VM of another shape than `keep` (its capacity is released).
   bool EvictOne(const VmShape& keep);
   size_t idle() const;
+  std::vector<pid_t> idle_pids() const;
   // Kills a VM (taken or not) and removes its files and what `prepare` made;
   // does not touch capacity.
   void Destroy(PoolVm& vm);
