@@ -8,6 +8,7 @@
 #include <sstream>
 #include <thread>
 
+#include "noderuntime/api/codec.h"
 #include "noderuntime/cli/args.h"
 
 namespace kubicle::noderuntime::cli {
@@ -206,13 +207,13 @@ int CmdGet(NodeClient& c, const Argv& args) {
 }
 
 int CmdExec(NodeClient& c, const Argv& args) {
-  auto a = ParseArgs(args, {"--timeout", "--env", "-e", "--cwd", "--shell"}, {});
+  auto a = ParseArgs(args, {"--timeout", "--env", "-e", "--cwd", "--shell"}, {"-i", "--stdin"});
   if (!a.ok()) {
     Usage(a.status().message());
     return kExitExecError;
   }
   if (a->positional.size() != 1 || (a->rest.empty() == !a->Has("--shell"))) {
-    Usage("exec ID [--timeout S] [-e K=V]... [--cwd DIR] (-- ARGV... | --shell CMD)");
+    Usage("exec ID [-i] [--timeout S] [-e K=V]... [--cwd DIR] (-- ARGV... | --shell CMD)");
     return kExitExecError;
   }
   json req = json::object();
@@ -222,6 +223,13 @@ int CmdExec(NodeClient& c, const Argv& args) {
   for (const auto& e : a->All("-e")) env.push_back(e);
   if (!env.empty()) req["env"] = env;
   if (a->Has("--cwd")) req["cwd"] = a->Get("--cwd");
+  if (a->Has("-i") || a->Has("--stdin")) {
+    // The whole of our stdin, sent inline with the request (JSON bodies are
+    // limited to 1 MiB; put-file moves bigger data).
+    std::string in((std::istreambuf_iterator<char>(std::cin)), {});
+    req["stdinBase64"] = api::Base64Encode(
+        {reinterpret_cast<const uint8_t*>(in.data()), in.size()});
+  }
   auto timeout = a->Int("--timeout", 0, 1, 86400);
   if (!timeout.ok()) {
     Usage(timeout.status().message());

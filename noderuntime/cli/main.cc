@@ -23,7 +23,8 @@ commands:
   create --template T [-l k=v]... [--ttl S] [--count N] [--id ID]
   ls [-l SELECTOR]
   get ID
-  exec ID [--timeout S] [-e K=V]... [--cwd DIR] (-- ARGV... | --shell CMD)
+  exec ID [-i] [--timeout S] [-e K=V]... [--cwd DIR] (-- ARGV... | --shell CMD)
+        -i sends this program's stdin to the command
         streams output; exits with the command's code (125: kubicle-nodectl
         failed, 124: timed out, 128+N: killed by signal N)
   put-file ID LOCAL REMOTE [--mode 0644]     ('-' reads stdin)
