@@ -1,0 +1,351 @@
+// linux tier: snapshot, restore and fork of the real Linux guest (the python
+// rootfs read-only under a tmpfs overlay, so the guest's files live in its
+// RAM) under kubicle-vmm inside the nested KVM test host. Every clone must
+// answer over vsock right after it resumes, keep the processes that ran at
+// the snapshot or fork, run python3, take its own hostname, entropy and
+// wall clock from POST_RESTORE, and see none of its siblings' writes —
+// in memory (tmpfs) and on a copy-on-write disk (--layer-dir).
+//
+// The guest boots once per suite (booting is the slow part). Times are
+// printed, never asserted: inside the nested test host they are not product
+// figures. Image paths come from images.env (prepare-images.sh); missing
+// images or /dev/kvm are failures, not skips: this tier must run in CI.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "e2e/nested/test_watchdog.h"
+#include "guest/client/agent_client.h"
+#include "vmm/testing/vm_process.h"
+
+namespace kubicle::e2e::nested {
+namespace {
+
+using namespace std::chrono_literals;
+using guest::client::AgentClient;
+using guest::client::DeadlineIn;
+using guest::client::ExecResult;
+using guest::protocol::Bytes;
+using guest::protocol::ExecStartRequest;
+using vmm::testing::VmProcess;
+using vmm::testing::VmProcessOptions;
+namespace fs = std::filesystem;
+
+// A hang fails the test binary in minutes, with a report (test_watchdog.h).
+const bool kWatchdogStarted = (StartWatchdog(std::chrono::seconds(300)), true);
+
+constexpr int kGuestVcpus = 2;
+constexpr auto kCallTimeout = 120s;
+const std::string kSnapFile = "/root/snap.txt";
+const std::string kSnapText = "written before the snapshot";
+// Counts in the background (atomically replaced file) so a clone shows
+// whether the processes of the snapshot kept running after restore.
+const char kCounterScript[] =
+    "import os, time\n"
+    "i = 0\n"
+    "while True:\n"
+    "    i += 1\n"
+    "    open('/root/count.tmp', 'w').write(str(i))\n"
+    "    os.replace('/root/count.tmp', '/root/count')\n"
+    "    time.sleep(0.2)\n";
+
+// Same as linux_guest_test.cc's (kept local: the two binaries share nothing else).
+std::map<std::string, std::string> ReadEnvFile(const std::string& path) {
+  std::map<std::string, std::string> out;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t eq = line.find('=');
+    if (eq != std::string::npos) out[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  return out;
+}
+
+std::string Str(const Bytes& b) { return std::string(b.begin(), b.end()); }
+Bytes ToBytes(const std::string& s) { return Bytes(s.begin(), s.end()); }
+
+double MsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+// Makes a scratch directory's read-only files (snapshots, frozen layers)
+// deletable and removes it.
+void RemoveTree(const std::string& dir) {
+  if (dir.empty()) return;
+  std::error_code ec;
+  for (auto& e : fs::recursive_directory_iterator(dir, ec))
+    fs::permissions(e.path(), fs::perms::owner_all, fs::perm_options::add, ec);
+  fs::remove_all(dir, ec);
+}
+
+std::string MakeTempDir(const std::string& prefix) {
+  std::string tmpl = "/tmp/" + prefix + "-XXXXXX";
+  return ::mkdtemp(tmpl.data()) ? tmpl : std::string();
+}
+
+struct Booted {
+  std::unique_ptr<VmProcess> vm;
+  std::unique_ptr<AgentClient> agent;
+  double boot_to_agent_ms = 0;
+};
+
+// Boots the python guest (rootfs read-only, tmpfs overlay) with
+// `extra_disks` after the rootfs and `extra_args` for kubicle-vmm.
+Result<Booted> BootPythonGuest(const std::string& hostname,
+                               const std::vector<std::string>& extra_disks,
+                               const std::vector<std::string>& extra_args) {
+  const auto images = ReadEnvFile(KUBICLE_LINUX_IMAGES_ENV);
+  for (const char* key :
+       {"KUBICLE_LINUX_KERNEL", "KUBICLE_LINUX_INITRAMFS", "KUBICLE_LINUX_ROOTFS_PYTHON"}) {
+    auto it = images.find(key);
+    if (it == images.end() || ::access(it->second.c_str(), R_OK) != 0) {
+      return Status::FailedPrecondition(std::string(key) + " missing from " +
+                                        KUBICLE_LINUX_IMAGES_ENV +
+                                        ": run e2e/nested/prepare-images.sh");
+    }
+  }
+  if (::access("/dev/kvm", R_OK | W_OK) != 0) {
+    return Status::FailedPrecondition("/dev/kvm is not usable: run this inside the nested "
+                                      "test host (e2e/nested/run-in-testhost.py)");
+  }
+  VmProcessOptions o;
+  o.vmm_binary = KUBICLE_VMM_BIN;
+  o.kernel = images.at("KUBICLE_LINUX_KERNEL");
+  o.mem = "512M";
+  o.vcpus = kGuestVcpus;
+  o.cmdline = "console=ttyS0 quiet reboot=k panic=1 i8042.noaux i8042.nomux i8042.dumbkbd "
+              "kubicle.clock=" + std::to_string(std::time(nullptr)) +
+              " kubicle.hostname=" + hostname + " kubicle.overlay=tmpfs";
+  o.extra_args = {"--initrd", images.at("KUBICLE_LINUX_INITRAMFS")};
+  o.extra_args.insert(o.extra_args.end(), extra_args.begin(), extra_args.end());
+  o.disks = {images.at("KUBICLE_LINUX_ROOTFS_PYTHON") + ",ro"};
+  o.disks.insert(o.disks.end(), extra_disks.begin(), extra_disks.end());
+  Booted g;
+  const auto start = std::chrono::steady_clock::now();
+  Progress("starting kubicle-vmm (python guest " + hostname + ")");
+  ASSIGN_OR_RETURN(g.vm, VmProcess::Start(o));
+  WatchVmDir(g.vm->dir());
+  Progress("waiting for the agent of pid " + std::to_string(g.vm->pid()));
+  auto agent = g.vm->ConnectAgent(180s);
+  if (!agent.ok()) {
+    return agent.status().WithContext("serial:\n" + g.vm->SerialOutput() + "\nvmm log:\n" +
+                                      g.vm->VmmLog());
+  }
+  g.agent = std::move(*agent);
+  g.boot_to_agent_ms = MsSince(start);
+  Progress("guest booted");
+  return g;
+}
+
+Result<ExecResult> Sh(AgentClient& agent, const std::string& command) {
+  ExecStartRequest req;
+  req.shell_command = command;
+  return agent.Exec(req, {}, DeadlineIn(kCallTimeout));
+}
+
+// stdout of a shell command that must succeed ("" after an ADD_FAILURE).
+std::string ShOut(AgentClient& agent, const std::string& command) {
+  auto r = Sh(agent, command);
+  if (!r.ok()) {
+    ADD_FAILURE() << command << ": " << r.status().ToString();
+    return "";
+  }
+  EXPECT_EQ(r->exit_code, 0) << command << ": " << Str(r->stderr_data);
+  return Str(r->stdout_data);
+}
+
+// 16 bytes of the guest's /dev/urandom as read by python3, in hex.
+std::string GuestRandom(AgentClient& agent) {
+  ExecStartRequest req;
+  req.argv = {"python3", "-c", "import os; print(os.urandom(16).hex())"};
+  auto r = agent.Exec(req, {}, DeadlineIn(kCallTimeout));
+  if (!r.ok()) {
+    ADD_FAILURE() << "python3 urandom: " << r.status().ToString();
+    return "";
+  }
+  EXPECT_EQ(r->exit_code, 0) << Str(r->stderr_data);
+  EXPECT_EQ(r->stdout_data.size(), 33u) << Str(r->stdout_data);
+  return Str(r->stdout_data);
+}
+
+// The clone's new identity, as the node runtime gives it: a host-drawn seed,
+// the host's clock, a hostname and a generation.
+Status SendPostRestore(AgentClient& agent, const std::string& hostname, uint64_t generation) {
+  guest::protocol::PostRestoreRequest req;
+  std::random_device rd;
+  for (int i = 0; i < 32; ++i) req.entropy_seed.push_back(uint8_t(rd()));
+  req.wall_clock_ns = uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+  req.hostname = hostname;
+  req.generation = generation;
+  auto gen = agent.PostRestore(req, DeadlineIn(kCallTimeout));
+  if (!gen.ok()) return gen.status();
+  if (*gen != generation) return Status::Internal("agent applied generation " + std::to_string(*gen));
+  return Status::Ok();
+}
+
+// The background counter's value (-1 when unreadable).
+long ReadCounter(AgentClient& agent) {
+  auto b = agent.ReadFile("/root/count", DeadlineIn(kCallTimeout));
+  if (!b.ok() || b->empty()) return -1;
+  return std::strtol(Str(*b).c_str(), nullptr, 10);
+}
+
+// True once the counter passes `above` (the process is alive and scheduled);
+// the bound is generous: this is liveness, not speed.
+bool CounterPasses(AgentClient& agent, long above) {
+  const auto end = std::chrono::steady_clock::now() + 120s;
+  while (std::chrono::steady_clock::now() < end) {
+    if (ReadCounter(agent) > above) return true;
+    std::this_thread::sleep_for(200ms);
+  }
+  return false;
+}
+
+// Checks one clone right after it answered: identity, hostname, python,
+// the snapshot's file and processes, the wall clock.
+void ExpectCloneWorks(AgentClient& agent, const std::string& hostname, uint64_t cid,
+                      long counter_at_capture) {
+  SCOPED_TRACE(hostname);
+  auto id = agent.Identity(DeadlineIn(kCallTimeout));
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  EXPECT_EQ(id->cid, cid);
+  EXPECT_EQ(id->hostname, hostname);
+  EXPECT_EQ(ShOut(agent, "hostname"), hostname + "\n");
+  auto file = agent.ReadFile(kSnapFile, DeadlineIn(kCallTimeout));
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  EXPECT_EQ(Str(*file), kSnapText);
+  EXPECT_TRUE(CounterPasses(agent, counter_at_capture))
+      << "the background python process stopped counting at " << ReadCounter(agent);
+  const std::string now = ShOut(agent, "python3 -c 'import time; print(int(time.time()))'");
+  const long guest_now = std::strtol(now.c_str(), nullptr, 10);
+  EXPECT_LT(std::labs(guest_now - long(std::time(nullptr))), 60) << now;
+}
+
+class LinuxCloneTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto g = BootPythonGuest("py-origin", {}, {});
+    if (!g.ok()) {
+      boot_error_ = new std::string(g.status().ToString());
+      return;
+    }
+    guest_ = new Booted(std::move(*g));
+    std::printf("linux guest (python): boot-to-agent %.0f ms\n", guest_->boot_to_agent_ms);
+    AgentClient& agent = *guest_->agent;
+    Status s = agent.WriteFile(kSnapFile, ToBytes(kSnapText), {}, DeadlineIn(kCallTimeout));
+    ExecStartRequest counter;
+    counter.argv = {"python3", "-c", kCounterScript};
+    counter.background = true;
+    if (s.ok()) s = agent.Exec(counter, {}, DeadlineIn(kCallTimeout)).status();
+    if (s.ok() && !CounterPasses(agent, 0)) s = Status::Internal("the counter never started");
+    if (!s.ok()) boot_error_ = new std::string("guest set-up: " + s.ToString());
+    scratch_ = new std::string(MakeTempDir("kubicle-linux-clone"));
+  }
+  static void TearDownTestSuite() {
+    delete guest_;
+    guest_ = nullptr;
+    delete boot_error_;
+    boot_error_ = nullptr;
+    if (scratch_) RemoveTree(*scratch_);
+    delete scratch_;
+    scratch_ = nullptr;
+  }
+  void SetUp() override {
+    ASSERT_EQ(boot_error_, nullptr) << *boot_error_;
+    ASSERT_NE(guest_, nullptr);
+    ASSERT_FALSE(scratch_->empty());
+  }
+  VmProcess& vm() { return *guest_->vm; }
+  AgentClient& agent() { return *guest_->agent; }
+
+  static Booted* guest_;
+  static std::string* boot_error_;
+  static std::string* scratch_;
+};
+Booted* LinuxCloneTest::guest_ = nullptr;
+std::string* LinuxCloneTest::boot_error_ = nullptr;
+std::string* LinuxCloneTest::scratch_ = nullptr;
+
+// Random bytes, one per VM, must all differ.
+void ExpectAllDistinct(const std::vector<std::string>& randoms) {
+  std::set<std::string> distinct(randoms.begin(), randoms.end());
+  EXPECT_EQ(distinct.size(), randoms.size()) << "clones read the same /dev/urandom bytes";
+  EXPECT_EQ(distinct.count(""), 0u);
+}
+
+TEST_F(LinuxCloneTest, RestoresRunSideBySideWithOwnIdentityAndPrivateFiles) {
+  const std::string snap = *scratch_ + "/snap";
+  const long counter = ReadCounter(agent());
+  ASSERT_GT(counter, 0);
+  Progress("snapshot of the running python guest");
+  auto start = std::chrono::steady_clock::now();
+  auto r = vm().Control({{"cmd", "snapshot"}, {"dir", snap}, {"resume", true}});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ((*r)["ok"], true) << r->dump() << vm().VmmLog();
+  std::printf("snapshot (512 MiB python guest, resume): %.0f ms\n", MsSince(start));
+  ASSERT_TRUE(agent().Ping(DeadlineIn(kCallTimeout)).ok()) << "the origin stopped answering";
+
+  std::vector<std::unique_ptr<VmProcess>> clones;
+  std::vector<std::unique_ptr<AgentClient>> agents;
+  for (int i = 0; i < 2; ++i) {
+    VmProcessOptions o;
+    o.vmm_binary = KUBICLE_VMM_BIN;
+    o.restore_from = snap;
+    o.cid = 10 + i;
+    Progress("restore " + std::to_string(i));
+    start = std::chrono::steady_clock::now();
+    auto clone = VmProcess::Start(o);
+    ASSERT_TRUE(clone.ok()) << clone.status().ToString();
+    WatchVmDir((*clone)->dir());
+    auto a = (*clone)->ConnectAgent(120s);
+    ASSERT_TRUE(a.ok()) << a.status().ToString() << "\nvmm log:\n" << (*clone)->VmmLog()
+                        << "\nserial:\n" << (*clone)->SerialOutput();
+    const double answer_ms = MsSince(start);
+    const std::string hostname = "py-restore-" + std::to_string(i);
+    Status post = SendPostRestore(**a, hostname, 1 + i);
+    ASSERT_TRUE(post.ok()) << post.ToString();
+    auto exec = Sh(**a, "true");
+    ASSERT_TRUE(exec.ok()) << exec.status().ToString();
+    std::printf("restore %d: to agent answering %.0f ms, to POST_RESTORE and exec done %.0f ms\n",
+                i, answer_ms, MsSince(start));
+    clones.push_back(std::move(*clone));
+    agents.push_back(std::move(*a));
+  }
+  for (int i = 0; i < 2; ++i) {
+    Progress("checking restore " + std::to_string(i));
+    ExpectCloneWorks(*agents[i], "py-restore-" + std::to_string(i), 10 + i, counter);
+  }
+  Progress("urandom in the origin and both restores");
+  ExpectAllDistinct({GuestRandom(agent()), GuestRandom(*agents[0]), GuestRandom(*agents[1])});
+
+  Progress("write isolation between the restores");
+  ASSERT_TRUE(agents[0]->WriteFile(kSnapFile, ToBytes("changed in restore 0"), {},
+                                   DeadlineIn(kCallTimeout)).ok());
+  ASSERT_EQ(ShOut(*agents[0], "echo only-0 > /root/only-0.txt && cat /root/only-0.txt"),
+            "only-0\n");
+  for (AgentClient* other : {agents[1].get(), &agent()}) {
+    EXPECT_EQ(ShOut(*other, "cat " + kSnapFile), kSnapText);
+    EXPECT_EQ(ShOut(*other, "test -e /root/only-0.txt && echo present || echo absent"),
+              "absent\n");
+  }
+  EXPECT_EQ(ShOut(agent(), "hostname"), "py-origin\n");
+}
+
+}  // namespace
+}  // namespace kubicle::e2e::nested
