@@ -27,6 +27,8 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "e2e/nested/test_watchdog.h"
 #include "guest/client/agent_client.h"
 #include "vmm/testing/vm_process.h"
@@ -282,6 +284,60 @@ Booted* LinuxCloneTest::guest_ = nullptr;
 std::string* LinuxCloneTest::boot_error_ = nullptr;
 std::string* LinuxCloneTest::scratch_ = nullptr;
 
+// Forks `from` into `n` children with CIDs first_cid.., each with its
+// sockets in a new scratch dir; returns them attached (empty on failure).
+std::vector<std::unique_ptr<VmProcess>> Fork(VmProcess& from, int n, uint64_t first_cid) {
+  nlohmann::json children = nlohmann::json::array();
+  std::vector<std::string> dirs;
+  for (int i = 0; i < n; ++i) {
+    dirs.push_back(MakeTempDir("kubicle-linux-fork"));
+    EXPECT_FALSE(dirs.back().empty());
+    children.push_back({{"vsock_uds", dirs.back() + "/vsock.sock"},
+                        {"control", dirs.back() + "/control.sock"},
+                        {"serial", dirs.back() + "/serial.log"},
+                        {"cid", first_cid + i}});
+  }
+  Progress(std::to_string(n) + "-way fork of pid " + std::to_string(from.pid()));
+  auto r = from.Control({{"cmd", "fork"}, {"count", n}, {"children", children}});
+  std::vector<std::unique_ptr<VmProcess>> out;
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  if (!r.ok() || (*r)["ok"] != true || (*r)["pids"].size() != size_t(n)) {
+    ADD_FAILURE() << (r.ok() ? r->dump() : "") << from.VmmLog();
+    for (auto& d : dirs) RemoveTree(d);
+    return out;
+  }
+  std::printf("fork: %d children, parent's fork_us %s\n", n, (*r)["fork_us"].dump().c_str());
+  for (int i = 0; i < n; ++i) {
+    out.push_back(VmProcess::Attach((*r)["pids"][i].get<pid_t>(), dirs[i]));
+    WatchVmDir(dirs[i]);
+  }
+  return out;
+}
+
+// Connects to each forked child and gives it its identity; prints when each
+// answered, counted from `start` (the fork request).
+std::vector<std::unique_ptr<AgentClient>> ConnectChildren(
+    std::vector<std::unique_ptr<VmProcess>>& children, const std::string& host_prefix,
+    std::chrono::steady_clock::time_point start) {
+  std::vector<std::unique_ptr<AgentClient>> agents;
+  for (size_t i = 0; i < children.size(); ++i) {
+    Progress("connecting to fork child " + std::to_string(i));
+    auto a = children[i]->ConnectAgent(120s);
+    if (!a.ok()) {
+      ADD_FAILURE() << "child " << i << ": " << a.status().ToString() << "\nvmm log:\n"
+                    << children[i]->VmmLog() << "\nserial:\n" << children[i]->SerialOutput();
+      return {};
+    }
+    const double answer_ms = MsSince(start);
+    Status post = SendPostRestore(**a, host_prefix + std::to_string(i), 100 + i);
+    EXPECT_TRUE(post.ok()) << post.ToString();
+    std::printf("fork child %zu: agent answering %.0f ms after the fork request, identity set "
+                "%.0f ms\n", i, answer_ms, MsSince(start));
+    agents.push_back(std::move(*a));
+  }
+  return agents;
+}
+
 // Random bytes, one per VM, must all differ.
 void ExpectAllDistinct(const std::vector<std::string>& randoms) {
   std::set<std::string> distinct(randoms.begin(), randoms.end());
@@ -345,6 +401,87 @@ TEST_F(LinuxCloneTest, RestoresRunSideBySideWithOwnIdentityAndPrivateFiles) {
               "absent\n");
   }
   EXPECT_EQ(ShOut(agent(), "hostname"), "py-origin\n");
+}
+
+
+TEST_F(LinuxCloneTest, FiveWayForkChildrenRunPythonWithOwnIdentityAndPrivateFiles) {
+  constexpr int kChildren = 5;
+  const long counter = ReadCounter(agent());
+  ASSERT_GT(counter, 0);
+  const auto start = std::chrono::steady_clock::now();
+  auto children = Fork(vm(), kChildren, 20);
+  ASSERT_EQ(children.size(), size_t(kChildren));
+  auto agents = ConnectChildren(children, "py-fork-", start);
+  ASSERT_EQ(agents.size(), size_t(kChildren));
+  std::printf("5-way fork: all children answering with their identity %.0f ms after the "
+              "request\n", MsSince(start));
+
+  ASSERT_TRUE(agent().Ping(DeadlineIn(kCallTimeout)).ok()) << "the parent stopped answering";
+  auto status = vm().Control({{"cmd", "status"}});
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ((*status)["state"], "running");
+  for (int i = 0; i < kChildren; ++i) {
+    Progress("checking fork child " + std::to_string(i));
+    ExpectCloneWorks(*agents[i], "py-fork-" + std::to_string(i), 20 + i, counter);
+  }
+  EXPECT_TRUE(CounterPasses(agent(), counter)) << "the parent's background process stopped";
+  EXPECT_EQ(ShOut(agent(), "hostname"), "py-origin\n");
+
+  Progress("urandom in the parent and every child");
+  std::vector<std::string> randoms = {GuestRandom(agent())};
+  for (auto& a : agents) randoms.push_back(GuestRandom(*a));
+  ExpectAllDistinct(randoms);
+
+  Progress("write isolation between the forks");
+  ASSERT_EQ(ShOut(*agents[1], "python3 -c \"open('/root/child1.txt','w').write('1')\" && "
+                              "echo changed > " + kSnapFile + " && cat /root/child1.txt"),
+            "1");
+  ASSERT_EQ(ShOut(agent(), "echo p > /root/parent.txt && cat /root/parent.txt"), "p\n");
+  const std::string probe =
+      "for f in child1 parent; do test -e /root/$f.txt && echo $f; done; cat " + kSnapFile;
+  EXPECT_EQ(ShOut(*agents[1], probe), "child1\nchanged\n");
+  EXPECT_EQ(ShOut(agent(), probe), "parent\n" + kSnapText);
+  for (int i : {0, 2, 3, 4}) EXPECT_EQ(ShOut(*agents[i], probe), kSnapText) << "child " << i;
+}
+
+// A writable disk under --layer-dir: the fork freezes the overlay into a
+// shared layer and every VM writes its own overlay. Remounting makes the
+// guest re-read the filesystem from its disk, not its page cache.
+TEST(LinuxForkDiskTest, ForkedChildrensDiskWritesArePrivate) {
+  const std::string scratch = MakeTempDir("kubicle-linux-fork-disk");
+  ASSERT_FALSE(scratch.empty());
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() { RemoveTree(dir); }
+  } cleanup{scratch};
+  const std::string image = scratch + "/data.ext4", layers = scratch + "/layers";
+  ASSERT_TRUE(fs::create_directory(layers));
+  ASSERT_EQ(std::system(("mke2fs -q -F -t ext4 " + image + " 64M >/dev/null").c_str()), 0);
+  auto g = BootPythonGuest("py-disk", {image}, {"--layer-dir", layers});
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  std::printf("linux guest (python, cow disk): boot-to-agent %.0f ms\n", g->boot_to_agent_ms);
+  ASSERT_EQ(ShOut(*g->agent, "mkdir -p /mnt/d && mount /dev/vdb /mnt/d && echo base > "
+                             "/mnt/d/base.txt && sync && cat /mnt/d/base.txt"),
+            "base\n");
+  const auto start = std::chrono::steady_clock::now();
+  auto children = Fork(*g->vm, 2, 30);
+  ASSERT_EQ(children.size(), 2u);
+  auto agents = ConnectChildren(children, "py-disk-", start);
+  ASSERT_EQ(agents.size(), 2u);
+
+  Progress("disk writes in child 0 and the parent");
+  ShOut(*agents[0], "echo c0 > /mnt/d/child0.txt && sync");
+  ShOut(*g->agent, "echo p > /mnt/d/parent.txt && sync");
+  const std::string reread =
+      "umount /mnt/d && echo 3 > /proc/sys/vm/drop_caches && mount /dev/vdb /mnt/d && "
+      "ls /mnt/d | tr '\\n' ' '";
+  EXPECT_EQ(ShOut(*g->agent, reread), "base.txt lost+found parent.txt ");
+  EXPECT_EQ(ShOut(*agents[0], reread), "base.txt child0.txt lost+found ");
+  EXPECT_EQ(ShOut(*agents[1], reread), "base.txt lost+found ");
+  // The base image itself is never written: it is still the empty filesystem.
+  EXPECT_EQ(std::system(("debugfs -R 'stat /base.txt' " + image +
+                         " 2>&1 | grep -q 'File not found'").c_str()),
+            0);
 }
 
 }  // namespace
