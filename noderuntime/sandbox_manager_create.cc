@@ -296,87 +296,61 @@ Status SandboxManager::FinishStart(const std::shared_ptr<Sandbox>& sb, const std
   return Status::Ok();  // the caller persists the record
 }
 
-Result<std::vector<SandboxInfo>> SandboxManager::ForkSandbox(const ForkRequest& request) {
-  const auto t0 = std::chrono::steady_clock::now();
-  if (request.count < 1 || request.count > kMaxForkCount)
-    return Status::InvalidArgument("fork count must be 1.." + std::to_string(kMaxForkCount));
-  RETURN_IF_ERROR(CheckCommon(request.labels, request.ttl_seconds));
-  ASSIGN_OR_RETURN(auto src, Find(request.source_id));
-  SandboxInfo src_info;
-  VmShape shape;
-  std::string src_control, src_log;
+std::shared_ptr<SandboxManager::Sandbox> SandboxManager::NewForkChild(const ForkRequest& request,
+                                                                       const Sandbox& src,
+                                                                       std::string* token) {
+  auto k = std::make_shared<Sandbox>();
+  SandboxInfo& ki = k->rec.info;
+  ki.id = "sb-" + RandomHex(5);
+  ki.template_name = src.rec.info.template_name;
+  ki.labels = src.rec.info.labels;
+  for (const auto& [key, v] : request.labels) ki.labels[key] = v;
+  ki.labels["kubicle.dev/fork-of"] = request.source_id;
+  ki.fork_of = request.source_id;
+  ki.created_at = config_.clock();
+  if (request.ttl_seconds) ki.expires_at = ki.created_at + std::chrono::seconds(*request.ttl_seconds);
+  else ki.expires_at = src.rec.info.expires_at;
+  ki.mem_mib = src.shape.mem_mib;
+  ki.vcpus = src.shape.vcpus;
+  k->shape = src.shape;
+  *token = RandomHex(32);
+  k->rec.token_sha256 = Sha256Hex(*token);
+  k->dir = SandboxDir(ki.id);
+  k->log_path = src.log_path;  // a fork child keeps logging to its parent's stderr
+  return k;
+}
+
+// Registers a new child (id, CID, generation) and reserves what it needs.
+Status SandboxManager::ReserveForkChild(const std::shared_ptr<Sandbox>& k) {
+  SandboxInfo& ki = k->rec.info;
   {
-    std::lock_guard l(src->mu);
-    if (src->rec.info.state != SandboxState::kRunning)
-      return Status::FailedPrecondition("sandbox '" + request.source_id + "' is " +
-                                        SandboxStateName(src->rec.info.state));
-    src_info = src->rec.info;
-    shape = src->shape;
-    src_control = src->rec.control_path;
-    src_log = src->log_path;
+    std::lock_guard l(mu_);
+    if (shut_down_) return Status::Unavailable("the node runtime is shutting down");
+    if (sandboxes_.count(ki.id)) return Status::Internal("sandbox id collision");
+    ki.cid = AllocateCid();
+    k->holds_cid = true;
+    k->rec.generation = next_generation_++;
+    sandboxes_[ki.id] = k;
   }
-  std::vector<std::shared_ptr<Sandbox>> kids;
-  std::vector<std::string> tokens;
-  std::vector<std::unique_lock<std::mutex>> ops;
-  auto abort_all = [&](Status st) -> Status {
-    ops.clear();
-    for (auto& k : kids) (void)Teardown(k);
-    log::Warn("sandbox fork failed", {{"sandbox", request.source_id}, {"error", st.ToString()}});
-    return st;
-  };
-  for (uint32_t i = 0; i < request.count; ++i) {
-    auto k = std::make_shared<Sandbox>();
-    SandboxInfo& ki = k->rec.info;
-    ki.id = "sb-" + RandomHex(5);
-    ki.template_name = src_info.template_name;
-    ki.labels = src_info.labels;
-    for (const auto& [key, v] : request.labels) ki.labels[key] = v;
-    ki.labels["kubicle.dev/fork-of"] = request.source_id;
-    ki.fork_of = request.source_id;
-    ki.created_at = config_.clock();
-    if (request.ttl_seconds) ki.expires_at = ki.created_at + std::chrono::seconds(*request.ttl_seconds);
-    else ki.expires_at = src_info.expires_at;
-    ki.mem_mib = shape.mem_mib;
-    ki.vcpus = shape.vcpus;
-    k->shape = shape;
-    tokens.push_back(RandomHex(32));
-    k->rec.token_sha256 = Sha256Hex(tokens.back());
-    k->dir = SandboxDir(ki.id);
-    k->log_path = src_log;  // a fork child keeps logging to its parent's stderr
-    ops.emplace_back(k->op_mu);
-    {
-      std::lock_guard l(mu_);
-      if (sandboxes_.count(ki.id)) return abort_all(Status::Internal("sandbox id collision"));
-      ki.cid = AllocateCid();
-      k->holds_cid = true;
-      k->rec.generation = next_generation_++;
-      sandboxes_[ki.id] = k;
-    }
-    k->rec.control_path = SockPath(ki.cid, "ctl");
-    k->rec.vsock_path = SockPath(ki.cid, "vsock");
-    kids.push_back(k);
-    Status cap = ReserveCapacity(shape);
-    if (!cap.ok()) return abort_all(cap);
-    k->holds_capacity = true;
-    Status mk = MakeDirs(k->dir);
-    if (!mk.ok()) return abort_all(mk);
-  }
-  nlohmann::json children = nlohmann::json::array();
-  for (auto& k : kids)
-    children.push_back({{"vsock_uds", k->rec.vsock_path}, {"control", k->rec.control_path},
-                        {"cid", k->rec.info.cid}, {"serial", k->dir + "/serial.log"}, {"layer_dir", k->dir}});
-  auto r = ControlCall(src_control, {{"cmd", "fork"}, {"count", kids.size()}, {"children", children}}, 60s);
-  if (!r.ok()) return abort_all(r.status().WithContext("fork"));
-  const auto& pids = (*r)["pids"];
+  k->rec.control_path = SockPath(ki.cid, "ctl");
+  k->rec.vsock_path = SockPath(ki.cid, "vsock");
+  RETURN_IF_ERROR(ReserveCapacity(k->shape));
+  k->holds_capacity = true;
+  return MakeDirs(k->dir);
+}
+
+// Takes hold of every child before anything else, so an abort kills them all.
+Status SandboxManager::AttachForkChildren(const std::vector<std::shared_ptr<Sandbox>>& kids,
+                                          const nlohmann::json& response) {
+  const auto& pids = response["pids"];
   if (!pids.is_array() || pids.size() != kids.size())
-    return abort_all(Status::DataLoss("fork response has no pid per child: " + r->dump()));
-  // Take hold of every child first, so an abort kills them all.
+    return Status::DataLoss("fork response has no pid per child: " + response.dump());
   Status attached;
   for (size_t i = 0; i < kids.size(); ++i) {
     auto h = pids[i].is_number_integer() ? AttachProcess(pids[i].get<pid_t>(), std::nullopt)
                                          : Result<VmmHandle>(Status::DataLoss("fork response: bad pid"));
     if (!h.ok()) {
-      if (attached.ok()) attached = h.status();
+      if (attached.ok()) attached = h.status().WithContext("fork child");
       continue;
     }
     std::lock_guard l(kids[i]->mu);
@@ -384,7 +358,46 @@ Result<std::vector<SandboxInfo>> SandboxManager::ForkSandbox(const ForkRequest& 
     kids[i]->rec.info.vmm_pid = h->pid;
     kids[i]->rec.pid_start_time = h->start_time;
   }
-  if (!attached.ok()) return abort_all(attached.WithContext("fork child"));
+  return attached;
+}
+
+Result<std::vector<SandboxInfo>> SandboxManager::ForkSandbox(const ForkRequest& request) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (request.count < 1 || request.count > kMaxForkCount)
+    return Status::InvalidArgument("fork count must be 1.." + std::to_string(kMaxForkCount));
+  RETURN_IF_ERROR(CheckCommon(request.labels, request.ttl_seconds));
+  ASSIGN_OR_RETURN(auto src, Find(request.source_id));
+  std::vector<std::shared_ptr<Sandbox>> kids;
+  std::vector<std::string> tokens(request.count);
+  std::string src_control;
+  {
+    std::lock_guard l(src->mu);
+    if (src->rec.info.state != SandboxState::kRunning)
+      return Status::FailedPrecondition("sandbox '" + request.source_id + "' is " +
+                                        SandboxStateName(src->rec.info.state));
+    src_control = src->rec.control_path;
+    for (uint32_t i = 0; i < request.count; ++i) kids.push_back(NewForkChild(request, *src, &tokens[i]));
+  }
+  std::vector<std::unique_lock<std::mutex>> ops;  // deletes of a child wait for the fork
+  for (auto& k : kids) ops.emplace_back(k->op_mu);
+  auto abort_all = [&](Status st) -> Status {
+    ops.clear();
+    for (auto& k : kids) (void)Teardown(k);
+    log::Warn("sandbox fork failed", {{"sandbox", request.source_id}, {"error", st.ToString()}});
+    return st;
+  };
+  nlohmann::json children = nlohmann::json::array();
+  for (auto& k : kids) {
+    Status st = ReserveForkChild(k);
+    if (!st.ok()) return abort_all(st);
+    children.push_back({{"vsock_uds", k->rec.vsock_path}, {"control", k->rec.control_path},
+                        {"cid", k->rec.info.cid}, {"serial", k->dir + "/serial.log"}, {"layer_dir", k->dir}});
+  }
+  // A timeout here may leave children we never heard of: the running orphan sweep ends them.
+  auto r = ControlCall(src_control, {{"cmd", "fork"}, {"count", kids.size()}, {"children", children}}, 60s);
+  if (!r.ok()) return abort_all(r.status().WithContext("fork"));
+  Status attached = AttachForkChildren(kids, *r);
+  if (!attached.ok()) return abort_all(attached);
   std::vector<SandboxInfo> out;
   for (size_t i = 0; i < kids.size(); ++i) {
     auto info = ForkChild(kids[i], kids[i]->rec.info.id);
@@ -393,8 +406,8 @@ Result<std::vector<SandboxInfo>> SandboxManager::ForkSandbox(const ForkRequest& 
     out.back().token = tokens[i];
   }
   fork_seconds_->WithLabels({}).Observe(SecondsSince(t0));
-  log::Info("sandbox forked", {{"sandbox", request.source_id}, {"run", RunLabel(src_info.labels)},
-                               {"template", src_info.template_name}, {"children", kids.size()}});
+  log::Info("sandbox forked", {{"sandbox", request.source_id}, {"run", RunLabel(out[0].labels)},
+                               {"template", out[0].template_name}, {"children", kids.size()}});
   return out;
 }
 
