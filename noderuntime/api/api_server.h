@@ -11,7 +11,8 @@
 //    route; a sandbox's data-plane token allows GET of that sandbox, exec and
 //    files on it. No or a wrong token: 401; a sandbox token on a route it may
 //    not use (delete, fork): 403. /healthz and /metrics need no token.
-//  - Records kubicle_http_request_seconds{route,code} in the registry.
+//  - Records kubicle_http_request_seconds{route,code} in the registry (one
+//    ApiServer per registry: the family is registered by the constructor).
 //  - Each request is handled on a thread of its own (service calls block:
 //    a create returns once the VM answers, an exec when the command ends),
 //    at most 1,024 at once (more get 503), so /healthz and short calls
