@@ -31,6 +31,7 @@
 
 #include "e2e/nested/test_watchdog.h"
 #include "guest/client/agent_client.h"
+#include "guest/protocol/tlv.h"
 #include "vmm/testing/vm_process.h"
 
 namespace kubicle::e2e::nested {
@@ -185,7 +186,11 @@ std::string GuestRandom(AgentClient& agent) {
 }
 
 // The clone's new identity, as the node runtime gives it: a host-drawn seed,
-// the host's clock, a hostname and a generation.
+// the host's clock, a hostname and a generation. The reply must carry no
+// warnings: as PID 1 the agent really credits the seed and forces a CRNG
+// reseed (RNDADDENTROPY, RNDRESEEDCRNG), sets the clock and the hostname.
+// (Distinct urandom bytes alone would not show the reseed: Linux's own
+// interrupt entropy soon makes unseeded clones differ too.)
 Status SendPostRestore(AgentClient& agent, const std::string& hostname, uint64_t generation) {
   guest::protocol::PostRestoreRequest req;
   std::random_device rd;
@@ -195,9 +200,21 @@ Status SendPostRestore(AgentClient& agent, const std::string& hostname, uint64_t
                                    .count());
   req.hostname = hostname;
   req.generation = generation;
-  auto gen = agent.PostRestore(req, DeadlineIn(kCallTimeout));
-  if (!gen.ok()) return gen.status();
-  if (*gen != generation) return Status::Internal("agent applied generation " + std::to_string(*gen));
+  const uint32_t id = 50000 + uint32_t(generation);  // clear of the client's own ids
+  auto frame = guest::protocol::EncodeFrame(guest::protocol::MakeFrame(req, id));
+  if (!frame.ok()) return frame.status();
+  auto raw = agent.RawExchange(id, *frame, DeadlineIn(kCallTimeout));
+  if (!raw.ok()) return raw.status();
+  if (raw->type != guest::protocol::MsgType::kPostRestore) {
+    return Status::Internal("POST_RESTORE answered with message type " +
+                            std::to_string(int(raw->type)));
+  }
+  guest::protocol::FieldReader fields(raw->payload);
+  const std::string warnings =
+      fields.Str(guest::protocol::Tag::kErrorMessage, 4096).value_or("");
+  if (!warnings.empty()) return Status::Internal("POST_RESTORE in the guest: " + warnings);
+  auto applied = guest::protocol::FieldReader(raw->payload).U64(guest::protocol::Tag::kGeneration);
+  if (!applied || *applied != generation) return Status::Internal("generation not applied");
   return Status::Ok();
 }
 
