@@ -120,6 +120,8 @@ class SandboxManager final : public SandboxService {
   void AdoptOne(SandboxRecord record);
   void KillOrphans();
   // Creation and forking (sandbox_manager_create.cc).
+  Result<std::shared_ptr<Sandbox>> NewSandbox(const SandboxSpec& spec, std::string* token);
+  Status RegisterSandbox(const std::shared_ptr<Sandbox>& sb, std::string* snapshot_dir);
   // A pool VM of this shape with its capacity: taken warm or started now.
   Status AcquireVm(const VmShape& shape, std::optional<PoolVm>* vm);
   // Evicts idle pool VMs of other shapes if that makes room.

@@ -85,46 +85,57 @@ Status SandboxManager::ReserveCapacity(const VmShape& shape) {
   return Status::Ok();
 }
 
-Result<SandboxInfo> SandboxManager::CreateSandbox(const SandboxSpec& spec) {
-  const auto t0 = std::chrono::steady_clock::now();
+Result<std::shared_ptr<SandboxManager::Sandbox>> SandboxManager::NewSandbox(const SandboxSpec& spec,
+                                                                             std::string* token) {
   RETURN_IF_ERROR(ValidateId(spec.template_name, "template name"));
   if (!spec.id.empty()) RETURN_IF_ERROR(ValidateId(spec.id, "sandbox id"));
   RETURN_IF_ERROR(CheckCommon(spec.labels, spec.ttl_seconds));
   auto sb = std::make_shared<Sandbox>();
   SandboxInfo& info = sb->rec.info;
   info.id = spec.id.empty() ? "sb-" + RandomHex(5) : spec.id;
-  const std::string hostname = spec.hostname.empty() ? info.id : spec.hostname;
-  RETURN_IF_ERROR(guest::protocol::ValidateHostname(hostname));
+  RETURN_IF_ERROR(guest::protocol::ValidateHostname(spec.hostname.empty() ? info.id : spec.hostname));
   info.template_name = spec.template_name;
   info.labels = spec.labels;
   info.created_at = config_.clock();
   if (spec.ttl_seconds) info.expires_at = info.created_at + std::chrono::seconds(*spec.ttl_seconds);
-  const std::string token = RandomHex(32);
-  sb->rec.token_sha256 = Sha256Hex(token);
+  *token = RandomHex(32);
+  sb->rec.token_sha256 = Sha256Hex(*token);
+  return sb;
+}
 
-  std::unique_lock op(sb->op_mu);  // a concurrent delete waits for this create
-  std::string snapshot_dir;
+// Under one hold of mu_, so DeleteTemplate cannot slip in between: the
+// template is Ready, the id free; the sandbox enters the map as Creating.
+Status SandboxManager::RegisterSandbox(const std::shared_ptr<Sandbox>& sb, std::string* snapshot_dir) {
+  SandboxInfo& info = sb->rec.info;
+  std::lock_guard l(mu_);
+  if (shut_down_) return Status::Unavailable("the node runtime is shutting down");
+  auto t = templates_.find(info.template_name);
+  if (t == templates_.end()) return Status::NotFound("no template '" + info.template_name + "'");
   {
-    std::lock_guard l(mu_);
-    if (shut_down_) return Status::Unavailable("the node runtime is shutting down");
-    auto t = templates_.find(spec.template_name);
-    if (t == templates_.end()) return Status::NotFound("no template '" + spec.template_name + "'");
-    {
-      std::lock_guard tl(t->second->mu);
-      const TemplateInfo& ti = t->second->info;
-      if (ti.state != TemplateState::kReady)
-        return Status::FailedPrecondition("template '" + spec.template_name + "' is " +
-                                          TemplateStateName(ti.state) +
-                                          (ti.message.empty() ? "" : ": " + ti.message));
-      snapshot_dir = ti.snapshot_dir;
-      sb->shape = {ti.spec.mem_mib, ti.spec.vcpus};
-    }
-    if (sandboxes_.count(info.id)) return Status::AlreadyExists("sandbox '" + info.id + "' exists");
-    info.cid = AllocateCid();
-    sb->holds_cid = true;
-    sb->rec.generation = next_generation_++;
-    sandboxes_[info.id] = sb;
+    std::lock_guard tl(t->second->mu);
+    const TemplateInfo& ti = t->second->info;
+    if (ti.state != TemplateState::kReady)
+      return Status::FailedPrecondition("template '" + info.template_name + "' is " +
+                                        TemplateStateName(ti.state) + (ti.message.empty() ? "" : ": " + ti.message));
+    *snapshot_dir = ti.snapshot_dir;
+    sb->shape = {ti.spec.mem_mib, ti.spec.vcpus};
   }
+  if (sandboxes_.count(info.id)) return Status::AlreadyExists("sandbox '" + info.id + "' exists");
+  info.cid = AllocateCid();
+  sb->holds_cid = true;
+  sb->rec.generation = next_generation_++;
+  sandboxes_[info.id] = sb;
+  return Status::Ok();
+}
+
+Result<SandboxInfo> SandboxManager::CreateSandbox(const SandboxSpec& spec) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string token, snapshot_dir;
+  ASSIGN_OR_RETURN(std::shared_ptr<Sandbox> sb, NewSandbox(spec, &token));
+  SandboxInfo& info = sb->rec.info;
+  const std::string hostname = spec.hostname.empty() ? info.id : spec.hostname;
+  std::unique_lock op(sb->op_mu);  // a concurrent delete waits for this create
+  RETURN_IF_ERROR(RegisterSandbox(sb, &snapshot_dir));
   info.mem_mib = sb->shape.mem_mib;
   info.vcpus = sb->shape.vcpus;
   std::optional<PoolVm> vm;
