@@ -236,6 +236,34 @@ bool CounterPasses(AgentClient& agent, long above) {
   return false;
 }
 
+// `kubicle-vmm restore` of `snap` in a new process with `cid`, then
+// POST_RESTORE and one exec; prints how long each took.
+Result<Booted> RestoreClone(const std::string& snap, uint64_t cid, const std::string& hostname,
+                            uint64_t generation) {
+  VmProcessOptions o;
+  o.vmm_binary = KUBICLE_VMM_BIN;
+  o.restore_from = snap;
+  o.cid = cid;
+  Progress("restore as " + hostname);
+  const auto start = std::chrono::steady_clock::now();
+  Booted c;
+  ASSIGN_OR_RETURN(c.vm, VmProcess::Start(o));
+  WatchVmDir(c.vm->dir());
+  auto agent = c.vm->ConnectAgent(120s);
+  if (!agent.ok()) {
+    return agent.status().WithContext("vmm log:\n" + c.vm->VmmLog() + "\nserial:\n" +
+                                      c.vm->SerialOutput());
+  }
+  c.agent = std::move(*agent);
+  c.boot_to_agent_ms = MsSince(start);
+  RETURN_IF_ERROR(SendPostRestore(*c.agent, hostname, generation));
+  ASSIGN_OR_RETURN(ExecResult exec, Sh(*c.agent, "true"));
+  if (exec.exit_code != 0) return Status::Internal("exec of `true` failed in the clone");
+  std::printf("restore %s: to agent answering %.0f ms, to POST_RESTORE and exec done %.0f ms\n",
+              hostname.c_str(), c.boot_to_agent_ms, MsSince(start));
+  return c;
+}
+
 // Checks one clone right after it answered: identity, hostname, python,
 // the snapshot's file and processes, the wall clock.
 void ExpectCloneWorks(AgentClient& agent, const std::string& hostname, uint64_t cid,
@@ -374,32 +402,13 @@ TEST_F(LinuxCloneTest, RestoresRunSideBySideWithOwnIdentityAndPrivateFiles) {
   std::printf("snapshot (512 MiB python guest, resume): %.0f ms\n", MsSince(start));
   ASSERT_TRUE(agent().Ping(DeadlineIn(kCallTimeout)).ok()) << "the origin stopped answering";
 
-  std::vector<std::unique_ptr<VmProcess>> clones;
-  std::vector<std::unique_ptr<AgentClient>> agents;
+  std::vector<Booted> clones;
   for (int i = 0; i < 2; ++i) {
-    VmProcessOptions o;
-    o.vmm_binary = KUBICLE_VMM_BIN;
-    o.restore_from = snap;
-    o.cid = 10 + i;
-    Progress("restore " + std::to_string(i));
-    start = std::chrono::steady_clock::now();
-    auto clone = VmProcess::Start(o);
+    auto clone = RestoreClone(snap, 10 + i, "py-restore-" + std::to_string(i), 1 + i);
     ASSERT_TRUE(clone.ok()) << clone.status().ToString();
-    WatchVmDir((*clone)->dir());
-    auto a = (*clone)->ConnectAgent(120s);
-    ASSERT_TRUE(a.ok()) << a.status().ToString() << "\nvmm log:\n" << (*clone)->VmmLog()
-                        << "\nserial:\n" << (*clone)->SerialOutput();
-    const double answer_ms = MsSince(start);
-    const std::string hostname = "py-restore-" + std::to_string(i);
-    Status post = SendPostRestore(**a, hostname, 1 + i);
-    ASSERT_TRUE(post.ok()) << post.ToString();
-    auto exec = Sh(**a, "true");
-    ASSERT_TRUE(exec.ok()) << exec.status().ToString();
-    std::printf("restore %d: to agent answering %.0f ms, to POST_RESTORE and exec done %.0f ms\n",
-                i, answer_ms, MsSince(start));
     clones.push_back(std::move(*clone));
-    agents.push_back(std::move(*a));
   }
+  std::vector<AgentClient*> agents = {clones[0].agent.get(), clones[1].agent.get()};
   for (int i = 0; i < 2; ++i) {
     Progress("checking restore " + std::to_string(i));
     ExpectCloneWorks(*agents[i], "py-restore-" + std::to_string(i), 10 + i, counter);
@@ -412,7 +421,7 @@ TEST_F(LinuxCloneTest, RestoresRunSideBySideWithOwnIdentityAndPrivateFiles) {
                                    DeadlineIn(kCallTimeout)).ok());
   ASSERT_EQ(ShOut(*agents[0], "echo only-0 > /root/only-0.txt && cat /root/only-0.txt"),
             "only-0\n");
-  for (AgentClient* other : {agents[1].get(), &agent()}) {
+  for (AgentClient* other : {agents[1], &agent()}) {
     EXPECT_EQ(ShOut(*other, "cat " + kSnapFile), kSnapText);
     EXPECT_EQ(ShOut(*other, "test -e /root/only-0.txt && echo present || echo absent"),
               "absent\n");
