@@ -50,7 +50,7 @@ state=$(mktemp -d /tmp/kubicle-demo-XXXXXX)
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 export KUBICLE_NODE_URL=http://127.0.0.1:$port KUBICLE_NODE_TOKEN_FILE=$state/admin.token
 "$B/noderuntime/daemon/kubicle-node" serve --state-dir "$state/node" --listen "127.0.0.1:$port" \
-  --token-file "$KUBICLE_NODE_TOKEN_FILE" --vmm "$B/vmm/kubicle-vmm" >"$state/node.log" 2>&1 &
+  --token-file "$KUBICLE_NODE_TOKEN_FILE" --vmm "$B/vmm/kubicle-vmm" --stop-vms-on-exit >"$state/node.log" 2>&1 &
 node_pid=$!
 cleanup() {
   kill -TERM "$node_pid" 2>/dev/null && wait "$node_pid" 2>/dev/null || true
