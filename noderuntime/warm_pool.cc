@@ -23,14 +23,17 @@ void WarmPool::Start() {
 }
 
 void WarmPool::Stop() {
-  std::map<VmShape, std::vector<PoolVm>> idle;
   {
     std::lock_guard l(mu_);
     stop_ = true;
-    idle.swap(idle_);
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  std::map<VmShape, std::vector<PoolVm>> idle;
+  {
+    std::lock_guard l(mu_);
+    idle.swap(idle_);
+  }
   for (auto& [shape, vms] : idle) {
     for (PoolVm& vm : vms) {
       Destroy(vm);
@@ -140,12 +143,9 @@ std::vector<pid_t> WarmPool::idle_pids() const {
   return out;
 }
 
-Result<PoolVm> WarmPool::Spawn(const VmShape& shape) {
+Result<PoolVm> WarmPool::Launch(const VmShape& shape) {
   PoolVm vm;
-  {
-    std::lock_guard l(mu_);
-    vm.name = "pool-" + std::to_string(++next_);
-  }
+  vm.name = "pool-" + std::to_string(++next_);  // atomic: callers may hold mu_ or not
   vm.shape = shape;
   vm.control_path = options_.sock_dir + "/" + vm.name + ".ctl";
   vm.log_path = options_.dir + "/" + vm.name + ".log";
@@ -154,58 +154,91 @@ Result<PoolVm> WarmPool::Spawn(const VmShape& shape) {
                                   "--vcpus", std::to_string(shape.vcpus), "--control", vm.control_path,
                                   "--id", vm.name},
                                  vm.log_path));
+  return vm;
+}
+
+Status WarmPool::Failed(PoolVm& vm, Status why) {
+  std::string tail = TailOfFile(vm.log_path, 300);
+  Destroy(vm);
+  return why.WithContext("pool vm " + vm.name + (tail.empty() ? "" : " (" + tail + ")"));
+}
+
+Result<PoolVm> WarmPool::StartNow(const VmShape& shape) {
+  ASSIGN_OR_RETURN(PoolVm vm, Launch(shape));
   Status ready = WaitForControl(vm.control_path, vm.handle.pidfd.get(), 30s);
-  if (!ready.ok()) {
-    std::string tail = TailOfFile(vm.log_path, 300);
-    Destroy(vm);
-    return ready.WithContext("pool vm " + vm.name + (tail.empty() ? "" : " (" + tail + ")"));
-  }
+  if (!ready.ok()) return Failed(vm, ready);
   if (options_.prepare) options_.prepare(vm);
   return vm;
 }
 
-Result<PoolVm> WarmPool::StartNow(const VmShape& shape) { return Spawn(shape); }
+void WarmPool::LaunchWanted() {
+  for (const auto& [shape, n] : wanted_) {
+    while (idle_[shape].size() + starting_[shape] < options_.per_shape) {
+      if (options_.reserve && !options_.reserve(shape)) return;
+      auto vm = Launch(shape);
+      if (!vm.ok()) {
+        if (options_.release) options_.release(shape);
+        log::Error("pool vm failed to start", {{"error", vm.status().ToString()}});
+        backoff_until_ = std::chrono::steady_clock::now() + 1s;  // a broken binary or host
+        return;
+      }
+      vm->started = std::chrono::steady_clock::now();
+      ++starting_[shape];
+      launching_.push_back(std::move(vm).value());
+    }
+  }
+}
 
+bool WarmPool::PollLaunching() {
+  bool changed = false;
+  for (size_t i = 0; i < launching_.size();) {
+    PoolVm& vm = launching_[i];
+    Status failed;
+    if (WaitExited(vm.handle.pidfd.get(), 0ms)) {
+      ReapIfChild(vm.handle.pidfd.get());
+      failed = Status::Unavailable("exited before its control socket answered");
+    } else if (std::chrono::steady_clock::now() - vm.started > 60s) {
+      failed = Status::DeadlineExceeded("control socket did not answer in 60 s");
+    } else if (!ControlCall(vm.control_path, {{"cmd", "status"}}, 1s).ok()) {
+      ++i;
+      continue;
+    }
+    PoolVm done = std::move(vm);
+    launching_.erase(launching_.begin() + static_cast<long>(i));
+    --starting_[done.shape];
+    changed = true;
+    if (!failed.ok()) {
+      log::Error("pool vm failed to start", {{"error", Failed(done, failed).ToString()}});
+      if (options_.release) options_.release(done.shape);
+      backoff_until_ = std::chrono::steady_clock::now() + 1s;
+      continue;
+    }
+    if (options_.prepare) options_.prepare(done);
+    idle_[done.shape].push_back(std::move(done));
+  }
+  return changed;
+}
+
+// Pool VMs start concurrently: most of a start is the kernel registering
+// memory slots (an SRCU grace period), which overlaps well.
 void WarmPool::Run() {
   std::unique_lock l(mu_);
   while (!stop_) {
     DropDead();
-    std::optional<VmShape> need;
-    for (const auto& [shape, n] : wanted_) {
-      if (idle_[shape].size() < options_.per_shape) {
-        need = shape;
-        break;
-      }
-    }
-    if (!need || (options_.reserve && !options_.reserve(*need))) {
-      cv_.wait_for(l, 100ms);
-      continue;
-    }
-    ++starting_[*need];
-    l.unlock();
-    Result<PoolVm> vm = Spawn(*need);
-    l.lock();
-    --starting_[*need];
-    cv_.notify_all();
-    if (!vm.ok()) {
-      if (options_.release) options_.release(*need);
-      log::Error("pool vm failed to start", {{"error", vm.status().ToString()}});
-      cv_.wait_for(l, 1s);  // do not spin on a broken binary or host
-      continue;
-    }
-    if (stop_) {
+    if (std::chrono::steady_clock::now() >= backoff_until_) LaunchWanted();
+    if (PollLaunching()) {
+      cv_.notify_all();
       l.unlock();
-      Destroy(*vm);
-      if (options_.release) options_.release(*need);
+      if (options_.on_change) options_.on_change();
       l.lock();
-      break;
     }
-    idle_[*need].push_back(std::move(vm).value());
-    cv_.notify_all();
-    l.unlock();
-    if (options_.on_change) options_.on_change();
-    l.lock();
+    cv_.wait_for(l, launching_.empty() ? 100ms : 2ms);
   }
+  for (PoolVm& vm : launching_) {
+    Destroy(vm);
+    if (options_.release) options_.release(vm.shape);
+  }
+  launching_.clear();
 }
 
 }  // namespace kubicle::noderuntime

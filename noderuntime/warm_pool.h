@@ -10,6 +10,8 @@
 // control socket <sock_dir>/<name>.ctl; the taker renames them.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <compare>
 #include <condition_variable>
 #include <cstdint>
@@ -38,6 +40,7 @@ struct PoolVm {
   VmmHandle handle;
   std::string control_path;
   std::string log_path;
+  std::chrono::steady_clock::time_point started;
 };
 
 class WarmPool {
@@ -84,7 +87,10 @@ class WarmPool {
  private:
   void Run();
   void DropDead();  // requires mu_
-  Result<PoolVm> Spawn(const VmShape& shape);
+  Result<PoolVm> Launch(const VmShape& shape);  // spawns, does not wait
+  Status Failed(PoolVm& vm, Status why);         // destroys it, says why
+  void LaunchWanted();   // requires mu_: starts what the wanted shapes lack
+  bool PollLaunching();  // requires mu_: moves answering VMs to idle_
 
   Options options_;
   mutable std::mutex mu_;
@@ -94,7 +100,9 @@ class WarmPool {
   std::map<VmShape, int> wanted_;
   std::map<VmShape, std::vector<PoolVm>> idle_;
   std::map<VmShape, int> starting_;
-  uint64_t next_ = 0;
+  std::vector<PoolVm> launching_;  // spawned by the refill thread, not answering yet
+  std::chrono::steady_clock::time_point backoff_until_{};
+  std::atomic<uint64_t> next_{0};
 };
 
 }  // namespace kubicle::noderuntime
