@@ -149,6 +149,8 @@ TEST_F(SandboxManagerKvmTest, CreateListExecFilesDelete) {
   std::string text = metrics_->Render();
   EXPECT_NE(text.find("kubicle_restore_seconds_count 2"), std::string::npos) << text;
   EXPECT_NE(text.find("kubicle_sandboxes{state=\"Running\"} 0"), std::string::npos) << text;
+  EXPECT_NE(text.find("\nkubicle_pool_vms "), std::string::npos) << text;  // refills: any value
+  EXPECT_NE(text.find("kubicle_vmm_crashes_total 0"), std::string::npos) << text;
 }
 
 TEST_F(SandboxManagerKvmTest, BadInputChangesNothing) {
