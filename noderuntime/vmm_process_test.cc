@@ -98,16 +98,18 @@ TEST_F(VmmProcessTest, ControlCallErrors) {
 }
 
 TEST_F(VmmProcessTest, FindsProcessesByBinaryAndStateDir) {
-  // /bin/sh stands in for kubicle-vmm; one argument lies under dir_.
-  auto s = SpawnDetached({"/bin/sh", "-c", "sleep 30; true", "sh", dir_ + "/sock/1.ctl"}, dir_ + "/log");
+  // tail stands in for kubicle-vmm; its argument lies under dir_. (Not a
+  // shell: a shell's forked child shows the same command line until it execs.)
+  ASSERT_TRUE(AtomicWriteFile(dir_ + "/watched", "x\n").ok());
+  auto s = SpawnDetached({"/usr/bin/tail", "-f", dir_ + "/watched"}, dir_ + "/log");
   ASSERT_TRUE(s.ok());
   std::vector<pid_t> found;
   for (int i = 0; i < 5000 && found.empty(); ++i) {
-    found = FindVmmProcesses("/bin/sh", dir_);
+    found = FindVmmProcesses("/usr/bin/tail", dir_);
     if (found.empty()) std::this_thread::sleep_for(1ms);
   }
   EXPECT_EQ(found, std::vector<pid_t>{s->pid});
-  EXPECT_TRUE(FindVmmProcesses("/bin/sh", dir_ + "-other").empty());
+  EXPECT_TRUE(FindVmmProcesses("/usr/bin/tail", dir_ + "-other").empty());
   EXPECT_TRUE(FindVmmProcesses("/usr/bin/kubicle-vmm", dir_).empty());
   (void)PidfdKill(s->pidfd.get(), SIGKILL);
   WaitExited(s->pidfd.get(), 10s);
