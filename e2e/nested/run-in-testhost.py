@@ -27,6 +27,7 @@ directory (or --cwd).
 import argparse
 import ctypes
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -39,6 +40,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 PASS_ENV_PREFIXES = ("KUBICLE_", "GTEST_")
 PASS_ENV_NAMES = ("HOME", "PATH", "LANG", "TERM")
+# The test host kernel itself failing (QEMU's emulated nested SVM has corrupted
+# it): as good as wedged.
+HOST_KERNEL_FAULT = re.compile(r"^\[\s*\d+\.\d+\] (.*BUG: |Oops|Kernel panic|.*double fault)")
 
 
 def log(msg):
@@ -124,6 +128,8 @@ def stream(proc, started, state):
             continue  # QEMU's note about host features it only pretends to have
         if "kubicle-testhost: alive" in line:
             continue  # the heartbeat: counted above, not worth showing
+        if HOST_KERNEL_FAULT.match(line) and "host_fault" not in state:
+            state["host_fault"] = line.strip()
         if "kubicle-testhost: ready" in line and state.get("ready") is None:
             state["ready"] = time.monotonic() - started
             log(f"test host up in {state['ready']:.1f} s; running the command")
@@ -156,6 +162,9 @@ def wait_for_qemu(proc, state, started, args):
         now = time.monotonic()
         if now - started > args.timeout:
             return "timeout"
+        if "host_fault" in state:
+            time.sleep(2)  # let the report reach the log
+            return "wedged"
         last = state.get("last_output", started)
         if state.get("ready") is not None and now - last > args.wedge_after:
             return "wedged"
@@ -189,6 +198,10 @@ def run_once(testhost, args, attempt):
     outcome = wait_for_qemu(proc, state, started, args)
     if outcome == "timeout":
         log(f"timeout after {args.timeout:.0f} s: killing QEMU")
+        kill_group(proc)
+    elif outcome == "wedged" and "host_fault" in state:
+        log(f"the test host kernel failed ({state['host_fault']}): QEMU's emulated nested "
+            "SVM, see docs/testing.md; killing QEMU")
         kill_group(proc)
     elif outcome == "wedged":
         log(f"the test host printed nothing for {args.wedge_after:.0f} s, not even its "
