@@ -28,9 +28,14 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-# Python packages the tests use (a real Prometheus text parser for /metrics).
+# Python packages the tests use (a real Prometheus text parser for /metrics;
+# PyYAML for crds/crd_descriptions_test.py).
 if ! python3 -c "import prometheus_client" 2>/dev/null; then
   echo "install-deps: installing prometheus_client from PyPI"
   python3 -m pip install --quiet prometheus_client
+fi
+if ! python3 -c "import yaml" 2>/dev/null; then
+  echo "install-deps: installing pyyaml from PyPI"
+  python3 -m pip install --quiet pyyaml
 fi
 echo "install-deps: all packages present"
