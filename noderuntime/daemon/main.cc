@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <thread>
 
@@ -37,7 +38,6 @@ NodeConfig ConfigFrom(const ServeFlags& f) {
 }
 
 int Serve(const ServeFlags& f) {
-  log::Init("kubicle-node", f.log_json, log::ParseLevel(f.log_level));
   // Signals are taken synchronously by sigwait below; every thread started
   // from here on inherits the mask.
   sigset_t stop_signals;
@@ -106,6 +106,29 @@ int Serve(const ServeFlags& f) {
   return 0;
 }
 
+// kubicle-vmm beside the running binary: the packages and the image install
+// both side by side, so --vmm is only needed for unusual layouts.
+Result<std::string> DefaultVmmPath() {
+  std::error_code ec;
+  std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return Status::Internal("cannot read /proc/self/exe: " + ec.message());
+  return (self.parent_path() / "kubicle-vmm").string();
+}
+
+// Fills the defaults the pure parser leaves empty because they depend on
+// the running process.
+Status FillProcessDefaults(ServeFlags* f) {
+  if (f->vmm.empty()) {
+    ASSIGN_OR_RETURN(f->vmm, DefaultVmmPath());
+  }
+  if (f->advertise_address.empty()) {
+    char host[256] = {};
+    if (::gethostname(host, sizeof(host) - 1) != 0) return Status::FromErrno("gethostname");
+    f->advertise_address = host;
+  }
+  return Status::Ok();
+}
+
 int Main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
@@ -127,6 +150,16 @@ int Main(int argc, char** argv) {
     std::fputs(kServeUsage, stdout);
     return 0;
   }
+  Status filled = FillProcessDefaults(&*flags);
+  if (!filled.ok()) {
+    std::fprintf(stderr, "kubicle-node serve: %s\n", filled.ToString().c_str());
+    return kExitSetup;
+  }
+  if (flags->check_flags) {
+    std::puts("kubicle-node: flags ok");
+    return 0;
+  }
+  log::Init("kubicle-node", flags->log_format == "json", log::ParseLevel(flags->log_level));
   return Serve(*flags);
 }
 

@@ -1,5 +1,10 @@
 // kubicle-node's command line: `kubicle-node serve --state-dir D ...`.
-// Parsing is a pure function so every flag and error is unit-tested.
+// Parsing is a pure function so every flag and error is unit-tested: it
+// reads no files and asks the OS nothing. The few defaults that depend on
+// the running process (the kubicle-vmm path, a wildcard listen address's
+// advertised host) are left empty here and filled by main.cc.
+// Every value flag is accepted as `--flag value` and as `--flag=value`;
+// boolean flags take no value.
 #pragma once
 
 #include <cstdint>
@@ -15,14 +20,33 @@ struct ServeFlags {
   std::string listen_host = "127.0.0.1";
   int listen_port = 7070;          // 0: pick a free port (printed on stdout)
   std::string token_file;          // created (0600, random) when absent
-  std::string vmm;                 // path to kubicle-vmm
+  // Path to kubicle-vmm. Empty when --vmm is not given: main fills in
+  // kubicle-vmm beside the running binary (/proc/self/exe).
+  std::string vmm;
+  // Host clients use to reach the data plane. Default: the listen host;
+  // empty when that is a wildcard (0.0.0.0, ::), and main uses the hostname.
+  std::string advertise_address;
   uint64_t capacity_mem_mib = 0;   // 0: 3/4 of the host's RAM
   uint32_t capacity_vcpus = 0;     // 0: 16 per host CPU, at least 64
+  uint32_t capacity_sandboxes = 500;  // 1..100000
   uint32_t pool_size = 2;
   bool use_cgroups = true;
   bool stop_vms_on_exit = false;   // SIGTERM deletes every sandbox (demos, CI)
-  bool log_json = false;
+  std::string log_format = "text";  // "text" or "json"
+  bool log_json = false;           // always log_format == "json" (--log-json is an alias)
   std::string log_level = "info";
+  // Cluster membership (node agent). Set: the node joins a cluster under this
+  // name, a DNS-1123 subdomain. The flags below need it.
+  std::string node_name;
+  // Empty: in-cluster service account, else $KUBECONFIG, else ~/.kube/config
+  // (resolved by the node agent, not by the parser).
+  std::string kubeconfig;
+  std::string lease_namespace = "kubicle-node-lease";  // a DNS-1123 label
+  int lease_duration_seconds = 40;                     // 10..3600
+  // Absolute directories images are read from (--image-root, repeatable).
+  // None given and node_name set: {"/var/lib/kubicle/images"}.
+  std::vector<std::string> image_roots;
+  bool check_flags = false;  // parse, validate, print "kubicle-node: flags ok", exit 0
   bool help = false;
 };
 
