@@ -2,31 +2,58 @@
 
 #include <cctype>
 #include <charconv>
+#include <optional>
+#include <set>
+#include <string_view>
 
 namespace kubicle::noderuntime::daemon {
 
-const char kServeUsage[] = R"(usage: kubicle-node serve --state-dir DIR --vmm PATH [flags]
+const char kServeUsage[] = R"(usage: kubicle-node serve --state-dir DIR [flags]
 
 Runs the node daemon: bakes templates, runs sandboxes in kubicle-vmm
-processes, serves the HTTP API (docs/node.md).
+processes, serves the HTTP API, /metrics and /healthz (docs/node.md).
+Value flags are written "--flag VALUE" or "--flag=VALUE".
 
   --state-dir DIR        where templates, sandboxes and sockets live (required)
-  --vmm PATH             the kubicle-vmm binary (required)
+  --vmm PATH             the kubicle-vmm binary (default: kubicle-vmm in the
+                         directory of this binary)
   --listen HOST:PORT     API address (default 127.0.0.1:7070; port 0 picks one,
                          printed on stdout as "listening on http://HOST:PORT")
+  --advertise-address HOST
+                         host clients use to reach the API (default: the
+                         listen host, or this host's name when that is
+                         0.0.0.0 or ::)
   --token-file FILE      the admin bearer token (default DIR/admin-token);
                          created with mode 0600 and a random token if absent
-  --capacity-mem SIZE    guest memory the node may hand out: 20G, 512M
-                         (default: 3/4 of the host's RAM)
+  --capacity-mem SIZE    guest memory the node may hand out: 20G, 512M, or
+                         plain MiB (default: 3/4 of the host's RAM)
   --capacity-vcpus N     vCPUs the node may hand out (default: 16 per host
                          CPU, at least 64: idle VMs cost no CPU)
+  --capacity-sandboxes N sandboxes the node may run at once, 1..100000
+                         (default 500)
   --pool-size N          idle warm-pool VMs kept per template shape (default 2)
   --no-cgroups           do not put VMs in per-VM cgroups
   --stop-vms-on-exit     on SIGTERM/SIGINT delete every sandbox too (for demos
                          and CI: nothing is left running)
-  --log-json             JSON log lines on stderr
+  --log-format FORMAT    text or json log lines on stderr (default text)
+  --log-json             same as --log-format=json
   --log-level LEVEL      debug, info, warn, error (default info)
+  --check-flags          check the flags, print "kubicle-node: flags ok" and
+                         exit 0 (1 with the error when they are wrong)
   --help                 this text
+
+Cluster node (all but --node-name need --node-name):
+  --node-name NAME       join a Kubernetes cluster as this node (a DNS-1123
+                         subdomain, usually the Kubernetes node's name)
+  --kubeconfig FILE      cluster credentials (default: the in-cluster service
+                         account, else $KUBECONFIG, else ~/.kube/config)
+  --lease-namespace NS   namespace of the node's heartbeat Lease (default
+                         kubicle-node-lease)
+  --lease-duration-seconds N
+                         the Lease expires N seconds after the last renewal,
+                         10..3600 (default 40)
+  --image-root DIR       absolute directory sandbox images may be read from;
+                         repeatable (default /var/lib/kubicle/images)
 
 On SIGTERM or SIGINT the daemon stops serving and exits 0, leaving sandbox
 VMs running (unless --stop-vms-on-exit): the next start on the same
@@ -36,14 +63,60 @@ Exit codes: 0 clean stop, 1 usage, 2 setup failed (state dir, listen, token).
 
 namespace {
 
-Result<uint64_t> ParseUint(const std::string& flag, const std::string& text, uint64_t max) {
+Result<uint64_t> ParseUint(const std::string& flag, const std::string& text, uint64_t max,
+                           uint64_t min = 0) {
   uint64_t v = 0;
   auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (text.empty() || ec != std::errc() || p != text.data() + text.size() || v > max) {
-    return Status::InvalidArgument(flag + ": \"" + text + "\" is not a number in [0, " +
-                                   std::to_string(max) + "]");
+  if (text.empty() || ec != std::errc() || p != text.data() + text.size() || v < min ||
+      v > max) {
+    return Status::InvalidArgument(flag + ": \"" + text + "\" is not a number in [" +
+                                   std::to_string(min) + ", " + std::to_string(max) + "]");
   }
   return v;
+}
+
+bool IsLowerAlnum(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); }
+
+// One DNS-1123 label: lowercase alphanumerics and '-', starting and ending
+// with an alphanumeric.
+bool IsDns1123Label(std::string_view s, size_t max_len) {
+  if (s.empty() || s.size() > max_len) return false;
+  if (!IsLowerAlnum(s.front()) || !IsLowerAlnum(s.back())) return false;
+  for (char c : s) {
+    if (!IsLowerAlnum(c) && c != '-') return false;
+  }
+  return true;
+}
+
+// Kubernetes' DNS-1123 subdomain (node names): labels joined by '.', at most
+// 253 characters in all.
+bool IsDns1123Subdomain(std::string_view s) {
+  if (s.empty() || s.size() > 253) return false;
+  size_t start = 0;
+  while (true) {
+    size_t dot = s.find('.', start);
+    std::string_view label = s.substr(start, dot == std::string_view::npos ? dot : dot - start);
+    if (!IsDns1123Label(label, 253)) return false;
+    if (dot == std::string_view::npos) return true;
+    start = dot + 1;
+  }
+}
+
+bool IsWildcardHost(const std::string& host) { return host == "0.0.0.0" || host == "::"; }
+
+// A hostname or an IP address: no scheme, port or path.
+Status CheckAdvertiseAddress(const std::string& host) {
+  if (host.empty()) return Status::InvalidArgument("--advertise-address needs a value");
+  for (char c : host) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '.' && c != ':') {
+      return Status::InvalidArgument("--advertise-address: \"" + host +
+                                     "\" is not a host name or IP address");
+    }
+  }
+  if (IsWildcardHost(host)) {
+    return Status::InvalidArgument("--advertise-address: " + host + " is not reachable by clients");
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -85,56 +158,150 @@ Status ParseListen(const std::string& text, std::string* host, int* port) {
   return Status::Ok();
 }
 
-Result<ServeFlags> ParseServeFlags(const std::vector<std::string>& args) {
-  ServeFlags f;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    auto value = [&]() -> Result<std::string> {
-      if (i + 1 >= args.size()) return Status::InvalidArgument(a + " needs a value");
-      return args[++i];
-    };
-    if (a == "--help" || a == "-h") {
-      f.help = true;
-      return f;
-    } else if (a == "--no-cgroups") {
-      f.use_cgroups = false;
-    } else if (a == "--stop-vms-on-exit") {
-      f.stop_vms_on_exit = true;
-    } else if (a == "--log-json") {
-      f.log_json = true;
-    } else if (a == "--state-dir") {
-      ASSIGN_OR_RETURN(f.state_dir, value());
-    } else if (a == "--token-file") {
-      ASSIGN_OR_RETURN(f.token_file, value());
-    } else if (a == "--vmm") {
-      ASSIGN_OR_RETURN(f.vmm, value());
-    } else if (a == "--log-level") {
-      ASSIGN_OR_RETURN(f.log_level, value());
-    } else if (a == "--listen") {
-      ASSIGN_OR_RETURN(std::string v, value());
-      RETURN_IF_ERROR(ParseListen(v, &f.listen_host, &f.listen_port));
-    } else if (a == "--capacity-mem") {
-      ASSIGN_OR_RETURN(std::string v, value());
-      ASSIGN_OR_RETURN(f.capacity_mem_mib, ParseMemMib(v));
-    } else if (a == "--capacity-vcpus") {
-      ASSIGN_OR_RETURN(std::string v, value());
-      ASSIGN_OR_RETURN(uint64_t n, ParseUint(a, v, 1 << 20));
-      f.capacity_vcpus = static_cast<uint32_t>(n);
-    } else if (a == "--pool-size") {
-      ASSIGN_OR_RETURN(std::string v, value());
-      ASSIGN_OR_RETURN(uint64_t n, ParseUint(a, v, 1024));
-      f.pool_size = static_cast<uint32_t>(n);
-    } else {
-      return Status::InvalidArgument("unknown flag \"" + a + "\"");
+namespace {
+
+// Flags that take no value. True when `name` is one (and is applied).
+bool ApplyBoolFlag(const std::string& name, ServeFlags* f) {
+  if (name == "--no-cgroups") {
+    f->use_cgroups = false;
+  } else if (name == "--stop-vms-on-exit") {
+    f->stop_vms_on_exit = true;
+  } else if (name == "--log-json") {
+    f->log_format = "json";
+  } else if (name == "--check-flags") {
+    f->check_flags = true;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+Result<uint32_t> ParseUint32(const std::string& flag, const std::string& v, uint64_t max,
+                             uint64_t min = 0) {
+  ASSIGN_OR_RETURN(uint64_t n, ParseUint(flag, v, max, min));
+  return static_cast<uint32_t>(n);
+}
+
+// Flags that take a value. NotFound when `name` is not one.
+Status ApplyValueFlag(const std::string& name, const std::string& v, ServeFlags* f) {
+  if (name == "--state-dir") {
+    f->state_dir = v;
+  } else if (name == "--token-file") {
+    f->token_file = v;
+  } else if (name == "--vmm") {
+    f->vmm = v;
+  } else if (name == "--log-level") {
+    f->log_level = v;
+  } else if (name == "--log-format") {
+    f->log_format = v;
+  } else if (name == "--listen") {
+    return ParseListen(v, &f->listen_host, &f->listen_port);
+  } else if (name == "--advertise-address") {
+    f->advertise_address = v;
+  } else if (name == "--capacity-mem") {
+    ASSIGN_OR_RETURN(f->capacity_mem_mib, ParseMemMib(v));
+  } else if (name == "--capacity-vcpus") {
+    ASSIGN_OR_RETURN(f->capacity_vcpus, ParseUint32(name, v, 1 << 20));
+  } else if (name == "--capacity-sandboxes") {
+    ASSIGN_OR_RETURN(f->capacity_sandboxes, ParseUint32(name, v, 100000, 1));
+  } else if (name == "--pool-size") {
+    ASSIGN_OR_RETURN(f->pool_size, ParseUint32(name, v, 1024));
+  } else if (name == "--node-name") {
+    f->node_name = v;
+  } else if (name == "--kubeconfig") {
+    f->kubeconfig = v;
+  } else if (name == "--lease-namespace") {
+    f->lease_namespace = v;
+  } else if (name == "--lease-duration-seconds") {
+    ASSIGN_OR_RETURN(uint32_t n, ParseUint32(name, v, 3600, 10));
+    f->lease_duration_seconds = static_cast<int>(n);
+  } else if (name == "--image-root") {
+    f->image_roots.push_back(v);
+  } else {
+    return Status::NotFound(name);
+  }
+  return Status::Ok();
+}
+
+// The node-agent flags mean nothing to a standalone node.
+constexpr const char* kNodeNameFlags[] = {"--kubeconfig", "--lease-namespace",
+                                          "--lease-duration-seconds", "--image-root"};
+
+Status ValidateNodeAgent(const std::set<std::string>& given, ServeFlags* f) {
+  if (f->node_name.empty()) {
+    for (const char* flag : kNodeNameFlags) {
+      if (given.count(flag)) return Status::InvalidArgument(std::string(flag) + " needs --node-name");
+    }
+    return Status::Ok();
+  }
+  if (!IsDns1123Subdomain(f->node_name)) {
+    return Status::InvalidArgument("--node-name: \"" + f->node_name +
+                                   "\" is not a DNS-1123 subdomain (lowercase letters, digits, "
+                                   "'-' and '.', at most 253 characters)");
+  }
+  if (!IsDns1123Label(f->lease_namespace, 63)) {
+    return Status::InvalidArgument("--lease-namespace: \"" + f->lease_namespace +
+                                   "\" is not a DNS-1123 label (lowercase letters, digits and "
+                                   "'-', at most 63 characters)");
+  }
+  for (const std::string& root : f->image_roots) {
+    if (root.empty() || root.front() != '/') {
+      return Status::InvalidArgument("--image-root: \"" + root + "\" is not an absolute path");
     }
   }
-  if (f.state_dir.empty()) return Status::InvalidArgument("--state-dir is required");
-  if (f.vmm.empty()) return Status::InvalidArgument("--vmm is required");
-  if (f.token_file.empty()) f.token_file = f.state_dir + "/admin-token";
-  if (f.log_level != "debug" && f.log_level != "info" && f.log_level != "warn" &&
-      f.log_level != "error") {
-    return Status::InvalidArgument("--log-level: \"" + f.log_level + "\" is not debug, info, warn or error");
+  if (f->image_roots.empty()) f->image_roots = {"/var/lib/kubicle/images"};
+  return Status::Ok();
+}
+
+Status Validate(const std::set<std::string>& given, ServeFlags* f) {
+  if (f->state_dir.empty()) return Status::InvalidArgument("--state-dir is required");
+  if (f->token_file.empty()) f->token_file = f->state_dir + "/admin-token";
+  if (f->log_level != "debug" && f->log_level != "info" && f->log_level != "warn" &&
+      f->log_level != "error") {
+    return Status::InvalidArgument("--log-level: \"" + f->log_level + "\" is not debug, info, warn or error");
   }
+  if (f->log_format != "text" && f->log_format != "json") {
+    return Status::InvalidArgument("--log-format: \"" + f->log_format + "\" is not text or json");
+  }
+  f->log_json = f->log_format == "json";
+  if (f->advertise_address.empty() && !IsWildcardHost(f->listen_host)) {
+    f->advertise_address = f->listen_host;  // main fills in the hostname for a wildcard
+  } else if (given.count("--advertise-address")) {
+    RETURN_IF_ERROR(CheckAdvertiseAddress(f->advertise_address));
+  }
+  return ValidateNodeAgent(given, f);
+}
+
+}  // namespace
+
+Result<ServeFlags> ParseServeFlags(const std::vector<std::string>& args) {
+  ServeFlags f;
+  std::set<std::string> given;
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string name = args[i];
+    std::optional<std::string> value;
+    if (size_t eq = name.find('='); name.starts_with("--") && eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name.resize(eq);
+    }
+    given.insert(name);
+    if (name == "--help" || name == "-h") {
+      f.help = true;
+      return f;
+    }
+    if (ApplyBoolFlag(name, &f)) {
+      if (value) return Status::InvalidArgument(name + " takes no value");
+      continue;
+    }
+    if (!value && i + 1 < args.size()) value = args[++i];
+    Status st = ApplyValueFlag(name, value.value_or(""), &f);
+    if (st.code() == StatusCode::kNotFound) {
+      return Status::InvalidArgument("unknown flag \"" + name + "\"");
+    }
+    if (!value || value->empty()) return Status::InvalidArgument(name + " needs a value");
+    RETURN_IF_ERROR(st);
+  }
+  RETURN_IF_ERROR(Validate(given, &f));
   return f;
 }
 

@@ -35,7 +35,6 @@ TEST(ServeFlags, ParsesEveryFlag) {
 TEST(ServeFlags, RejectsBadInput) {
   for (std::vector<std::string> bad : std::vector<std::vector<std::string>>{
            {"--vmm", "/v"},
-           {"--state-dir", "/s"},
            {"--state-dir", "/s", "--vmm", "/v", "--bogus"},
            {"--state-dir", "/s", "--vmm", "/v", "--pool-size"},
            {"--state-dir", "/s", "--vmm", "/v", "--pool-size", "-1"},
@@ -46,6 +45,203 @@ TEST(ServeFlags, RejectsBadInput) {
     EXPECT_FALSE(ParseServeFlags(bad).ok()) << bad.back();
   }
   EXPECT_TRUE(ParseServeFlags({"--help"})->help);
+}
+
+TEST(ServeFlags, VmmIsOptionalAndLeftForMain) {
+  auto f = ParseServeFlags({"--state-dir", "/s"});
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(f->vmm, "") << "main fills in kubicle-vmm beside /proc/self/exe";
+}
+
+TEST(ServeFlags, EqualsFormForEveryValueFlag) {
+  auto f = ParseServeFlags(
+      {"--state-dir=/s", "--vmm=/v", "--listen=0.0.0.0:8080", "--advertise-address=10.0.0.7",
+       "--token-file=/t", "--capacity-mem=2048", "--capacity-vcpus=16",
+       "--capacity-sandboxes=20", "--pool-size=3", "--log-format=json", "--log-level=debug",
+       "--node-name=kvm-node-1", "--kubeconfig=/k", "--lease-namespace=leases",
+       "--lease-duration-seconds=15", "--image-root=/a", "--image-root=/b"});
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(f->state_dir, "/s");
+  EXPECT_EQ(f->vmm, "/v");
+  EXPECT_EQ(f->listen_host, "0.0.0.0");
+  EXPECT_EQ(f->listen_port, 8080);
+  EXPECT_EQ(f->advertise_address, "10.0.0.7");
+  EXPECT_EQ(f->token_file, "/t");
+  EXPECT_EQ(f->capacity_mem_mib, 2048u);
+  EXPECT_EQ(f->capacity_vcpus, 16u);
+  EXPECT_EQ(f->capacity_sandboxes, 20u);
+  EXPECT_EQ(f->pool_size, 3u);
+  EXPECT_EQ(f->log_format, "json");
+  EXPECT_TRUE(f->log_json);
+  EXPECT_EQ(f->log_level, "debug");
+  EXPECT_EQ(f->node_name, "kvm-node-1");
+  EXPECT_EQ(f->kubeconfig, "/k");
+  EXPECT_EQ(f->lease_namespace, "leases");
+  EXPECT_EQ(f->lease_duration_seconds, 15);
+  EXPECT_EQ(f->image_roots, (std::vector<std::string>{"/a", "/b"}));
+  // A value may itself contain '=' (only the first one splits).
+  auto eq = ParseServeFlags({"--state-dir=/s=x"});
+  ASSERT_TRUE(eq.ok());
+  EXPECT_EQ(eq->state_dir, "/s=x");
+}
+
+TEST(ServeFlags, BoolFlagsTakeNoValue) {
+  for (const char* flag : {"--no-cgroups=true", "--stop-vms-on-exit=1", "--log-json=yes",
+                           "--check-flags=1"}) {
+    auto f = ParseServeFlags({"--state-dir", "/s", flag});
+    ASSERT_FALSE(f.ok()) << flag;
+    EXPECT_NE(f.status().message().find("takes no value"), std::string::npos)
+        << f.status().message();
+  }
+  auto f = ParseServeFlags({"--state-dir", "/s", "--check-flags"});
+  ASSERT_TRUE(f.ok());
+  EXPECT_TRUE(f->check_flags);
+  EXPECT_FALSE(ParseServeFlags({"--state-dir", "/s"})->check_flags);
+}
+
+TEST(ServeFlags, EmptyValuesAreRefused) {
+  for (const char* flag : {"--state-dir=", "--vmm=", "--node-name=", "--image-root=",
+                           "--advertise-address=", "--kubeconfig="}) {
+    auto f = ParseServeFlags({"--state-dir", "/s", "--node-name", "n", flag});
+    ASSERT_FALSE(f.ok()) << flag;
+    EXPECT_NE(f.status().message().find("needs a value"), std::string::npos)
+        << f.status().message();
+  }
+}
+
+TEST(ServeFlags, AdvertiseAddress) {
+  EXPECT_EQ(ParseServeFlags({"--state-dir", "/s"})->advertise_address, "127.0.0.1");
+  EXPECT_EQ(ParseServeFlags({"--state-dir", "/s", "--listen", "10.1.2.3:80"})->advertise_address,
+            "10.1.2.3");
+  EXPECT_EQ(ParseServeFlags({"--state-dir", "/s", "--listen", "0.0.0.0:80"})->advertise_address,
+            "")
+      << "a wildcard listen leaves it for main (the hostname)";
+  EXPECT_EQ(ParseServeFlags({"--state-dir", "/s", "--listen", "[::]:80"})->advertise_address, "");
+  EXPECT_EQ(ParseServeFlags({"--state-dir", "/s", "--listen", "0.0.0.0:80", "--advertise-address",
+                             "node-1.example.com"})
+                ->advertise_address,
+            "node-1.example.com");
+  EXPECT_EQ(ParseServeFlags({"--state-dir", "/s", "--advertise-address", "fd00::7"})
+                ->advertise_address,
+            "fd00::7");
+  for (const char* bad : {"http://h", "h/x", "0.0.0.0", "::", "a b"}) {
+    EXPECT_FALSE(ParseServeFlags({"--state-dir", "/s", "--advertise-address", bad}).ok()) << bad;
+  }
+}
+
+TEST(ServeFlags, CapacitySandboxes) {
+  EXPECT_EQ(ParseServeFlags({"--state-dir", "/s"})->capacity_sandboxes, 500u);
+  EXPECT_EQ(ParseServeFlags({"--state-dir", "/s", "--capacity-sandboxes", "1"})->capacity_sandboxes,
+            1u);
+  EXPECT_EQ(
+      ParseServeFlags({"--state-dir", "/s", "--capacity-sandboxes", "100000"})->capacity_sandboxes,
+      100000u);
+  for (const char* bad : {"0", "100001", "-1", "many", ""}) {
+    EXPECT_FALSE(ParseServeFlags({"--state-dir", "/s", "--capacity-sandboxes", bad}).ok()) << bad;
+  }
+}
+
+TEST(ServeFlags, LogFormat) {
+  auto d = ParseServeFlags({"--state-dir", "/s"});
+  EXPECT_EQ(d->log_format, "text");
+  EXPECT_FALSE(d->log_json);
+  auto alias = ParseServeFlags({"--state-dir", "/s", "--log-json"});
+  EXPECT_EQ(alias->log_format, "json");
+  EXPECT_TRUE(alias->log_json);
+  auto text = ParseServeFlags({"--state-dir", "/s", "--log-format", "text"});
+  EXPECT_FALSE(text->log_json);
+  auto last = ParseServeFlags({"--state-dir", "/s", "--log-json", "--log-format=text"});
+  EXPECT_FALSE(last->log_json) << "the last one wins, and log_json follows log_format";
+  EXPECT_FALSE(ParseServeFlags({"--state-dir", "/s", "--log-format", "xml"}).ok());
+}
+
+TEST(ServeFlags, NodeName) {
+  auto standalone = ParseServeFlags({"--state-dir", "/s"});
+  EXPECT_EQ(standalone->node_name, "");
+  EXPECT_TRUE(standalone->image_roots.empty()) << "no image roots without a cluster";
+  EXPECT_EQ(standalone->lease_namespace, "kubicle-node-lease");
+  EXPECT_EQ(standalone->lease_duration_seconds, 40);
+  EXPECT_EQ(standalone->kubeconfig, "");
+  for (const char* ok : {"kvm-node-1", "a", "ip-10-0-0-7.ec2.internal", "0node"}) {
+    auto f = ParseServeFlags({"--state-dir", "/s", "--node-name", ok});
+    ASSERT_TRUE(f.ok()) << ok << ": " << f.status().ToString();
+    EXPECT_EQ(f->node_name, ok);
+    EXPECT_EQ(f->image_roots, (std::vector<std::string>{"/var/lib/kubicle/images"}));
+  }
+  std::string too_long(254, 'a');
+  for (const std::string& bad : {std::string("Node1"), std::string("node_1"), std::string("-node"),
+                                 std::string("node-"), std::string("a..b"), std::string(".a"),
+                                 std::string("a."), too_long}) {
+    auto f = ParseServeFlags({"--state-dir", "/s", "--node-name", bad});
+    ASSERT_FALSE(f.ok()) << bad;
+    EXPECT_NE(f.status().message().find("DNS-1123 subdomain"), std::string::npos);
+  }
+  EXPECT_TRUE(ParseServeFlags({"--state-dir", "/s", "--node-name", std::string(253, 'a')}).ok());
+}
+
+TEST(ServeFlags, LeaseFlags) {
+  auto f = ParseServeFlags({"--state-dir", "/s", "--node-name", "n", "--lease-namespace", "kube-node-lease",
+                            "--lease-duration-seconds", "3600"});
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(f->lease_namespace, "kube-node-lease");
+  EXPECT_EQ(f->lease_duration_seconds, 3600);
+  EXPECT_EQ(ParseServeFlags({"--state-dir", "/s", "--node-name", "n", "--lease-duration-seconds",
+                             "10"})
+                ->lease_duration_seconds,
+            10);
+  for (const char* bad : {"9", "3601", "-40", "forty"}) {
+    EXPECT_FALSE(ParseServeFlags({"--state-dir", "/s", "--node-name", "n",
+                                  "--lease-duration-seconds", bad})
+                     .ok())
+        << bad;
+  }
+  for (const std::string& bad : {std::string("Leases"), std::string("a.b"), std::string("-x"),
+                                 std::string(64, 'a')}) {
+    auto g = ParseServeFlags({"--state-dir", "/s", "--node-name", "n", "--lease-namespace", bad});
+    ASSERT_FALSE(g.ok()) << bad;
+    EXPECT_NE(g.status().message().find("DNS-1123 label"), std::string::npos);
+  }
+  EXPECT_TRUE(
+      ParseServeFlags({"--state-dir", "/s", "--node-name", "n", "--lease-namespace", std::string(63, 'a')})
+          .ok());
+}
+
+TEST(ServeFlags, ImageRoots) {
+  auto f = ParseServeFlags({"--state-dir", "/s", "--node-name", "n", "--image-root", "/images",
+                            "--image-root=/mnt/more"});
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(f->image_roots, (std::vector<std::string>{"/images", "/mnt/more"}))
+      << "given roots replace the default";
+  auto rel = ParseServeFlags({"--state-dir", "/s", "--node-name", "n", "--image-root", "images"});
+  ASSERT_FALSE(rel.ok());
+  EXPECT_NE(rel.status().message().find("not an absolute path"), std::string::npos);
+}
+
+TEST(ServeFlags, ClusterFlagsNeedNodeName) {
+  for (std::vector<std::string> args : std::vector<std::vector<std::string>>{
+           {"--kubeconfig", "/k"},
+           {"--lease-namespace", "ns"},
+           {"--lease-duration-seconds", "40"},
+           {"--image-root", "/images"},
+           {"--image-root=/images"}}) {
+    std::string flag = args[0].substr(0, args[0].find('='));
+    args.insert(args.begin(), {"--state-dir", "/s"});
+    auto f = ParseServeFlags(args);
+    ASSERT_FALSE(f.ok()) << flag;
+    EXPECT_EQ(f.status().message(), flag + " needs --node-name");
+  }
+}
+
+TEST(ServeFlags, UsageNamesEveryFlag) {
+  for (const char* flag :
+       {"--state-dir", "--vmm", "--listen", "--advertise-address", "--token-file",
+        "--capacity-mem", "--capacity-vcpus", "--capacity-sandboxes", "--pool-size",
+        "--no-cgroups", "--stop-vms-on-exit", "--log-format", "--log-json", "--log-level",
+        "--check-flags", "--help", "--node-name", "--kubeconfig", "--lease-namespace",
+        "--lease-duration-seconds", "--image-root"}) {
+    EXPECT_NE(std::string(kServeUsage).find(std::string("  ") + flag + " "), std::string::npos)
+        << flag;
+  }
 }
 
 TEST(ServeFlags, MemorySizes) {
