@@ -1,9 +1,12 @@
 // kubicle-operator: schedules Sandboxes, runs their lifecycle (finalizer,
 // token, expiry), fans SandboxForks out into child Sandboxes and aggregates
-// SandboxTemplate readiness. One leader at a time (Lease); flags below.
+// SandboxTemplate readiness. One leader at a time (Lease); flags below,
+// written --name=value. --check-flags validates them and exits (the Helm
+// chart's test runs the rendered command line with it).
 #include <signal.h>
 #include <unistd.h>
 
+#include <charconv>
 #include <cstring>
 #include <iostream>
 #include <map>
@@ -31,13 +34,70 @@ struct Flags {
       {"node-gone-grace-seconds", "120"}, {"workers", "4"}, {"metrics-port", "9090"},
       {"metrics-address", "0.0.0.0"}, {"log-format", "text"}, {"log-level", "info"},
       {"identity", ""}};
+  bool check = false;  // --check-flags
   long Int(const std::string& k) const { return std::stol(v.at(k)); }
 };
+
+// Integer flags and their ranges: checked up front so a bad value is a usage
+// error (and fails --check-flags) rather than std::stol throwing later.
+struct IntFlag {
+  const char* name;
+  long min, max;
+};
+constexpr IntFlag kIntFlags[] = {
+    {"lease-duration-seconds", 1, 3600}, {"renew-deadline-seconds", 1, 3600},
+    {"retry-period-seconds", 1, 3600},   {"default-ttl-seconds", 0, 10L * 365 * 86400},
+    {"node-gone-grace-seconds", 0, 30L * 86400}, {"workers", 1, 1024},
+    {"metrics-port", 0, 65535}};
+
+Status CheckChoice(const Flags& f, const std::string& k, std::initializer_list<const char*> ok) {
+  std::string names;
+  for (const char* c : ok) {
+    if (f.v.at(k) == c) return Status::Ok();
+    names += names.empty() ? c : std::string(", ") + c;
+  }
+  return Status::InvalidArgument("--" + k + ": \"" + f.v.at(k) + "\" is not one of " + names);
+}
+
+Status ValidateFlags(const Flags& f) {
+  for (const IntFlag& i : kIntFlags) {
+    const std::string& text = f.v.at(i.name);
+    long n = 0;
+    auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+    if (text.empty() || ec != std::errc() || p != text.data() + text.size() || n < i.min ||
+        n > i.max) {
+      return Status::InvalidArgument("--" + std::string(i.name) + ": \"" + text +
+                                     "\" is not a number in [" + std::to_string(i.min) + ", " +
+                                     std::to_string(i.max) + "]");
+    }
+  }
+  RETURN_IF_ERROR(CheckChoice(f, "leader-elect", {"true", "false"}));
+  RETURN_IF_ERROR(CheckChoice(f, "log-format", {"text", "json"}));
+  RETURN_IF_ERROR(CheckChoice(f, "log-level", {"debug", "info", "warn", "error"}));
+  // client-go's rule: the leader must give up (renew deadline) before its
+  // Lease can be taken, and retry more often than that.
+  if (f.v.at("leader-elect") == "true" &&
+      !(f.Int("lease-duration-seconds") > f.Int("renew-deadline-seconds") &&
+        f.Int("renew-deadline-seconds") > f.Int("retry-period-seconds"))) {
+    return Status::InvalidArgument(
+        "leader election needs --lease-duration-seconds > --renew-deadline-seconds > "
+        "--retry-period-seconds");
+  }
+  for (const char* k : {"leader-election-namespace", "leader-election-lease",
+                        "node-lease-namespace", "metrics-address"}) {
+    if (f.v.at(k).empty()) return Status::InvalidArgument("--" + std::string(k) + " needs a value");
+  }
+  return Status::Ok();
+}
 
 bool ParseFlags(int argc, char** argv, Flags* f) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--help" || a == "-h") return false;
+    if (a == "--check-flags") {
+      f->check = true;
+      continue;
+    }
     if (!a.starts_with("--") || a.find('=') == std::string::npos) {
       std::cerr << "expected --name=value, got " << a << "\n";
       return false;
@@ -48,6 +108,10 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
       return false;
     }
     f->v[k] = a.substr(a.find('=') + 1);
+  }
+  if (Status s = ValidateFlags(*f); !s.ok()) {
+    std::cerr << s.message() << "\n";
+    return false;
   }
   return true;
 }
@@ -142,8 +206,14 @@ int main(int argc, char** argv) {
   Flags flags;
   if (!ParseFlags(argc, argv, &flags)) {
     std::cerr << "usage: kubicle-operator [--flag=value ...]; flags and defaults:\n";
-    for (const auto& [k, v] : flags.v) std::cerr << "  --" << k << "=" << v << "\n";
+    for (const auto& [k, v] : Flags{}.v) std::cerr << "  --" << k << "=" << v << "\n";
+    std::cerr << "  --check-flags  (validate the flags, print \"kubicle-operator: flags ok\", "
+                 "exit 0)\n";
     return 2;
+  }
+  if (flags.check) {
+    std::cout << "kubicle-operator: flags ok\n";
+    return 0;
   }
   kubicle::log::Init("kubicle-operator", flags.v["log-format"] == "json",
                      kubicle::log::ParseLevel(flags.v["log-level"]));
