@@ -5,8 +5,8 @@
 #include <gtest/gtest.h>
 
 #include "e2e/e2e_env.h"
-#include "operator/kube/leader_election.h"
-#include "operator/kube/resource.h"
+#include "kube/leader_election.h"
+#include "kube/resource.h"
 
 namespace kubicle::e2e {
 namespace {

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cctype>
 
-#include "operator/kube/resource.h"
-#include "operator/kube/time_format.h"
+#include "kube/resource.h"
+#include "kube/time_format.h"
 
 namespace kubicle::e2e {
 namespace {

@@ -15,7 +15,7 @@
 #include <thread>
 
 #include "e2e/harness/control_plane.h"
-#include "operator/kube/http_kube_client.h"
+#include "kube/http_kube_client.h"
 
 namespace kubicle::e2e {
 

@@ -7,7 +7,7 @@
 #include <set>
 
 #include "e2e/e2e_env.h"
-#include "operator/kube/resource.h"
+#include "kube/resource.h"
 
 namespace kubicle::e2e {
 namespace {

@@ -10,8 +10,8 @@
 #include <string>
 #include <string_view>
 
-#include "operator/kube/clock.h"
-#include "operator/kube/kube_client.h"
+#include "kube/clock.h"
+#include "kube/kube_client.h"
 
 namespace kubicle::op {
 

@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "operator/api.h"
-#include "operator/kube/clock.h"
-#include "operator/kube/event_recorder.h"
-#include "operator/kube/kube_client.h"
+#include "kube/clock.h"
+#include "kube/event_recorder.h"
+#include "kube/kube_client.h"
 #include "operator/scheduler.h"
 
 namespace kubicle::op {

@@ -15,8 +15,8 @@
 #include "common/metrics.h"
 #include "operator/context.h"
 #include "operator/fork_reconciler.h"
-#include "operator/kube/informer.h"
-#include "operator/kube/work_queue.h"
+#include "kube/informer.h"
+#include "kube/work_queue.h"
 #include "operator/sandbox_reconciler.h"
 #include "operator/template_reconciler.h"
 

@@ -14,8 +14,8 @@
 
 #include "common/log.h"
 #include "operator/controller.h"
-#include "operator/kube/http_kube_client.h"
-#include "operator/kube/leader_election.h"
+#include "kube/http_kube_client.h"
+#include "kube/leader_election.h"
 #include "operator/metrics_server.h"
 
 namespace {

@@ -1,6 +1,6 @@
 #include "operator/nodes.h"
 
-#include "operator/kube/time_format.h"
+#include "kube/time_format.h"
 
 namespace kubicle::op {
 namespace {

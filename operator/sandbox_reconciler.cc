@@ -6,7 +6,7 @@
 #include <cstdio>
 
 #include "common/log.h"
-#include "operator/kube/resource.h"
+#include "kube/resource.h"
 
 namespace kubicle::op {
 

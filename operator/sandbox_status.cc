@@ -1,6 +1,6 @@
 #include "operator/sandbox_status.h"
 
-#include "operator/kube/time_format.h"
+#include "kube/time_format.h"
 
 namespace kubicle::op {
 

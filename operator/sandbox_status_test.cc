@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "operator/kube/time_format.h"
+#include "kube/time_format.h"
 
 namespace kubicle::op {
 namespace {

@@ -7,8 +7,8 @@
 #include <gtest/gtest.h>
 
 #include "operator/context.h"
-#include "operator/kube/fake_kube_client.h"
-#include "operator/kube/time_format.h"
+#include "kube/fake_kube_client.h"
+#include "kube/time_format.h"
 
 namespace kubicle::op::testing {
 

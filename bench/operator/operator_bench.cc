@@ -19,10 +19,10 @@
 #include "common/log.h"
 #include "e2e/harness/control_plane.h"
 #include "operator/controller.h"
-#include "operator/kube/fake_kube_client.h"
-#include "operator/kube/http_kube_client.h"
-#include "operator/kube/informer.h"
-#include "operator/kube/time_format.h"
+#include "kube/fake_kube_client.h"
+#include "kube/http_kube_client.h"
+#include "kube/informer.h"
+#include "kube/time_format.h"
 
 namespace kubicle::bench {
 namespace {

@@ -15,7 +15,7 @@
 
 #include "common/status.h"
 #include "e2e/harness/process.h"
-#include "operator/kube/kubeconfig.h"
+#include "kube/kubeconfig.h"
 
 namespace kubicle::e2e {
 

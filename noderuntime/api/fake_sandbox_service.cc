@@ -2,7 +2,7 @@
 
 #include <random>
 
-#include "operator/kube/label_selector.h"
+#include "kube/label_selector.h"
 
 namespace kubicle::noderuntime::api {
 

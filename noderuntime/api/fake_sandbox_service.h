@@ -5,7 +5,7 @@
 // RAM file table; Exec runs `exec_hook` when set, else a tiny built-in
 // command set: `echo ARGS...` (stdout), `fail CODE` (stderr, exit CODE),
 // anything else exits 127. Label selectors use the Kubernetes parser
-// (operator/kube/label_selector.h) so the fake filters as the manager does.
+// (kube/label_selector.h) so the fake filters as the manager does.
 // calls() counts every service call, so tests can assert that a rejected
 // request never reached the service. Thread-safe.
 #pragma once

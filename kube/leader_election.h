@@ -11,8 +11,8 @@
 #include <mutex>
 #include <string>
 
-#include "operator/kube/clock.h"
-#include "operator/kube/kube_client.h"
+#include "kube/clock.h"
+#include "kube/kube_client.h"
 
 namespace kubicle::kube {
 

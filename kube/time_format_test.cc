@@ -1,4 +1,4 @@
-#include "operator/kube/time_format.h"
+#include "kube/time_format.h"
 
 #include <gtest/gtest.h>
 

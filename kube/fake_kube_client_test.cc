@@ -1,4 +1,4 @@
-#include "operator/kube/fake_kube_client.h"
+#include "kube/fake_kube_client.h"
 
 #include <gtest/gtest.h>
 

@@ -1,10 +1,10 @@
-#include "operator/kube/informer.h"
+#include "kube/informer.h"
 
 #include <gtest/gtest.h>
 
 #include <thread>
 
-#include "operator/kube/fake_kube_client.h"
+#include "kube/fake_kube_client.h"
 
 namespace kubicle::kube {
 namespace {

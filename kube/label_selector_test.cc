@@ -1,4 +1,4 @@
-#include "operator/kube/label_selector.h"
+#include "kube/label_selector.h"
 
 #include <gtest/gtest.h>
 

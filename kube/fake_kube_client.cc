@@ -1,9 +1,9 @@
-#include "operator/kube/fake_kube_client.h"
+#include "kube/fake_kube_client.h"
 
 #include <chrono>
 
-#include "operator/kube/label_selector.h"
-#include "operator/kube/time_format.h"
+#include "kube/label_selector.h"
+#include "kube/time_format.h"
 
 namespace kubicle::kube {
 namespace {

@@ -1,9 +1,9 @@
-#include "operator/kube/leader_election.h"
+#include "kube/leader_election.h"
 
 #include <thread>
 
 #include "common/log.h"
-#include "operator/kube/time_format.h"
+#include "kube/time_format.h"
 
 namespace kubicle::kube {
 

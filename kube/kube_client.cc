@@ -1,4 +1,4 @@
-#include "operator/kube/kube_client.h"
+#include "kube/kube_client.h"
 
 namespace kubicle::kube {
 namespace {

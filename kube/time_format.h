@@ -7,7 +7,7 @@
 #include <string_view>
 
 #include "common/status.h"
-#include "operator/kube/clock.h"
+#include "kube/clock.h"
 
 namespace kubicle::kube {
 

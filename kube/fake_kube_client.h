@@ -17,8 +17,8 @@
 #include <tuple>
 #include <vector>
 
-#include "operator/kube/clock.h"
-#include "operator/kube/kube_client.h"
+#include "kube/clock.h"
+#include "kube/kube_client.h"
 
 namespace kubicle::kube {
 

@@ -1,4 +1,4 @@
-#include "operator/kube/resource.h"
+#include "kube/resource.h"
 
 namespace kubicle::kube {
 

@@ -6,7 +6,7 @@
 #include <cpprest/containerstream.h>
 #include <cpprest/http_client.h>
 
-#include "operator/kube/http_kube_client.h"
+#include "kube/http_kube_client.h"
 
 namespace kubicle::kube {
 

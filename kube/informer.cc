@@ -1,4 +1,4 @@
-#include "operator/kube/informer.h"
+#include "kube/informer.h"
 
 #include <algorithm>
 

@@ -1,9 +1,9 @@
-#include "operator/kube/event_recorder.h"
+#include "kube/event_recorder.h"
 
 #include <cstdio>
 
 #include "common/log.h"
-#include "operator/kube/time_format.h"
+#include "kube/time_format.h"
 
 namespace kubicle::kube {
 

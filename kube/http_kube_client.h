@@ -9,8 +9,8 @@
 #include <memory>
 #include <mutex>
 
-#include "operator/kube/kube_client.h"
-#include "operator/kube/kubeconfig.h"
+#include "kube/kube_client.h"
+#include "kube/kubeconfig.h"
 
 namespace web::http::client {
 class http_client;

@@ -1,8 +1,8 @@
-#include "operator/kube/leader_election.h"
+#include "kube/leader_election.h"
 
 #include <gtest/gtest.h>
 
-#include "operator/kube/fake_kube_client.h"
+#include "kube/fake_kube_client.h"
 
 namespace kubicle::kube {
 namespace {

@@ -22,7 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/status.h"
-#include "operator/kube/resource.h"
+#include "kube/resource.h"
 
 namespace kubicle::kube {
 

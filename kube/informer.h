@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "operator/kube/kube_client.h"
+#include "kube/kube_client.h"
 
 namespace kubicle::kube {
 

@@ -1,4 +1,4 @@
-#include "operator/kube/http_kube_client.h"
+#include "kube/http_kube_client.h"
 
 #include <future>
 

@@ -1,8 +1,8 @@
-#include "operator/kube/event_recorder.h"
+#include "kube/event_recorder.h"
 
 #include <gtest/gtest.h>
 
-#include "operator/kube/fake_kube_client.h"
+#include "kube/fake_kube_client.h"
 
 namespace kubicle::kube {
 namespace {

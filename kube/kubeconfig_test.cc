@@ -1,4 +1,4 @@
-#include "operator/kube/kubeconfig.h"
+#include "kube/kubeconfig.h"
 
 #include <gtest/gtest.h>
 

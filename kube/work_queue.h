@@ -18,7 +18,7 @@
 #include <set>
 #include <string>
 
-#include "operator/kube/clock.h"
+#include "kube/clock.h"
 
 namespace kubicle::kube {
 
