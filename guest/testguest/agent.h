@@ -101,6 +101,9 @@ class Agent {
     const char* argv[kMax] = {};
     uint32_t argv_len[kMax] = {};
     uint32_t argc = 0;  // may exceed kMax (then refused)
+    const char* env[kMax] = {};  // "KEY=VALUE" entries, for printenv
+    uint32_t env_len[kMax] = {};
+    uint32_t envc = 0;  // may exceed kMax (then refused)
     const uint8_t* stdin_data = nullptr;
     uint32_t stdin_len = 0;
     bool background = false;
@@ -124,6 +127,7 @@ class Agent {
   int32_t RunBuiltin(const ExecArgs& a, ExecOut* o);
   int32_t Cat(const ExecArgs& a, ExecOut* o);
   int32_t Sha256Sum(const ExecArgs& a, ExecOut* o);
+  int32_t PrintEnv(const ExecArgs& a, ExecOut* o);
   void SendExecOutput(Session* s, uint32_t id, uint8_t stream, const uint8_t* data, uint32_t len);
 
   void Hello(Session* s, uint32_t id, Fields& f);

@@ -65,6 +65,17 @@ bool Agent::ParseExec(Fields& f, const uint8_t* payload, uint32_t size, ExecArgs
   wire::TlvReader r(payload, size);
   wire::Tlv t;
   while (f.ok() && r.Next(&t)) {
+    if (t.tag == uint16_t(Tag::kEnv)) {
+      for (uint32_t i = 0; i < t.length; ++i) {
+        if (t.value[i] == 0) f.Fail("env entry contains NUL");
+      }
+      if (a->envc < ExecArgs::kMax) {
+        a->env[a->envc] = reinterpret_cast<const char*>(t.value);
+        a->env_len[a->envc] = t.length;
+      }
+      ++a->envc;
+      continue;
+    }
     if (t.tag != uint16_t(Tag::kArgv)) continue;
     for (uint32_t i = 0; i < t.length; ++i) {
       if (t.value[i] == 0) f.Fail("argv entry contains NUL");
@@ -76,6 +87,7 @@ bool Agent::ParseExec(Fields& f, const uint8_t* payload, uint32_t size, ExecArgs
     ++a->argc;
   }
   if (f.ok() && a->argc > ExecArgs::kMax) f.Fail("too many argv entries for the test guest");
+  if (f.ok() && a->envc > ExecArgs::kMax) f.Fail("too many env entries for the test guest");
   if (f.ok() && has_shell && a->argc != 0) f.Fail("exactly one of argv and shell_command is required");
   if (f.ok() && !has_shell && a->argc == 0) f.Fail("exactly one of argv and shell_command is required");
   if (f.ok() && a->argc != 0 && a->argv_len[0] == 0) f.Fail("argv[0] is empty");
@@ -146,6 +158,7 @@ int32_t Agent::RunBuiltin(const ExecArgs& a, ExecOut* o) {
     o->Write(kStdout, "\n", 1);
     return 0;
   }
+  if (NameIs(name, name_len, "printenv")) return PrintEnv(a, o);
   if (NameIs(name, name_len, "cat")) return Cat(a, o);
   if (NameIs(name, name_len, "sha256sum")) return Sha256Sum(a, o);
   o->WriteStr(kStderr, "kubicle-testguest: ");
@@ -223,6 +236,34 @@ int32_t Agent::Cat(const ExecArgs& a, ExecOut* o) {
     }
     const RamFs::File& file = fs_.file(slot);
     o->Write(kStdout, file.data, file.size);
+  }
+  return code;
+}
+
+// printenv NAME...: each named variable's value and a newline; 1 if any is
+// unset. Without names, every "KEY=VALUE" entry.
+int32_t Agent::PrintEnv(const ExecArgs& a, ExecOut* o) {
+  if (a.argc == 1) {
+    for (uint32_t i = 0; i < a.envc; ++i) {
+      o->Write(kStdout, a.env[i], a.env_len[i]);
+      o->Write(kStdout, "\n", 1);
+    }
+    return 0;
+  }
+  int32_t code = 0;
+  for (uint32_t n = 1; n < a.argc; ++n) {
+    bool found = false;
+    // The last entry of a name wins, as in a process environment built in order.
+    for (uint32_t i = a.envc; i > 0 && !found; --i) {
+      const char* kv = a.env[i - 1];
+      const uint32_t len = a.env_len[i - 1];
+      if (len > a.argv_len[n] && kv[a.argv_len[n]] == '=' && Equal(kv, a.argv[n], a.argv_len[n])) {
+        o->Write(kStdout, kv + a.argv_len[n] + 1, len - a.argv_len[n] - 1);
+        o->Write(kStdout, "\n", 1);
+        found = true;
+      }
+    }
+    if (!found) code = 1;
   }
   return code;
 }

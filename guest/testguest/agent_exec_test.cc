@@ -60,6 +60,27 @@ TEST(TestGuestExec, HostnameFollowsPostRestore) {
   EXPECT_EQ(Str(RunExec(*c, {"hostname"}).stdout_data), "clone-7\n");
 }
 
+TEST(TestGuestExec, PrintenvShowsTheExecsEnvironment) {
+  Harness h;
+  auto c = h.Connect();
+  ASSERT_NE(c, nullptr);
+  ExecStartRequest req;
+  req.argv = {"printenv", "GREETING", "EMPTY"};
+  req.env = {"GREETING=first", "EMPTY=", "GREETING=hello world"};
+  auto named = RunExec(*c, req);
+  EXPECT_EQ(Str(named.stdout_data), "hello world\n\n");
+  EXPECT_EQ(named.exit_code, 0);
+  req.argv = {"printenv", "UNSET"};
+  EXPECT_EQ(RunExec(*c, req).exit_code, 1);
+  req.argv = {"printenv"};
+  req.env = {"A=1", "B=2"};
+  EXPECT_EQ(Str(RunExec(*c, req).stdout_data), "A=1\nB=2\n");
+  // A prefix of a name is not the name.
+  req.argv = {"printenv", "GREET"};
+  req.env = {"GREETING=x"};
+  EXPECT_EQ(RunExec(*c, req).exit_code, 1);
+}
+
 TEST(TestGuestExec, CatReadsRamFilesAndInlineStdin) {
   Harness h;
   auto c = h.Connect();
