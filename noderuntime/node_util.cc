@@ -81,6 +81,21 @@ Status ValidateLabels(const Labels& labels) {
   return Status::Ok();
 }
 
+std::vector<std::string> MergedEnv(const Env& sandbox_env, const std::vector<std::string>& exec_env) {
+  if (sandbox_env.empty()) return exec_env;
+  Env merged = sandbox_env;
+  std::vector<std::string> unnamed;  // no '=': passed on for the agent to refuse
+  for (const std::string& kv : exec_env) {
+    size_t eq = kv.find('=');
+    if (eq == std::string::npos) unnamed.push_back(kv);
+    else merged[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  std::vector<std::string> out;
+  for (const auto& [k, v] : merged) out.push_back(k + "=" + v);
+  out.insert(out.end(), unnamed.begin(), unnamed.end());
+  return out;
+}
+
 guest::protocol::Bytes RandomBytes(size_t n) {
   guest::protocol::Bytes out(n);
   size_t got = 0;

@@ -22,6 +22,9 @@ namespace kubicle::noderuntime {
 Status ValidateId(std::string_view id, std::string_view what);
 // Kubernetes label keys ([dns-subdomain-prefix/]name) and values.
 Status ValidateLabels(const Labels& labels);
+// An exec's environment: the sandbox's variables, then the exec's own
+// "KEY=VALUE" entries, which win on the same name.
+std::vector<std::string> MergedEnv(const Env& sandbox_env, const std::vector<std::string>& exec_env);
 
 guest::protocol::Bytes RandomBytes(size_t n);
 std::string RandomHex(size_t bytes);

@@ -29,6 +29,14 @@ TEST(NodeUtilTest, Labels) {
   EXPECT_FALSE(ValidateLabels({{"/x", "v"}}).ok());
 }
 
+TEST(NodeUtilTest, ExecEnvOverridesTheSandboxEnv) {
+  EXPECT_EQ(MergedEnv({}, {"A=1"}), (std::vector<std::string>{"A=1"}));
+  EXPECT_EQ(MergedEnv({{"A", "s"}, {"B", "s"}}, {"B=e", "C=e"}),
+            (std::vector<std::string>{"A=s", "B=e", "C=e"}));
+  // An entry without '=' is kept for the agent to refuse, not dropped.
+  EXPECT_EQ(MergedEnv({{"A", "s"}}, {"BAD"}), (std::vector<std::string>{"A=s", "BAD"}));
+}
+
 TEST(NodeUtilTest, TokensAndDigests) {
   std::string a = RandomHex(32), b = RandomHex(32);
   EXPECT_EQ(a.size(), 64u);

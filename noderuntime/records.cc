@@ -79,6 +79,7 @@ std::string EncodeSandboxRecord(const SandboxRecord& r) {
             {"control", r.control_path},
             {"vsock", r.vsock_path}};
   if (i.expires_at) j["expires_at_ms"] = ToMs(*i.expires_at);
+  if (!i.env.empty()) j["env"] = i.env;  // absent in records of older versions
   return j.dump(2) + "\n";
 }
 
@@ -95,6 +96,7 @@ Result<SandboxRecord> DecodeSandboxRecord(const std::string& text) {
   rd.Get("state", &state);
   rd.Get("message", &i.message, false);
   rd.Get("fork_of", &i.fork_of, false);
+  rd.Get("env", &i.env, false);
   rd.Get("created_at_ms", &created);
   rd.Get("expires_at_ms", &expires, false);
   rd.Get("cid", &i.cid);

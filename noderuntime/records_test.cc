@@ -67,6 +67,18 @@ TEST(RecordsTest, SandboxRecordGoldenAndRoundTrip) {
   EXPECT_FALSE(back->info.expires_at);
 }
 
+TEST(RecordsTest, SandboxEnvRoundTripsAndIsOptional) {
+  SandboxRecord r = Sample();
+  r.info.env = {{"GREETING", "hello world"}, {"EMPTY", ""}};
+  auto back = DecodeSandboxRecord(EncodeSandboxRecord(r));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->info.env, r.info.env);
+  // Records without "env" (the golden, older versions) decode with none.
+  auto old = DecodeSandboxRecord(kGolden);
+  ASSERT_TRUE(old.ok());
+  EXPECT_TRUE(old->info.env.empty());
+}
+
 TEST(RecordsTest, BadSandboxRecordsAreDataLoss) {
   for (const char* bad : {"", "[]", "{", R"({"version":2})", R"({"version":1})",
                           R"({"version":1,"id":5})"}) {

@@ -10,7 +10,7 @@
 #include "common/log.h"
 #include "noderuntime/node_util.h"
 #include "noderuntime/sandbox_manager_internal.h"
-#include "operator/kube/label_selector.h"
+#include "kube/label_selector.h"
 
 namespace kubicle::noderuntime {
 
@@ -345,8 +345,13 @@ Result<guest::client::ExecResult> SandboxManager::Exec(const std::string& id, co
   Status why;
   auto agent = AgentOf(*sb, &why);
   if (!agent) return why;
+  guest::protocol::ExecStartRequest request = options.request;
+  {
+    std::lock_guard l(sb->mu);
+    request.env = MergedEnv(sb->rec.info.env, options.request.env);
+  }
   auto t0 = std::chrono::steady_clock::now();
-  auto r = agent->Exec(options.request, options.io, guest::client::DeadlineIn(options.timeout));
+  auto r = agent->Exec(request, options.io, guest::client::DeadlineIn(options.timeout));
   if (r.ok()) exec_seconds_->WithLabels({}).Observe(SecondsSince(t0));
   return r;
 }

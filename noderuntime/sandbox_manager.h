@@ -133,7 +133,8 @@ class SandboxManager final : public SandboxService {
   Status SetUpCgroup(Sandbox& sb, const std::string& pool_group);
   CgroupLimits LimitsFor(const VmShape& shape) const;
   Status FinishStart(const std::shared_ptr<Sandbox>& sb, const std::string& hostname);
-  std::shared_ptr<Sandbox> NewForkChild(const ForkRequest& request, const Sandbox& src, std::string* token);
+  Result<std::shared_ptr<Sandbox>> NewForkChild(const ForkRequest& request, const ForkChildSpec* spec,
+                                                 const Sandbox& src, std::string* token);
   Status ReserveForkChild(const std::shared_ptr<Sandbox>& child);
   Status AttachForkChildren(const std::vector<std::shared_ptr<Sandbox>>& kids, const nlohmann::json& response);
   Result<SandboxInfo> ForkChild(const std::shared_ptr<Sandbox>& child, const std::string& hostname);

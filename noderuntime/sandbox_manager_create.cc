@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <stdio.h>
 
+#include <cctype>
 #include <cstdio>
 
 #include <thread>
@@ -42,6 +43,37 @@ constexpr uint32_t kMaxForkCount = 64;
 Status CheckCommon(const Labels& labels, const std::optional<int64_t>& ttl) {
   RETURN_IF_ERROR(ValidateLabels(labels));
   if (ttl && *ttl <= 0) return Status::InvalidArgument("ttl_seconds must be positive");
+  return Status::Ok();
+}
+
+// The limits of Sandbox spec.env (docs/api.md), applied again here since
+// the HTTP API reaches this too.
+Status ValidateEnv(const Env& env) {
+  constexpr size_t kMaxVars = 256, kMaxValue = 32 * 1024;
+  if (env.size() > kMaxVars) return Status::InvalidArgument("env: more than 256 variables");
+  for (const auto& [name, value] : env) {
+    bool ok = !name.empty() && name.size() <= 256 && !std::isdigit(static_cast<unsigned char>(name[0]));
+    for (char c : name) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
+    if (!ok) return Status::InvalidArgument("env: '" + name.substr(0, 80) + "' is not a variable name");
+    if (value.size() > kMaxValue || value.find('\0') != std::string::npos)
+      return Status::InvalidArgument("env " + name + ": value over 32 KiB or with a NUL byte");
+  }
+  return Status::Ok();
+}
+
+// A given hash is the caller's token (the node agent's); otherwise a new
+// token is minted, returned once and only its hash kept.
+Status SetToken(const std::string& given_sha256, std::string* token, std::string* sha256) {
+  if (given_sha256.empty()) {
+    *token = RandomHex(32);
+    *sha256 = Sha256Hex(*token);
+    return Status::Ok();
+  }
+  bool hex = given_sha256.size() == 64;
+  for (char c : given_sha256) hex = hex && std::isxdigit(static_cast<unsigned char>(c)) && !std::isupper(static_cast<unsigned char>(c));
+  if (!hex) return Status::InvalidArgument("token_sha256 is not 64 lowercase hex digits");
+  token->clear();
+  *sha256 = given_sha256;
   return Status::Ok();
 }
 
@@ -96,10 +128,11 @@ Result<std::shared_ptr<SandboxManager::Sandbox>> SandboxManager::NewSandbox(cons
   RETURN_IF_ERROR(guest::protocol::ValidateHostname(spec.hostname.empty() ? info.id : spec.hostname));
   info.template_name = spec.template_name;
   info.labels = spec.labels;
+  info.env = spec.env;
+  RETURN_IF_ERROR(ValidateEnv(info.env));
   info.created_at = config_.clock();
   if (spec.ttl_seconds) info.expires_at = info.created_at + std::chrono::seconds(*spec.ttl_seconds);
-  *token = RandomHex(32);
-  sb->rec.token_sha256 = Sha256Hex(*token);
+  RETURN_IF_ERROR(SetToken(spec.token_sha256, token, &sb->rec.token_sha256));
   return sb;
 }
 
@@ -307,15 +340,19 @@ Status SandboxManager::FinishStart(const std::shared_ptr<Sandbox>& sb, const std
   return Status::Ok();  // the caller persists the record
 }
 
-std::shared_ptr<SandboxManager::Sandbox> SandboxManager::NewForkChild(const ForkRequest& request,
-                                                                       const Sandbox& src,
-                                                                       std::string* token) {
+Result<std::shared_ptr<SandboxManager::Sandbox>> SandboxManager::NewForkChild(
+    const ForkRequest& request, const ForkChildSpec* spec, const Sandbox& src, std::string* token) {
   auto k = std::make_shared<Sandbox>();
   SandboxInfo& ki = k->rec.info;
-  ki.id = "sb-" + RandomHex(5);
+  ki.id = spec && !spec->id.empty() ? spec->id : "sb-" + RandomHex(5);
   ki.template_name = src.rec.info.template_name;
   ki.labels = src.rec.info.labels;
   for (const auto& [key, v] : request.labels) ki.labels[key] = v;
+  ki.env = src.rec.info.env;
+  if (spec) {
+    for (const auto& [key, v] : spec->labels) ki.labels[key] = v;
+    if (!spec->env.empty()) ki.env = spec->env;
+  }
   ki.labels["kubicle.dev/fork-of"] = request.source_id;
   ki.fork_of = request.source_id;
   ki.created_at = config_.clock();
@@ -324,8 +361,7 @@ std::shared_ptr<SandboxManager::Sandbox> SandboxManager::NewForkChild(const Fork
   ki.mem_mib = src.shape.mem_mib;
   ki.vcpus = src.shape.vcpus;
   k->shape = src.shape;
-  *token = RandomHex(32);
-  k->rec.token_sha256 = Sha256Hex(*token);
+  RETURN_IF_ERROR(SetToken(spec ? spec->token_sha256 : "", token, &k->rec.token_sha256));
   k->dir = SandboxDir(ki.id);
   k->log_path = src.log_path;  // a fork child keeps logging to its parent's stderr
   return k;
@@ -374,12 +410,18 @@ Status SandboxManager::AttachForkChildren(const std::vector<std::shared_ptr<Sand
 
 Result<std::vector<SandboxInfo>> SandboxManager::ForkSandbox(const ForkRequest& request) {
   const auto t0 = std::chrono::steady_clock::now();
-  if (request.count < 1 || request.count > kMaxForkCount)
+  const uint32_t count = request.children.empty() ? request.count : request.children.size();
+  if (count < 1 || count > kMaxForkCount)
     return Status::InvalidArgument("fork count must be 1.." + std::to_string(kMaxForkCount));
   RETURN_IF_ERROR(CheckCommon(request.labels, request.ttl_seconds));
+  for (const ForkChildSpec& c : request.children) {
+    if (!c.id.empty()) RETURN_IF_ERROR(ValidateId(c.id, "sandbox id"));
+    RETURN_IF_ERROR(CheckCommon(c.labels, std::nullopt));
+    RETURN_IF_ERROR(ValidateEnv(c.env));
+  }
   ASSIGN_OR_RETURN(auto src, Find(request.source_id));
   std::vector<std::shared_ptr<Sandbox>> kids;
-  std::vector<std::string> tokens(request.count);
+  std::vector<std::string> tokens(count);
   std::string src_control;
   {
     std::lock_guard l(src->mu);
@@ -387,7 +429,11 @@ Result<std::vector<SandboxInfo>> SandboxManager::ForkSandbox(const ForkRequest& 
       return Status::FailedPrecondition("sandbox '" + request.source_id + "' is " +
                                         SandboxStateName(src->rec.info.state));
     src_control = src->rec.control_path;
-    for (uint32_t i = 0; i < request.count; ++i) kids.push_back(NewForkChild(request, *src, &tokens[i]));
+    for (uint32_t i = 0; i < count; ++i) {
+      const ForkChildSpec* spec = request.children.empty() ? nullptr : &request.children[i];
+      ASSIGN_OR_RETURN(auto k, NewForkChild(request, spec, *src, &tokens[i]));
+      kids.push_back(std::move(k));
+    }
   }
   std::vector<std::unique_lock<std::mutex>> ops;  // deletes of a child wait for the fork
   for (auto& k : kids) ops.emplace_back(k->op_mu);

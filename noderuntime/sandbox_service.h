@@ -31,6 +31,8 @@
 namespace kubicle::noderuntime {
 
 using Labels = std::map<std::string, std::string>;
+// A sandbox's environment: applied to every exec (an exec's own env wins).
+using Env = std::map<std::string, std::string>;
 using WallTime = std::chrono::system_clock::time_point;
 
 // How a template's VM is built: cold boot from these images, then the
@@ -64,6 +66,11 @@ struct SandboxSpec {
   Labels labels;
   std::optional<int64_t> ttl_seconds; // node-side backstop; unset = no TTL
   std::string hostname;               // empty: the id
+  Env env;
+  // Set: clients authenticate with the token whose hex SHA-256 this is (the
+  // node agent takes it from Sandbox status.tokenSha256) and no token is
+  // minted. Empty: the node mints one and returns it once.
+  std::string token_sha256;
 };
 
 enum class SandboxState { kCreating, kRunning, kFailed, kDeleting };
@@ -75,6 +82,7 @@ struct SandboxInfo {
   SandboxState state = SandboxState::kCreating;
   std::string message;                // why it failed
   std::string fork_of;                // source sandbox of a fork
+  Env env;
   WallTime created_at{};
   std::optional<WallTime> expires_at;
   uint32_t cid = 0;
@@ -85,11 +93,21 @@ struct SandboxInfo {
   std::string token;                  // data-plane token; returned only by Create/Fork
 };
 
+// One child of a fork whose identity the caller chooses (the node agent:
+// one Sandbox object per child).
+struct ForkChildSpec {
+  std::string id;
+  std::string token_sha256;           // as in SandboxSpec
+  Labels labels;                      // added to the request's labels
+  Env env;                            // empty: the source's
+};
+
 struct ForkRequest {
   std::string source_id;
-  uint32_t count = 1;                 // 1..64
+  uint32_t count = 1;                 // 1..64; ignored when `children` is set
   Labels labels;                      // added to the source's labels
   std::optional<int64_t> ttl_seconds;
+  std::vector<ForkChildSpec> children;  // set: exactly these children
 };
 
 struct ExecOptions {
