@@ -11,7 +11,10 @@
 #include "common/log.h"
 #include "noderuntime/api/api_server.h"
 #include "noderuntime/daemon/admin_token.h"
+#include "kube/http_kube_client.h"
+#include "kube/kubeconfig.h"
 #include "noderuntime/daemon/serve_flags.h"
+#include "noderuntime/nodeagent/node_agent.h"
 #include "noderuntime/sandbox_manager.h"
 
 namespace kubicle::noderuntime::daemon {
@@ -35,6 +38,36 @@ NodeConfig ConfigFrom(const ServeFlags& f) {
   c.pool_size_per_shape = f.pool_size;
   c.use_cgroups = f.use_cgroups;
   return c;
+}
+
+// --kubeconfig, else the pod's service account, else $KUBECONFIG or
+// ~/.kube/config (kube::LoadKubeconfig).
+Result<kube::RestConfig> ClusterConfig(const ServeFlags& f) {
+  if (f.kubeconfig.empty() && std::getenv("KUBERNETES_SERVICE_HOST")) return kube::InClusterConfig();
+  return kube::LoadKubeconfig(f.kubeconfig);
+}
+
+// The node agent (--node-name): joins the cluster the kubeconfig names.
+Result<std::unique_ptr<nodeagent::NodeAgent>> StartAgent(const ServeFlags& f, const NodeConfig& node,
+                                                         SandboxService* service, metrics::Registry* registry,
+                                                         int port) {
+  ASSIGN_OR_RETURN(kube::RestConfig rest, ClusterConfig(f));
+  ASSIGN_OR_RETURN(auto client, kube::HttpKubeClient::Create(rest));
+  nodeagent::AgentConfig c;
+  c.node_name = f.node_name;
+  c.lease_namespace = f.lease_namespace;
+  c.lease_duration = std::chrono::seconds(f.lease_duration_seconds);
+  c.renew_interval = std::max(std::chrono::seconds(1), c.lease_duration / 4);
+  c.capacity_sandboxes = f.capacity_sandboxes;
+  c.capacity_mem_mib = node.capacity_mem_mib;
+  const bool v6 = f.advertise_address.find(':') != std::string::npos;
+  c.endpoint = (v6 ? "[" + f.advertise_address + "]" : f.advertise_address) + ":" + std::to_string(port);
+  c.images.roots = f.image_roots;
+  c.images.cache_dir = f.state_dir + "/images";
+  std::error_code ec;
+  std::filesystem::create_directories(c.images.cache_dir, ec);
+  if (ec) return Status::Internal("cannot create " + c.images.cache_dir + ": " + ec.message());
+  return std::make_unique<nodeagent::NodeAgent>(std::move(client), service, std::move(c), registry);
 }
 
 int Serve(const ServeFlags& f) {
@@ -82,6 +115,17 @@ int Serve(const ServeFlags& f) {
     (*manager)->Shutdown(false);
     return kExitSetup;
   }
+  std::unique_ptr<nodeagent::NodeAgent> agent;
+  if (!f.node_name.empty()) {
+    auto a = StartAgent(f, ConfigFrom(f), manager->get(), &registry, port);
+    if (!a.ok()) {
+      log::Error("node agent failed to start", {{"node", f.node_name}, {"error", a.status().ToString()}});
+      (void)server.Stop(std::chrono::seconds(1));
+      (*manager)->Shutdown(false);
+      return kExitSetup;
+    }
+    agent = std::move(*a);
+  }
   std::printf("listening on http://%s:%d\n", host.c_str(), port);
   std::fflush(stdout);
   log::Info("kubicle-node serving", {{"address", host + ":" + std::to_string(port)},
@@ -96,6 +140,7 @@ int Serve(const ServeFlags& f) {
   // Requests in flight (a long exec) get a grace period; the manager is
   // shut down either way, and if some still run the process exits without
   // destroying what they use.
+  if (agent) agent->Stop();  // no new VMs while the runtime shuts down
   bool drained = server.Stop(std::chrono::seconds(10));
   (*manager)->Shutdown(/*stop_vms=*/f.stop_vms_on_exit);
   if (!drained) {

@@ -1,0 +1,31 @@
+// What the node agent needs to know about its node (from kubicle-node's
+// flags, noderuntime/daemon/serve_flags.h).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "noderuntime/nodeagent/image_resolver.h"
+
+namespace kubicle::noderuntime::nodeagent {
+
+struct AgentConfig {
+  std::string node_name;                       // DNS subdomain; the kubicle.dev/node label value
+  std::string lease_namespace = "kubicle-node-lease";
+  std::chrono::seconds lease_duration{40};
+  std::chrono::seconds renew_interval{10};
+  uint32_t capacity_sandboxes = 500;
+  uint64_t capacity_mem_mib = 0;               // 0: not advertised
+  std::string endpoint;                        // data plane "host:port", in status.vm.endpoint
+  ImageResolverOptions images;                 // image roots and download cache
+  int sandbox_workers = 8;                     // concurrent restores/forks/teardowns
+  int template_workers = 2;                    // concurrent image resolutions/bakes
+  std::chrono::seconds resync{5};              // every object re-checked this often
+  std::chrono::seconds reap_interval{30};      // VMs without an object are looked for this often
+};
+
+// Field manager of every write the agent makes ("kubicle-node/<node>").
+inline std::string FieldManager(const AgentConfig& c) { return "kubicle-node/" + c.node_name; }
+
+}  // namespace kubicle::noderuntime::nodeagent

@@ -1,0 +1,339 @@
+#include "noderuntime/nodeagent/sandbox_sync.h"
+
+#include <set>
+
+#include "common/log.h"
+#include "guest/protocol/messages.h"
+#include "kube/time_format.h"
+#include "noderuntime/nodeagent/json_fields.h"
+#include "noderuntime/nodeagent/node_names.h"
+
+namespace kubicle::noderuntime::nodeagent {
+
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr auto kWaitTemplate = 200ms;
+constexpr auto kWaitSource = 250ms;
+constexpr auto kWaitBusy = 200ms;
+
+double Since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+bool IsDeleting(const Json& obj) { return !At(obj, {"metadata", "deletionTimestamp"}).is_null(); }
+
+}  // namespace
+
+std::optional<VmReport> ReportedVm(const Json& sandbox) {
+  const Json& vm = At(sandbox, {"status", "vm"});
+  if (!vm.is_object()) return std::nullopt;
+  return VmReport{StrAt(vm, {"state"}), StrAt(vm, {"endpoint"}), StrAt(vm, {"message"}),
+                  NumAt(vm, {"restoreMillis"})};
+}
+
+Json VmStatusPatch(const VmReport& r, kube::TimePoint now) {
+  // Merge patch: null removes a field a previous state set.
+  Json vm = {{"state", r.state}, {"lastUpdateTime", kube::FormatTime(now)},
+             {"endpoint", r.endpoint.empty() ? Json() : Json(r.endpoint)},
+             {"message", r.message.empty() ? Json() : Json(r.message)},
+             {"restoreMillis", r.restore_millis > 0 ? Json(r.restore_millis) : Json()}};
+  return {{"status", {{"vm", vm}}}};
+}
+
+Result<DesiredVm> DesiredVmOf(const Json& sandbox) {
+  DesiredVm d;
+  const std::string uid = StrAt(sandbox, {"metadata", "uid"});
+  if (uid.empty()) return Status::InvalidArgument("Sandbox has no metadata.uid");
+  d.spec.id = SandboxNodeId(uid);
+  const Json& labels = At(sandbox, {"metadata", "labels"});
+  if (labels.is_object()) {
+    for (const auto& [k, v] : labels.items()) {
+      if (v.is_string()) d.spec.labels[k] = v.get<std::string>();
+    }
+  }
+  d.spec.labels[kLabelSandboxUid] = uid;
+  d.spec.labels[kLabelNamespace] = StrAt(sandbox, {"metadata", "namespace"});
+  const std::string name = StrAt(sandbox, {"metadata", "name"});
+  // A name that is a valid hostname is the guest's; dotted 253-character
+  // names are not, so those get the id.
+  d.spec.hostname = guest::protocol::ValidateHostname(name).ok() && name.find('.') == std::string::npos
+                        ? name : d.spec.id;
+  d.spec.token_sha256 = StrAt(sandbox, {"status", "tokenSha256"});
+  const Json& env = At(sandbox, {"spec", "env"});
+  if (env.is_array()) {
+    for (const Json& e : env) d.spec.env[StrAt(e, {"name"})] = StrAt(e, {"value"});
+  }
+  d.template_name = StrAt(sandbox, {"spec", "templateRef", "name"});
+  d.fork_source = StrAt(sandbox, {"spec", "forkSource"});
+  int64_t mem = IntAt(sandbox, {"spec", "resources", "memoryMiB"});
+  int64_t vcpus = IntAt(sandbox, {"spec", "resources", "vcpus"});
+  if (mem > 0 || vcpus > 0) d.shape = ShapeOverride{static_cast<uint64_t>(mem), static_cast<uint32_t>(vcpus)};
+  return d;
+}
+
+SandboxSync::SandboxSync(kube::KubeClient* client, SandboxService* service, TemplateSync* templates,
+                         const AgentConfig& config, metrics::Registry* registry)
+    : client_(client),
+      service_(service),
+      templates_(templates),
+      config_(config),
+      informer_(client, kube::SandboxResource(), "", "kubicle.dev/node=" + config.node_name) {
+  const std::vector<double> lat = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5};
+  watch_lag_seconds_ = &registry->AddHistogram(
+      "kubicle_node_agent_watch_lag_seconds",
+      "Time from a Sandbox's creationTimestamp (second precision) to the node agent seeing it", {},
+      {0.1, 0.25, 0.5, 1, 2, 5, 10, 30});
+  status_write_seconds_ = &registry->AddHistogram(
+      "kubicle_node_agent_sandbox_status_write_seconds", "Latency of the node agent's Sandbox status.vm writes",
+      {}, lat);
+  start_seconds_ = &registry->AddHistogram(
+      "kubicle_node_agent_start_seconds",
+      "From the node agent seeing a Sandbox to its status.vm Running written (restore or fork included)",
+      {"how"}, lat);
+  informer_.AddHandler([this](kube::WatchEventType t, const Json& obj) { OnEvent(t, obj); });
+}
+
+SandboxSync::~SandboxSync() { Stop(); }
+
+void SandboxSync::OnEvent(kube::WatchEventType type, const Json& obj) {
+  const std::string key = kube::KeyOf(obj);
+  if (type == kube::WatchEventType::kAdded && !ReportedVm(obj)) {
+    {
+      std::lock_guard l(mu_);
+      first_seen_.emplace(key, std::chrono::steady_clock::now());
+    }
+    auto created = kube::ParseTime(StrAt(obj, {"metadata", "creationTimestamp"}));
+    if (created.ok()) {
+      watch_lag_seconds_->WithLabels({}).Observe(
+          std::max(0.0, std::chrono::duration<double>(std::chrono::system_clock::now() - *created).count()));
+    }
+  }
+  queue_.Add(key);
+}
+
+void SandboxSync::Start() {
+  informer_.Start();
+  for (int i = 0; i < config_.sandbox_workers; ++i) workers_.emplace_back([this] { Work(); });
+  background_ = std::thread([this] { Background(); });
+}
+
+void SandboxSync::Stop() {
+  {
+    std::lock_guard l(stop_mu_);
+    stopping_ = true;
+  }
+  stop_cv_.notify_all();
+  if (background_.joinable()) background_.join();
+  queue_.ShutDown();
+  for (auto& t : workers_) t.join();
+  workers_.clear();
+  informer_.Stop();
+}
+
+void SandboxSync::Work() {
+  while (auto key = queue_.Get()) {
+    Sync(*key);
+    queue_.Done(*key);
+  }
+}
+
+// Resync (every object re-checked: a VM that died is reported) and reap.
+void SandboxSync::Background() {
+  auto next_reap = std::chrono::steady_clock::now();
+  std::unique_lock l(stop_mu_);
+  while (!stopping_) {
+    l.unlock();
+    if (informer_.HasSynced()) {
+      informer_.ForEach([this](const Json& obj) { queue_.Add(kube::KeyOf(obj)); });
+      if (std::chrono::steady_clock::now() >= next_reap) {
+        auto reaped = ReapOrphans();
+        if (reaped.ok()) next_reap = std::chrono::steady_clock::now() + config_.reap_interval;
+      }
+    }
+    l.lock();
+    stop_cv_.wait_for(l, informer_.HasSynced() ? std::chrono::milliseconds(config_.resync) : 100ms,
+                      [this] { return stopping_; });
+  }
+}
+
+void SandboxSync::Sync(const std::string& key) {
+  auto obj = informer_.Get(key);
+  if (!obj) return SyncGone(key);
+  const std::string uid = StrAt(*obj, {"metadata", "uid"});
+  if (uid.empty()) return;
+  const std::string id = SandboxNodeId(uid);
+  {
+    std::lock_guard l(mu_);
+    ids_[key] = id;
+  }
+  if (IsDeleting(*obj)) return Teardown(key, *obj, id);
+  auto vm = service_->GetSandbox(id);
+  if (vm.ok()) {
+    switch (vm->state) {
+      case SandboxState::kRunning: return Report(key, *obj, RunningReport(*vm));
+      case SandboxState::kFailed: return Report(key, *obj, {"Failed", "", Bounded(vm->message), 0});
+      default: return queue_.AddAfter(key, kWaitBusy);  // another pass is creating or deleting it
+    }
+  }
+  auto reported = ReportedVm(*obj);
+  const std::string was = reported ? reported->state : "";
+  if (was == "Running") {
+    return Report(key, *obj, {"Failed", "", "the VM is gone: kubicle-node on " + config_.node_name +
+                                               " has no VM for this Sandbox (it exited, or the node lost its state)", 0});
+  }
+  if (was == "Failed" || was == "Terminated") return;
+  StartVm(key, *obj, id);  // not started, or a start cut short by a node restart
+}
+
+void SandboxSync::SyncGone(const std::string& key) {
+  std::string id;
+  {
+    std::lock_guard l(mu_);
+    auto it = ids_.find(key);
+    if (it == ids_.end()) return;
+    id = it->second;
+  }
+  Status st = service_->DeleteSandbox(id);
+  if (!st.ok() && st.code() != StatusCode::kNotFound) {
+    queue_.AddRateLimited(key);
+    return;
+  }
+  if (st.ok()) log::Info("VM deleted: its Sandbox is gone", {{"sandbox", key}, {"vm", id}});
+  std::lock_guard l(mu_);
+  ids_.erase(key);
+  written_.erase(key);
+  first_seen_.erase(key);
+  queue_.Forget(key);
+}
+
+void SandboxSync::Teardown(const std::string& key, const Json& obj, const std::string& id) {
+  auto reported = ReportedVm(obj);
+  Status st = service_->DeleteSandbox(id);
+  if (!st.ok() && st.code() != StatusCode::kNotFound) {
+    log::Warn("VM teardown failed; retrying", {{"sandbox", key}, {"vm", id}, {"error", st.ToString()}});
+    return queue_.AddRateLimited(key);
+  }
+  if (st.ok()) log::Info("VM torn down", {{"sandbox", key}, {"vm", id}});
+  if (!reported || reported->state != "Terminated") Report(key, obj, {"Terminated", "", "", 0});
+}
+
+void SandboxSync::StartVm(const std::string& key, const Json& obj, const std::string& id) {
+  auto want = DesiredVmOf(obj);
+  if (!want.ok()) return Report(key, obj, {"Failed", "", Bounded(want.status().message()), 0});
+  if (want->spec.token_sha256.empty()) return;  // the operator publishes it; that update requeues
+  auto vm = RestoreOrFork(key, obj, *want);
+  if (vm.ok()) {
+    std::optional<std::chrono::steady_clock::time_point> seen;
+    {
+      std::lock_guard l(mu_);
+      if (auto it = first_seen_.find(key); it != first_seen_.end()) seen = it->second;
+    }
+    Report(key, obj, RunningReport(*vm));
+    if (seen) start_seconds_->WithLabels({want->fork_source.empty() ? "restore" : "fork"}).Observe(Since(*seen));
+    return;
+  }
+  const Status& st = vm.status();
+  switch (st.code()) {
+    case StatusCode::kUnavailable:  // template baking, source starting, node shutting down
+      return queue_.AddAfter(key, want->fork_source.empty() ? kWaitTemplate : kWaitSource);
+    case StatusCode::kAlreadyExists:
+      return queue_.AddAfter(key, kWaitBusy);  // a concurrent pass made it: report it next time
+    default:
+      log::Warn("VM start failed", {{"sandbox", key}, {"vm", id}, {"error", st.ToString()}});
+      return Report(key, obj, {"Failed", "", Bounded(st.message()), 0});
+  }
+}
+
+Result<SandboxInfo> SandboxSync::RestoreOrFork(const std::string& key, const Json& obj, const DesiredVm& want) {
+  const std::string ns = StrAt(obj, {"metadata", "namespace"});
+  if (want.fork_source.empty()) {
+    ASSIGN_OR_RETURN(std::string tmpl, templates_->ReadyTemplateFor(ns, want.template_name, want.shape));
+    SandboxSpec spec = want.spec;
+    spec.template_name = tmpl;
+    return service_->CreateSandbox(spec);
+  }
+  auto source = informer_.Get(kube::ObjectKey(ns, want.fork_source));
+  if (!source) {
+    return Status::FailedPrecondition("fork source " + kube::ObjectKey(ns, want.fork_source) +
+                                      " is not a Sandbox on node " + config_.node_name);
+  }
+  if (IsDeleting(*source)) return Status::FailedPrecondition("fork source " + want.fork_source + " is being deleted");
+  const std::string source_id = SandboxNodeId(StrAt(*source, {"metadata", "uid"}));
+  auto src_vm = service_->GetSandbox(source_id);
+  if (!src_vm.ok() || src_vm->state == SandboxState::kCreating) {
+    auto reported = ReportedVm(*source);
+    if (reported && (reported->state == "Failed" || reported->state == "Terminated"))
+      return Status::FailedPrecondition("fork source " + want.fork_source + " is " + reported->state);
+    return Status::Unavailable("fork source " + want.fork_source + " is not running yet");
+  }
+  ForkRequest fr;
+  fr.source_id = source_id;
+  fr.children.push_back({want.spec.id, want.spec.token_sha256, want.spec.labels, want.spec.env});
+  ASSIGN_OR_RETURN(std::vector<SandboxInfo> kids, service_->ForkSandbox(fr));
+  if (kids.size() != 1) return Status::Internal("fork returned " + std::to_string(kids.size()) + " children");
+  (void)key;
+  return kids[0];
+}
+
+VmReport SandboxSync::RunningReport(const SandboxInfo& vm) const {
+  return {"Running", config_.endpoint, "", vm.ready_ms};
+}
+
+void SandboxSync::Report(const std::string& key, const Json& obj, const VmReport& report) {
+  auto reported = ReportedVm(obj);
+  auto same = [&](const std::optional<VmReport>& r) {
+    // restoreMillis of a re-adopted VM is what was measured when it started.
+    return r && r->state == report.state && r->endpoint == report.endpoint && r->message == report.message;
+  };
+  {
+    std::lock_guard l(mu_);
+    auto it = written_.find(key);
+    if (same(reported) || (it != written_.end() && same(it->second))) return;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = client_->Patch(kube::SandboxResource(), StrAt(obj, {"metadata", "namespace"}),
+                          StrAt(obj, {"metadata", "name"}), kube::PatchType::kMerge,
+                          VmStatusPatch(report, std::chrono::system_clock::now()), "status");
+  status_write_seconds_->WithLabels({}).Observe(Since(t0));
+  if (!r.ok()) {
+    if (kube::IsNotFound(r.status())) return;  // gone: SyncGone follows
+    log::Warn("status.vm write failed; retrying", {{"sandbox", key}, {"state", report.state},
+                                                   {"error", r.status().ToString()}});
+    return queue_.AddRateLimited(key);
+  }
+  queue_.Forget(key);
+  std::lock_guard l(mu_);
+  written_[key] = report;
+  if (report.state != "Restoring" && report.state != "Forking") first_seen_.erase(key);
+}
+
+Result<std::vector<std::string>> SandboxSync::ReapOrphans() {
+  // Only VMs that existed before the list began: a VM made after it may
+  // belong to an object the list did not see yet.
+  const auto listed_at = std::chrono::system_clock::now();
+  kube::ListOptions opts;
+  opts.label_selector = "kubicle.dev/node=" + config_.node_name;
+  auto list = client_->List(kube::SandboxResource(), "", opts);
+  if (!list.ok()) return list.status();
+  std::set<std::string> uids;
+  const Json& items = At(*list, {"items"});
+  if (items.is_array()) {
+    for (const Json& s : items) uids.insert(StrAt(s, {"metadata", "uid"}));
+  }
+  ASSIGN_OR_RETURN(std::vector<SandboxInfo> vms, service_->ListSandboxes(kLabelSandboxUid));
+  std::vector<std::string> reaped;
+  for (const SandboxInfo& vm : vms) {
+    auto uid = vm.labels.find(kLabelSandboxUid);
+    if (uid == vm.labels.end() || uids.count(uid->second) || vm.created_at >= listed_at) continue;
+    Status st = service_->DeleteSandbox(vm.id);
+    if (st.ok()) {
+      log::Info("reaped a VM whose Sandbox is gone", {{"vm", vm.id}, {"uid", uid->second}});
+      reaped.push_back(vm.id);
+    }
+  }
+  return reaped;
+}
+
+}  // namespace kubicle::noderuntime::nodeagent

@@ -1,0 +1,104 @@
+// Runs the Sandboxes the operator placed on this node (label
+// kubicle.dev/node=<node>) and reports each VM in status.vm by JSON merge
+// patch on the status subresource (docs/operator.md, "Node protocol" 3, 4).
+//
+// Every object is reconciled by one named pass, Sync, from the world as it
+// is: the object (informer cache) and the VM (SandboxService, under the id
+// SandboxNodeId(uid)). So a restarted node re-adopts its VMs by UID with no
+// other memory, and nothing is created twice:
+//   deleting object      -> tear the VM down, then report Terminated
+//   VM exists            -> report it (Running with endpoint, or Failed)
+//   no VM, was Running   -> Failed: the VM vanished (the reason says so)
+//   no VM, not started   -> restore from the template (or fork when
+//                           spec.forkSource is set), once the operator has
+//                           published status.tokenSha256
+// VMs with no object (deleted while the node was down, or an API delete
+// that raced) are reaped by a periodic pass over a fresh list. An
+// apiserver outage stops nothing that runs: writes are retried with
+// backoff and statuses catch up when it returns; the informer relists on
+// 410.
+#pragma once
+
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/metrics.h"
+#include "kube/informer.h"
+#include "kube/work_queue.h"
+#include "noderuntime/nodeagent/agent_config.h"
+#include "noderuntime/nodeagent/template_sync.h"
+#include "noderuntime/sandbox_service.h"
+
+namespace kubicle::noderuntime::nodeagent {
+
+// status.vm as the node writes it (pure; for tests).
+struct VmReport {
+  std::string state;  // Restoring, Forking, Running, Failed, Terminated
+  std::string endpoint;
+  std::string message;
+  double restore_millis = 0;
+  bool operator==(const VmReport&) const = default;
+};
+std::optional<VmReport> ReportedVm(const kube::Json& sandbox);
+kube::Json VmStatusPatch(const VmReport& report, kube::TimePoint now);
+// The VM a Sandbox object asks for (pure): labels, env, hostname, shape.
+struct DesiredVm {
+  SandboxSpec spec;  // id, labels, env, hostname, token_sha256 (template_name left empty)
+  std::string template_name;  // the SandboxTemplate (same namespace)
+  std::optional<ShapeOverride> shape;
+  std::string fork_source;    // Sandbox name, same namespace
+};
+Result<DesiredVm> DesiredVmOf(const kube::Json& sandbox);
+
+class SandboxSync {
+ public:
+  SandboxSync(kube::KubeClient* client, SandboxService* service, TemplateSync* templates,
+              const AgentConfig& config, metrics::Registry* registry);
+  ~SandboxSync();
+  SandboxSync(const SandboxSync&) = delete;
+  SandboxSync& operator=(const SandboxSync&) = delete;
+
+  void Start();
+  void Stop();
+  bool WaitForSync(std::chrono::milliseconds timeout) const { return informer_.WaitForSync(timeout); }
+  // Deletes VMs this agent made whose Sandbox no longer exists; returns
+  // their ids. Does nothing (OK) if the apiserver cannot be listed.
+  Result<std::vector<std::string>> ReapOrphans();
+
+ private:
+  void Work();
+  void Sync(const std::string& key);
+  void SyncGone(const std::string& key);
+  void Teardown(const std::string& key, const kube::Json& obj, const std::string& id);
+  void StartVm(const std::string& key, const kube::Json& obj, const std::string& id);
+  Result<SandboxInfo> RestoreOrFork(const std::string& key, const kube::Json& obj, const DesiredVm& want);
+  void Report(const std::string& key, const kube::Json& obj, const VmReport& report);
+  VmReport RunningReport(const SandboxInfo& vm) const;
+  void Background();
+  void OnEvent(kube::WatchEventType type, const kube::Json& obj);
+
+  kube::KubeClient* client_;
+  SandboxService* service_;
+  TemplateSync* templates_;
+  AgentConfig config_;
+  kube::Informer informer_;
+  kube::WorkQueue queue_;
+  metrics::Family<metrics::Histogram>* watch_lag_seconds_;
+  metrics::Family<metrics::Histogram>* status_write_seconds_;
+  metrics::Family<metrics::Histogram>* start_seconds_;
+  std::mutex mu_;
+  std::map<std::string, std::string> ids_;        // "ns/name" -> node id, for objects that vanish
+  std::map<std::string, VmReport> written_;       // last report written per key
+  std::map<std::string, std::chrono::steady_clock::time_point> first_seen_;
+  std::mutex stop_mu_;
+  std::condition_variable stop_cv_;
+  bool stopping_ = false;
+  std::thread background_;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace kubicle::noderuntime::nodeagent

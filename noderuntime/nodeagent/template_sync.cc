@@ -1,0 +1,299 @@
+#include "noderuntime/nodeagent/template_sync.h"
+
+#include "common/log.h"
+#include "kube/time_format.h"
+#include "noderuntime/nodeagent/json_fields.h"
+
+namespace kubicle::noderuntime::nodeagent {
+
+using namespace std::chrono_literals;
+
+namespace {
+
+// Kubicle's part of the guest kernel command line; spec.kernelArgs follows.
+constexpr char kBaseCmdline[] = "console=ttyS0 quiet reboot=k panic=1 kubicle.overlay=tmpfs";
+constexpr auto kBakePoll = 250ms;
+constexpr auto kProgressEvery = 1s;
+constexpr auto kRetryTransient = 30s;
+
+std::optional<NodeEntry> EntryFromJson(const Json& e) {
+  NodeEntry n;
+  n.phase = StrAt(e, {"phase"});
+  n.observed_generation = IntAt(e, {"observedGeneration"});
+  n.message = StrAt(e, {"message"});
+  n.snapshot_digest = StrAt(e, {"snapshotDigest"});
+  n.bake_seconds = NumAt(e, {"bakeSeconds"});
+  return n;
+}
+
+}  // namespace
+
+std::optional<NodeEntry> EntryOf(const Json& tmpl, const std::string& node) {
+  const Json& nodes = At(tmpl, {"status", "nodes"});
+  if (!nodes.is_array()) return std::nullopt;
+  for (const Json& e : nodes) {
+    if (StrAt(e, {"nodeName"}) == node) return EntryFromJson(e);
+  }
+  return std::nullopt;
+}
+
+Result<TemplateSpec> TemplateSpecFrom(const Json& tmpl, const std::string& node_template_name,
+                                      const ResolveFn& resolve) {
+  const Json& spec = At(tmpl, {"spec"});
+  TemplateSpec s;
+  s.name = node_template_name;
+  ASSIGN_OR_RETURN(s.kernel, resolve({"kernel", StrAt(spec, {"kernel"}), StrAt(spec, {"kernelSha256"})}));
+  if (!StrAt(spec, {"initrd"}).empty()) {
+    ASSIGN_OR_RETURN(s.initrd, resolve({"initrd", StrAt(spec, {"initrd"}), StrAt(spec, {"initrdSha256"})}));
+  }
+  ASSIGN_OR_RETURN(std::string rootfs,
+                   resolve({"rootfs", StrAt(spec, {"rootfs"}), StrAt(spec, {"rootfsSha256"})}));
+  s.disks = {rootfs + ",ro"};
+  s.cmdline = kBaseCmdline;
+  if (std::string args = StrAt(spec, {"kernelArgs"}); !args.empty()) s.cmdline += " " + args;
+  s.mem_mib = static_cast<uint64_t>(IntAt(spec, {"memoryMiB"}, 256));
+  s.vcpus = static_cast<uint32_t>(IntAt(spec, {"vcpus"}, 1));
+  const Json& warmup = At(spec, {"warmup"});
+  if (warmup.is_array()) {
+    for (const Json& step : warmup) {
+      std::vector<std::string> argv;
+      const Json& cmd = At(step, {"command"});
+      if (cmd.is_array()) {
+        for (const Json& a : cmd) argv.push_back(a.is_string() ? a.get<std::string>() : "");
+      }
+      if (argv.empty() || argv[0].empty()) return Status::InvalidArgument("warmup step without a command");
+      s.warmup.push_back(ShellJoin(argv));
+    }
+  }
+  return s;
+}
+
+TemplateSync::TemplateSync(kube::KubeClient* client, SandboxService* service, const AgentConfig& config,
+                           metrics::Registry* registry)
+    : client_(client),
+      service_(service),
+      config_(config),
+      resolver_(config.images),
+      informer_(client, kube::SandboxTemplateResource()) {
+  status_write_seconds_ = &registry->AddHistogram(
+      "kubicle_node_agent_status_write_seconds", "Latency of the node agent's status writes",
+      {"kind"}, {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5});
+  registry->AddGaugeCallback("kubicle_node_agent_bake_queue", "Templates baking on this node", {},
+                             [this] { return std::vector<std::pair<metrics::LabelValues, double>>{
+                                          {{}, static_cast<double>(Baking())}}; });
+  informer_.AddHandler([this](kube::WatchEventType, const Json& obj) { queue_.Add(kube::KeyOf(obj)); });
+}
+
+TemplateSync::~TemplateSync() { Stop(); }
+
+void TemplateSync::Start() {
+  informer_.Start();
+  for (int i = 0; i < config_.template_workers; ++i) workers_.emplace_back([this] { Work(); });
+}
+
+void TemplateSync::Stop() {
+  queue_.ShutDown();
+  for (auto& t : workers_) t.join();
+  workers_.clear();
+  informer_.Stop();
+}
+
+size_t TemplateSync::Baking() const {
+  size_t n = 0;
+  for (const TemplateInfo& t : service_->ListTemplates()) n += t.state == TemplateState::kBaking;
+  return n;
+}
+
+void TemplateSync::Work() {
+  while (auto key = queue_.Get()) {
+    Sync(*key);
+    queue_.Done(*key);
+  }
+}
+
+void TemplateSync::Sync(const std::string& key) {
+  auto obj = informer_.Get(key);
+  if (!obj) return Forget(key);
+  Known known;
+  {
+    std::lock_guard l(mu_);
+    Known& k = known_[key];
+    const std::string uid = StrAt(*obj, {"metadata", "uid"});
+    const int64_t gen = IntAt(*obj, {"metadata", "generation"}, 1);
+    if (k.uid != uid || k.generation != gen) k = Known{uid, gen, std::nullopt, ""};
+    known = k;
+  }
+  auto info = EnsureBaked(key, *obj, &known);
+  {
+    std::lock_guard l(mu_);
+    known_[key] = known;
+  }
+  NodeEntry entry{.observed_generation = known.generation};
+  if (!info.ok()) {
+    entry.phase = "Failed";
+    entry.message = Bounded(info.status().message());
+    // A download that failed for the network may work later; a bad spec will not.
+    if (info.status().code() == StatusCode::kUnavailable) queue_.AddAfter(key, kRetryTransient);
+  } else if (info->state == TemplateState::kBaking) {
+    entry.phase = "Baking";
+    entry.message = Bounded(info->message.empty() ? "baking" : info->message);
+    queue_.AddAfter(key, kBakePoll);
+  } else if (info->state == TemplateState::kReady) {
+    entry.phase = "Ready";
+    entry.snapshot_digest = info->digest;
+    entry.bake_seconds = info->bake_seconds;
+    DeleteOldGenerations(known, info->spec.name);
+  } else {
+    entry.phase = "Failed";
+    entry.message = Bounded(info->message);
+  }
+  Report(key, *obj, entry);
+}
+
+Result<TemplateInfo> TemplateSync::EnsureBaked(const std::string& key, const Json& tmpl, Known* known) {
+  const std::string name = TemplateNodeId(known->uid, known->generation);
+  auto have = service_->GetTemplate(name);
+  if (have.ok()) {
+    if (!known->spec) known->spec = have->spec;  // baked before a restart
+    return have;
+  }
+  if (!known->failure.empty()) return Status::FailedPrecondition(known->failure);
+  Report(key, tmpl, {.phase = "Baking", .observed_generation = known->generation, .message = "resolving images"});
+  auto spec = TemplateSpecFrom(tmpl, name, [&](const ImageSource& src) {
+    return resolver_.Resolve(src, [&](const std::string& progress) {
+      Report(key, tmpl, {.phase = "Baking", .observed_generation = known->generation, .message = progress});
+    });
+  });
+  if (!spec.ok()) {
+    if (spec.status().code() != StatusCode::kUnavailable) known->failure = spec.status().message();
+    log::Warn("template images refused", {{"template", key}, {"node", config_.node_name},
+                                          {"error", spec.status().ToString()}});
+    return spec.status();
+  }
+  known->spec = *spec;
+  auto put = service_->PutTemplate(*spec);
+  if (!put.ok()) known->failure = put.status().message();
+  else log::Info("baking template", {{"template", key}, {"node_template", name}});
+  return put;
+}
+
+void TemplateSync::Report(const std::string& key, const Json& tmpl, const NodeEntry& entry) {
+  if (EntryOf(tmpl, config_.node_name) == entry) return;  // the object already says so
+  const auto now = std::chrono::system_clock::now();
+  {
+    std::lock_guard l(mu_);
+    auto& last = last_progress_[key];
+    if (entry.phase == "Baking" && now - last < kProgressEvery) return;
+    last = now;
+  }
+  Json e = {{"nodeName", config_.node_name}, {"phase", entry.phase},
+            {"observedGeneration", entry.observed_generation}, {"lastUpdateTime", kube::FormatTime(now)}};
+  if (!entry.message.empty()) e["message"] = entry.message;
+  if (!entry.snapshot_digest.empty()) e["snapshotDigest"] = entry.snapshot_digest;
+  if (entry.phase == "Ready") e["bakeSeconds"] = entry.bake_seconds;
+  Json apply = {{"apiVersion", "kubicle.dev/v1alpha1"}, {"kind", "SandboxTemplate"},
+                {"metadata", {{"name", StrAt(tmpl, {"metadata", "name"})},
+                              {"namespace", StrAt(tmpl, {"metadata", "namespace"})}}},
+                {"status", {{"nodes", Json::array({e})}}}};
+  kube::PatchOptions po;
+  po.field_manager = FieldManager(config_);
+  po.force = true;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = client_->Patch(kube::SandboxTemplateResource(), StrAt(tmpl, {"metadata", "namespace"}),
+                          StrAt(tmpl, {"metadata", "name"}), kube::PatchType::kApply, apply, "status", po);
+  status_write_seconds_->WithLabels({"SandboxTemplate"})
+      .Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  if (!r.ok() && !kube::IsNotFound(r.status())) {
+    log::Warn("template status write failed; retrying", {{"template", key}, {"error", r.status().ToString()}});
+    queue_.AddRateLimited(key);
+  } else {
+    queue_.Forget(key);
+  }
+}
+
+void TemplateSync::DeleteOldGenerations(const Known& known, const std::string& keep) {
+  const std::string prefix = TemplateNodeIdPrefix(known.uid);
+  const std::string keep_prefix = keep + "-";  // its shape variants stay too
+  for (const TemplateInfo& t : service_->ListTemplates()) {
+    const std::string& n = t.spec.name;
+    if (n.rfind(prefix, 0) != 0 || n == keep || n.rfind(keep_prefix, 0) == 0) continue;
+    Status st = service_->DeleteTemplate(n);  // FailedPrecondition while sandboxes of it run
+    if (st.ok()) log::Info("deleted the node template of an older generation", {{"node_template", n}});
+  }
+}
+
+void TemplateSync::Forget(const std::string& key) {
+  Known known;
+  {
+    std::lock_guard l(mu_);
+    auto it = known_.find(key);
+    if (it == known_.end()) return;
+    known = it->second;
+  }
+  bool all_gone = true;
+  const std::string prefix = TemplateNodeIdPrefix(known.uid);
+  for (const TemplateInfo& t : service_->ListTemplates()) {
+    if (t.spec.name.rfind(prefix, 0) != 0) continue;
+    Status st = service_->DeleteTemplate(t.spec.name);
+    if (!st.ok() && st.code() != StatusCode::kNotFound) all_gone = false;
+  }
+  std::lock_guard l(mu_);
+  if (all_gone) {
+    known_.erase(key);
+    last_progress_.erase(key);
+  } else {
+    queue_.AddAfter(key, kRetryTransient);  // sandboxes of it still run; they go first
+  }
+}
+
+Result<std::string> TemplateSync::ReadyTemplateFor(const std::string& ns, const std::string& name,
+                                                   const std::optional<ShapeOverride>& shape) {
+  const std::string key = kube::ObjectKey(ns, name);
+  auto obj = informer_.Get(key);
+  if (!obj) return Status::NotFound("no SandboxTemplate " + key);
+  const std::string uid = StrAt(*obj, {"metadata", "uid"});
+  const int64_t gen = IntAt(*obj, {"metadata", "generation"}, 1);
+  Known known;
+  {
+    std::lock_guard l(mu_);
+    auto it = known_.find(key);
+    if (it == known_.end() || it->second.uid != uid || it->second.generation != gen)
+      return Status::Unavailable("template " + key + " is not baked on this node yet");
+    known = it->second;
+  }
+  if (!known.failure.empty()) return Status::FailedPrecondition("template " + key + ": " + known.failure);
+  const std::string base = TemplateNodeId(uid, gen);
+  ASSIGN_OR_RETURN(TemplateInfo info, service_->GetTemplate(base));
+  if (info.state == TemplateState::kBaking) return Status::Unavailable("template " + key + " is baking");
+  if (info.state == TemplateState::kFailed)
+    return Status::FailedPrecondition("template " + key + " failed to bake: " + info.message);
+  if (!shape || (shape->mem_mib == info.spec.mem_mib && shape->vcpus == info.spec.vcpus)) return base;
+  if (shape->mem_mib < info.spec.mem_mib) {
+    return Status::FailedPrecondition(
+        "spec.resources.memoryMiB " + std::to_string(shape->mem_mib) + " is below template " + key +
+        "'s " + std::to_string(info.spec.mem_mib) + " MiB: a restore cannot shrink guest memory");
+  }
+  if (!known.spec) known.spec = info.spec;
+  return EnsureVariant(known, *shape);
+}
+
+// A template of another shape is baked from the same images on first use.
+Result<std::string> TemplateSync::EnsureVariant(const Known& known, const ShapeOverride& shape) {
+  const std::string name = TemplateNodeId(known.uid, known.generation, shape);
+  auto have = service_->GetTemplate(name);
+  if (!have.ok()) {
+    TemplateSpec spec = *known.spec;
+    spec.name = name;
+    spec.mem_mib = shape.mem_mib;
+    spec.vcpus = shape.vcpus;
+    have = service_->PutTemplate(spec);
+    if (!have.ok()) return have.status();
+    log::Info("baking a template variant", {{"node_template", name}});
+  }
+  if (have->state == TemplateState::kBaking) return Status::Unavailable("baking variant " + name);
+  if (have->state == TemplateState::kFailed)
+    return Status::FailedPrecondition("variant " + name + " failed to bake: " + have->message);
+  return name;
+}
+
+}  // namespace kubicle::noderuntime::nodeagent

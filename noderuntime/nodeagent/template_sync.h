@@ -1,0 +1,101 @@
+// Bakes the cluster's SandboxTemplates on this node and reports each in the
+// template's status.nodes[] (docs/operator.md, "Node protocol" 2): one
+// entry per node, applied server-side with field manager
+// kubicle-node/<node>, so nodes never overwrite each other's entries.
+//
+// A SandboxTemplate generation becomes the node template
+// TemplateNodeId(uid, generation): images resolved under the node's image
+// roots (or downloaded and verified), then PutTemplate, whose bake is
+// polled and reported as Baking (with progress), Ready (digest, bake time)
+// or Failed (the reason). Older generations' node templates are deleted
+// once no sandbox uses them, and all of a template's when it is deleted.
+// Status is written only when it differs from what the object shows, so
+// the agent's own writes do not loop.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/metrics.h"
+#include "kube/informer.h"
+#include "kube/work_queue.h"
+#include "noderuntime/nodeagent/agent_config.h"
+#include "noderuntime/nodeagent/image_resolver.h"
+#include "noderuntime/nodeagent/node_names.h"
+#include "noderuntime/sandbox_service.h"
+
+namespace kubicle::noderuntime::nodeagent {
+
+// The node's entry in status.nodes[] (pure; for tests).
+struct NodeEntry {
+  std::string phase;  // Baking, Ready, Failed
+  int64_t observed_generation = 0;
+  std::string message;
+  std::string snapshot_digest;
+  double bake_seconds = 0;
+  bool operator==(const NodeEntry&) const = default;
+};
+// The entry for `node` in a SandboxTemplate object, if any.
+std::optional<NodeEntry> EntryOf(const kube::Json& tmpl, const std::string& node);
+// The node template spec of a SandboxTemplate object, with `resolve`
+// turning each image source into a local path.
+using ResolveFn = std::function<Result<std::string>(const ImageSource&)>;
+Result<TemplateSpec> TemplateSpecFrom(const kube::Json& tmpl, const std::string& node_template_name,
+                                      const ResolveFn& resolve);
+
+class TemplateSync {
+ public:
+  TemplateSync(kube::KubeClient* client, SandboxService* service, const AgentConfig& config,
+               metrics::Registry* registry);
+  ~TemplateSync();
+  TemplateSync(const TemplateSync&) = delete;
+  TemplateSync& operator=(const TemplateSync&) = delete;
+
+  void Start();
+  void Stop();
+  bool WaitForSync(std::chrono::milliseconds timeout) const { return informer_.WaitForSync(timeout); }
+
+  // The Ready node template a Sandbox of template `ns/name` restores from;
+  // `shape` (Sandbox spec.resources) selects a variant, baked on first use.
+  // Unavailable while it is baking (try again), FailedPrecondition when the
+  // bake failed or the shape is invalid, NotFound without such a template.
+  Result<std::string> ReadyTemplateFor(const std::string& ns, const std::string& name,
+                                       const std::optional<ShapeOverride>& shape);
+  // Templates baking on this node now (the kubicle_node_agent_bake_queue gauge).
+  size_t Baking() const;
+  void Enqueue(const std::string& key) { queue_.Add(key); }
+
+ private:
+  struct Known {  // what the agent baked for one SandboxTemplate key
+    std::string uid;
+    int64_t generation = 0;
+    std::optional<TemplateSpec> spec;  // resolved; the base of variants
+    std::string failure;               // resolution failed for this generation
+  };
+  void Work();
+  void Sync(const std::string& key);
+  void Forget(const std::string& key);
+  Result<TemplateInfo> EnsureBaked(const std::string& key, const kube::Json& tmpl, Known* known);
+  void Report(const std::string& key, const kube::Json& tmpl, const NodeEntry& entry);
+  void DeleteOldGenerations(const Known& known, const std::string& keep);
+  Result<std::string> EnsureVariant(const Known& known, const ShapeOverride& shape);
+
+  kube::KubeClient* client_;
+  SandboxService* service_;
+  AgentConfig config_;
+  ImageResolver resolver_;
+  kube::Informer informer_;
+  kube::WorkQueue queue_;
+  metrics::Family<metrics::Histogram>* status_write_seconds_;
+  mutable std::mutex mu_;
+  std::map<std::string, Known> known_;                    // by "ns/name"
+  std::map<std::string, kube::TimePoint> last_progress_;  // rate limit of Baking messages
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace kubicle::noderuntime::nodeagent
