@@ -1,0 +1,249 @@
+#!/usr/bin/env python3
+"""Fails when the Helm chart runs kubicle-node or kubicle-operator with flags
+the built binaries reject.
+
+Usage: chart_flags_test.py KUBICLE_OPERATOR KUBICLE_NODE CHART_DIR
+
+For several values combinations it renders the chart with `helm template`,
+takes each container's command and args from the node DaemonSet and the
+operator Deployment, expands the `$(VAR)` references the way the kubelet does
+(with plausible values for the env vars the container declares), replaces
+`/usr/bin/kubicle-*` with the built binary, appends `--check-flags` and runs
+it: it must exit 0 and print "<binary>: flags ok". It also checks the shape
+the values ask for (`--capacity-mem` only when set, one `--image-root` and one
+read-only hostPath mount per image root, no separate node metrics port).
+
+Before the chart it checks that a bad flag makes `--check-flags` fail, so the
+test cannot pass because the binaries accept anything.
+
+helm comes from the cached control plane: $KUBICLE_CONTROL_PLANE_BIN, else
+what `e2e/control-plane/build.sh --print-bin-dir` prints. Without it the test
+exits 77 (CTest: skipped) saying how to build it.
+Exit status: 0 pass, 1 fail, 77 skipped. Run by CTest as chart_flags
+(helm/CMakeLists.txt, label e2e).
+"""
+
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import tempfile
+
+import yaml
+
+SKIP = 77
+REPO = pathlib.Path(__file__).resolve().parent.parent
+
+# What the kubelet would put in the env vars the chart's containers declare.
+ENV_VALUES = {
+    "NODE_NAME": "kvm-node-1",
+    "NODE_IP": "10.0.0.7",
+    "POD_NAMESPACE": "kubicle-system",
+    "POD_NAME": "kubicle-operator-7d9f8c6b5-x2k4q",
+}
+
+# Values combinations, each with a name for the messages.
+CASES = [
+    ("defaults", {}),
+    ("memoryMiB set", {"node": {"capacity": {"memoryMiB": 1048576}}}),
+    ("two image roots", {"node": {"imageRoots": ["/var/lib/kubicle/images", "/mnt/images"]}}),
+    ("leader election off", {"operator": {"leaderElection": {"enabled": False}}}),
+    ("text logs, long TTL", {
+        "operator": {"logFormat": "text", "logLevel": "debug", "defaultTTLSeconds": 2592000},
+        "node": {"logFormat": "text", "logLevel": "warn", "capacity": {"sandboxes": 100000},
+                 "leaseDurationSeconds": 3600, "dataPlanePort": 17443},
+    }),
+]
+
+
+class Failure(Exception):
+    pass
+
+
+def find_helm():
+    """The helm binary, or None when the control plane is not built."""
+    bin_dir = os.environ.get("KUBICLE_CONTROL_PLANE_BIN")
+    if not bin_dir:
+        r = subprocess.run([str(REPO / "e2e/control-plane/build.sh"), "--print-bin-dir"],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            return None
+        bin_dir = r.stdout.strip()
+    helm = pathlib.Path(bin_dir) / "helm"
+    return str(helm) if os.access(helm, os.X_OK) else None
+
+
+def kube_version():
+    """The control plane's Kubernetes version (build.sh's KUBE_VERSION).
+
+    helm built from source assumes v1.20 for `helm template`, which the
+    chart's kubeVersion constraint refuses.
+    """
+    text = (REPO / "e2e/control-plane/build.sh").read_text()
+    m = re.search(r"^KUBE_VERSION=(v[0-9.]+)", text, re.M)
+    if not m:
+        raise Failure("no KUBE_VERSION= in e2e/control-plane/build.sh")
+    return m.group(1)
+
+
+def render(helm, chart, values):
+    """The documents `helm template` renders for `values`."""
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
+        yaml.safe_dump(values, f)
+        f.flush()
+        r = subprocess.run([helm, "template", "kubicle", chart, "-n", "kubicle-system",
+                            "--kube-version", kube_version(), "-f", f.name],
+                           capture_output=True, text=True)
+    if r.returncode != 0:
+        raise Failure(f"helm template failed:\n{r.stderr}")
+    return [d for d in yaml.safe_load_all(r.stdout) if d]
+
+
+def workload(docs, kind, component):
+    matches = [d for d in docs if d.get("kind") == kind and
+               d["metadata"].get("labels", {}).get("app.kubernetes.io/component") == component]
+    if len(matches) != 1:
+        raise Failure(f"expected one {kind} for {component}, rendered {len(matches)}")
+    return matches[0]
+
+
+def expand(arg, container):
+    """`arg` with $(VAR) expanded as the kubelet does, for the container's env."""
+    declared = {e["name"] for e in container.get("env", [])}
+
+    def one(m):
+        name = m.group(1)
+        if name not in declared:
+            raise Failure(f"{container['name']}: {arg} references $({name}), "
+                          "which the container does not declare")
+        if name not in ENV_VALUES:
+            raise Failure(f"{container['name']}: no test value for $({name}); add one")
+        return ENV_VALUES[name]
+
+    return re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", one, arg)
+
+
+def command_line(container, binaries):
+    """The container's command + args, expanded, with the built binary."""
+    argv = [expand(a, container) for a in container.get("command", []) + container.get("args", [])]
+    if not argv or argv[0] not in binaries:
+        raise Failure(f"{container['name']}: runs {argv[:1]}, not one of {sorted(binaries)}")
+    return [binaries[argv[0]]] + argv[1:]
+
+
+def check_flags(argv):
+    """(exit status, whether stdout has the "flags ok" line, output) of argv
+    with --check-flags appended."""
+    r = subprocess.run(argv + ["--check-flags"], capture_output=True, text=True, timeout=30)
+    program = pathlib.Path(argv[0]).name
+    ok_line = f"{program}: flags ok" in r.stdout.splitlines()
+    return r.returncode, ok_line, r.stdout + r.stderr
+
+
+def expect_ok(argv):
+    rc, ok_line, out = check_flags(argv)
+    if rc != 0 or not ok_line:
+        raise Failure(f"{pathlib.Path(argv[0]).name} refused the chart's flags (exit {rc}):\n  "
+                      + " ".join(argv[1:]) + "\n" + out)
+
+
+def check_node_shape(container, values, argv):
+    node = values.get("node", {})
+    memory = node.get("capacity", {}).get("memoryMiB", 0)
+    roots = node.get("imageRoots", ["/var/lib/kubicle/images"])
+    if argv[1] != "serve":
+        raise Failure(f"node runs {argv[:2]}, not kubicle-node serve")
+    mem_flags = [a for a in argv if a.startswith("--capacity-mem")]
+    want = [f"--capacity-mem={memory}"] if memory > 0 else []
+    if mem_flags != want:
+        raise Failure(f"memoryMiB {memory}: --capacity-mem flags {mem_flags}, want {want}")
+    if [a for a in argv if a.startswith("--image-root")] != [f"--image-root={r}" for r in roots]:
+        raise Failure(f"--image-root flags do not match imageRoots {roots}: {argv}")
+    mounts = {m["mountPath"]: m for m in container.get("volumeMounts", [])}
+    for root in roots:
+        if not mounts.get(root, {}).get("readOnly"):
+            raise Failure(f"image root {root} is not mounted read-only")
+    ports = [p["name"] for p in container.get("ports", [])]
+    if ports != ["data-plane"]:
+        raise Failure(f"node ports {ports}: want only data-plane (it serves /metrics)")
+    if container["livenessProbe"]["httpGet"] != {"path": "/healthz", "port": "data-plane"}:
+        raise Failure(f"node liveness probe {container['livenessProbe']}")
+
+
+def check_host_paths(pod_spec, container):
+    volumes = {v["name"]: v for v in pod_spec.get("volumes", [])}
+    for m in container.get("volumeMounts", []):
+        if m["name"] not in volumes:
+            raise Failure(f"mount {m['mountPath']} uses undeclared volume {m['name']}")
+        if m.get("readOnly") and volumes[m["name"]].get("hostPath", {}).get("path") != m["mountPath"]:
+            raise Failure(f"image root {m['mountPath']} is not the same host path")
+
+
+def check_case(helm, chart, binaries, name, values):
+    docs = render(helm, chart, values)
+    ds = workload(docs, "DaemonSet", "node")["spec"]["template"]["spec"]
+    (node,) = ds["containers"]
+    node_argv = command_line(node, binaries)
+    check_node_shape(node, values, node_argv)
+    check_host_paths(ds, node)
+    expect_ok(node_argv)
+    dep = workload(docs, "Deployment", "operator")["spec"]["template"]["spec"]
+    (op,) = dep["containers"]
+    op_argv = command_line(op, binaries)
+    enabled = values.get("operator", {}).get("leaderElection", {}).get("enabled", True)
+    if f"--leader-elect={str(enabled).lower()}" not in op_argv:
+        raise Failure(f"operator args lack --leader-elect={str(enabled).lower()}: {op_argv}")
+    expect_ok(op_argv)
+    for doc in docs:
+        if doc.get("kind") == "Service":
+            for p in doc["spec"]["ports"]:
+                pod = ds if doc["metadata"]["labels"]["app.kubernetes.io/component"] == "node" else dep
+                names = {cp["name"] for c in pod["containers"] for cp in c.get("ports", [])}
+                if p["targetPort"] not in names:
+                    raise Failure(f"Service {doc['metadata']['name']} targets missing port "
+                                  f"{p['targetPort']}")
+    print(f"ok   {name}: {' '.join(node_argv[1:])}")
+
+
+def self_check(operator, node):
+    """A bad flag or value must make --check-flags fail."""
+    bad = [
+        [node, "serve", "--state-dir=/s", "--no-such-flag=1"],
+        [node, "serve", "--state-dir=/s", "--data-plane-port=7443"],  # the chart's old flag
+        [node, "serve", "--state-dir=/s", "--node-name=n", "--lease-duration-seconds=5"],
+        [node, "--state-dir=/s"],  # no serve
+        [operator, "--no-such-flag=1"],
+        [operator, "--workers=many"],
+    ]
+    for argv in bad:
+        rc, ok_line, _ = check_flags(argv)
+        if rc == 0 or ok_line:
+            raise Failure(f"--check-flags accepted a bad command line: {' '.join(argv)}")
+    expect_ok([node, "serve", "--state-dir=/s"])
+    expect_ok([operator])
+
+
+def main(argv):
+    if len(argv) != 4:
+        print(__doc__.split("\n\n")[1], file=sys.stderr)
+        return 2
+    operator, node, chart = argv[1:]
+    binaries = {"/usr/bin/kubicle-operator": operator, "/usr/bin/kubicle-node": node}
+    helm = find_helm()
+    try:
+        self_check(operator, node)
+        if helm is None:
+            print("SKIP: no helm: build the control plane with e2e/control-plane/build.sh "
+                  "(or set KUBICLE_CONTROL_PLANE_BIN)")
+            return SKIP
+        for name, values in CASES:
+            check_case(helm, chart, binaries, name, values)
+    except Failure as e:
+        print(f"FAIL: {e}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
