@@ -14,6 +14,7 @@
 #include "kube/http_kube_client.h"
 #include "kube/kubeconfig.h"
 #include "noderuntime/daemon/serve_flags.h"
+#include "noderuntime/node_util.h"
 #include "noderuntime/nodeagent/node_agent.h"
 #include "noderuntime/sandbox_manager.h"
 
@@ -27,6 +28,11 @@ NodeConfig ConfigFrom(const ServeFlags& f) {
   NodeConfig c;
   c.state_dir = f.state_dir;
   c.vmm_binary = f.vmm;
+  // Each state directory gets its own cgroup parent: node daemons sharing a
+  // machine (tests, several nodes per host) must not sweep each other's.
+  std::error_code ec;
+  std::string abs = std::filesystem::weakly_canonical(f.state_dir, ec).string();
+  c.cgroup_parent = "kubicle-" + Sha256Hex(ec ? f.state_dir : abs).substr(0, 12);
   long pages = ::sysconf(_SC_PHYS_PAGES);
   long page = ::sysconf(_SC_PAGE_SIZE);
   uint64_t host_mib = pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * page >> 20 : 4096;
@@ -63,7 +69,7 @@ Result<std::unique_ptr<nodeagent::NodeAgent>> StartAgent(const ServeFlags& f, co
   const bool v6 = f.advertise_address.find(':') != std::string::npos;
   c.endpoint = (v6 ? "[" + f.advertise_address + "]" : f.advertise_address) + ":" + std::to_string(port);
   c.images.roots = f.image_roots;
-  c.images.cache_dir = f.state_dir + "/images";
+  c.images.cache_dir = f.state_dir + "/image-cache";  // apart from the (read-only) image roots
   std::error_code ec;
   std::filesystem::create_directories(c.images.cache_dir, ec);
   if (ec) return Status::Internal("cannot create " + c.images.cache_dir + ": " + ec.message());
