@@ -1,0 +1,290 @@
+// The Kubernetes path end to end, on the real control plane
+// (e2e/control-plane/build.sh) with kubicle-operator and a real kubicle-node
+// (the tiny test guest on this machine's KVM) as their own processes.
+// Prints, from a watch the bench holds on the Sandboxes:
+//   apply -> Ready of one Sandbox (p50/p99 over 30), all-Ready wall time
+//   for 20 and 100 applied at once, a 20-way SandboxFork to all Ready,
+//   and where the time of one Sandbox goes: apply -> placed (operator),
+//   placed -> token published (operator), token -> VM Running reported
+//   (node; restoreMillis is the VMM's part), Running -> Ready (operator).
+// Usage: kubicle-bench-kube [--single N] [--batches 20,100]
+#include <sys/stat.h>
+
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "bench/stats.h"
+#include "common/log.h"
+#include "e2e/harness/control_plane.h"
+#include "kube/http_kube_client.h"
+#include "kube/informer.h"
+
+namespace kubicle::bench {
+namespace {
+
+using kube::Json;
+using namespace std::chrono_literals;
+
+constexpr char kNs[] = "bench";
+constexpr char kNode[] = "bench-node";
+
+// First moment the watch saw each milestone of each Sandbox.
+struct Milestones {
+  Clock::time_point placed, token, running, ready;
+  double restore_ms = 0;
+  bool done() const { return ready != Clock::time_point{}; }
+};
+
+class SandboxWatch {
+ public:
+  explicit SandboxWatch(kube::KubeClient* c) : informer_(c, kube::SandboxResource(), kNs) {
+    informer_.AddHandler([this](kube::WatchEventType, const Json& s) { Observe(s); });
+    informer_.Start();
+    informer_.WaitForSync(30s);
+  }
+  ~SandboxWatch() { informer_.Stop(); }
+
+  bool WaitReady(const std::vector<std::string>& names, std::chrono::seconds timeout) {
+    std::unique_lock l(mu_);
+    return cv_.wait_for(l, timeout, [&] {
+      for (const auto& n : names)
+        if (!seen_[n].done()) return false;
+      return true;
+    });
+  }
+  Milestones Get(const std::string& name) {
+    std::lock_guard l(mu_);
+    return seen_[name];
+  }
+
+ private:
+  void Observe(const Json& s) {
+    const auto now = Clock::now();
+    const std::string name = s["metadata"].value("name", "");
+    const Json status = s.value("status", Json::object());
+    std::lock_guard l(mu_);
+    Milestones& m = seen_[name];
+    auto mark = [&](Clock::time_point& t, bool cond) {
+      if (cond && t == Clock::time_point{}) t = now;
+    };
+    mark(m.placed, s["metadata"].value("labels", Json::object()).contains("kubicle.dev/node"));
+    mark(m.token, status.contains("tokenSha256"));
+    const Json vm = status.value("vm", Json::object());
+    if (vm.value("state", "") == "Running") {
+      mark(m.running, true);
+      m.restore_ms = vm.value("restoreMillis", 0.0);
+    }
+    bool ready = false;
+    for (const Json& c : status.value("conditions", Json::array()))
+      ready = ready || (c.value("type", "") == "Ready" && c.value("status", "") == "True");
+    mark(m.ready, ready);
+    cv_.notify_all();
+  }
+
+  kube::Informer informer_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, Milestones> seen_;
+};
+
+Json SandboxObj(const std::string& name) {
+  return {{"metadata", {{"name", name}, {"labels", {{"kubicle.dev/run", "bench"}}}}},
+          {"spec", {{"templateRef", {{"name", "tg"}}}}}};
+}
+
+double Ms(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+// Creates `names` from `threads` threads at once; returns the first create's start.
+Clock::time_point CreateAll(kube::KubeClient* c, const std::vector<std::string>& names, int threads) {
+  const auto start = Clock::now();
+  std::vector<std::thread> ts;
+  for (int t = 0; t < threads; ++t) {
+    ts.emplace_back([&, t] {
+      for (size_t i = t; i < names.size(); i += threads) (void)c->Create(kube::SandboxResource(), kNs, SandboxObj(names[i]));
+    });
+  }
+  for (auto& t : ts) t.join();
+  return start;
+}
+
+void DeleteRun(kube::KubeClient* c, SandboxWatch* w) {
+  (void)c->DeleteCollection(kube::SandboxForkResource(), kNs, "kubicle.dev/run=bench");
+  (void)c->DeleteCollection(kube::SandboxResource(), kNs, "kubicle.dev/run=bench");
+  for (int i = 0; i < 600; ++i) {
+    kube::ListOptions o;
+    o.label_selector = "kubicle.dev/run=bench";
+    auto l = c->List(kube::SandboxResource(), kNs, o);
+    if (l.ok() && (*l)["items"].empty()) return;
+    std::this_thread::sleep_for(100ms);
+  }
+}
+
+struct Env {
+  std::unique_ptr<e2e::ControlPlane> cp;
+  std::unique_ptr<kube::HttpKubeClient> client;
+  e2e::ChildProcess op, node;
+};
+
+Status WriteImages(const std::string& dir) {
+  ::mkdir(dir.c_str(), 0755);
+  std::ifstream in(KUBICLE_TESTGUEST_BIN, std::ios::binary);
+  std::ofstream out(dir + "/kubicle-testguest", std::ios::binary);
+  out << in.rdbuf();
+  std::ofstream rootfs(dir + "/rootfs.img", std::ios::binary);
+  rootfs << std::string(1 << 20, '\0');
+  if (!in || !out || !rootfs) return Status::Internal("cannot write the images into " + dir);
+  return Status::Ok();
+}
+
+Result<Env> Start() {
+  auto bin = e2e::FindControlPlaneBinDir();
+  if (!bin) return Status::NotFound("control plane binaries missing: run e2e/control-plane/build.sh");
+  Env env;
+  e2e::ControlPlaneOptions opts;
+  opts.bin_dir = *bin;
+  opts.crd_dir = std::string(KUBICLE_SOURCE_DIR) + "/crds";
+  ASSIGN_OR_RETURN(env.cp, e2e::ControlPlane::Start(opts));
+  for (const char* ns : {kNs, "kubicle-node-lease"}) (void)env.cp->Kubectl({"create", "ns", ns});
+  ASSIGN_OR_RETURN(auto rest, env.cp->RestConfig());
+  ASSIGN_OR_RETURN(env.client, kube::HttpKubeClient::Create(rest));
+  const std::string work = env.cp->work_dir();
+  RETURN_IF_ERROR(WriteImages(work + "/images"));
+  ASSIGN_OR_RETURN(env.op, e2e::ChildProcess::Spawn(
+                               {KUBICLE_OPERATOR_BIN, "--kubeconfig=" + env.cp->kubeconfig_path(),
+                                "--leader-elect=false", "--node-lease-namespace=kubicle-node-lease",
+                                "--metrics-port=0", "--log-level=warn", "--workers=8"},
+                               work + "/operator.log"));
+  ASSIGN_OR_RETURN(int port, e2e::FreePort());
+  ASSIGN_OR_RETURN(env.node, e2e::ChildProcess::Spawn(
+                                 {KUBICLE_NODE_BIN, "serve", "--node-name=" + std::string(kNode),
+                                  "--kubeconfig=" + env.cp->kubeconfig_path(), "--vmm=" KUBICLE_VMM_BIN,
+                                  "--state-dir=" + work + "/node", "--listen=127.0.0.1:" + std::to_string(port),
+                                  "--image-root=" + work + "/images", "--pool-size=4",
+                                  "--capacity-sandboxes=1000", "--capacity-vcpus=1000", "--stop-vms-on-exit",
+                                  "--log-level=warn"},
+                                 work + "/node.log"));
+  Json tmpl = {{"metadata", {{"name", "tg"}}},
+               {"spec", {{"kernel", work + "/images/kubicle-testguest"}, {"rootfs", work + "/images/rootfs.img"},
+                         {"memoryMiB", 64}, {"vcpus", 1}}}};
+  RETURN_IF_ERROR(env.client->Create(kube::SandboxTemplateResource(), kNs, tmpl).status());
+  for (int i = 0; i < 600; ++i) {
+    auto t = env.client->Get(kube::SandboxTemplateResource(), kNs, "tg");
+    if (t.ok() && t->value("status", Json::object()).value("phase", "") == "Ready") return env;
+    std::this_thread::sleep_for(100ms);
+  }
+  return Status::DeadlineExceeded("template never Ready; see " + work + "/node.log");
+}
+
+int Run(int singles, const std::vector<int>& batches) {
+  log::Init("kubicle-bench-kube", false, log::Level::kWarn);
+  auto env = Start();
+  if (!env.ok()) {
+    std::printf("kube bench: %s\n", env.status().ToString().c_str());
+    return env.status().code() == StatusCode::kNotFound ? 0 : 1;
+  }
+  kube::KubeClient* c = env->client.get();
+  SandboxWatch watch(c);
+  int seq = 0;
+  auto next = [&] { return "s" + std::to_string(seq++); };
+  {  // warm-up: connections, caches, the pool
+    std::vector<std::string> warm = {next(), next(), next()};
+    CreateAll(c, warm, 3);
+    watch.WaitReady(warm, 60s);
+    DeleteRun(c, &watch);
+  }
+  std::vector<double> ready, placed, token, running, readied, restore;
+  for (int i = 0; i < singles; ++i) {
+    const std::string n = next();
+    const auto t0 = CreateAll(c, {n}, 1);
+    if (!watch.WaitReady({n}, 60s)) {
+      std::printf("kube bench: %s never Ready\n", n.c_str());
+      return 1;
+    }
+    Milestones m = watch.Get(n);
+    ready.push_back(Ms(t0, m.ready));
+    placed.push_back(Ms(t0, m.placed));
+    token.push_back(Ms(m.placed, m.token));
+    running.push_back(Ms(m.token, m.running));
+    readied.push_back(Ms(m.running, m.ready));
+    restore.push_back(m.restore_ms);
+    (void)c->Delete(kube::SandboxResource(), kNs, n);
+    std::this_thread::sleep_for(50ms);  // its teardown off the next one's path
+  }
+  DeleteRun(c, &watch);
+  PrintPercentiles("apply -> Ready, one Sandbox", ready, "ms");
+  std::printf("where it goes (p50):\n");
+  PrintPercentiles("  apply -> placed (operator)", placed, "ms");
+  PrintPercentiles("  placed -> tokenSha256 published (operator)", token, "ms");
+  PrintPercentiles("  token -> vm Running reported (node)", running, "ms");
+  PrintPercentiles("    of which restore in the VMM (restoreMillis)", restore, "ms");
+  PrintPercentiles("  vm Running -> Ready condition (operator)", readied, "ms");
+  for (int n : batches) {
+    std::vector<std::string> names;
+    for (int i = 0; i < n; ++i) names.push_back(next());
+    const auto t0 = CreateAll(c, names, 8);
+    if (!watch.WaitReady(names, 300s)) {
+      std::printf("kube bench: not all %d Ready in 300 s\n", n);
+      return 1;
+    }
+    Clock::time_point last = t0;
+    std::vector<double> each;
+    for (const auto& nm : names) {
+      Milestones m = watch.Get(nm);
+      last = std::max(last, m.ready);
+      each.push_back(Ms(t0, m.ready));
+    }
+    std::printf("%-44s %9.1f ms   (per Sandbox p50 %.1f ms, p99 %.1f ms)\n",
+                ("apply " + std::to_string(n) + " at once -> all Ready").c_str(), Ms(t0, last),
+                Percentile(each, 50), Percentile(each, 99));
+    DeleteRun(c, &watch);
+  }
+  // 20-way fork of a running Sandbox.
+  const std::string src = next();
+  CreateAll(c, {src}, 1);
+  if (!watch.WaitReady({src}, 60s)) return 1;
+  Json fork = {{"metadata", {{"name", "f"}, {"labels", {{"kubicle.dev/run", "bench"}}}}},
+               {"spec", {{"sourceRef", {{"name", src}}}, {"replicas", 20}}}};
+  const auto f0 = Clock::now();
+  if (!c->Create(kube::SandboxForkResource(), kNs, fork).ok()) return 1;
+  std::vector<std::string> kids;
+  for (int i = 0; i < 20; ++i) kids.push_back("f-" + std::to_string(i));
+  if (!watch.WaitReady(kids, 120s)) {
+    std::printf("kube bench: fork children not all Ready\n");
+    return 1;
+  }
+  Clock::time_point last = f0;
+  for (const auto& k : kids) last = std::max(last, watch.Get(k).ready);
+  std::printf("%-44s %9.1f ms\n", "SandboxFork of 20 -> all children Ready", Ms(f0, last));
+  DeleteRun(c, &watch);
+  std::printf("logs: %s (operator.log, node.log)\n", env->cp->work_dir().c_str());
+  env->node.Stop(30s);
+  return 0;
+}
+
+}  // namespace
+}  // namespace kubicle::bench
+
+int main(int argc, char** argv) {
+  int singles = 30;
+  std::vector<int> batches = {20, 100};
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--single") && i + 1 < argc) {
+      singles = std::atoi(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--batches") && i + 1 < argc) {
+      batches.clear();
+      for (char* tok = std::strtok(argv[++i], ","); tok; tok = std::strtok(nullptr, ","))
+        batches.push_back(std::atoi(tok));
+    } else {
+      std::fprintf(stderr, "usage: kubicle-bench-kube [--single N] [--batches 20,100]\n");
+      return 1;
+    }
+  }
+  return kubicle::bench::Run(singles, batches);
+}
