@@ -83,8 +83,11 @@ TEST_F(ForkReconcilerTest, ScaleDownDeletesHighestIndexes) {
                              Json{{"spec", {{"replicas", 1}}}}).ok());
   ASSERT_TRUE(Reconcile().ok());
   EXPECT_TRUE(w.client.Get(kube::SandboxResource(), kNs, "f-0").ok());
-  // Children carry the finalizer once reconciled; these were not, so they go at once.
-  EXPECT_TRUE(kube::IsNotFound(w.client.Get(kube::SandboxResource(), kNs, "f-2").status()));
+  // Children are born with the teardown finalizer: a deleted one waits for
+  // its node to report the VM gone.
+  EXPECT_TRUE(IsDeleting(w.Sandbox("f-2")));
+  EXPECT_TRUE(HasFinalizer(w.Sandbox("f-2"), kFinalizer));
+  EXPECT_FALSE(IsDeleting(w.Sandbox("f-0")));
   EXPECT_EQ(Fork()["status"]["replicas"], 1);
 }
 
@@ -110,7 +113,8 @@ TEST_F(ForkReconcilerTest, DeletingTheForkCollectsChildren) {
   CreateFork(2);
   ASSERT_TRUE(Reconcile().ok());
   ASSERT_TRUE(w.client.Delete(kube::SandboxForkResource(), kNs, "f").ok());
-  EXPECT_TRUE(kube::IsNotFound(w.client.Get(kube::SandboxResource(), kNs, "f-0").status()));
+  // The fake collects owned objects at once; the finalizer holds them until teardown.
+  EXPECT_TRUE(IsDeleting(w.Sandbox("f-0")));
   EXPECT_TRUE(w.client.Get(kube::SandboxResource(), kNs, "src").ok());
 }
 
