@@ -1,12 +1,22 @@
 #!/usr/bin/env bash
-# The main job: installs dependencies, builds everything, then runs
-# scripts/swarm-demo.sh (kubicle-node, the default template, a swarm of
-# sandboxes with one run id, a sweep). Its environment variables pass through:
+# The main job: installs dependencies, builds everything, builds or reuses
+# the local Kubernetes control plane (e2e/control-plane/build.sh, cached in
+# ~/.cache/kubicle), then runs scripts/kube-demo.sh: kubicle-operator and a
+# kubicle-node on that control plane, `kubectl apply -f examples/` (a
+# SandboxTemplate and a swarm of Sandboxes with one run id), a command in each
+# Sandbox through the data plane, a table of results, the sweep by label.
+# Its environment variables pass through:
 #
-#   KUBICLE_DEMO_COUNT   sandboxes in the swarm (default 20)
-#   KUBICLE_DEMO_GUEST   testguest or python (see scripts/swarm-demo.sh)
+#   KUBICLE_DEMO_COUNT       Sandboxes in the swarm (default 20)
+#   KUBICLE_DEMO_GUEST       testguest or python (see scripts/kube-demo.sh)
+#   KUBICLE_DEMO_IMAGE_ROOT  where the guest images go (see scripts/kube-demo.sh)
+#
+# scripts/swarm-demo.sh is the same swarm on kubicle-node alone (no
+# Kubernetes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 scripts/build.sh
-exec scripts/swarm-demo.sh
+echo "demo: building or reusing the Kubernetes control plane (cached in ~/.cache/kubicle)"
+e2e/control-plane/build.sh
+exec scripts/kube-demo.sh

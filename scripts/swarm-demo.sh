@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
+# The node-only (standalone) demo: no Kubernetes. The main job,
+# scripts/demo.sh, runs scripts/kube-demo.sh, the same swarm through the
+# operator and the CRDs.
+#
 # Starts kubicle-node on a scratch state directory, bakes the default
 # template, and runs a swarm through kubicle-nodectl: N sandboxes tagged with
 # one run id (kubicle.dev/run) created in parallel, a command run in each, a
 # table of results and latencies, then the whole run swept with one label
 # selector. Finally the daemon stops and its state directory is removed:
-# nothing is left running. Needs a build (scripts/demo.sh does both).
+# nothing is left running. Needs a build (scripts/build.sh).
 #
 #   BUILD_DIR            the CMake build directory (default build)
 #   KUBICLE_DEMO_COUNT   sandboxes in the swarm (default 20)

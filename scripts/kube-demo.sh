@@ -1,0 +1,357 @@
+#!/usr/bin/env bash
+# The main job on the Kubernetes path: a local control plane
+# (kubicle-e2e-cluster: etcd, kube-apiserver, kube-controller-manager, the
+# CRDs), kubicle-operator and one kubicle-node (--node-name demo-node) as host
+# processes; then `kubectl apply -f examples/` (a SandboxTemplate and a swarm
+# of 20 Sandboxes under kubicle.dev/run=demo), a wait until they are Ready,
+# one command in each Sandbox through the node's data plane with that
+# Sandbox's own token, a table of results, the sweep by label, and a check
+# that no VM is left. Everything started here stops on exit, on failure too.
+# Needs a build and the control plane (scripts/demo.sh does both).
+#
+#   BUILD_DIR                the CMake build directory (default build)
+#   KUBICLE_DEMO_COUNT       Sandboxes in the swarm (default 20, the count in
+#                            examples/swarm.yaml; others are generated)
+#   KUBICLE_DEMO_GUEST       testguest (default where /dev/kvm is itself
+#                            virtualised) or python (examples/python/: the
+#                            Linux guest, built and cached by guest/linux/)
+#   KUBICLE_DEMO_IMAGE_ROOT  where the guest images go, the node's
+#                            --image-root (default /var/lib/kubicle/images/demo,
+#                            the path in the examples; another one gets
+#                            rewritten copies of the template)
+#
+# Exit status: 0 done, 1 a step failed (its log's tail is printed), 77 a
+# prerequisite is missing (/dev/kvm, the control plane binaries).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+B=$(realpath "${BUILD_DIR:-build}")
+count=${KUBICLE_DEMO_COUNT:-20}
+guest=${KUBICLE_DEMO_GUEST:-}
+default_images=/var/lib/kubicle/images/demo
+images=${KUBICLE_DEMO_IMAGE_ROOT:-$default_images}
+run=demo                     # the kubicle.dev/run label of examples/swarm.yaml
+sel=kubicle.dev/run=$run
+node=demo-node
+say() { echo "demo: $*"; }
+
+# --- failure reporting and cleanup -----------------------------------------
+
+scratch=$(mktemp -d /tmp/kubicle-kube-demo-XXXXXX)
+logs=$scratch/logs
+state=$scratch/node
+mkdir -p "$logs"
+cluster_pid="" operator_pid="" node_pid="" watch_pid="" cp_dir=""
+
+# die LOG MESSAGE: says what failed, shows the tail of LOG, exits 1.
+die() {
+  local log=$1
+  shift
+  say "FAILED: $*"
+  if [ -n "$log" ] && [ -s "$log" ]; then
+    say "last lines of $log:"
+    tail -n 40 "$log" | sed 's/^/  | /'
+  fi
+  exit 1
+}
+trap 'rc=$?; say "FAILED: line $LINENO: \"$BASH_COMMAND\" exited $rc"; exit 1' ERR
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# stop PID NAME SECONDS: SIGTERM, then SIGKILL after SECONDS.
+stop() {
+  local pid=$1 name=$2 secs=$3 i
+  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 0
+  kill -TERM "$pid" 2>/dev/null || true
+  for ((i = 0; i < secs * 10; i++)); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if kill -0 "$pid" 2>/dev/null; then
+    say "$name did not stop in $secs s: killing it"
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+  wait "$pid" 2>/dev/null || true
+}
+
+# kubicle-vmm processes of this node's state directory.
+node_vmms() { pgrep -f -- "kubicle-vmm .*$state/" || true; }
+
+cleanup() {
+  local rc=$? left
+  trap - ERR
+  set +e
+  if [ -z "$cluster_pid" ]; then   # nothing was started
+    rm -rf "$scratch"
+    [ $rc -eq 0 ] || [ $rc -eq 77 ] || say "the demo FAILED (exit $rc)"
+    exit $rc
+  fi
+  say "stopping kubicle-node, kubicle-operator and the control plane"
+  [ -n "$watch_pid" ] && stop "$watch_pid" "kubectl wait" 2
+  stop "$node_pid" kubicle-node 30      # --stop-vms-on-exit: its VMs go with it
+  stop "$operator_pid" kubicle-operator 10
+  stop "$cluster_pid" kubicle-e2e-cluster 30
+  left=$(node_vmms)
+  if [ -n "$left" ]; then
+    say "FAILED: kubicle-vmm processes of $state outlived kubicle-node: $(echo $left); killing them"
+    kill -KILL $left 2>/dev/null
+    rc=1
+  fi
+  if [ -n "$cp_dir" ] && [ -d "$cp_dir" ]; then
+    for f in "$cp_dir"/*.log; do [ -e "$f" ] && cp "$f" "$logs/cp-$(basename "$f")"; done
+    if [ -n "$(pgrep -f -- "$cp_dir/")" ]; then
+      say "FAILED: control plane processes of $cp_dir are still running"
+      rc=1
+    fi
+    rm -rf "$cp_dir"
+  fi
+  rm -rf "$state"
+  say "logs in $logs: $(cd "$logs" && echo *)"
+  if [ $rc -eq 0 ]; then
+    say "done: nothing left running"
+  elif [ $rc -ne 77 ]; then
+    say "the demo FAILED (exit $rc)"
+  fi
+  exit $rc
+}
+trap cleanup EXIT
+
+# --- prerequisites ----------------------------------------------------------
+
+[ -e /dev/kvm ] || { say "/dev/kvm is absent: no VM can run here (skipped)"; exit 77; }
+# Where kubicle-e2e-cluster looks too: $KUBICLE_CONTROL_PLANE_BIN, else the cache.
+cp_bin=${KUBICLE_CONTROL_PLANE_BIN:-$(e2e/control-plane/build.sh --print-bin-dir || true)}
+for f in etcd kube-apiserver kube-controller-manager kubectl; do
+  if [ ! -x "$cp_bin/$f" ]; then
+    say "the control plane binaries are missing ($cp_bin/$f): run e2e/control-plane/build.sh (skipped)"
+    exit 77
+  fi
+done
+kubectl=$cp_bin/kubectl
+for f in e2e/kubicle-e2e-cluster operator/kubicle-operator noderuntime/daemon/kubicle-node \
+         noderuntime/cli/kubicle-nodectl vmm/kubicle-vmm kubicle-testguest; do
+  [ -x "$B/$f" ] || die "" "$B/$f is missing: build first (scripts/build.sh)"
+done
+case $count in
+  '' | *[!0-9]* | 0*) die "" "KUBICLE_DEMO_COUNT must be a number from 1 to 500, not '$count'" ;;
+esac
+[ "$count" -le 500 ] || die "" "KUBICLE_DEMO_COUNT must be a number from 1 to 500, not '$count'"
+
+if [ -z "$guest" ]; then
+  if grep -qw hypervisor /proc/cpuinfo; then
+    guest=testguest
+    say "this host's /dev/kvm is itself virtualised (CPU flag 'hypervisor'): using the"
+    say "tiny test guest; KUBICLE_DEMO_GUEST=python uses the Linux python template"
+  else
+    guest=python
+  fi
+fi
+
+# --- guest images under the node's image root ------------------------------
+
+# place SRC NAME: SRC as $images/NAME (a hard link when it can be: the node
+# refuses symlinks out of its image roots, and rootfs images are big).
+place() {
+  rm -f "$images/$2"
+  ln "$1" "$images/$2" 2>/dev/null || cp "$1" "$images/$2"
+}
+mkdir -p "$images" 2>/dev/null && [ -w "$images" ] ||
+  die "" "cannot write $images (the image root of examples/): run as root, or set" \
+         "KUBICLE_DEMO_IMAGE_ROOT to a writable absolute directory"
+images=$(realpath "$images")
+case $guest in
+  testguest)
+    template=examples/template.yaml
+    place "$B/kubicle-testguest" kubicle-testguest
+    truncate -s 1M "$images/rootfs.img"   # the test guest only lists its disk
+    command=(hostname)
+    ready_timeout=$((120 + count)) bake_timeout=120 ;;
+  python)
+    template=examples/python/template.yaml
+    say "building or reusing the Linux guest images (cached in ~/.cache/kubicle)"
+    kernel=${KUBICLE_LINUX_KERNEL:-$(guest/linux/build-kernel.sh | tail -n1)}
+    initramfs=${KUBICLE_LINUX_INITRAMFS:-$(guest/linux/build-initramfs.sh "$B/guest/agent/kubicle-agent" | tail -n1)}
+    rootfs=${KUBICLE_LINUX_ROOTFS_PYTHON:-$(guest/linux/build-rootfs.sh python | tail -n1)}
+    place "$kernel" vmlinux
+    place "$initramfs" initramfs.cpio
+    place "$rootfs" rootfs-python.ext4
+    command=(python3 -c 'import socket, sys; print(socket.gethostname(), "python", sys.version.split()[0])')
+    ready_timeout=$((300 + 5 * count)) bake_timeout=900 ;;
+  *) die "" "KUBICLE_DEMO_GUEST must be testguest or python, not '$guest'" ;;
+esac
+say "guest images ($guest) in $images"
+
+# The manifests: examples/ itself when they fit, else rewritten copies.
+manifests=$scratch/manifests
+mkdir -p "$manifests"
+if [ "$images" = "$default_images" ]; then
+  cp "$template" "$manifests/template.yaml"
+else
+  sed "s|$default_images/|$images/|" "$template" >"$manifests/template.yaml"
+fi
+if [ "$count" -eq 20 ]; then
+  cp examples/swarm.yaml "$manifests/swarm.yaml"
+else
+  for ((i = 0; i < count; i++)); do
+    printf -- '---\napiVersion: kubicle.dev/v1alpha1\nkind: Sandbox\nmetadata:\n  name: agent-%02d\n  labels:\n    kubicle.dev/run: %s\n    kubicle.dev/agent: agent-%02d\nspec:\n  templateRef:\n    name: demo\n  ttlSeconds: 3600\n' \
+      "$i" "$run" "$i"
+  done >"$manifests/swarm.yaml"
+fi
+if [ "$guest" = testguest ] && [ "$images" = "$default_images" ] && [ "$count" -eq 20 ]; then
+  apply=(-f examples/)
+else
+  apply=(-f "$manifests/")
+fi
+
+# --- the control plane, the operator and the node --------------------------
+
+say "starting the local control plane (etcd, kube-apiserver, kube-controller-manager, CRDs)"
+KUBICLE_E2E_KEEP=1 KUBICLE_CONTROL_PLANE_BIN=$cp_bin "$B/e2e/kubicle-e2e-cluster" >"$logs/cluster.log" 2>&1 &
+cluster_pid=$!
+deadline=$((SECONDS + 180))
+until grep -q '^KUBECONFIG=' "$logs/cluster.log"; do
+  kill -0 "$cluster_pid" 2>/dev/null || die "$logs/cluster.log" "kubicle-e2e-cluster exited"
+  [ $SECONDS -lt $deadline ] || die "$logs/cluster.log" "the control plane did not come up in 180 s"
+  sleep 0.2
+done
+export KUBECONFIG
+KUBECONFIG=$(sed -n 's/^KUBECONFIG=//p' "$logs/cluster.log")
+cp_dir=$(dirname "$KUBECONFIG")
+k() { "$kubectl" "$@"; }
+say "control plane up: KUBECONFIG=$KUBECONFIG"
+k create namespace kubicle-node-lease >/dev/null   # node heartbeats (the chart makes it)
+
+say "starting kubicle-operator"
+"$B/operator/kubicle-operator" --kubeconfig="$KUBECONFIG" --leader-elect=false --metrics-port=0 \
+  >"$logs/operator.log" 2>&1 &
+operator_pid=$!
+
+say "starting kubicle-node --node-name=$node (state $state, images $images)"
+"$B/noderuntime/daemon/kubicle-node" serve --node-name="$node" --kubeconfig="$KUBECONFIG" \
+  --state-dir="$state" --listen=127.0.0.1:0 --advertise-address=127.0.0.1 \
+  --vmm="$B/vmm/kubicle-vmm" --image-root="$images" --stop-vms-on-exit >"$logs/node.log" 2>&1 &
+node_pid=$!
+deadline=$((SECONDS + 60))
+until grep -q 'operator running' "$logs/operator.log" && grep -q '^listening on ' "$logs/node.log" &&
+      k get lease -n kubicle-node-lease "kubicle-node-$node" >/dev/null 2>&1; do
+  kill -0 "$operator_pid" 2>/dev/null || die "$logs/operator.log" "kubicle-operator exited"
+  kill -0 "$node_pid" 2>/dev/null || die "$logs/node.log" "kubicle-node exited"
+  [ $SECONDS -lt $deadline ] || die "$logs/node.log" "kubicle-node did not heartbeat its Lease in 60 s"
+  sleep 0.2
+done
+node_url=$(sed -n 's/^listening on //p' "$logs/node.log")
+say "kubicle-operator running; kubicle-node $node serving $node_url, Lease kubicle-node-lease/kubicle-node-$node"
+
+alive() {
+  kill -0 "$cluster_pid" 2>/dev/null || die "$logs/cluster.log" "the control plane exited"
+  kill -0 "$operator_pid" 2>/dev/null || die "$logs/operator.log" "kubicle-operator exited"
+  kill -0 "$node_pid" 2>/dev/null || die "$logs/node.log" "kubicle-node exited"
+}
+
+# --- apply, bake, wait ------------------------------------------------------
+
+say "kubectl apply ${apply[*]}"
+k apply "${apply[@]}" | sed 's/^/  /'
+
+say "node $node bakes SandboxTemplate demo (cold boot, warm-up, snapshot)"
+t0=$SECONDS
+k wait --for=condition=Ready sandboxtemplate/demo --timeout="${bake_timeout}s" >"$logs/kubectl-wait.log" 2>&1 &
+watch_pid=$!
+last=""
+while kill -0 "$watch_pid" 2>/dev/null; do
+  alive
+  entry=$(k get sandboxtemplate demo -o jsonpath="{.status.nodes[?(@.nodeName==\"$node\")].phase} {.status.nodes[?(@.nodeName==\"$node\")].message}" 2>/dev/null || true)
+  [ "$entry" != "$last" ] && [ -n "${entry// /}" ] && say "  template on $node: $entry"
+  last=$entry
+  [ "${entry%% *}" = Failed ] && die "$logs/node.log" "the template failed to bake on $node: ${entry#* }"
+  sleep 1
+done
+wait "$watch_pid" || die "$logs/node.log" "SandboxTemplate demo not Ready in $bake_timeout s ($(cat "$logs/kubectl-wait.log"))"
+watch_pid=""
+say "template Ready in $((SECONDS - t0)) s: $(k get sandboxtemplate demo -o jsonpath='{.status.nodes[0].bakeSeconds}') s to bake on $node"
+
+say "kubectl wait --for=condition=Ready sandbox -l $sel --timeout=${ready_timeout}s"
+t0=$SECONDS
+k wait --for=condition=Ready sandbox -l "$sel" --timeout="${ready_timeout}s" >"$logs/kubectl-wait.log" 2>&1 &
+watch_pid=$!
+last="" said=$SECONDS
+while kill -0 "$watch_pid" 2>/dev/null; do
+  alive
+  phases=$(k get sandboxes -l "$sel" -o jsonpath='{range .items[*]}{.status.phase}{"\n"}{end}' 2>/dev/null || true)
+  ready=$(grep -c '^Running$' <<<"$phases" || true)
+  summary=$({ grep -v '^Running$' <<<"$phases" || true; } | sort | uniq -c | awk 'NF == 2 {printf "%s%s %s", sep, $2, $1; sep = ", "}')
+  line="$ready/$count Ready${summary:+ ($summary)}"
+  # A line a second while it changes, else one every 5 s.
+  if [ "$line" != "$last" ] || [ $((SECONDS - said)) -ge 5 ]; then
+    say "  $line"
+    last=$line said=$SECONDS
+  fi
+  if grep -q '^Failed$' <<<"$phases"; then
+    k get sandboxes -l "$sel" -o jsonpath='{range .items[?(@.status.phase=="Failed")]}{.metadata.name}: {.status.vm.message}{"\n"}{end}' |
+      head -n 5 | sed 's/^/  /'
+    die "$logs/node.log" "Sandboxes failed"
+  fi
+  sleep 1
+done
+wait "$watch_pid" || die "$logs/node.log" "not every Sandbox was Ready in $ready_timeout s ($(tail -n 3 "$logs/kubectl-wait.log" | tr '\n' ' '))"
+watch_pid=""
+say "$count/$count Ready in $((SECONDS - t0)) s"
+
+# --- one command in each Sandbox, through the data plane --------------------
+
+say "running '${command[*]}' in each Sandbox: POST http://<status.vm.endpoint>/v1/sandboxes/k-<uid>/exec"
+say "with the Sandbox's own token (Secret status.tokenSecretName, data.token)"
+rows=$(k get sandboxes -l "$sel" -o jsonpath='{range .items[*]}{.metadata.name} {.metadata.uid} {.status.nodeName} {.status.vm.endpoint} {.status.vm.restoreMillis} {.status.tokenSecretName}{"\n"}{end}')
+declare -A tokens=()
+while read -r secret token; do
+  [ -n "$secret" ] && tokens[$secret]=$token
+done < <(k get secrets -l "$sel" -o jsonpath='{range .items[*]}{.metadata.name} {.data.token}{"\n"}{end}')
+table=$scratch/table
+printf '%-10s %-10s %10s %8s  %s\n' NAME NODE RESTORE_MS EXEC_MS OUTPUT >"$table"
+failed=0
+while read -r name uid on endpoint restore secret; do
+  [ -n "$name" ] || continue
+  b64=${tokens[$secret]:-$(k get secret "$secret" -o jsonpath='{.data.token}')}
+  token=$(base64 -d <<<"$b64")
+  start=$EPOCHREALTIME
+  if out=$(KUBICLE_NODE_TOKEN=$token "$B/noderuntime/cli/kubicle-nodectl" --server "http://$endpoint" \
+             exec "k-$uid" -- "${command[@]}" 2>&1); then rc=0; else rc=$?; fi
+  end=$EPOCHREALTIME
+  exec_ms=$(awk -v a="$start" -v b="$end" 'BEGIN {printf "%.1f", (b - a) * 1000}')
+  out=$(tr '\n' ' ' <<<"$out" | sed 's/ *$//')
+  # The guest's hostname is the Sandbox's name: the answer came from its VM.
+  if [ $rc -ne 0 ] || [[ $out != "$name"* ]]; then
+    failed=$((failed + 1))
+    out="FAILED (exit $rc): $out"
+  fi
+  printf '%-10s %-10s %10.1f %8s  %s\n' "$name" "$on" "${restore:-0}" "$exec_ms" "$out" >>"$table"
+done < <(sort <<<"$rows")
+sed 's/^/  /' "$table"
+awk 'NR > 1 {r[NR - 1] = $3; e[NR - 1] = $4; n++}
+     function p(a, q,   i, j, t, m) {
+       m = n; for (i = 1; i <= m; i++) s[i] = a[i]
+       for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (s[j] < s[i]) {t = s[i]; s[i] = s[j]; s[j] = t}
+       i = int(q * m + 0.999999); if (i < 1) i = 1; return s[i]
+     }
+     END {printf "demo: restore ms p50 %.1f max %.1f; exec ms p50 %.1f max %.1f (kubicle-nodectl exec, wall clock)\n",
+                 p(r, 0.5), p(r, 1), p(e, 0.5), p(e, 1)}' "$table"
+[ $failed -eq 0 ] || die "$logs/node.log" "$failed of $count execs failed"
+[ "$(($(wc -l <"$table") - 1))" -eq "$count" ] || die "$logs/node.log" "expected $count Sandboxes, the table has $(($(wc -l <"$table") - 1))"
+
+# --- the sweep --------------------------------------------------------------
+
+say "sweep: kubectl delete sandboxes,sandboxforks -l $sel"
+t0=$EPOCHREALTIME
+k delete sandboxes,sandboxforks -l "$sel" --timeout=120s >"$logs/kubectl-delete.log" 2>&1 ||
+  die "$logs/node.log" "the sweep failed: $(tail -n 3 "$logs/kubectl-delete.log")"
+say "$(grep -c deleted "$logs/kubectl-delete.log" || true) objects deleted in $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN {printf "%.1f", b - a}') s (each waits for its VM teardown: finalizer kubicle.dev/vm-teardown)"
+say "kubectl get sandboxes -l $sel"
+left=$(k get sandboxes -l "$sel" -o name)
+[ -z "$left" ] || die "$logs/operator.log" "Sandboxes left after the sweep: $left"
+k get sandboxes -l "$sel" 2>&1 | sed 's/^/  /'
+on_node=$(KUBICLE_NODE_TOKEN_FILE=$state/admin-token "$B/noderuntime/cli/kubicle-nodectl" --server "$node_url" ls | tail -n +2)
+[ -z "$on_node" ] || die "$logs/node.log" "kubicle-node still runs sandboxes: $on_node"
+vmms=$(node_vmms | wc -w)
+pool=$(find "$state/pool" -maxdepth 1 -name 'pool-*.log' | wc -l)
+[ "$vmms" -le "$pool" ] || die "$logs/node.log" "$vmms kubicle-vmm processes of $state, but only $pool idle warm-pool VMs"
+say "VMs left: no sandbox on $node (kubicle-nodectl ls is empty); its $vmms kubicle-vmm processes are"
+say "the idle warm pool ($state/pool), which holds no sandbox and stops with the node"
