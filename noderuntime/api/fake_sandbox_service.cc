@@ -3,6 +3,7 @@
 #include <random>
 
 #include "kube/label_selector.h"
+#include "noderuntime/node_util.h"
 
 namespace kubicle::noderuntime::api {
 
@@ -107,7 +108,7 @@ Status FakeSandboxService::DeleteTemplate(const std::string& name) {
   return Status::Ok();
 }
 
-Result<SandboxInfo> FakeSandboxService::AddLocked(SandboxInfo info) {
+Result<SandboxInfo> FakeSandboxService::NewLocked(SandboxInfo info) {
   if (info.id.empty()) info.id = "sbx-" + std::to_string(next_id_++);
   if (sandboxes_.count(info.id)) return Status::AlreadyExists("sandbox " + info.id + " exists");
   info.state = SandboxState::kRunning;
@@ -115,8 +116,20 @@ Result<SandboxInfo> FakeSandboxService::AddLocked(SandboxInfo info) {
   info.cid = next_cid_++;
   info.vmm_pid = 1000 + static_cast<int>(info.cid);
   info.ready_ms = 1.5;
-  info.token = RandomToken();
-  sandboxes_[info.id].info = info;
+  return info;
+}
+
+Result<SandboxInfo> FakeSandboxService::AddLocked(SandboxInfo info, const std::string& token_sha256) {
+  ASSIGN_OR_RETURN(info, NewLocked(std::move(info)));
+  Sandbox& sb = sandboxes_[info.id];
+  if (token_sha256.empty()) {
+    info.token = RandomToken();
+    sb.token_sha256 = Sha256Hex(info.token);
+  } else {
+    sb.token_sha256 = token_sha256;  // the caller holds the token
+  }
+  sb.info = info;
+  sb.info.token.clear();
   return info;
 }
 
@@ -130,12 +143,13 @@ Result<SandboxInfo> FakeSandboxService::CreateSandbox(const SandboxSpec& spec) {
   info.id = spec.id;
   info.template_name = spec.template_name;
   info.labels = spec.labels;
+  info.env = spec.env;
   info.mem_mib = t->second.spec.mem_mib;
   info.vcpus = t->second.spec.vcpus;
   if (spec.ttl_seconds) {
     info.expires_at = std::chrono::system_clock::now() + std::chrono::seconds(*spec.ttl_seconds);
   }
-  return AddLocked(std::move(info));
+  return AddLocked(std::move(info), spec.token_sha256);
 }
 
 Result<std::vector<SandboxInfo>> FakeSandboxService::ForkSandbox(const ForkRequest& req) {
@@ -144,16 +158,25 @@ Result<std::vector<SandboxInfo>> FakeSandboxService::ForkSandbox(const ForkReque
   auto src = sandboxes_.find(req.source_id);
   if (src == sandboxes_.end()) return Status::NotFound("no sandbox " + req.source_id);
   std::vector<SandboxInfo> out;
-  for (uint32_t i = 0; i < req.count; ++i) {
+  const uint32_t count = req.children.empty() ? req.count : static_cast<uint32_t>(req.children.size());
+  for (const ForkChildSpec& c : req.children) {
+    if (sandboxes_.count(c.id)) return Status::AlreadyExists("sandbox " + c.id + " exists");
+  }
+  for (uint32_t i = 0; i < count; ++i) {
+    const ForkChildSpec* spec = req.children.empty() ? nullptr : &req.children[i];
     SandboxInfo child = src->second.info;
-    child.id = req.source_id + "-f" + std::to_string(next_id_++);
+    child.id = spec && !spec->id.empty() ? spec->id : req.source_id + "-f" + std::to_string(next_id_++);
     child.fork_of = req.source_id;
     for (const auto& [k, v] : req.labels) child.labels[k] = v;
+    if (spec) {
+      for (const auto& [k, v] : spec->labels) child.labels[k] = v;
+      if (!spec->env.empty()) child.env = spec->env;
+    }
     child.expires_at.reset();
     if (req.ttl_seconds) {
       child.expires_at = std::chrono::system_clock::now() + std::chrono::seconds(*req.ttl_seconds);
     }
-    ASSIGN_OR_RETURN(SandboxInfo added, AddLocked(std::move(child)));
+    ASSIGN_OR_RETURN(SandboxInfo added, AddLocked(std::move(child), spec ? spec->token_sha256 : ""));
     out.push_back(std::move(added));
   }
   return out;
@@ -209,7 +232,7 @@ bool FakeSandboxService::CheckToken(const std::string& id, const std::string& to
   ++calls_;
   std::lock_guard l(mu_);
   auto it = sandboxes_.find(id);
-  return it != sandboxes_.end() && !token.empty() && it->second.info.token == token;
+  return it != sandboxes_.end() && !token.empty() && Sha256Hex(token) == it->second.token_sha256;
 }
 
 Result<ExecResult> FakeSandboxService::Exec(const std::string& id, const ExecOptions& options) {

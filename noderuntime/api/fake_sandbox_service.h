@@ -57,10 +57,13 @@ class FakeSandboxService : public SandboxService {
 
  private:
   struct Sandbox {
-    SandboxInfo info;
+    SandboxInfo info;  // info.token always empty
+    std::string token_sha256;
     std::map<std::string, std::pair<guest::protocol::Bytes, uint32_t>> files;
   };
-  Result<SandboxInfo> AddLocked(SandboxInfo info);
+  Result<SandboxInfo> NewLocked(SandboxInfo info);
+  // Mints a token unless `token_sha256` is given; returns the info with the token.
+  Result<SandboxInfo> AddLocked(SandboxInfo info, const std::string& token_sha256);
 
   mutable std::mutex mu_;
   std::map<std::string, TemplateInfo> templates_;

@@ -249,6 +249,8 @@ void TemplateSync::Forget(const std::string& key) {
 Result<std::string> TemplateSync::ReadyTemplateFor(const std::string& ns, const std::string& name,
                                                    const std::optional<ShapeOverride>& shape) {
   const std::string key = kube::ObjectKey(ns, name);
+  // Right after a start the cache is not filled yet: absent is not gone.
+  if (!informer_.HasSynced()) return Status::Unavailable("SandboxTemplates are not listed yet");
   auto obj = informer_.Get(key);
   if (!obj) return Status::NotFound("no SandboxTemplate " + key);
   const std::string uid = StrAt(*obj, {"metadata", "uid"});

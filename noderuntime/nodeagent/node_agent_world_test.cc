@@ -1,0 +1,264 @@
+// TemplateSync and SandboxSync against the in-memory apiserver
+// (FakeKubeClient) and node runtime (FakeSandboxService): the node
+// protocol's rules without KVM or a control plane. The e2e tier runs the
+// same against the real ones (e2e/node_e2e_test.cc).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "kube/fake_kube_client.h"
+#include "noderuntime/api/fake_sandbox_service.h"
+#include "noderuntime/node_util.h"
+#include "noderuntime/nodeagent/json_fields.h"
+#include "noderuntime/nodeagent/node_names.h"
+#include "noderuntime/nodeagent/sandbox_sync.h"
+#include "noderuntime/nodeagent/template_sync.h"
+
+namespace kubicle::noderuntime::nodeagent {
+namespace {
+
+namespace fs = std::filesystem;
+using kube::Json;
+
+constexpr char kNs[] = "team";
+constexpr char kToken[] = "the-token";
+
+bool Eventually(const std::function<bool()>& cond, std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return cond();
+}
+
+class NodeAgentWorld : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("nodeagent-world-" + std::to_string(::getpid()) + "-" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_ / "images");
+    for (const char* f : {"kernel", "rootfs"}) std::ofstream(dir_ / "images" / f) << "image";
+    config_.node_name = "n1";
+    config_.endpoint = "10.0.0.7:7443";
+    config_.images.roots = {(dir_ / "images").string()};
+    config_.images.cache_dir = (dir_ / "cache").string();
+    config_.resync = std::chrono::seconds(1);
+    config_.reap_interval = std::chrono::seconds(1);
+    StartAgent();
+  }
+  void TearDown() override {
+    StopAgent();
+    fs::remove_all(dir_);
+  }
+  void StartAgent() {
+    templates_ = std::make_unique<TemplateSync>(&kube_, &svc_, config_, &registry_);
+    sandboxes_ = std::make_unique<SandboxSync>(&kube_, &svc_, templates_.get(), config_, &registry_);
+    templates_->Start();
+    sandboxes_->Start();
+  }
+  void StopAgent() {
+    sandboxes_.reset();
+    templates_.reset();
+  }
+
+  Json CreateTemplate(const std::string& name, const std::string& kernel) {
+    Json t = {{"metadata", {{"name", name}}},
+              {"spec", {{"kernel", kernel}, {"rootfs", (dir_ / "images" / "rootfs").string()},
+                        {"memoryMiB", 256}, {"vcpus", 1}}}};
+    auto r = kube_.Create(kube::SandboxTemplateResource(), kNs, t);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? *r : Json();
+  }
+  Json Template(const std::string& name) { return *kube_.Get(kube::SandboxTemplateResource(), kNs, name); }
+  std::string NodePhase(const std::string& tmpl) {
+    auto e = EntryOf(Template(tmpl), "n1");
+    return e ? e->phase : "";
+  }
+  // A Sandbox as the operator leaves it once placed on n1.
+  Json CreateSandbox(const std::string& name, Json spec_extra = Json::object(), bool token = true) {
+    Json spec = {{"templateRef", {{"name", "tg"}}}};
+    for (auto& [k, v] : spec_extra.items()) spec[k] = v;
+    Json s = {{"metadata", {{"name", name}, {"labels", {{"kubicle.dev/node", "n1"}, {"kubicle.dev/run", "r1"}}},
+                            {"finalizers", {"kubicle.dev/vm-teardown"}}}},
+              {"spec", spec}};
+    auto r = kube_.Create(kube::SandboxResource(), kNs, s);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    if (token) PublishToken(name);
+    return r.ok() ? *r : Json();
+  }
+  void PublishToken(const std::string& name) {
+    ASSERT_TRUE(kube_.Patch(kube::SandboxResource(), kNs, name, kube::PatchType::kMerge,
+                            Json{{"status", {{"tokenSha256", Sha256Hex(kToken)}}}}, "status").ok());
+  }
+  std::string VmState(const std::string& name) {
+    auto s = kube_.Get(kube::SandboxResource(), kNs, name);
+    return s.ok() ? StrAt(*s, {"status", "vm", "state"}) : "<gone>";
+  }
+  std::string VmMessage(const std::string& name) {
+    return StrAt(*kube_.Get(kube::SandboxResource(), kNs, name), {"status", "vm", "message"});
+  }
+  std::string IdOf(const Json& obj) { return SandboxNodeId(StrAt(obj, {"metadata", "uid"})); }
+  void ReadyTemplate() {
+    CreateTemplate("tg", (dir_ / "images" / "kernel").string());
+    ASSERT_TRUE(Eventually([&] { return NodePhase("tg") == "Ready"; }));
+  }
+
+  fs::path dir_;
+  AgentConfig config_;
+  kube::FakeKubeClient kube_;
+  api::FakeSandboxService svc_;
+  metrics::Registry registry_;
+  std::unique_ptr<TemplateSync> templates_;
+  std::unique_ptr<SandboxSync> sandboxes_;
+};
+
+TEST_F(NodeAgentWorld, TemplatesAreBakedAndReportedAndBadImagesFail) {
+  Json t = CreateTemplate("tg", (dir_ / "images" / "kernel").string());
+  ASSERT_TRUE(Eventually([&] { return NodePhase("tg") == "Ready"; }));
+  auto entry = EntryOf(Template("tg"), "n1");
+  EXPECT_EQ(entry->observed_generation, 1);
+  EXPECT_EQ(entry->snapshot_digest.rfind("sha256:", 0), 0u);
+  const std::string node_tmpl = TemplateNodeId(StrAt(t, {"metadata", "uid"}), 1);
+  auto baked = svc_.GetTemplate(node_tmpl);
+  ASSERT_TRUE(baked.ok());
+  EXPECT_EQ(baked->spec.kernel, fs::canonical(dir_ / "images" / "kernel").string());
+  EXPECT_EQ(baked->spec.mem_mib, 256u);
+
+  for (const char* bad : {"/etc/passwd", "/dev/vda", "/x/../etc/shadow"}) {
+    const std::string name = std::string("bad") + std::to_string(std::hash<std::string>{}(bad) % 1000);
+    CreateTemplate(name, bad);
+    ASSERT_TRUE(Eventually([&] { return NodePhase(name) == "Failed"; })) << bad;
+    const std::string msg = EntryOf(Template(name), "n1")->message;
+    EXPECT_NE(msg.find("kernel"), std::string::npos) << msg;
+  }
+  // The bad ones never reached the runtime.
+  EXPECT_EQ(svc_.ListTemplates().size(), 1u);
+}
+
+TEST_F(NodeAgentWorld, ASpecChangeIsBakedAgainAndTheOldGenerationGoes) {
+  Json t = CreateTemplate("tg", (dir_ / "images" / "kernel").string());
+  ASSERT_TRUE(Eventually([&] { return NodePhase("tg") == "Ready"; }));
+  ASSERT_TRUE(kube_.Patch(kube::SandboxTemplateResource(), kNs, "tg", kube::PatchType::kMerge,
+                          Json{{"spec", {{"memoryMiB", 512}}}}).ok());
+  const std::string uid = StrAt(t, {"metadata", "uid"});
+  ASSERT_TRUE(Eventually([&] {
+    auto e = EntryOf(Template("tg"), "n1");
+    return e && e->phase == "Ready" && e->observed_generation == 2;
+  }));
+  EXPECT_TRUE(Eventually([&] { return !svc_.GetTemplate(TemplateNodeId(uid, 1)).ok(); }));
+  EXPECT_EQ(svc_.GetTemplate(TemplateNodeId(uid, 2))->spec.mem_mib, 512u);
+  // Deleting the SandboxTemplate removes what the node baked for it.
+  ASSERT_TRUE(kube_.Delete(kube::SandboxTemplateResource(), kNs, "tg").ok());
+  EXPECT_TRUE(Eventually([&] { return svc_.ListTemplates().empty(); }));
+}
+
+TEST_F(NodeAgentWorld, SandboxRunsWithTheOperatorsTokenAndEnvThenTearsDown) {
+  ReadyTemplate();
+  Json s = CreateSandbox("agent-1", Json{{"env", Json::array({{{"name", "GREETING"}, {"value", "hi"}}})}});
+  ASSERT_TRUE(Eventually([&] { return VmState("agent-1") == "Running"; }));
+  Json got = *kube_.Get(kube::SandboxResource(), kNs, "agent-1");
+  EXPECT_EQ(StrAt(got, {"status", "vm", "endpoint"}), "10.0.0.7:7443");
+  EXPECT_GT(NumAt(got, {"status", "vm", "restoreMillis"}), 0);
+  const std::string id = IdOf(s);
+  auto vm = svc_.GetSandbox(id);
+  ASSERT_TRUE(vm.ok());
+  EXPECT_EQ(vm->env, (Env{{"GREETING", "hi"}}));
+  EXPECT_EQ(vm->labels.at("kubicle.dev/run"), "r1");
+  EXPECT_TRUE(svc_.CheckToken(id, kToken));
+  EXPECT_FALSE(svc_.CheckToken(id, "another"));
+
+  // The finalizer holds the object: the node tears down, then says so.
+  ASSERT_TRUE(kube_.Delete(kube::SandboxResource(), kNs, "agent-1").ok());
+  ASSERT_TRUE(Eventually([&] { return VmState("agent-1") == "Terminated"; }));
+  EXPECT_FALSE(svc_.GetSandbox(id).ok());
+}
+
+TEST_F(NodeAgentWorld, NoVmBeforeTheTokenIsPublished) {
+  ReadyTemplate();
+  Json s = CreateSandbox("agent-1", Json::object(), /*token=*/false);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(svc_.sandbox_count(), 0u);
+  PublishToken("agent-1");
+  ASSERT_TRUE(Eventually([&] { return VmState("agent-1") == "Running"; }));
+  EXPECT_TRUE(svc_.CheckToken(IdOf(s), kToken));
+}
+
+TEST_F(NodeAgentWorld, ARestartReadoptsByUidFailsVanishedVmsAndReapsOrphans) {
+  ReadyTemplate();
+  Json keep = CreateSandbox("keep");
+  Json lost = CreateSandbox("lost");
+  ASSERT_TRUE(Eventually([&] { return VmState("keep") == "Running" && VmState("lost") == "Running"; }));
+  StopAgent();
+  // While the agent is down: one VM vanishes, one Sandbox is deleted for good
+  // (its finalizer removed, as the operator does for a gone node), and a VM
+  // no object ever had appears.
+  ASSERT_TRUE(svc_.DeleteSandbox(IdOf(lost)).ok());
+  Json gone = CreateSandbox("gone");
+  SandboxSpec stray;
+  stray.id = "k-00000000-0000-0000-0000-000000000000";
+  stray.template_name = svc_.ListTemplates()[0].spec.name;
+  stray.labels = {{kLabelSandboxUid, "00000000-0000-0000-0000-000000000000"}};
+  ASSERT_TRUE(svc_.CreateSandbox(stray).ok());
+  const uint32_t keep_cid = svc_.GetSandbox(IdOf(keep))->cid;
+  StartAgent();
+  ASSERT_TRUE(Eventually([&] { return VmState("gone") == "Running"; }));
+  ASSERT_TRUE(kube_.Patch(kube::SandboxResource(), kNs, "gone", kube::PatchType::kMerge,
+                          Json{{"metadata", {{"finalizers", nullptr}}}}).ok());
+  ASSERT_TRUE(kube_.Delete(kube::SandboxResource(), kNs, "gone").ok());
+
+  EXPECT_TRUE(Eventually([&] { return VmState("lost") == "Failed"; }));
+  EXPECT_NE(VmMessage("lost").find("VM is gone"), std::string::npos) << VmMessage("lost");
+  EXPECT_EQ(VmState("keep"), "Running");
+  ASSERT_TRUE(svc_.GetSandbox(IdOf(keep)).ok());
+  EXPECT_EQ(svc_.GetSandbox(IdOf(keep))->cid, keep_cid);  // re-adopted, not made again
+  EXPECT_TRUE(Eventually([&] { return !svc_.GetSandbox(stray.id).ok(); }));
+  EXPECT_TRUE(Eventually([&] { return !svc_.GetSandbox(IdOf(gone)).ok(); }));
+}
+
+TEST_F(NodeAgentWorld, ForkChildrenAreForkedFromTheRunningSource) {
+  ReadyTemplate();
+  Json src = CreateSandbox("src");
+  std::vector<Json> kids;
+  for (int i = 0; i < 3; ++i) kids.push_back(CreateSandbox("f-" + std::to_string(i), Json{{"forkSource", "src"}}));
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(Eventually([&] { return VmState("f-" + std::to_string(i)) == "Running"; })) << i;
+    auto vm = svc_.GetSandbox(IdOf(kids[i]));
+    ASSERT_TRUE(vm.ok());
+    EXPECT_EQ(vm->fork_of, IdOf(src));
+    EXPECT_EQ(vm->labels.at(kLabelSandboxUid), StrAt(kids[i], {"metadata", "uid"}));
+    EXPECT_TRUE(svc_.CheckToken(vm->id, kToken));
+  }
+  // A fork of a source that is not on this node fails with the reason.
+  CreateSandbox("orphan", Json{{"forkSource", "elsewhere"}});
+  ASSERT_TRUE(Eventually([&] { return VmState("orphan") == "Failed"; }));
+  EXPECT_NE(VmMessage("orphan").find("not a Sandbox on node n1"), std::string::npos);
+}
+
+TEST_F(NodeAgentWorld, ResourcesPickAVariantAndCannotShrinkMemory) {
+  ReadyTemplate();
+  Json big = CreateSandbox("big", Json{{"resources", {{"memoryMiB", 1024}, {"vcpus", 2}}}});
+  ASSERT_TRUE(Eventually([&] { return VmState("big") == "Running"; }));
+  auto vm = svc_.GetSandbox(IdOf(big));
+  ASSERT_TRUE(vm.ok());
+  EXPECT_EQ(vm->mem_mib, 1024u);
+  EXPECT_EQ(vm->vcpus, 2u);
+  CreateSandbox("small", Json{{"resources", {{"memoryMiB", 128}}}});
+  ASSERT_TRUE(Eventually([&] { return VmState("small") == "Failed"; }));
+  EXPECT_NE(VmMessage("small").find("cannot shrink"), std::string::npos) << VmMessage("small");
+}
+
+TEST_F(NodeAgentWorld, StatusWritesRetryThroughAnApiserverOutage) {
+  ReadyTemplate();
+  StopAgent();
+  CreateSandbox("agent-1");
+  kube_.FailNext("patch", Status::Unavailable("apiserver restarting"), 5);
+  StartAgent();
+  ASSERT_TRUE(Eventually([&] { return VmState("agent-1") == "Running"; }));
+  EXPECT_EQ(svc_.sandbox_count(), 1u);
+}
+
+}  // namespace
+}  // namespace kubicle::noderuntime::nodeagent
