@@ -166,7 +166,7 @@ Result<Env> Start() {
                                  {KUBICLE_NODE_BIN, "serve", "--node-name=" + std::string(kNode),
                                   "--kubeconfig=" + env.cp->kubeconfig_path(), "--vmm=" KUBICLE_VMM_BIN,
                                   "--state-dir=" + work + "/node", "--listen=127.0.0.1:" + std::to_string(port),
-                                  "--image-root=" + work + "/images", "--pool-size=4",
+                                  "--image-root=" + work + "/images", "--pool-size=16",
                                   "--capacity-sandboxes=1000", "--capacity-vcpus=1000", "--stop-vms-on-exit",
                                   "--log-level=warn"},
                                  work + "/node.log"));
@@ -180,6 +180,22 @@ Result<Env> Start() {
     std::this_thread::sleep_for(100ms);
   }
   return Status::DeadlineExceeded("template never Ready; see " + work + "/node.log");
+}
+
+// p50 of each milestone of `names`, counted from t0: where a batch waits.
+void PrintStages(SandboxWatch* w, const std::vector<std::string>& names, Clock::time_point t0) {
+  std::vector<double> placed, token, running, ready;
+  for (const auto& n : names) {
+    Milestones m = w->Get(n);
+    placed.push_back(Ms(t0, m.placed));
+    token.push_back(Ms(t0, m.token));
+    running.push_back(Ms(t0, m.running));
+    ready.push_back(Ms(t0, m.ready));
+  }
+  std::printf("    since the first create, p50/p99 ms: placed %.0f/%.0f, token %.0f/%.0f, "
+              "vm Running %.0f/%.0f, Ready %.0f/%.0f\n",
+              Percentile(placed, 50), Percentile(placed, 99), Percentile(token, 50), Percentile(token, 99),
+              Percentile(running, 50), Percentile(running, 99), Percentile(ready, 50), Percentile(ready, 99));
 }
 
 int Run(int singles, const std::vector<int>& batches) {
@@ -243,6 +259,7 @@ int Run(int singles, const std::vector<int>& batches) {
     std::printf("%-44s %9.1f ms   (per Sandbox p50 %.1f ms, p99 %.1f ms)\n",
                 ("apply " + std::to_string(n) + " at once -> all Ready").c_str(), Ms(t0, last),
                 Percentile(each, 50), Percentile(each, 99));
+    PrintStages(&watch, names, t0);
     DeleteRun(c, &watch);
   }
   // 20-way fork of a running Sandbox.
@@ -262,6 +279,7 @@ int Run(int singles, const std::vector<int>& batches) {
   Clock::time_point last = f0;
   for (const auto& k : kids) last = std::max(last, watch.Get(k).ready);
   std::printf("%-44s %9.1f ms\n", "SandboxFork of 20 -> all children Ready", Ms(f0, last));
+  PrintStages(&watch, kids, f0);
   DeleteRun(c, &watch);
   std::printf("logs: %s (operator.log, node.log)\n", env->cp->work_dir().c_str());
   env->node.Stop(30s);
