@@ -254,6 +254,11 @@ Result<SandboxInfo> SandboxSync::RestoreOrFork(const std::string& key, const Jso
     spec.template_name = tmpl;
     return service_->CreateSandbox(spec);
   }
+  return Fork(key, obj, want);
+}
+
+Result<SandboxInfo> SandboxSync::Fork(const std::string& key, const Json& obj, const DesiredVm& want) {
+  const std::string ns = StrAt(obj, {"metadata", "namespace"});
   auto source = informer_.Get(kube::ObjectKey(ns, want.fork_source));
   if (!source) {
     return Status::FailedPrecondition("fork source " + kube::ObjectKey(ns, want.fork_source) +
@@ -268,13 +273,61 @@ Result<SandboxInfo> SandboxSync::RestoreOrFork(const std::string& key, const Jso
       return Status::FailedPrecondition("fork source " + want.fork_source + " is " + reported->state);
     return Status::Unavailable("fork source " + want.fork_source + " is not running yet");
   }
+  {
+    std::lock_guard l(mu_);
+    if (!claimed_.insert(want.spec.id).second) return Status::AlreadyExists("a fork in flight is creating it");
+  }
+  auto siblings = ClaimSiblings(key, obj, want.fork_source);
   ForkRequest fr;
   fr.source_id = source_id;
   fr.children.push_back({want.spec.id, want.spec.token_sha256, want.spec.labels, want.spec.env});
-  ASSIGN_OR_RETURN(std::vector<SandboxInfo> kids, service_->ForkSandbox(fr));
-  if (kids.size() != 1) return Status::Internal("fork returned " + std::to_string(kids.size()) + " children");
-  (void)key;
-  return kids[0];
+  std::vector<std::string> ids = {want.spec.id};
+  for (const auto& [k, o] : siblings) {
+    auto d = DesiredVmOf(o);  // ClaimSiblings checked it parses
+    fr.children.push_back({d->spec.id, d->spec.token_sha256, d->spec.labels, d->spec.env});
+    ids.push_back(d->spec.id);
+  }
+  auto kids = service_->ForkSandbox(fr);
+  Release(ids);
+  if (!kids.ok()) {
+    for (const auto& [k, o] : siblings) queue_.Add(k);  // each retries (and reports) on its own
+    return kids.status();
+  }
+  if (kids->size() != fr.children.size())
+    return Status::Internal("fork returned " + std::to_string(kids->size()) + " children");
+  for (size_t i = 0; i < siblings.size(); ++i) {
+    Report(siblings[i].first, siblings[i].second, RunningReport((*kids)[i + 1]));
+  }
+  return (*kids)[0];
+}
+
+std::vector<std::pair<std::string, Json>> SandboxSync::ClaimSiblings(const std::string& key, const Json& obj,
+                                                                     const std::string& source) {
+  constexpr size_t kMaxBatch = 63;  // with `key`: the runtime's 64 per fork
+  const std::string ns = StrAt(obj, {"metadata", "namespace"});
+  std::vector<std::pair<std::string, Json>> candidates;
+  informer_.ForEach([&](const Json& o) {
+    if (candidates.size() >= kMaxBatch || StrAt(o, {"metadata", "namespace"}) != ns ||
+        StrAt(o, {"spec", "forkSource"}) != source || IsDeleting(o) || ReportedVm(o) ||
+        StrAt(o, {"status", "tokenSha256"}).empty()) {
+      return;
+    }
+    const std::string k = kube::KeyOf(o);
+    if (k != key) candidates.emplace_back(k, o);
+  });
+  std::vector<std::pair<std::string, Json>> out;
+  for (auto& [k, o] : candidates) {
+    auto d = DesiredVmOf(o);
+    if (!d.ok() || service_->GetSandbox(d->spec.id).ok()) continue;
+    std::lock_guard l(mu_);
+    if (claimed_.insert(d->spec.id).second) out.emplace_back(std::move(k), std::move(o));
+  }
+  return out;
+}
+
+void SandboxSync::Release(const std::vector<std::string>& ids) {
+  std::lock_guard l(mu_);
+  for (const auto& id : ids) claimed_.erase(id);
 }
 
 VmReport SandboxSync::RunningReport(const SandboxInfo& vm) const {

@@ -22,6 +22,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -76,6 +77,13 @@ class SandboxSync {
   void Teardown(const std::string& key, const kube::Json& obj, const std::string& id);
   void StartVm(const std::string& key, const kube::Json& obj, const std::string& id);
   Result<SandboxInfo> RestoreOrFork(const std::string& key, const kube::Json& obj, const DesiredVm& want);
+  Result<SandboxInfo> Fork(const std::string& key, const kube::Json& obj, const DesiredVm& want);
+  // Fork children of `source` (same namespace) that wait for their VM,
+  // besides `key`: forked in the same call (one pause of the source for a
+  // whole SandboxFork). Claims their ids; the caller releases them.
+  std::vector<std::pair<std::string, kube::Json>> ClaimSiblings(const std::string& key, const kube::Json& obj,
+                                                               const std::string& source);
+  void Release(const std::vector<std::string>& ids);
   void Report(const std::string& key, const kube::Json& obj, const VmReport& report);
   VmReport RunningReport(const SandboxInfo& vm) const;
   void Background();
@@ -94,6 +102,7 @@ class SandboxSync {
   std::map<std::string, std::string> ids_;        // "ns/name" -> node id, for objects that vanish
   std::map<std::string, VmReport> written_;       // last report written per key
   std::map<std::string, std::chrono::steady_clock::time_point> first_seen_;
+  std::set<std::string> claimed_;                 // node ids a fork in flight is creating
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;
   bool stopping_ = false;
