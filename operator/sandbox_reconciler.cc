@@ -7,6 +7,7 @@
 
 #include "common/log.h"
 #include "kube/resource.h"
+#include "kube/time_format.h"
 
 namespace kubicle::op {
 
@@ -67,6 +68,8 @@ Result<Outcome> SandboxReconciler::Reconcile(const std::string& key) {
   RETURN_IF_ERROR(EnsurePlacement(&sbx, &facts));
   RETURN_IF_ERROR(EnsureFinalizer(&sbx));
   RETURN_IF_ERROR(EnsureToken(sbx, &facts));
+  Outcome out;
+  CheckNode(sbx, &facts, &out);
   Json desired = ComputeSandboxStatus(sbx, facts, ctx_.clock->Now());
   ASSIGN_OR_RETURN(bool wrote, WriteStatusIfChanged(ctx_, SandboxResource(), sbx, desired));
   if (wrote && sbx.value("status", Json::object()).value("phase", "") != desired["phase"]) {
@@ -76,10 +79,35 @@ Result<Outcome> SandboxReconciler::Reconcile(const std::string& key) {
 
   // Events last: they are best effort and must not delay what clients wait for.
   if (facts.placed_now) ctx_.Event(sbx, "Normal", "Scheduled", "placed on node " + facts.node);
-  Outcome out;
+  if (!facts.node_lost.empty() && wrote) ctx_.Event(sbx, "Warning", "NodeLost", facts.node_lost);
   if (facts.expires) out.RequeueWithin(*facts.expires - ctx_.clock->Now());
   if (facts.node.empty()) out.RequeueWithin(ctx_.config.unschedulable_retry);
   return out;
+}
+
+// A placed Sandbox whose node stopped renewing its Lease fails once the
+// grace period is over (docs/operator.md, "Node protocol"); until then it is
+// looked at again when the grace ends.
+void SandboxReconciler::CheckNode(const Json& sbx, SandboxFacts* facts, Outcome* out) {
+  if (facts->node.empty() || facts->placed_now) return;
+  const std::string vm = sbx.contains("status") && sbx["status"].contains("vm")
+                             ? sbx["status"]["vm"].value("state", "") : "";
+  if (vm == "Failed" || vm == "Terminated") return;  // the node said how it ended
+  const kube::TimePoint now = ctx_.clock->Now();
+  auto nodes = NodesFromLeases(ctx_.lister->List(kube::LeaseResource()), now);
+  auto it = nodes.find(facts->node);
+  if (it != nodes.end() && it->second.alive) return;
+  if (it != nodes.end() && now < it->second.expires + ctx_.config.node_gone_grace) {
+    out->RequeueWithin(it->second.expires + ctx_.config.node_gone_grace - now);
+    return;
+  }
+  facts->node_lost = it == nodes.end()
+                         ? "node " + facts->node + " has no heartbeat Lease: its VM is lost"
+                         : "node " + facts->node + " has not renewed its Lease since " +
+                               kube::FormatTime(it->second.expires) + " (grace " +
+                               std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
+                                                  ctx_.config.node_gone_grace).count()) +
+                               " s): its VM is lost";
 }
 
 Status SandboxReconciler::EnsureFinalizer(Json* sbx) {

@@ -23,6 +23,7 @@ class SandboxReconciler {
  private:
   Result<Outcome> Finalize(const Json& sbx);
   Status EnsureFinalizer(Json* sbx);
+  void CheckNode(const Json& sbx, SandboxFacts* facts, Outcome* out);
   Result<bool> ExpireIfDue(const Json& sbx, const SandboxFacts& facts);
   Status EnsurePlacement(Json* sbx, SandboxFacts* facts);
   Status EnsureToken(const Json& sbx, SandboxFacts* facts);

@@ -140,6 +140,34 @@ TEST_F(SandboxReconcilerTest, FinalizerReleasedAfterGraceWhenNodeIsGone) {
   EXPECT_TRUE(kube::IsNotFound(w.client.Get(kube::SandboxResource(), kNs, "g").status()));
 }
 
+TEST_F(SandboxReconcilerTest, ASandboxOfANodeGoneBeyondTheGraceFails) {
+  ASSERT_TRUE(w.client.Create(kube::SandboxResource(), kNs, NewSandbox("n", "py")).ok());
+  ASSERT_TRUE(Reconcile("n").ok());
+  w.ReportVm("n", "Running");
+  ASSERT_TRUE(Reconcile("n").ok());
+  EXPECT_EQ(w.Sandbox("n")["status"]["phase"], "Running");
+  w.clock.Advance(std::chrono::seconds(60));  // the lease expired 20 s ago: within the grace
+  auto out = Reconcile("n");
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ(w.Sandbox("n")["status"]["phase"], "Running");
+  EXPECT_EQ(*out->requeue_after, std::chrono::seconds(100));
+  w.clock.Advance(std::chrono::seconds(100));
+  ASSERT_TRUE(Reconcile("n").ok());
+  Json lost = w.Sandbox("n");
+  EXPECT_EQ(lost["status"]["phase"], "Failed");
+  auto ready = FindCondition(lost, "Ready");
+  EXPECT_EQ(ready->value("reason", ""), "NodeLost");
+  EXPECT_NE(ready->value("message", "").find("node-a"), std::string::npos);
+  // New Sandboxes are not placed there.
+  ASSERT_TRUE(w.client.Create(kube::SandboxResource(), kNs, NewSandbox("m", "py")).ok());
+  ASSERT_TRUE(Reconcile("m").ok());
+  EXPECT_EQ(Label(w.Sandbox("m"), kLabelNode), "");
+  // A node that returns and renews brings it back only through its own report.
+  w.Heartbeat("node-a", 10);
+  ASSERT_TRUE(Reconcile("n").ok());
+  EXPECT_EQ(w.Sandbox("n")["status"]["phase"], "Running");
+}
+
 TEST_F(SandboxReconcilerTest, ConflictIsReportedForRetry) {
   ASSERT_TRUE(w.client.Create(kube::SandboxResource(), kNs, NewSandbox("s", "py")).ok());
   w.client.FailNext("patch", kube::StatusFromHttp(409, kube::Json{{"reason", "Conflict"}}));

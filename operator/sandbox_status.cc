@@ -20,9 +20,10 @@ std::optional<kube::TimePoint> ComputeExpiry(const Json& sbx, kube::Duration def
   return *created + default_ttl;
 }
 
-std::string ComputePhase(const Json& sbx, const std::string& node) {
+std::string ComputePhase(const Json& sbx, const std::string& node, bool node_lost) {
   if (IsDeleting(sbx)) return "Terminating";
   if (node.empty()) return "Pending";
+  if (node_lost) return "Failed";
   std::string vm;
   if (sbx.contains("status") && sbx["status"].contains("vm")) {
     vm = sbx["status"]["vm"].value("state", "");
@@ -35,7 +36,8 @@ std::string ComputePhase(const Json& sbx, const std::string& node) {
 
 namespace {
 
-Condition ReadyCondition(const std::string& phase, const Json& sbx) {
+Condition ReadyCondition(const std::string& phase, const Json& sbx, const std::string& node_lost) {
+  if (phase == "Failed" && !node_lost.empty()) return {"Ready", "False", "NodeLost", node_lost};
   std::string vm_message;
   if (sbx.contains("status") && sbx["status"].contains("vm")) {
     vm_message = sbx["status"]["vm"].value("message", "");
@@ -52,7 +54,7 @@ Condition ReadyCondition(const std::string& phase, const Json& sbx) {
 
 Json ComputeSandboxStatus(const Json& sbx, const SandboxFacts& f, kube::TimePoint now) {
   const int64_t gen = Generation(sbx);
-  const std::string phase = ComputePhase(sbx, f.node);
+  const std::string phase = ComputePhase(sbx, f.node, !f.node_lost.empty());
   Json conds = sbx.contains("status") ? sbx["status"].value("conditions", Json::array())
                                       : Json::array();
   Condition sched = f.node.empty()
@@ -60,7 +62,7 @@ Json ComputeSandboxStatus(const Json& sbx, const SandboxFacts& f, kube::TimePoin
                         : Condition{"Scheduled", "True", "Scheduled", "placed on node " + f.node};
   if (sched.reason.empty()) sched.reason = "Pending";
   conds = SetCondition(conds, sched, gen, now);
-  conds = SetCondition(conds, ReadyCondition(phase, sbx), gen, now);
+  conds = SetCondition(conds, ReadyCondition(phase, sbx, f.node_lost), gen, now);
   Condition exp = f.expired ? Condition{"Expired", "True", "TTLExpired", "the Sandbox reached its expiry"}
                   : f.expires ? Condition{"Expired", "False", "NotExpired", "expires at " + kube::FormatTime(*f.expires)}
                               : Condition{"Expired", "False", "NoExpiry", "the Sandbox does not expire"};

@@ -24,6 +24,9 @@ struct SandboxFacts {
   std::string token_secret;
   std::string token_sha256;
   bool placed_now = false;  // placed by this pass (for the Scheduled event)
+  // Set when the node's Lease is gone or expired beyond the grace period:
+  // the VM cannot be reached (or torn down) any more, so the Sandbox fails.
+  std::string node_lost;
 };
 
 // {observedGeneration, phase, nodeName, expiresAt, tokenSecretName,
@@ -31,6 +34,6 @@ struct SandboxFacts {
 Json ComputeSandboxStatus(const Json& sandbox, const SandboxFacts& facts, kube::TimePoint now);
 
 // Phase from deletion state, placement and the node-reported VM state.
-std::string ComputePhase(const Json& sandbox, const std::string& node);
+std::string ComputePhase(const Json& sandbox, const std::string& node, bool node_lost = false);
 
 }  // namespace kubicle::op
