@@ -1,0 +1,47 @@
+"""Kubicle's Python SDK: a KVM microVM per agent, driven from Kubernetes.
+
+    from kubicle import Kubicle
+
+    k = Kubicle()                                   # kubeconfig or in-cluster
+    with k.sandboxes.create("py", metadata={"run": "r1", "agent": "a0"}) as sb:
+        sb.filesystem.write("/work/task.txt", "hello")
+        print(sb.exec(["cat", "/work/task.txt"]).stdout)
+
+See docs/sdk.md for every call.
+"""
+
+from .aio import AsyncFilesystem, AsyncKubicle, AsyncSandbox, AsyncSandboxes
+from .client import Filesystem, Kubicle, Sandbox, Sandboxes
+from .errors import (
+    ApiError,
+    AuthError,
+    CapacityError,
+    CommandError,
+    ConflictError,
+    ExecTimeoutError,
+    KubicleError,
+    KubicleTimeoutError,
+    NotFoundError,
+    PathNotFoundError,
+    SandboxFailedError,
+    SandboxNotFoundError,
+    SandboxNotReadyError,
+    SandboxTimeoutError,
+    TemplateError,
+    TemplateNotFoundError,
+    TemplateNotReadyError,
+    UnsupportedError,
+)
+from .models import EntryInfo, ExecResult, SandboxInfo
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Kubicle", "Sandboxes", "Sandbox", "Filesystem",
+    "AsyncKubicle", "AsyncSandboxes", "AsyncSandbox", "AsyncFilesystem",
+    "ExecResult", "SandboxInfo", "EntryInfo",
+    "KubicleError", "ApiError", "AuthError", "CapacityError", "CommandError", "ConflictError",
+    "ExecTimeoutError", "KubicleTimeoutError", "NotFoundError", "PathNotFoundError",
+    "SandboxFailedError", "SandboxNotFoundError", "SandboxNotReadyError", "SandboxTimeoutError",
+    "TemplateError", "TemplateNotFoundError", "TemplateNotReadyError", "UnsupportedError",
+]

@@ -1,0 +1,247 @@
+"""The Kubernetes backend of the sync client, on the official ``kubernetes``
+package: Sandboxes and SandboxForks are created, then watched (list, then
+watch from its resourceVersion; relist on 410) until they stand where the
+caller wants them."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, TypeVar
+
+from . import _kobj, errors
+from ._labels import FORK_OF
+from ._ref import Ref
+
+T = TypeVar("T")
+Objs = Dict[str, Dict[str, Any]]
+_SA_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+
+def kubeconfig_namespace(contexts: List[Mapping[str, Any]], active: Optional[Mapping[str, Any]],
+                         context: Optional[str]) -> Optional[str]:
+    chosen = active
+    if context:
+        chosen = next((c for c in contexts if c.get("name") == context), None)
+    return ((chosen or {}).get("context") or {}).get("namespace")
+
+
+def incluster_namespace() -> str:
+    try:
+        with open(_SA_NAMESPACE) as f:
+            return f.read().strip() or "default"
+    except OSError:
+        return "default"
+
+
+def use_incluster(kubeconfig: Optional[str]) -> bool:
+    return kubeconfig is None and "KUBERNETES_SERVICE_HOST" in os.environ and \
+        not os.environ.get("KUBECONFIG")
+
+
+class KubeBackend:
+    def __init__(self, *, namespace: Optional[str], kubeconfig: Optional[str],
+                 context: Optional[str], scheme: str, pool_size: int) -> None:
+        from kubernetes import client, config
+
+        cfg = client.Configuration()
+        if use_incluster(kubeconfig):
+            config.load_incluster_config(client_configuration=cfg)
+            ns = incluster_namespace()
+        else:
+            config.load_kube_config(config_file=kubeconfig, context=context,
+                                    client_configuration=cfg, persist_config=False)
+            contexts, active = config.list_kube_config_contexts(config_file=kubeconfig)
+            ns = kubeconfig_namespace(contexts, active, context) or "default"
+        cfg.connection_pool_maxsize = pool_size
+        self.namespace = namespace or ns
+        self._scheme = scheme
+        self._api = client.ApiClient(cfg)
+        self._co = client.CustomObjectsApi(self._api)
+        self._core = client.CoreV1Api(self._api)
+
+    def close(self) -> None:
+        self._api.close()
+
+    # --- plumbing -----------------------------------------------------------
+
+    def _do(self, fn: Callable[..., T], *args: Any, what: str = "", sandbox: Optional[str] = None,
+            **kw: Any) -> T:
+        from kubernetes.client.rest import ApiException
+
+        try:
+            return fn(*args, **kw)
+        except ApiException as e:
+            raise _kobj.api_error(e, what=what, sandbox=sandbox) from e
+
+    def _list(self, plural: str, **sel: Any) -> Tuple[Objs, str]:
+        lst = self._do(self._co.list_namespaced_custom_object, _kobj.GROUP, _kobj.VERSION,
+                       self.namespace, plural, what=f"list {plural}", **sel)
+        items = {_kobj.name_of(o): o for o in lst.get("items", [])}
+        return items, lst["metadata"]["resourceVersion"]
+
+    def _watch(self, plural: str, timeout: float, step: Callable[[Objs], Optional[T]],
+               **sel: Any) -> Tuple[Optional[T], Objs]:
+        """Feeds the objects matching ``sel`` to ``step`` on every change
+        until it returns a value (or raises), or ``timeout`` passes: then
+        (None, the objects last seen)."""
+        from kubernetes import watch
+        from kubernetes.client.rest import ApiException
+        from urllib3.exceptions import HTTPError
+
+        deadline = time.monotonic() + timeout
+        while True:
+            objs, rv = self._list(plural, **sel)
+            r = step(objs)
+            if r is not None:
+                return r, objs
+            relist = False
+            while not relist:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None, objs
+                w = watch.Watch()
+                try:
+                    for ev in w.stream(self._co.list_namespaced_custom_object, _kobj.GROUP,
+                                       _kobj.VERSION, self.namespace, plural,
+                                       resource_version=rv, allow_watch_bookmarks=True,
+                                       timeout_seconds=max(1, int(remaining + 0.999)),
+                                       _request_timeout=remaining + 30, **sel):
+                        obj = ev.get("object") or {}
+                        rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
+                        kind = ev.get("type")
+                        if kind == "BOOKMARK":
+                            continue
+                        if kind == "DELETED":
+                            objs.pop(_kobj.name_of(obj), None)
+                        elif kind in ("ADDED", "MODIFIED"):
+                            objs[_kobj.name_of(obj)] = obj
+                        r = step(objs)
+                        if r is not None:
+                            return r, objs
+                        if time.monotonic() >= deadline:
+                            break
+                except ApiException as e:
+                    if e.status != 410:
+                        raise _kobj.api_error(e, what=f"watch {plural}") from e
+                    relist = True  # too old a resourceVersion: start over
+                except HTTPError:
+                    time.sleep(0.2)  # the connection broke: watch again from rv
+                finally:
+                    w.stop()
+
+    def _delete(self, plural: str, name: str, policy: str) -> None:
+        from kubernetes import client
+
+        try:
+            self._do(self._co.delete_namespaced_custom_object, _kobj.GROUP, _kobj.VERSION,
+                     self.namespace, plural, name,
+                     body=client.V1DeleteOptions(propagation_policy=policy),
+                     what=f"delete {plural[:-1]} {name}", sandbox=name)
+        except errors.NotFoundError:
+            pass
+
+    def _ref(self, obj: Dict[str, Any]) -> Ref:
+        return Ref(info=_kobj.sandbox_info(obj), raw=obj)
+
+    # --- the backend interface ----------------------------------------------
+
+    def create(self, *, template: str, name: Optional[str], labels: Mapping[str, str],
+               ttl_seconds: Optional[int], env: Optional[Mapping[str, str]],
+               resources: Optional[Mapping[str, Any]], timeout: float,
+               wait_pending: bool) -> Ref:
+        body = _kobj.sandbox_manifest(namespace=self.namespace, template=template, name=name,
+                                      labels=labels, ttl_seconds=ttl_seconds, env=env,
+                                      resources=resources)
+        created = self._do(self._co.create_namespaced_custom_object, _kobj.GROUP, _kobj.VERSION,
+                           self.namespace, _kobj.SANDBOXES, body, what="create Sandbox")
+        sname = _kobj.name_of(created)
+        try:
+            return self._ref(self._wait_ready(sname, timeout, wait_pending))
+        except BaseException:
+            # Never leave a Sandbox behind that the caller does not know of.
+            self._delete(_kobj.SANDBOXES, sname, "Background")
+            raise
+
+    def _wait_ready(self, name: str, timeout: float, wait_pending: bool) -> Dict[str, Any]:
+        step = _kobj.ReadyStep(name, wait_pending)
+        r, objs = self._watch(_kobj.SANDBOXES, timeout, step,
+                              field_selector=f"metadata.name={name}")
+        if r is None:
+            raise step.timeout(timeout, objs)
+        return r
+
+    def get(self, name: str) -> Ref:
+        obj = self._do(self._co.get_namespaced_custom_object, _kobj.GROUP, _kobj.VERSION,
+                       self.namespace, _kobj.SANDBOXES, name, what=f"get Sandbox {name}",
+                       sandbox=name)
+        return self._ref(obj)
+
+    def list(self, selector: str) -> List[Ref]:
+        objs, _ = self._list(_kobj.SANDBOXES, label_selector=selector)
+        return [self._ref(o) for _, o in sorted(objs.items())]
+
+    def resolve(self, ref: Ref) -> None:
+        """Fills the data-plane URL and token (the Sandbox's token Secret)."""
+        if ref.base and ref.token:
+            return
+        obj = ref.raw
+        if not _kobj.is_ready(obj):
+            obj = self.get(ref.info.name).raw
+            ref.raw, ref.info = obj, _kobj.sandbox_info(obj)
+        base = _kobj.data_plane_url(self._scheme, obj)
+        secret = obj["status"]["tokenSecretName"]
+        s = self._do(self._core.read_namespaced_secret, secret, self.namespace,
+                     what=f"read token Secret {secret}", sandbox=ref.info.name)
+        ref.token = _kobj.token_from_secret(s.data, secret)
+        ref.base = base
+
+    def delete(self, name: str, *, wait: bool, timeout: float) -> None:
+        self._delete(_kobj.SANDBOXES, name, "Background")
+        if wait:
+            r, objs = self._watch(_kobj.SANDBOXES, timeout, _kobj.none_left,
+                                  field_selector=f"metadata.name={name}")
+            if r is None:
+                raise _kobj.timeout_error(f"Sandbox {name}: deletion", timeout, None,
+                                          objs.get(name))
+
+    def sweep(self, selector: str, *, timeout: float) -> List[str]:
+        objs, _ = self._list(_kobj.SANDBOXES, label_selector=selector)
+        for plural in (_kobj.FORKS, _kobj.SANDBOXES):
+            self._do(self._co.delete_collection_namespaced_custom_object, _kobj.GROUP,
+                     _kobj.VERSION, self.namespace, plural, label_selector=selector,
+                     propagation_policy="Background", what=f"delete {plural} -l {selector}")
+        r, left = self._watch(_kobj.SANDBOXES, timeout, _kobj.none_left, label_selector=selector)
+        if r is None:
+            raise _kobj.sweep_timeout(selector, timeout, left)
+        return sorted(objs)
+
+    def fork(self, ref: Ref, *, count: int, labels: Mapping[str, str],
+             ttl_seconds: Optional[int], timeout: float) -> List[Ref]:
+        body = _kobj.fork_manifest(ref.raw, count=count, labels=labels, ttl_seconds=ttl_seconds)
+        fork = self._do(self._co.create_namespaced_custom_object, _kobj.GROUP, _kobj.VERSION,
+                        self.namespace, _kobj.FORKS, body, what="create SandboxFork",
+                        sandbox=ref.info.name)
+        fname = _kobj.name_of(fork)
+        try:
+            children = self._wait_children(fname, count, timeout)
+        except BaseException:
+            self._delete(_kobj.FORKS, fname, "Background")  # its children go with it
+            raise
+        # The children outlive their SandboxFork: deleting it with Orphan
+        # leaves them as plain Sandboxes, so each can be deleted on its own
+        # (the fork would recreate a child deleted under it).
+        self._delete(_kobj.FORKS, fname, "Orphan")
+        return [self._ref(c) for c in children]
+
+    def _wait_children(self, fname: str, count: int, timeout: float) -> List[Dict[str, Any]]:
+        step = _kobj.ChildrenStep(fname, count)
+        r, objs = self._watch(_kobj.SANDBOXES, timeout, step, label_selector=f"{FORK_OF}={fname}")
+        if r is not None:
+            return r
+        try:
+            fork = self._do(self._co.get_namespaced_custom_object, _kobj.GROUP, _kobj.VERSION,
+                            self.namespace, _kobj.FORKS, fname)
+        except errors.KubicleError:
+            fork = None
+        raise step.timeout(timeout, objs, fork)

@@ -1,0 +1,225 @@
+"""The Kubernetes backend of AsyncKubicle, on ``kubernetes_asyncio``: the
+same steps as ``_kube.py`` (create, then list-and-watch until Ready), as
+coroutines, so hundreds of waits share one event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Tuple, TypeVar
+
+from . import _kobj, errors
+from ._kube import incluster_namespace, kubeconfig_namespace, use_incluster
+from ._labels import FORK_OF
+from ._ref import Ref
+
+T = TypeVar("T")
+Objs = Dict[str, Dict[str, Any]]
+
+
+class AsyncKubeBackend:
+    def __init__(self, *, namespace: Optional[str], kubeconfig: Optional[str],
+                 context: Optional[str], scheme: str, pool_size: int) -> None:
+        self._want_ns, self._kubeconfig, self._context = namespace, kubeconfig, context
+        self._scheme, self._pool = scheme, pool_size
+        self.namespace = namespace or ""
+        self._api: Any = None
+        self._lock = asyncio.Lock()
+
+    async def start(self) -> None:
+        async with self._lock:
+            if self._api is not None:
+                return
+            from kubernetes_asyncio import client, config
+
+            cfg = client.Configuration()
+            if use_incluster(self._kubeconfig):
+                config.load_incluster_config(client_configuration=cfg)
+                ns = incluster_namespace()
+            else:
+                await config.load_kube_config(config_file=self._kubeconfig, context=self._context,
+                                              client_configuration=cfg, persist_config=False)
+                contexts, active = config.list_kube_config_contexts(config_file=self._kubeconfig)
+                ns = kubeconfig_namespace(contexts, active, self._context) or "default"
+            cfg.connection_pool_maxsize = self._pool
+            self.namespace = self._want_ns or ns
+            self._api = client.ApiClient(cfg)
+            self._co = client.CustomObjectsApi(self._api)
+            self._core = client.CoreV1Api(self._api)
+
+    async def close(self) -> None:
+        if self._api is not None:
+            await self._api.close()
+            self._api = None
+
+    async def _do(self, fn: Callable[..., Awaitable[T]], *args: Any, what: str = "",
+                  sandbox: Optional[str] = None, **kw: Any) -> T:
+        from kubernetes_asyncio.client.rest import ApiException
+
+        await self.start()
+        try:
+            return await fn(*args, **kw)
+        except ApiException as e:
+            raise _kobj.api_error(e, what=what, sandbox=sandbox) from e
+
+    async def _list(self, plural: str, **sel: Any) -> Tuple[Objs, str]:
+        await self.start()
+        lst = await self._do(self._co.list_namespaced_custom_object, _kobj.GROUP, _kobj.VERSION,
+                             self.namespace, plural, what=f"list {plural}", **sel)
+        return {_kobj.name_of(o): o for o in lst.get("items", [])}, lst["metadata"]["resourceVersion"]
+
+    async def _watch(self, plural: str, timeout: float, step: Callable[[Objs], Optional[T]],
+                     **sel: Any) -> Tuple[Optional[T], Objs]:
+        from aiohttp import ClientError
+        from kubernetes_asyncio import watch
+        from kubernetes_asyncio.client.rest import ApiException
+
+        deadline = time.monotonic() + timeout
+        while True:
+            objs, rv = await self._list(plural, **sel)
+            r = step(objs)
+            if r is not None:
+                return r, objs
+            relist = False
+            while not relist:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None, objs
+                w = watch.Watch()
+                try:
+                    stream = w.stream(self._co.list_namespaced_custom_object, _kobj.GROUP,
+                                      _kobj.VERSION, self.namespace, plural, resource_version=rv,
+                                      allow_watch_bookmarks=True,
+                                      timeout_seconds=max(1, int(remaining + 0.999)),
+                                      _request_timeout=remaining + 30, **sel)
+                    async for ev in stream:
+                        obj = ev.get("raw_object") or ev.get("object") or {}
+                        rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
+                        kind = ev.get("type")
+                        if kind == "BOOKMARK":
+                            continue
+                        if kind == "DELETED":
+                            objs.pop(_kobj.name_of(obj), None)
+                        elif kind in ("ADDED", "MODIFIED"):
+                            objs[_kobj.name_of(obj)] = obj
+                        r = step(objs)
+                        if r is not None:
+                            return r, objs
+                        if time.monotonic() >= deadline:
+                            break
+                except ApiException as e:
+                    if e.status != 410:
+                        raise _kobj.api_error(e, what=f"watch {plural}") from e
+                    relist = True
+                except (ClientError, asyncio.TimeoutError):
+                    await asyncio.sleep(0.2)
+                finally:
+                    await w.close()
+
+    async def _delete(self, plural: str, name: str, policy: str) -> None:
+        from kubernetes_asyncio import client
+
+        try:
+            await self._do(self._co.delete_namespaced_custom_object, _kobj.GROUP, _kobj.VERSION,
+                           self.namespace, plural, name,
+                           body=client.V1DeleteOptions(propagation_policy=policy),
+                           what=f"delete {plural[:-1]} {name}", sandbox=name)
+        except errors.NotFoundError:
+            pass
+
+    def _ref(self, obj: Dict[str, Any]) -> Ref:
+        return Ref(info=_kobj.sandbox_info(obj), raw=obj)
+
+    async def create(self, *, template: str, name: Optional[str], labels: Mapping[str, str],
+                     ttl_seconds: Optional[int], env: Optional[Mapping[str, str]],
+                     resources: Optional[Mapping[str, Any]], timeout: float,
+                     wait_pending: bool) -> Ref:
+        await self.start()
+        body = _kobj.sandbox_manifest(namespace=self.namespace, template=template, name=name,
+                                      labels=labels, ttl_seconds=ttl_seconds, env=env,
+                                      resources=resources)
+        created = await self._do(self._co.create_namespaced_custom_object, _kobj.GROUP,
+                                 _kobj.VERSION, self.namespace, _kobj.SANDBOXES, body,
+                                 what="create Sandbox")
+        sname = _kobj.name_of(created)
+        try:
+            step = _kobj.ReadyStep(sname, wait_pending)
+            r, objs = await self._watch(_kobj.SANDBOXES, timeout, step,
+                                        field_selector=f"metadata.name={sname}")
+            if r is None:
+                raise step.timeout(timeout, objs)
+            return self._ref(r)
+        except BaseException:
+            # Never leave a Sandbox behind that the caller does not know of
+            # (a cancelled task included).
+            await asyncio.shield(self._delete(_kobj.SANDBOXES, sname, "Background"))
+            raise
+
+    async def get(self, name: str) -> Ref:
+        obj = await self._do(self._co.get_namespaced_custom_object, _kobj.GROUP, _kobj.VERSION,
+                             self.namespace, _kobj.SANDBOXES, name, what=f"get Sandbox {name}",
+                             sandbox=name)
+        return self._ref(obj)
+
+    async def list(self, selector: str) -> List[Ref]:
+        objs, _ = await self._list(_kobj.SANDBOXES, label_selector=selector)
+        return [self._ref(o) for _, o in sorted(objs.items())]
+
+    async def resolve(self, ref: Ref) -> None:
+        if ref.base and ref.token:
+            return
+        obj = ref.raw
+        if not _kobj.is_ready(obj):
+            obj = (await self.get(ref.info.name)).raw
+            ref.raw, ref.info = obj, _kobj.sandbox_info(obj)
+        base = _kobj.data_plane_url(self._scheme, obj)
+        secret = obj["status"]["tokenSecretName"]
+        s = await self._do(self._core.read_namespaced_secret, secret, self.namespace,
+                           what=f"read token Secret {secret}", sandbox=ref.info.name)
+        ref.token = _kobj.token_from_secret(s.data, secret)
+        ref.base = base
+
+    async def delete(self, name: str, *, wait: bool, timeout: float) -> None:
+        await self._delete(_kobj.SANDBOXES, name, "Background")
+        if wait:
+            r, objs = await self._watch(_kobj.SANDBOXES, timeout, _kobj.none_left,
+                                        field_selector=f"metadata.name={name}")
+            if r is None:
+                raise _kobj.timeout_error(f"Sandbox {name}: deletion", timeout, None,
+                                          objs.get(name))
+
+    async def sweep(self, selector: str, *, timeout: float) -> List[str]:
+        objs, _ = await self._list(_kobj.SANDBOXES, label_selector=selector)
+        for plural in (_kobj.FORKS, _kobj.SANDBOXES):
+            await self._do(self._co.delete_collection_namespaced_custom_object, _kobj.GROUP,
+                           _kobj.VERSION, self.namespace, plural, label_selector=selector,
+                           propagation_policy="Background", what=f"delete {plural} -l {selector}")
+        r, left = await self._watch(_kobj.SANDBOXES, timeout, _kobj.none_left,
+                                    label_selector=selector)
+        if r is None:
+            raise _kobj.sweep_timeout(selector, timeout, left)
+        return sorted(objs)
+
+    async def fork(self, ref: Ref, *, count: int, labels: Mapping[str, str],
+                   ttl_seconds: Optional[int], timeout: float) -> List[Ref]:
+        body = _kobj.fork_manifest(ref.raw, count=count, labels=labels, ttl_seconds=ttl_seconds)
+        fork = await self._do(self._co.create_namespaced_custom_object, _kobj.GROUP,
+                              _kobj.VERSION, self.namespace, _kobj.FORKS, body,
+                              what="create SandboxFork", sandbox=ref.info.name)
+        fname = _kobj.name_of(fork)
+        step = _kobj.ChildrenStep(fname, count)
+        try:
+            r, objs = await self._watch(_kobj.SANDBOXES, timeout, step,
+                                        label_selector=f"{FORK_OF}={fname}")
+            if r is None:
+                try:
+                    f = await self._do(self._co.get_namespaced_custom_object, _kobj.GROUP,
+                                       _kobj.VERSION, self.namespace, _kobj.FORKS, fname)
+                except errors.KubicleError:
+                    f = None
+                raise step.timeout(timeout, objs, f)
+        except BaseException:
+            await asyncio.shield(self._delete(_kobj.FORKS, fname, "Background"))
+            raise
+        await self._delete(_kobj.FORKS, fname, "Orphan")  # see _kube.py
+        return [self._ref(c) for c in r]

@@ -1,0 +1,232 @@
+"""The asyncio twin of ``kubicle.client``: the same calls as coroutines, for
+fan-outs of hundreds of sandboxes on one event loop::
+
+    async with AsyncKubicle() as k:
+        sbs = await asyncio.gather(*(k.sandboxes.create("py") for _ in range(200)))
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+
+from . import _http, _labels, _wire, errors
+from ._dataplane import AsyncDataPlane
+from ._ref import Ref
+from .client import DEFAULT_CREATE_TIMEOUT, DEFAULT_DELETE_TIMEOUT, _merge_env, finish_exec
+from .models import EntryInfo, ExecResult, SandboxInfo
+
+
+class AsyncFilesystem:
+    def __init__(self, sandbox: "AsyncSandbox") -> None:
+        self._sb = sandbox
+
+    async def write(self, path: str, data: Any, *, mode: Optional[int] = None) -> int:
+        """Like Filesystem.write; ``data`` may also be an async iterable of bytes."""
+        dp = await self._sb._dp()
+        return int((await dp.write(path, data, mode)).get("size", 0))
+
+    async def read(self, path: str, *, format: str = "text") -> Any:
+        """``"text"``, ``"bytes"``, or ``"stream"`` (an async iterator of chunks)."""
+        dp = await self._sb._dp()
+        if format == "stream":
+            return dp.read_stream(path)
+        data = await dp.read(path)
+        if format == "bytes":
+            return data
+        if format == "text":
+            return data.decode("utf-8")
+        raise ValueError('format must be "text", "bytes" or "stream"')
+
+    async def read_to(self, path: str, out: Any) -> int:
+        n = 0
+        dp = await self._sb._dp()
+        async for chunk in dp.read_stream(path):
+            out.write(chunk)
+            n += len(chunk)
+        return n
+
+    async def exists(self, path: str) -> bool:
+        return await (await self._sb._dp()).exists(path)
+
+    async def list(self, path: str = "/") -> List[EntryInfo]:
+        r = await self._tool(["ls", "-1Ap", "--", _wire.check_path(path)])
+        if r.exit_code != 0:
+            raise errors.PathNotFoundError(r.stderr.strip() or f"cannot list {path}",
+                                           reason="NotFound", sandbox=self._sb.name)
+        return _wire.parse_ls(r.stdout, path)
+
+    async def remove(self, path: str) -> None:
+        r = await self._tool(["rm", "-rf", "--", _wire.check_path(path)])
+        if r.exit_code != 0:
+            raise errors.ApiError(r.stderr.strip() or f"cannot remove {path}", reason="RemoveFailed",
+                                  sandbox=self._sb.name)
+
+    async def _tool(self, argv: List[str]) -> ExecResult:
+        r = await self._sb.exec(argv, timeout_seconds=60)
+        if r.exit_code == 127:
+            raise errors.UnsupportedError(
+                f"the guest has no {argv[0]} and the node API no route for it",
+                reason="Unimplemented", sandbox=self._sb.name)
+        return r
+
+
+class AsyncSandbox:
+    def __init__(self, client: "AsyncKubicle", ref: Ref) -> None:
+        self._client, self._ref = client, ref
+        self.filesystem = AsyncFilesystem(self)
+        self.files = self.filesystem
+
+    @property
+    def name(self) -> str:
+        return self._ref.info.name
+
+    @property
+    def id(self) -> str:
+        return self._ref.info.id
+
+    @property
+    def info(self) -> SandboxInfo:
+        return self._ref.info
+
+    @property
+    def metadata(self) -> Dict[str, str]:
+        return dict(self._ref.info.metadata)
+
+    def __repr__(self) -> str:
+        return f"AsyncSandbox(name={self.name!r}, id={self.id!r}, phase={self._ref.info.phase!r})"
+
+    async def refresh(self) -> SandboxInfo:
+        fresh = await self._client._backend.get(self.name)
+        self._ref.raw, self._ref.info = fresh.raw, fresh.info
+        return self._ref.info
+
+    async def _dp(self) -> AsyncDataPlane:
+        await self._client._backend.resolve(self._ref)
+        assert self._ref.base and self._ref.token
+        return AsyncDataPlane(self._client._http, self._ref.base, self._ref.token, self.name)
+
+    async def exec(self, cmd: Union[str, Sequence[str]], *, timeout_seconds: Optional[float] = 60,
+                   env: Optional[Mapping[str, str]] = None, cwd: Optional[str] = None,
+                   stdin: Union[bytes, str, None] = None,
+                   on_stdout: Optional[_wire.OutputCallback] = None,
+                   on_stderr: Optional[_wire.OutputCallback] = None,
+                   raise_on_timeout: bool = True) -> ExecResult:
+        """Like Sandbox.exec; callbacks may be plain functions or coroutines."""
+        dp = await self._dp()
+        streamed = on_stdout is not None or on_stderr is not None
+        kw: Dict[str, Any] = dict(env=_merge_env(self._ref.env, env) or None, cwd=cwd,
+                                  stdin=stdin, timeout_seconds=timeout_seconds)
+
+        async def run(body: Dict[str, Any]) -> ExecResult:
+            stream = _wire.ExecStream(on_stdout, on_stderr, self.name) if streamed else None
+            return await dp.exec(body, stream)
+
+        try:
+            result = await run(_wire.exec_body(cmd, **kw))
+        except errors.UnsupportedError:
+            argv = _wire.shell_as_argv(cmd)
+            if argv is None:
+                raise
+            result = await run(_wire.exec_body(cmd, force_argv=argv, **kw))
+        return finish_exec(result, raise_on_timeout, self.name, _wire.exec_timeout(timeout_seconds))
+
+    async def fork(self, count: int = 1, *, metadata: Optional[Mapping[str, str]] = None,
+                   ttl_seconds: Optional[int] = None,
+                   timeout: float = DEFAULT_CREATE_TIMEOUT) -> List["AsyncSandbox"]:
+        refs = await self._client._backend.fork(self._ref, count=count,
+                                                labels=_labels.to_labels(metadata),
+                                                ttl_seconds=ttl_seconds, timeout=timeout)
+        return [AsyncSandbox(self._client, r) for r in refs]
+
+    async def delete(self, *, wait: bool = True, timeout: float = DEFAULT_DELETE_TIMEOUT) -> None:
+        await self._client._backend.delete(self.name, wait=wait, timeout=timeout)
+
+    async def __aenter__(self) -> "AsyncSandbox":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.delete()
+
+
+class AsyncSandboxes:
+    def __init__(self, client: "AsyncKubicle") -> None:
+        self._client = client
+
+    async def create(self, template: str, *, ttl_seconds: Optional[int] = None,
+                     metadata: Optional[Mapping[str, str]] = None,
+                     env: Optional[Mapping[str, str]] = None,
+                     resources: Optional[Mapping[str, int]] = None,
+                     timeout: float = DEFAULT_CREATE_TIMEOUT, name: Optional[str] = None,
+                     wait_pending: bool = False) -> AsyncSandbox:
+        ref = await self._client._backend.create(
+            template=template, name=name, labels=_labels.to_labels(metadata),
+            ttl_seconds=ttl_seconds, env=env, resources=resources, timeout=timeout,
+            wait_pending=wait_pending)
+        return AsyncSandbox(self._client, ref)
+
+    async def get(self, name: str) -> AsyncSandbox:
+        return AsyncSandbox(self._client, await self._client._backend.get(name))
+
+    async def list(self, metadata: Optional[Mapping[str, str]] = None) -> List[AsyncSandbox]:
+        return [AsyncSandbox(self._client, r)
+                for r in await self._client._backend.list(_labels.selector(metadata))]
+
+    async def delete(self, metadata: Mapping[str, str], *,
+                     timeout: float = DEFAULT_DELETE_TIMEOUT) -> List[str]:
+        sel = _labels.selector(metadata)
+        if not sel:
+            raise ValueError("a sweep needs metadata (e.g. {'run': run_id}): nothing deletes "
+                             "every sandbox by accident")
+        return await self._client._backend.sweep(sel, timeout=timeout)
+
+
+class AsyncKubicle:
+    """The asyncio client; same arguments as ``Kubicle``. Use ``async with``
+    or call ``aclose()``. Kubernetes credentials load on first use."""
+
+    def __init__(self, *, namespace: Optional[str] = None, kubeconfig: Optional[str] = None,
+                 context: Optional[str] = None, node_url: Optional[str] = None,
+                 token: Optional[str] = None, verify: _http.Verify = True,
+                 data_plane_scheme: str = "http", request_timeout: float = 30.0,
+                 max_connections: int = 1024) -> None:
+        self._transport = _http.TransportConfig(scheme=data_plane_scheme, verify=verify,
+                                                request_timeout=request_timeout,
+                                                max_connections=max_connections)
+        self._http = _http.async_client(self._transport)
+        self._backend: Any
+        if node_url:
+            from ._node_async import AsyncNodeBackend
+
+            token = token or os.environ.get("KUBICLE_NODE_TOKEN")
+            if not token:
+                raise ValueError("a standalone node needs its admin token (token= or "
+                                 "$KUBICLE_NODE_TOKEN)")
+            self._backend = AsyncNodeBackend(self._http, node_url, token)
+        else:
+            from ._kube_async import AsyncKubeBackend
+
+            self._backend = AsyncKubeBackend(namespace=namespace, kubeconfig=kubeconfig,
+                                             context=context, scheme=data_plane_scheme,
+                                             pool_size=max_connections)
+        self.sandboxes = AsyncSandboxes(self)
+
+    @property
+    def namespace(self) -> str:
+        """The namespace (known once connected: after the first call or ``async with``)."""
+        return str(self._backend.namespace)
+
+    async def connect(self) -> "AsyncKubicle":
+        await self._backend.start()
+        return self
+
+    async def aclose(self) -> None:
+        await self._backend.close()
+        await self._http.aclose()
+
+    async def __aenter__(self) -> "AsyncKubicle":
+        return await self.connect()
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+

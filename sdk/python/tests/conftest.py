@@ -1,0 +1,5 @@
+# Both suites test the source tree, not an installed copy.
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))

@@ -1,0 +1,432 @@
+"""An in-process fake kube-apiserver for the SDK's unit tests, with a fake
+operator and node behind it.
+
+It speaks enough of the real API for both the ``kubernetes`` and the
+``kubernetes_asyncio`` clients: create (generateName), get, list and
+watch (resourceVersion, labelSelector, fieldSelector metadata.name,
+timeoutSeconds; chunked JSON lines), delete with propagationPolicy
+(Background deletes dependents, Orphan strips their ownerReferences),
+deletecollection, finalizers, and Secrets. The "operator" moves each new
+Sandbox through Scheduled to Running as docs/api.md describes, with a token
+Secret and a VM on a FakeNode (``k-<uid>``), or sets the condition a
+template, capacity or VM problem would; SandboxForks get children
+``<fork>-<i>`` forked from their source's files."""
+
+from __future__ import annotations
+
+import copy
+import json
+import queue
+import random
+import secrets
+import string
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Dict, List, Optional, Tuple
+from urllib.parse import parse_qs, urlparse
+
+from fake_node import FakeNode
+
+Key = Tuple[str, str, str]  # plural, namespace, name
+FINALIZER = "kubicle.dev/vm-teardown"
+
+
+def _match(obj: Dict[str, Any], label_sel: str, field_sel: str) -> bool:
+    labels = obj["metadata"].get("labels") or {}
+    for term in filter(None, (t.strip() for t in label_sel.split(","))):
+        k, _, v = term.partition("=")
+        if labels.get(k) != v:
+            return False
+    for term in filter(None, (t.strip() for t in field_sel.split(","))):
+        k, _, v = term.partition("=")
+        if k == "metadata.name" and obj["metadata"]["name"] != v:
+            return False
+    return True
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+class FakeCluster:
+    def __init__(self, node: FakeNode, *, delay: float = 0.02) -> None:
+        self.node = node
+        self.delay = delay
+        # Template name -> "ready", "notready" or "vmfail"; absent: TemplateNotFound.
+        self.templates: Dict[str, str] = {"tg": "ready"}
+        self.capacity = 1000
+        self.objects: Dict[Key, Dict[str, Any]] = {}
+        self.events: List[Tuple[int, Key, str, Dict[str, Any]]] = []
+        self.rv = 100
+        self.cond = threading.Condition()
+        self.watches = 0           # watch requests served
+        self.deletes: List[Tuple[str, str, str]] = []  # (plural, name, propagationPolicy)
+        self._work: "queue.Queue[Optional[Key]]" = queue.Queue()
+        cluster = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                cluster._http(self, "GET")
+
+            def do_POST(self) -> None:
+                cluster._http(self, "POST")
+
+            def do_DELETE(self) -> None:
+                cluster._http(self, "DELETE")
+
+            def do_PATCH(self) -> None:
+                cluster._send(self, 405, {"kind": "Status", "code": 405})
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
+        self._ctl = threading.Thread(target=self._controller, daemon=True)
+        self._ctl.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def kubeconfig(self, path: str, namespace: str = "team-a") -> str:
+        with open(path, "w") as f:
+            f.write(f"""apiVersion: v1
+kind: Config
+clusters:
+- name: fake
+  cluster:
+    server: {self.url}
+contexts:
+- name: fake
+  context:
+    cluster: fake
+    user: fake
+    namespace: {namespace}
+current-context: fake
+users:
+- name: fake
+  user:
+    token: fake-token
+""")
+        return path
+
+    def close(self) -> None:
+        self._work.put(None)
+        self.server.shutdown()
+        self.server.server_close()
+
+    # --- store ------------------------------------------------------------------
+
+    def _write(self, key: Key, obj: Optional[Dict[str, Any]], kind: str) -> None:
+        """Records a change (call with cond held)."""
+        self.rv += 1
+        if obj is not None:
+            obj["metadata"]["resourceVersion"] = str(self.rv)
+            self.objects[key] = obj
+            snap = copy.deepcopy(obj)
+        else:
+            snap = self.objects.pop(key)
+            snap["metadata"]["resourceVersion"] = str(self.rv)
+        self.events.append((self.rv, key, kind, snap))
+        self.cond.notify_all()
+        self._work.put(key)
+
+    def create(self, plural: str, ns: str, obj: Dict[str, Any]) -> Dict[str, Any]:
+        with self.cond:
+            meta = obj.setdefault("metadata", {})
+            if not meta.get("name"):
+                meta["name"] = meta.pop("generateName", "x-") + "".join(
+                    random.choices(string.ascii_lowercase + string.digits, k=5))
+            meta.pop("generateName", None)
+            key = (plural, ns, meta["name"])
+            if key in self.objects:
+                raise _ApiFail(409, "AlreadyExists", f"{plural} \"{meta['name']}\" already exists")
+            meta.update(namespace=ns, uid=str(uuid.uuid4()), creationTimestamp=_now(),
+                        generation=1)
+            self._write(key, obj, "ADDED")
+            return copy.deepcopy(obj)
+
+    def update(self, key: Key, fn: Any) -> None:
+        with self.cond:
+            obj = self.objects.get(key)
+            if obj is None:
+                return
+            obj = copy.deepcopy(obj)
+            fn(obj)
+            self._write(key, obj, "MODIFIED")
+
+    def delete(self, key: Key, policy: str = "Background") -> Dict[str, Any]:
+        with self.cond:
+            obj = self.objects.get(key)
+            if obj is None:
+                raise _ApiFail(404, "NotFound", f"{key[0]} \"{key[2]}\" not found")
+            self.deletes.append((key[0], key[2], policy))
+            uid = obj["metadata"]["uid"]
+            for k, o in list(self.objects.items()):
+                owners = o["metadata"].get("ownerReferences") or []
+                if not any(r.get("uid") == uid for r in owners):
+                    continue
+                if policy == "Orphan":
+                    o = copy.deepcopy(o)
+                    o["metadata"]["ownerReferences"] = [r for r in owners if r.get("uid") != uid]
+                    self._write(k, o, "MODIFIED")
+                else:
+                    self._delete_locked(k)
+            return self._delete_locked(key)
+
+    def _delete_locked(self, key: Key) -> Dict[str, Any]:
+        obj = copy.deepcopy(self.objects[key])
+        if obj["metadata"].get("finalizers"):
+            if not obj["metadata"].get("deletionTimestamp"):
+                obj["metadata"]["deletionTimestamp"] = _now()
+                self._write(key, obj, "MODIFIED")
+            return obj
+        self._write(key, None, "DELETED")
+        return obj
+
+    def list(self, plural: str, ns: str, label_sel: str = "", field_sel: str = "") -> List[Dict[str, Any]]:
+        with self.cond:
+            return [copy.deepcopy(o) for (p, n, _), o in sorted(self.objects.items())
+                    if p == plural and n == ns and _match(o, label_sel, field_sel)]
+
+    def get(self, plural: str, ns: str, name: str) -> Optional[Dict[str, Any]]:
+        with self.cond:
+            o = self.objects.get((plural, ns, name))
+            return copy.deepcopy(o) if o else None
+
+    # --- the fake operator and node ------------------------------------------
+
+    def _controller(self) -> None:
+        while True:
+            key = self._work.get()
+            if key is None:
+                return
+            try:
+                self._reconcile(key)
+            except Exception as e:  # a test fake: say so, keep going
+                print(f"fake controller: {key}: {e!r}")
+
+    def _reconcile(self, key: Key) -> None:
+        plural, ns, name = key
+        obj = self.get(plural, ns, name)
+        if obj is None:
+            return
+        if plural == "sandboxes":
+            self._sandbox(key, obj)
+        elif plural == "sandboxforks":
+            self._fork(key, obj)
+
+    def _sandbox(self, key: Key, obj: Dict[str, Any]) -> None:
+        meta, status = obj["metadata"], obj.get("status") or {}
+        if meta.get("deletionTimestamp"):
+            time.sleep(self.delay)
+            self.node.remove("k-" + meta["uid"])
+
+            def unfinalize(o: Dict[str, Any]) -> None:
+                o["metadata"]["finalizers"] = []
+            self.update(key, unfinalize)
+            with self.cond:
+                if key in self.objects and not self.objects[key]["metadata"].get("finalizers"):
+                    self._write(key, None, "DELETED")
+            return
+        if status.get("phase") in ("Running", "Failed") or status.get("conditions"):
+            if status.get("phase") != "Scheduled":
+                return
+        time.sleep(self.delay)
+        spec = obj["spec"]
+        template = spec["templateRef"]["name"]
+        source = spec.get("forkSource")
+        if status.get("phase") != "Scheduled":
+            reason = self._placement(template, source, key[1])
+            if reason:
+                return self._set(key, "Pending", sched=("False", reason[0], reason[1]),
+                                 ready=("False", "Unscheduled", reason[1]))
+
+            def place(o: Dict[str, Any]) -> None:
+                o["metadata"].setdefault("labels", {}).update(
+                    {"kubicle.dev/node": "n1", "kubicle.dev/template": template})
+                o["metadata"]["finalizers"] = [FINALIZER]
+                o["status"] = {"phase": "Scheduled", "nodeName": "n1",
+                               "conditions": [_cond("Scheduled", "True", "Scheduled", ""),
+                                              _cond("Ready", "False", "Scheduled", "")]}
+            return self.update(key, place)
+        if self.templates.get(template) == "vmfail":
+            return self._set(key, "Failed", sched=("True", "Scheduled", ""),
+                             ready=("False", "VMFailed", "restore failed"),
+                             vm={"state": "Failed", "message": "kubicle-vmm exited: restore failed"})
+        token = secrets.token_hex(16)
+        secret = f"{meta['name']}-token"
+        self.create("secrets", key[1], {
+            "apiVersion": "v1", "kind": "Secret", "type": "kubicle.dev/sandbox-token",
+            "metadata": {"name": secret, "ownerReferences": [
+                {"apiVersion": "kubicle.dev/v1alpha1", "kind": "Sandbox", "name": meta["name"],
+                 "uid": meta["uid"]}]},
+            "data": {"token": __import__("base64").b64encode(token.encode()).decode()}})
+        env = {e["name"]: e["value"] for e in spec.get("env") or []}
+        labels = meta.get("labels") or {}
+        if source:
+            src = self.get("sandboxes", key[1], source)
+            self.node.copy("k-" + src["metadata"]["uid"], "k-" + meta["uid"], token, labels)
+        else:
+            self.node.add("k-" + meta["uid"], token, template=template, labels=labels, env=env)
+        self._set(key, "Running", sched=("True", "Scheduled", ""), ready=("True", "Running", ""),
+                  vm={"state": "Running", "endpoint": self.node.address, "restoreMillis": 4.2},
+                  secret=secret)
+
+    def _placement(self, template: str, source: Optional[str], ns: str) -> Optional[Tuple[str, str]]:
+        if source:
+            src = self.get("sandboxes", ns, source)
+            if src is None:
+                return ("SourceNotFound", f"fork source {source} does not exist")
+            return None
+        state = self.templates.get(template)
+        if state is None:
+            return ("TemplateNotFound", f"SandboxTemplate {template} not found")
+        if state == "notready":
+            return ("NoReadyNode", f"no live node has SandboxTemplate {template} ready")
+        running = sum(1 for o in self.list("sandboxes", ns)
+                      if (o.get("status") or {}).get("phase") in ("Scheduled", "Running"))
+        if running >= self.capacity:
+            return ("InsufficientCapacity", "no node has room: n1 runs 1 of 1 sandboxes")
+        return None
+
+    def _set(self, key: Key, phase: str, *, sched: Tuple[str, str, str], ready: Tuple[str, str, str],
+             vm: Optional[Dict[str, Any]] = None, secret: str = "") -> None:
+        def fn(o: Dict[str, Any]) -> None:
+            st = o.setdefault("status", {})
+            st["phase"] = phase
+            st["conditions"] = [_cond("Scheduled", *sched), _cond("Ready", *ready)]
+            if vm:
+                st["vm"] = vm
+            if secret:
+                st["tokenSecretName"] = secret
+                st["tokenSha256"] = "0" * 64
+        self.update(key, fn)
+
+    def _fork(self, key: Key, fork: Dict[str, Any]) -> None:
+        if fork["metadata"].get("deletionTimestamp") or (fork.get("status") or {}).get("phase"):
+            return
+        src = self.get("sandboxes", key[1], fork["spec"]["sourceRef"]["name"])
+        if src is None:
+            return self.update(key, lambda o: o.update(status={"phase": "Pending", "conditions": [
+                _cond("Ready", "False", "SourceNotFound", "source missing")]}))
+        labels = {k: v for k, v in (src["metadata"].get("labels") or {}).items()
+                  if k in ("kubicle.dev/run", "kubicle.dev/agent", "kubicle.dev/template")}
+        labels.update((fork["spec"].get("childMetadata") or {}).get("labels") or {})
+        labels["kubicle.dev/fork-of"] = fork["metadata"]["name"]
+        for i in range(fork["spec"].get("replicas", 1)):
+            self.create("sandboxes", key[1], {
+                "apiVersion": "kubicle.dev/v1alpha1", "kind": "Sandbox",
+                "metadata": {"name": f"{fork['metadata']['name']}-{i}", "labels": dict(labels),
+                             "ownerReferences": [{"apiVersion": "kubicle.dev/v1alpha1",
+                                                  "kind": "SandboxFork", "controller": True,
+                                                  "name": fork["metadata"]["name"],
+                                                  "uid": fork["metadata"]["uid"]}]},
+                "spec": {"templateRef": src["spec"]["templateRef"],
+                         "forkSource": src["metadata"]["name"]}})
+        self.update(key, lambda o: o.update(status={"phase": "Forking"}))
+
+    # --- HTTP ---------------------------------------------------------------------
+
+    def _http(self, h: BaseHTTPRequestHandler, method: str) -> None:
+        u = urlparse(h.path)
+        q = {k: v[0] for k, v in parse_qs(u.query).items()}
+        n = int(h.headers.get("Content-Length", "0") or 0)
+        body = json.loads(h.rfile.read(n)) if n else {}
+        p = [x for x in u.path.split("/") if x]
+        try:
+            if p[:3] == ["apis", "kubicle.dev", "v1alpha1"] and len(p) >= 6 and p[3] == "namespaces":
+                ns, plural, name = p[4], p[5], (p[6] if len(p) > 6 else None)
+            elif p[:2] == ["api", "v1"] and len(p) == 6 and p[4] == "secrets":
+                ns, plural, name = p[3], "secrets", p[5]
+            else:
+                raise _ApiFail(404, "NotFound", f"no route {u.path}")
+            self._serve(h, method, ns, plural, name, q, body)
+        except _ApiFail as f:
+            self._send(h, f.code, {"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                   "message": f.message, "reason": f.reason, "code": f.code})
+
+    def _serve(self, h: BaseHTTPRequestHandler, method: str, ns: str, plural: str,
+               name: Optional[str], q: Dict[str, str], body: Dict[str, Any]) -> None:
+        lsel, fsel = q.get("labelSelector", ""), q.get("fieldSelector", "")
+        if method == "POST":
+            return self._send(h, 201, self.create(plural, ns, body))
+        if method == "DELETE":
+            policy = body.get("propagationPolicy") or q.get("propagationPolicy") or "Background"
+            if name:
+                return self._send(h, 200, self.delete((plural, ns, name), policy))
+            for o in self.list(plural, ns, lsel):
+                try:
+                    self.delete((plural, ns, o["metadata"]["name"]), policy)
+                except _ApiFail:
+                    pass
+            return self._send(h, 200, {"kind": "Status", "apiVersion": "v1", "status": "Success"})
+        if name:
+            o = self.get(plural, ns, name)
+            if o is None:
+                raise _ApiFail(404, "NotFound", f"{plural} \"{name}\" not found")
+            return self._send(h, 200, o)
+        if q.get("watch") in ("true", "1", "True"):
+            return self._watch(h, plural, ns, lsel, fsel, int(q.get("resourceVersion", "0") or 0),
+                               float(q.get("timeoutSeconds", "30")))
+        with self.cond:
+            items, rv = self.list(plural, ns, lsel, fsel), self.rv
+        self._send(h, 200, {"kind": "List", "apiVersion": "kubicle.dev/v1alpha1",
+                            "metadata": {"resourceVersion": str(rv)}, "items": items})
+
+    def _watch(self, h: BaseHTTPRequestHandler, plural: str, ns: str, lsel: str, fsel: str,
+               rv: int, timeout: float) -> None:
+        self.watches += 1
+        h.send_response(200)
+        h.send_header("Content-Type", "application/json")
+        h.send_header("Transfer-Encoding", "chunked")
+        h.end_headers()
+        deadline = time.monotonic() + timeout
+        i = 0
+        try:
+            while True:
+                with self.cond:
+                    pending = []
+                    while i < len(self.events):
+                        erv, key, kind, obj = self.events[i]
+                        i += 1
+                        if erv > rv and key[0] == plural and key[1] == ns and _match(obj, lsel, fsel):
+                            pending.append({"type": kind, "object": obj})
+                    if not pending:
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            break
+                        self.cond.wait(min(left, 0.5))
+                        continue
+                for ev in pending:
+                    data = (json.dumps(ev) + "\n").encode()
+                    h.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                h.wfile.flush()
+            h.wfile.write(b"0\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    def _send(self, h: BaseHTTPRequestHandler, code: int, body: Any) -> None:
+        data = json.dumps(body).encode()
+        h.send_response(code)
+        h.send_header("Content-Type", "application/json")
+        h.send_header("Content-Length", str(len(data)))
+        h.end_headers()
+        h.wfile.write(data)
+
+
+def _cond(type_: str, status: str, reason: str, message: str) -> Dict[str, Any]:
+    return {"type": type_, "status": status, "reason": reason, "message": message,
+            "lastTransitionTime": _now()}
+
+
+class _ApiFail(Exception):
+    def __init__(self, code: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.code, self.reason, self.message = code, reason, message

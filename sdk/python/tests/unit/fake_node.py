@@ -1,0 +1,343 @@
+"""An in-process fake of kubicle-node's HTTP API (docs/node.md): sandboxes,
+fork, exec (collected and streamed NDJSON), files, auth with the admin
+token and per-sandbox tokens, the same error bodies. Commands are a few
+built-ins, like the test guest's, plus ones that exercise the SDK."""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+import secrets
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Dict, List, Optional, Tuple
+from urllib.parse import parse_qs, urlparse
+
+
+def _selector_match(labels: Dict[str, str], selector: str) -> bool:
+    for term in filter(None, (t.strip() for t in selector.split(","))):
+        k, _, v = term.partition("=")
+        if labels.get(k) != v:
+            return False
+    return True
+
+
+class FakeSandbox:
+    def __init__(self, sid: str, template: str, labels: Dict[str, str], token: str,
+                 env: Optional[Dict[str, str]] = None, fork_of: str = "") -> None:
+        self.id, self.template, self.labels, self.token = sid, template, labels, token
+        self.env = dict(env or {})
+        self.files: Dict[str, bytes] = {}
+        self.fork_of = fork_of
+        self.state = "Running"
+
+    def json(self, with_token: bool = False) -> Dict[str, Any]:
+        j: Dict[str, Any] = {
+            "id": self.id, "template": self.template, "labels": self.labels,
+            "state": self.state, "message": "", "forkOf": self.fork_of,
+            "createdAt": "2026-01-01T00:00:00.000Z", "expiresAt": None, "cid": 3,
+            "vmmPid": 1, "readyMs": 1.5, "memMib": 64, "vcpus": 1}
+        if with_token:
+            j["token"] = self.token
+        return j
+
+
+class FakeNode:
+    def __init__(self, admin_token: str = "admin-token", shell: bool = False) -> None:
+        self.admin_token = admin_token
+        self.shell = shell                   # False: "shell" is Unimplemented (the test guest)
+        self.templates: Dict[str, str] = {"tg": "Ready"}
+        self.capacity = 1000
+        self.sandboxes: Dict[str, FakeSandbox] = {}
+        self.requests: List[Tuple[str, str, Any]] = []   # (method, path, json body or None)
+        self.lock = threading.Lock()
+        self._ids = itertools.count(1)
+        node = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                node._handle(self, "GET")
+
+            def do_POST(self) -> None:
+                node._handle(self, "POST")
+
+            def do_PUT(self) -> None:
+                node._handle(self, "PUT")
+
+            def do_DELETE(self) -> None:
+                node._handle(self, "DELETE")
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
+        self.thread.start()
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.server.server_address[1]}"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.address}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def add(self, sid: str, token: str, *, template: str = "tg", labels: Optional[Dict[str, str]] = None,
+            env: Optional[Dict[str, str]] = None, fork_of: str = "") -> FakeSandbox:
+        with self.lock:
+            sb = FakeSandbox(sid, template, dict(labels or {}), token, env, fork_of)
+            self.sandboxes[sid] = sb
+            return sb
+
+    def copy(self, source: str, child: str, token: str, labels: Dict[str, str]) -> FakeSandbox:
+        src = self.sandboxes[source]
+        sb = self.add(child, token, template=src.template, labels=labels, env=src.env,
+                      fork_of=source)
+        sb.files = dict(src.files)
+        return sb
+
+    def remove(self, sid: str) -> None:
+        with self.lock:
+            self.sandboxes.pop(sid, None)
+
+    # --- HTTP ---------------------------------------------------------------
+
+    def _handle(self, h: BaseHTTPRequestHandler, method: str) -> None:
+        u = urlparse(h.path)
+        q = {k: v[0] for k, v in parse_qs(u.query, keep_blank_values=True).items()}
+        body = self._body(h)
+        parts = [p for p in u.path.split("/") if p]
+        try:
+            js = json.loads(body) if body and parts[-1] != "files" else None
+        except ValueError:
+            return self._error(h, 400, "InvalidArgument", "request body is not valid JSON")
+        self.requests.append((method, u.path, js if js is not None else q))
+        auth = h.headers.get("Authorization", "")
+        token = auth[7:] if auth.startswith("Bearer ") else ""
+        if parts[:2] != ["v1", "sandboxes"]:
+            return self._error(h, 404, "NotFound", "no route")
+        sid = parts[2] if len(parts) > 2 else None
+        sub = parts[3] if len(parts) > 3 else None
+        admin = token == self.admin_token
+        sb = self.sandboxes.get(sid) if sid else None
+        own = sb is not None and token == sb.token
+        if not admin and not own:
+            return self._error(h, 401, "Unauthenticated", "a valid bearer token is required")
+        if not admin and (sub in ("fork",) or (sub is None and method == "DELETE")):
+            return self._error(h, 403, "PermissionDenied", "a sandbox token may not do this")
+        if sid is None:
+            return self._collection(h, method, q, js)
+        if sb is None:
+            return self._error(h, 404, "NotFound", f"no sandbox '{sid}'")
+        if sub is None:
+            if method == "DELETE":
+                self.remove(sid)
+                return self._json(h, 200, {"deleted": sid})
+            return self._json(h, 200, sb.json())
+        if sub == "fork":
+            return self._fork(h, sb, js or {})
+        if sub == "exec":
+            return self._exec(h, sb, js or {}, q.get("stream") == "true")
+        if sub == "files":
+            return self._files(h, method, sb, q, body)
+        return self._error(h, 404, "NotFound", "no route")
+
+    def _body(self, h: BaseHTTPRequestHandler) -> bytes:
+        if h.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            out = bytearray()
+            while True:
+                size = int(h.rfile.readline().strip().split(b";")[0], 16)
+                if size == 0:
+                    h.rfile.readline()
+                    return bytes(out)
+                out += h.rfile.read(size)
+                h.rfile.readline()
+        n = int(h.headers.get("Content-Length", "0") or 0)
+        return h.rfile.read(n) if n else b""
+
+    def _collection(self, h: BaseHTTPRequestHandler, method: str, q: Dict[str, str],
+                    js: Any) -> None:
+        sel = q.get("labelSelector", "")
+        if method == "POST":
+            t = js.get("template", "")
+            if t not in self.templates:
+                return self._error(h, 404, "NotFound", f"no template '{t}'")
+            if self.templates[t] != "Ready":
+                return self._error(h, 409, "FailedPrecondition",
+                                   f"template '{t}' is {self.templates[t]}")
+            if len(self.sandboxes) >= self.capacity:
+                return self._error(h, 429, "ResourceExhausted", "no capacity: 1 of 1 sandboxes")
+            sid = js.get("id") or f"sb-{next(self._ids):04x}"
+            if sid in self.sandboxes:
+                return self._error(h, 409, "AlreadyExists", f"sandbox '{sid}' exists")
+            sb = self.add(sid, secrets.token_hex(8), template=t, labels=js.get("labels") or {})
+            return self._json(h, 201, sb.json(with_token=True))
+        items = [s for s in list(self.sandboxes.values()) if _selector_match(s.labels, sel)]
+        if method == "GET":
+            return self._json(h, 200, {"items": [s.json() for s in items]})
+        if not sel.strip():
+            return self._error(h, 400, "InvalidArgument", "DELETE /v1/sandboxes needs a labelSelector")
+        for s in items:
+            self.remove(s.id)
+        return self._json(h, 200, {"deleted": [s.id for s in items]})
+
+    def _fork(self, h: BaseHTTPRequestHandler, sb: FakeSandbox, js: Dict[str, Any]) -> None:
+        kids = []
+        for _ in range(int(js.get("count", 1))):
+            labels = dict(sb.labels)
+            labels.update(js.get("labels") or {})
+            labels["kubicle.dev/fork-of"] = sb.id
+            kids.append(self.copy(sb.id, f"sb-{next(self._ids):04x}", secrets.token_hex(8), labels))
+        return self._json(h, 201, {"items": [k.json(with_token=True) for k in kids]})
+
+    # --- exec -----------------------------------------------------------------
+
+    def run(self, sb: FakeSandbox, js: Dict[str, Any]) -> Tuple[List[Tuple[str, bytes]], Dict[str, Any]]:
+        """(output chunks, exit) of one exec; raises _Fail for an API error."""
+        if "shell" in js:
+            if not self.shell:
+                raise _Fail(501, "Unimplemented", "the guest has no shell")
+            argv = js["shell"].split()
+        else:
+            argv = list(js["argv"])
+        env = dict(sb.env)
+        for e in js.get("env") or []:
+            k, _, v = e.partition("=")
+            env[k] = v
+        stdin = base64.b64decode(js.get("stdinBase64", "") or "")
+        timeout = js.get("timeoutSeconds", 60)
+        prog, args = argv[0], argv[1:]
+        out: List[Tuple[str, bytes]] = []
+        code: Optional[int] = 0
+        timed_out = False
+        if prog == "echo":
+            out.append(("stdout", (" ".join(args) + "\n").encode()))
+        elif prog == "cat":
+            if not args:
+                out.append(("stdout", stdin))
+            for p in args:
+                if p in sb.files:
+                    out.append(("stdout", sb.files[p]))
+                else:
+                    out.append(("stderr", f"cat: {p}: No such file or directory\n".encode()))
+                    code = 1
+        elif prog == "printenv":
+            for n in args or sorted(env):
+                if n in env:
+                    out.append(("stdout", (env[n] if args else f"{n}={env[n]}").encode() + b"\n"))
+                else:
+                    code = 1
+        elif prog == "pwd":
+            out.append(("stdout", (js.get("cwd") or "/").encode() + b"\n"))
+        elif prog == "true":
+            pass
+        elif prog == "false":
+            code = 1
+        elif prog == "sleep":
+            secs = float(args[0])
+            time.sleep(min(secs, timeout))
+            if secs > timeout:
+                code, timed_out = None, True
+        elif prog == "chunks":      # chunks A B C: each argument its own chunk, on both streams
+            for a in args:
+                out.append(("stdout", a.encode()))
+                out.append(("stderr", a.upper().encode()))
+        elif prog == "utf8split":   # "é" split across two chunks
+            out += [("stdout", b"caf\xc3"), ("stdout", b"\xa9\n")]
+        elif prog == "binary":
+            out.append(("stdout", b"\xff\xfe\x00"))
+        elif prog == "ls" and self.shell:
+            d = args[-1].rstrip("/") + "/"
+            names = sorted({p[len(d):].split("/")[0] + ("/" if "/" in p[len(d):] else "")
+                            for p in sb.files if p.startswith(d)})
+            if not names:
+                out.append(("stderr", f"ls: {args[-1]}: No such file or directory\n".encode()))
+                code = 2
+            out.append(("stdout", "".join(n + "\n" for n in names).encode()))
+        elif prog == "rm" and self.shell:
+            p = args[-1]
+            for f in [f for f in sb.files if f == p or f.startswith(p.rstrip("/") + "/")]:
+                del sb.files[f]
+        elif prog == "explode":
+            raise _Fail(500, "Internal", "the agent connection broke")
+        else:
+            out.append(("stderr", f"{prog}: not found\n".encode()))
+            code = 127
+        return out, {"exitCode": code, "signal": None, "timedOut": timed_out, "truncated": False}
+
+    def _exec(self, h: BaseHTTPRequestHandler, sb: FakeSandbox, js: Dict[str, Any],
+              stream: bool) -> None:
+        try:
+            chunks, exit_ = self.run(sb, js)
+        except _Fail as f:
+            if not stream or f.code == 501:
+                return self._error(h, f.code, f.err, f.message)
+            return self._ndjson(h, [{"error": {"code": f.err, "message": f.message}}])
+        if stream:
+            lines = [{"stream": s, "data": base64.b64encode(d).decode()} for s, d in chunks if d]
+            return self._ndjson(h, lines + [{"exit": exit_}])
+        o = b"".join(d for s, d in chunks if s == "stdout")
+        e = b"".join(d for s, d in chunks if s == "stderr")
+        try:
+            j = dict(exit_, encoding="utf-8", stdout=o.decode(), stderr=e.decode())
+        except UnicodeDecodeError:
+            j = dict(exit_, encoding="base64", stdout=base64.b64encode(o).decode(),
+                     stderr=base64.b64encode(e).decode())
+        self._json(h, 200, j)
+
+    def _files(self, h: BaseHTTPRequestHandler, method: str, sb: FakeSandbox, q: Dict[str, str],
+               body: bytes) -> None:
+        path = q.get("path", "")
+        if not path.startswith("/"):
+            return self._error(h, 400, "InvalidArgument", "query parameter \"path\" must be an absolute path")
+        if method == "PUT":
+            sb.files[path] = body
+            return self._json(h, 200, {"path": path, "size": len(body),
+                                       "mode": int(q.get("mode", "0644"), 8)})
+        if path not in sb.files:
+            return self._error(h, 404, "NotFound", f"{path}: no such file")
+        data = sb.files[path]
+        h.send_response(200)
+        h.send_header("Content-Type", "application/octet-stream")
+        h.send_header("Content-Length", str(len(data)))
+        h.end_headers()
+        h.wfile.write(data)
+
+    # --- replies ----------------------------------------------------------------
+
+    def _json(self, h: BaseHTTPRequestHandler, code: int, body: Any) -> None:
+        data = json.dumps(body).encode()
+        h.send_response(code)
+        h.send_header("Content-Type", "application/json")
+        h.send_header("Content-Length", str(len(data)))
+        h.end_headers()
+        h.wfile.write(data)
+
+    def _error(self, h: BaseHTTPRequestHandler, code: int, err: str, message: str) -> None:
+        self._json(h, code, {"error": {"code": err, "message": message}})
+
+    def _ndjson(self, h: BaseHTTPRequestHandler, lines: List[Any]) -> None:
+        h.send_response(200)
+        h.send_header("Content-Type", "application/x-ndjson")
+        h.send_header("Transfer-Encoding", "chunked")
+        h.end_headers()
+        for line in lines:
+            data = (json.dumps(line) + "\n").encode()
+            h.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            h.wfile.flush()
+        h.wfile.write(b"0\r\n\r\n")
+
+
+class _Fail(Exception):
+    def __init__(self, code: int, err: str, message: str) -> None:
+        super().__init__(message)
+        self.code, self.err, self.message = code, err, message

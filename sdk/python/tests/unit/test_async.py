@@ -1,0 +1,96 @@
+"""AsyncKubicle against the same fakes, both modes."""
+
+import asyncio
+
+import pytest
+
+from kubicle import errors
+
+
+async def test_kube_fan_out(akube, cluster):
+    async def agent(i):
+        async with await akube.sandboxes.create("tg", metadata={"run": "af", "agent": f"a{i}"},
+                                                env={"I": str(i)}) as sb:
+            await sb.filesystem.write("/task", f"t{i}")
+            cat = await sb.exec(["cat", "/task"])
+            env = await sb.exec(["printenv", "I"])
+            return cat.stdout + env.stdout
+
+    got = await asyncio.gather(*(agent(i) for i in range(20)))
+    assert got == [f"t{i}{i}\n" for i in range(20)]
+    assert not cluster.list("sandboxes", "team-a")
+    assert akube.namespace == "team-a"
+
+
+async def test_kube_errors(akube, cluster):
+    with pytest.raises(errors.TemplateNotFoundError):
+        await akube.sandboxes.create("nope", timeout=10)
+    cluster.templates["broken"] = "vmfail"
+    with pytest.raises(errors.SandboxFailedError) as e:
+        await akube.sandboxes.create("broken", timeout=10)
+    assert e.value.message == "kubicle-vmm exited: restore failed"
+    cluster.templates["baking"] = "notready"
+    with pytest.raises(errors.TemplateNotReadyError):
+        await akube.sandboxes.create("baking", timeout=0.3, wait_pending=True)
+    assert not cluster.list("sandboxes", "team-a")
+
+
+async def test_kube_fork_and_sweep(akube, cluster):
+    base = await akube.sandboxes.create("tg", metadata={"run": "ab"})
+    await base.filesystem.write("/s", b"state")
+    kids = await base.fork(4)
+    assert [await k.filesystem.read("/s", format="bytes") for k in kids] == [b"state"] * 4
+    await kids[0].delete()
+    assert cluster.get("sandboxes", "team-a", kids[0].name) is None
+    names = await akube.sandboxes.delete({"run": "ab"})
+    assert sorted(names) == sorted([base.name] + [k.name for k in kids[1:]])
+    assert [s.name for s in await akube.sandboxes.list({"run": "ab"})] == []
+
+
+async def test_cancelled_create_leaves_nothing(akube, cluster):
+    cluster.delay = 2
+    task = asyncio.ensure_future(akube.sandboxes.create("tg"))
+    await asyncio.sleep(0.5)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    cluster.delay = 0.01
+    for _ in range(100):
+        objs = cluster.list("sandboxes", "team-a")
+        if not objs or all(o["metadata"].get("deletionTimestamp") for o in objs):
+            break
+        await asyncio.sleep(0.05)
+    assert all(o["metadata"].get("deletionTimestamp") for o in cluster.list("sandboxes", "team-a"))
+
+
+async def test_standalone_exec_stream_files(astandalone, node):
+    sb = await astandalone.sandboxes.create("tg", env={"K": "v"})
+    seen = []
+
+    async def on_out(text):
+        await asyncio.sleep(0)
+        seen.append(text)
+
+    r = await sb.exec(["chunks", "a", "b"], on_stdout=on_out, on_stderr=seen.append)
+    assert r.stdout == "ab" and seen == ["a", "A", "b", "B"]
+    assert (await sb.exec("echo hi")).stdout == "hi\n"
+    assert (await sb.exec(["printenv", "K"])).stdout == "v\n"
+    with pytest.raises(errors.ExecTimeoutError):
+        await sb.exec(["sleep", "3"], timeout_seconds=1)
+
+    async def gen():
+        for i in range(3):
+            yield b"%d" % i
+    assert await sb.filesystem.write("/g", gen()) == 3
+    assert await sb.filesystem.write("/s", "x" * 100000) == 100000
+    chunks = [c async for c in await sb.filesystem.read("/s", format="stream")]
+    assert b"".join(chunks) == b"x" * 100000
+    assert await sb.filesystem.read("/g") == "012"
+    assert await sb.filesystem.exists("/g") and not await sb.filesystem.exists("/none")
+    with pytest.raises(errors.PathNotFoundError):
+        await sb.filesystem.read("/none")
+    kids = await sb.fork(2)
+    assert [(await k.exec(["cat", "/g"])).stdout for k in kids] == ["012", "012"]
+    assert len(await astandalone.sandboxes.delete({"fork-of": sb.id})) == 2
+    await sb.delete()
+    assert not node.sandboxes
