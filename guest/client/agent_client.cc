@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "common/log.h"
@@ -84,12 +85,13 @@ uint32_t AgentClient::NextId() {
 
 void AgentClient::Register(uint32_t id) {
   std::lock_guard l(mu_);
-  pending_[id];
+  pending_[id].last_take = Clock::now();
 }
 
 void AgentClient::Unregister(uint32_t id) {
   std::lock_guard l(mu_);
   pending_.erase(id);
+  cv_.notify_all();  // it may have been the full queue holding readers back
 }
 
 Status AgentClient::health() const {
@@ -101,6 +103,9 @@ void AgentClient::Break(Status cause) {
   if (broken_.ok()) {
     broken_ = Status::Unavailable("agent connection broken: " + cause.ToString());
     log::Warn("agent connection broken", {{"cause", cause.ToString()}});
+    // Nothing more is read or sent: tell the agent, and let the kernel drop
+    // whatever it still sends rather than queue it for us.
+    ::shutdown(fd_.get(), SHUT_RDWR);
   }
   cv_.notify_all();
 }
@@ -168,15 +173,29 @@ void AgentClient::ReadAndDispatch(Deadline deadline, std::unique_lock<std::mutex
         break;
       }
       auto it = pending_.find(f.id);
-      if (it == pending_.end()) {
+      if (it == pending_.end() || !it->second.cut.ok()) {
         log::Debug("agent frame for unknown request dropped",
                    {{"id", f.id}, {"type", protocol::MsgTypeName(f.type)}});
         continue;
       }
-      it->second.push_back(std::move(f));
+      Pending& p = it->second;
+      const uint64_t cap = options_.limits.max_queued_bytes_per_request;
+      const bool was_full = p.bytes >= cap;
+      p.bytes += protocol::kHeaderSize + f.payload.size();
+      if (!was_full && p.bytes >= cap) p.full_since = Clock::now();
+      p.frames.push_back(std::move(f));
     }
   }
   cv_.notify_all();
+}
+
+AgentClient::Pending* AgentClient::FullQueue(Clock::time_point* cut_at) {
+  for (auto& [id, p] : pending_) {
+    if (p.bytes < options_.limits.max_queued_bytes_per_request) continue;
+    *cut_at = std::max(p.full_since, p.last_take) + options_.limits.stall_timeout;
+    return &p;
+  }
+  return nullptr;
 }
 
 Result<Frame> AgentClient::Await(uint32_t id, Deadline deadline) {
@@ -184,20 +203,47 @@ Result<Frame> AgentClient::Await(uint32_t id, Deadline deadline) {
   for (;;) {
     auto it = pending_.find(id);
     if (it == pending_.end()) return Status::Internal("await on unregistered request id");
-    if (!it->second.empty()) {
-      Frame f = std::move(it->second.front());
-      it->second.pop_front();
+    Pending& mine = it->second;
+    if (!mine.frames.empty()) {
+      Frame f = std::move(mine.frames.front());
+      mine.frames.pop_front();
+      const uint64_t cap = options_.limits.max_queued_bytes_per_request;
+      const bool was_full = mine.bytes >= cap;
+      mine.bytes -= protocol::kHeaderSize + f.payload.size();
+      mine.last_take = Clock::now();
+      if (was_full && mine.bytes < cap) cv_.notify_all();  // readers may go on
       return f;
     }
+    if (!mine.cut.ok()) return mine.cut;
     if (!broken_.ok()) return broken_;
-    if (Clock::now() >= deadline) {
+    const auto now = Clock::now();
+    if (now >= deadline) {
       return Status::DeadlineExceeded("no reply from the agent for request " + std::to_string(id));
     }
-    if (!reader_active_) {
-      ReadAndDispatch(deadline, l);
-    } else {
+    if (reader_active_) {
       cv_.wait_until(l, deadline);
+      continue;
     }
+    // A full queue stops all reading (the agent waits on the transport)
+    // until its caller takes a frame, or until it is cut off.
+    Clock::time_point cut_at;
+    if (Pending* full = FullQueue(&cut_at)) {
+      if (now < cut_at) {
+        cv_.wait_until(l, std::min(deadline, cut_at));
+        continue;
+      }
+      full->cut = Status::ResourceExhausted(
+          std::to_string(full->bytes) + " bytes from the agent waited " +
+          std::to_string(options_.limits.stall_timeout.count()) +
+          " ms for a caller that took none of them; the request was cut off");
+      log::Warn("agent request cut off: its caller stopped reading",
+                {{"queued_bytes", full->bytes}});
+      full->frames.clear();
+      full->bytes = 0;
+      cv_.notify_all();
+      continue;
+    }
+    ReadAndDispatch(deadline, l);
   }
 }
 

@@ -17,6 +17,12 @@
 //    the first cause. Agent ERROR replies come back as the Status they carry.
 //  - The agent's advertised receive limit is honoured: bulk data is chunked
 //    and an oversized single request fails locally with InvalidArgument.
+//  - The agent is untrusted, so what it sends is bounded on the host
+//    (ClientLimits): a frame above our receive limit breaks the connection;
+//    collected exec output, whole-file reads and listings are capped; the
+//    frames queued for one request are capped, and a request whose queue
+//    stays full (its caller stopped consuming) is cut off. Host memory per
+//    connection is O(limits x requests in flight), whatever the agent sends.
 #pragma once
 
 #include <atomic>
@@ -46,11 +52,33 @@ inline Deadline DeadlineIn(std::chrono::milliseconds d) { return Clock::now() + 
 using protocol::ByteSpan;
 using protocol::Bytes;
 
+// Host-side caps on what an (untrusted) agent may make us hold.
+struct ClientLimits {
+  // Collected (non-streamed) exec output kept per stream; beyond it the
+  // output is read and discarded and ExecResult::truncated is set.
+  uint64_t max_exec_output_per_stream = 16ull << 20;
+  // ReadFile (whole file in memory): a larger file is ResourceExhausted;
+  // ReadFileStream has no size limit.
+  uint64_t max_read_file_bytes = 64ull << 20;
+  // List across all its continuation frames: entries, and frame bytes
+  // (headers included, so endless empty frames hit it too).
+  uint64_t max_list_entries = 100000;
+  uint64_t max_list_bytes = 32ull << 20;
+  // Frames received for one request and not yet taken by its caller (frame
+  // bytes). While one request's queue is full nobody reads the socket (the
+  // agent is pushed back); if its caller takes nothing for `stall_timeout`
+  // the request fails ResourceExhausted and its later frames are dropped,
+  // so the other requests on the connection go on.
+  uint64_t max_queued_bytes_per_request = 4ull << 20;
+  std::chrono::milliseconds stall_timeout{10000};
+};
+
 struct ClientOptions {
   std::string name = "kubicle-client";
   std::string software_version = "0.1.0";
   std::chrono::milliseconds default_timeout{10000};
   uint32_t max_payload = protocol::kMaxPayload;  // our receive limit, sent in HELLO
+  ClientLimits limits;
 };
 
 struct ExecIo {
@@ -68,10 +96,23 @@ struct ExecResult {
   std::optional<int32_t> exit_code;  // unset for background execs and signals
   std::optional<uint32_t> signal;
   bool timed_out = false;
+  // Output was cut: by the agent (output_limit) or, for collected output, by
+  // the host (ClientLimits::max_exec_output_per_stream, or output_limit when
+  // the agent ignored it).
   bool truncated = false;
+  uint64_t discarded_bytes = 0;  // collected output the host read and dropped
   Bytes stdout_data;  // only when ExecIo::on_output is unset
   Bytes stderr_data;
 };
+
+// One piece of a streamed file read.
+struct FileChunk {
+  uint64_t offset = 0;
+  ByteSpan data;                     // valid only during the callback
+  std::optional<uint64_t> file_size; // the file's size, on the first chunk
+};
+// Returning an error stops the read; that error is the read's result.
+using FileChunkFn = std::function<Status(const FileChunk&)>;
 
 struct WriteOptions {
   uint32_t mode = 0644;
@@ -111,13 +152,25 @@ class AgentClient {
 
   Status WriteFile(const std::string& path, ByteSpan data, const WriteOptions& options = {},
                    Deadline deadline = {});
+  // The whole file in memory: ResourceExhausted for a file above
+  // ClientLimits::max_read_file_bytes (use ReadFileStream).
   Result<Bytes> ReadFile(const std::string& path, Deadline deadline = {});
+  // The whole file, chunk by chunk (each at most kMaxChunk), in order; on
+  // success on_chunk ran at least once (an empty file: one empty chunk) and
+  // the first call carries file_size. Backpressure: the agent is not read
+  // for this request while on_chunk runs (frames read by other requests'
+  // callers queue up to max_queued_bytes_per_request). `deadline` bounds
+  // the whole read; besides, the agent must send each frame within
+  // ClientOptions::default_timeout.
+  Status ReadFileStream(const std::string& path, const FileChunkFn& on_chunk,
+                        Deadline deadline = {});
   // Streams [offset, offset+length) (length 0 = to EOF) to on_chunk; an error
   // from on_chunk stops the read and is returned.
   Status ReadFileChunks(const std::string& path, uint64_t offset, uint64_t length,
                         const std::function<Status(uint64_t offset, ByteSpan data)>& on_chunk,
                         Deadline deadline = {});
   Result<protocol::StatReply> Stat(const std::string& path, Deadline deadline = {});
+  // ResourceExhausted beyond ClientLimits::max_list_entries / max_list_bytes.
   Result<std::vector<protocol::DirEntry>> List(const std::string& path, Deadline deadline = {});
   Status Mkdir(const std::string& path, uint32_t mode = 0755, bool parents = false,
                Deadline deadline = {});
@@ -177,7 +230,13 @@ class AgentClient {
   Result<protocol::Frame> Await(uint32_t id, Deadline deadline);
   // Reads from the socket once (up to the deadline) and routes complete frames.
   void ReadAndDispatch(Deadline deadline, std::unique_lock<std::mutex>& lock);
+  // A request whose queue is full (requires mu_): nullptr when none. Sets
+  // *cut_at to when it is cut off unless its caller takes a frame.
+  struct Pending;
+  Pending* FullQueue(Clock::time_point* cut_at);
   void Break(Status cause);  // requires mu_
+  Status StreamRead(const std::string& path, uint64_t offset, uint64_t length,
+                    const FileChunkFn& on_chunk, Deadline deadline);
 
   // Sends one request and decodes its single reply of type Reply.
   template <typename Reply, typename Request>
@@ -195,7 +254,14 @@ class AgentClient {
   std::condition_variable cv_;
   bool reader_active_ = false;
   protocol::FrameDecoder decoder_;
-  std::map<uint32_t, std::deque<protocol::Frame>> pending_;
+  struct Pending {
+    std::deque<protocol::Frame> frames;
+    uint64_t bytes = 0;            // frame bytes in `frames`
+    Clock::time_point full_since;  // when `bytes` last reached the cap
+    Clock::time_point last_take;   // when the caller last took a frame
+    Status cut;                    // set: cut off, later frames dropped
+  };
+  std::map<uint32_t, Pending> pending_;
   Status broken_;
 };
 

@@ -41,6 +41,31 @@ Status StreamStdin(uint32_t id, const ExecIo& io,
     } while (off < chunk->size());
   }
 }
+
+// Keeps collected output within the host's caps: per stream, and
+// stdout+stderr within the request's output_limit (which a hostile agent
+// may ignore). What does not fit is counted and dropped.
+class OutputCollector {
+ public:
+  OutputCollector(uint64_t per_stream, uint64_t total) : per_stream_(per_stream), total_(total) {}
+  void Add(protocol::OutputStream stream, ByteSpan data, ExecResult* r) {
+    Bytes& dst = stream == protocol::OutputStream::kStdout ? r->stdout_data : r->stderr_data;
+    const uint64_t kept = r->stdout_data.size() + r->stderr_data.size();
+    uint64_t room = per_stream_ > dst.size() ? per_stream_ - dst.size() : 0;
+    if (total_ != 0) room = std::min(room, total_ > kept ? total_ - kept : 0);
+    const size_t n = size_t(std::min<uint64_t>(room, data.size()));
+    dst.insert(dst.end(), data.begin(), data.begin() + n);
+    if (n < data.size()) {
+      r->truncated = true;
+      r->discarded_bytes += data.size() - n;
+    }
+  }
+
+ private:
+  uint64_t per_stream_;
+  uint64_t total_;  // 0: none
+};
+
 }  // namespace
 
 Result<ExecResult> AgentClient::Exec(const protocol::ExecStartRequest& request, const ExecIo& io,
@@ -48,7 +73,14 @@ Result<ExecResult> AgentClient::Exec(const protocol::ExecStartRequest& request, 
   deadline = Resolve(deadline);
   const uint32_t id = NextId();
   IdGuard guard(this, id);
-  RETURN_IF_ERROR(SendFrame(protocol::MakeFrame(request, id), deadline));
+  const uint64_t per_stream = options_.limits.max_exec_output_per_stream;
+  protocol::ExecStartRequest req = request;
+  // Collected: an honest agent need not send what the host would drop.
+  if (!io.on_output && req.output_limit == 0 && per_stream <= UINT64_MAX / 2) {
+    req.output_limit = 2 * per_stream;
+  }
+  OutputCollector collect(per_stream, req.output_limit);
+  RETURN_IF_ERROR(SendFrame(protocol::MakeFrame(req, id), deadline));
   ExecResult result;
   result.exec_id = id;
   ASSIGN_OR_RETURN(Frame started, AwaitReply(id, MsgType::kExecStart, deadline));
@@ -60,15 +92,21 @@ Result<ExecResult> AgentClient::Exec(const protocol::ExecStartRequest& request, 
     RETURN_IF_ERROR(StreamStdin(id, io, [&](const Frame& f) { return SendFrame(f, deadline); }));
   }
   for (;;) {
-    ASSIGN_OR_RETURN(Frame f, Await(id, deadline));
+    auto next = Await(id, deadline);
+    if (!next.ok()) {
+      if (next.status().code() == StatusCode::kResourceExhausted) {
+        // Cut off (the caller stopped taking output): stop the process too.
+        (void)SignalExec(id, 9, DeadlineIn(std::chrono::seconds(1)));
+      }
+      return next.status();
+    }
+    Frame& f = *next;
     if (f.type == MsgType::kExecOutput && f.is_reply()) {
       ASSIGN_OR_RETURN(auto out, protocol::ExecOutputChunk::Decode(f.payload));
       if (io.on_output) {
         io.on_output(out.stream, out.data);
       } else {
-        Bytes& dst = out.stream == protocol::OutputStream::kStdout ? result.stdout_data
-                                                                  : result.stderr_data;
-        dst.insert(dst.end(), out.data.begin(), out.data.end());
+        collect.Add(out.stream, out.data, &result);
       }
       continue;
     }
@@ -83,7 +121,7 @@ Result<ExecResult> AgentClient::Exec(const protocol::ExecStartRequest& request, 
     result.exit_code = exit.exit_code;
     result.signal = exit.signal;
     result.timed_out = exit.timed_out;
-    result.truncated = exit.truncated;
+    result.truncated = result.truncated || exit.truncated;
     return result;
   }
 }
@@ -120,7 +158,7 @@ Status AgentClient::WriteFile(const std::string& path, ByteSpan data, const Writ
     first = false;
     if (last) break;
     std::lock_guard l(mu_);
-    if (!pending_[id].empty()) break;  // the agent answered early: an error
+    if (!pending_[id].frames.empty()) break;  // the agent answered early: an error
   }
   ASSIGN_OR_RETURN(Frame f, AwaitReply(id, MsgType::kFileWrite, deadline));
   ASSIGN_OR_RETURN(auto reply, protocol::FileWriteReply::Decode(f.payload));
@@ -131,9 +169,8 @@ Status AgentClient::WriteFile(const std::string& path, ByteSpan data, const Writ
   return Status::Ok();
 }
 
-Status AgentClient::ReadFileChunks(
-    const std::string& path, uint64_t offset, uint64_t length,
-    const std::function<Status(uint64_t offset, ByteSpan data)>& on_chunk, Deadline deadline) {
+Status AgentClient::StreamRead(const std::string& path, uint64_t offset, uint64_t length,
+                               const FileChunkFn& on_chunk, Deadline deadline) {
   deadline = Resolve(deadline);
   const uint32_t id = NextId();
   IdGuard guard(this, id);
@@ -141,24 +178,48 @@ Status AgentClient::ReadFileChunks(
                             deadline));
   uint64_t expect = offset;
   for (;;) {
-    ASSIGN_OR_RETURN(Frame f, AwaitReply(id, MsgType::kFileRead, deadline));
+    // Each frame within default_timeout: a stalled agent does not hold a
+    // long read for its whole deadline.
+    const Deadline frame_deadline = std::min(deadline, Clock::now() + options_.default_timeout);
+    ASSIGN_OR_RETURN(Frame f, AwaitReply(id, MsgType::kFileRead, frame_deadline));
     ASSIGN_OR_RETURN(auto chunk, protocol::FileReadChunk::Decode(f.payload));
     if (chunk.offset != expect) return Status::DataLoss("FILE_READ chunk out of order");
     expect += chunk.data.size();
     if (length != 0 && expect - offset > length) return Status::DataLoss("FILE_READ overran length");
-    RETURN_IF_ERROR(on_chunk(chunk.offset, chunk.data));
+    RETURN_IF_ERROR(on_chunk(FileChunk{chunk.offset, chunk.data, chunk.size}));
     if (!f.has_more()) return Status::Ok();
   }
 }
 
+Status AgentClient::ReadFileChunks(
+    const std::string& path, uint64_t offset, uint64_t length,
+    const std::function<Status(uint64_t offset, ByteSpan data)>& on_chunk, Deadline deadline) {
+  return StreamRead(
+      path, offset, length, [&](const FileChunk& c) { return on_chunk(c.offset, c.data); },
+      deadline);
+}
+
+Status AgentClient::ReadFileStream(const std::string& path, const FileChunkFn& on_chunk,
+                                   Deadline deadline) {
+  return StreamRead(path, 0, 0, on_chunk, deadline);
+}
+
 Result<Bytes> AgentClient::ReadFile(const std::string& path, Deadline deadline) {
+  const uint64_t cap = options_.limits.max_read_file_bytes;
+  auto too_large = [&] {
+    return Status::ResourceExhausted("file " + path + " is larger than the " +
+                                     std::to_string(cap >> 20) +
+                                     " MiB in-memory read limit; use the streamed read");
+  };
   Bytes out;
-  RETURN_IF_ERROR(ReadFileChunks(path, 0, 0,
-                                 [&](uint64_t, ByteSpan d) {
-                                   out.insert(out.end(), d.begin(), d.end());
-                                   return Status::Ok();
-                                 },
-                                 deadline));
+  RETURN_IF_ERROR(StreamRead(path, 0, 0,
+                             [&](const FileChunk& c) {
+                               if (c.file_size && *c.file_size > cap) return too_large();
+                               if (c.data.size() > cap - out.size()) return too_large();
+                               out.insert(out.end(), c.data.begin(), c.data.end());
+                               return Status::Ok();
+                             },
+                             deadline));
   return out;
 }
 
@@ -172,10 +233,21 @@ Result<std::vector<protocol::DirEntry>> AgentClient::List(const std::string& pat
   const uint32_t id = NextId();
   IdGuard guard(this, id);
   RETURN_IF_ERROR(SendFrame(protocol::MakeFrame(protocol::ListRequest{path}, id), deadline));
+  const ClientLimits& lim = options_.limits;
   std::vector<protocol::DirEntry> entries;
+  uint64_t bytes = 0;
   for (;;) {
     ASSIGN_OR_RETURN(Frame f, AwaitReply(id, MsgType::kList, deadline));
+    bytes += protocol::kHeaderSize + f.payload.size();
+    if (bytes > lim.max_list_bytes) {
+      return Status::ResourceExhausted("listing of " + path + " exceeds the host's limit of " +
+                                       std::to_string(lim.max_list_bytes) + " bytes");
+    }
     ASSIGN_OR_RETURN(auto part, protocol::ListReply::Decode(f.payload));
+    if (part.entries.size() > lim.max_list_entries - entries.size()) {
+      return Status::ResourceExhausted("listing of " + path + " exceeds the host's limit of " +
+                                       std::to_string(lim.max_list_entries) + " entries");
+    }
     for (auto& e : part.entries) entries.push_back(std::move(e));
     if (!f.has_more()) return entries;
   }

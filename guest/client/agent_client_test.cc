@@ -9,6 +9,7 @@
 #include <cstring>
 #include <thread>
 
+#include "guest/client/fake_agent_test_util.h"
 #include "guest/protocol/tlv.h"
 
 namespace kubicle::guest::client {
@@ -18,66 +19,8 @@ using namespace std::chrono_literals;
 using protocol::Frame;
 using protocol::MsgType;
 
-// A scripted agent on the other end of a socket. It answers HELLO itself and
-// hands every other frame to `on_frame`, which may reply with Send().
-class FakeAgent {
- public:
-  using Handler = std::function<void(FakeAgent&, const Frame&)>;
-  FakeAgent(UniqueFd fd, Handler on_frame, uint32_t max_payload = protocol::kMaxPayload)
-      : fd_(std::move(fd)), on_frame_(std::move(on_frame)), max_payload_(max_payload) {
-    thread_ = std::thread([this] { Run(); });
-  }
-  ~FakeAgent() {
-    Close();
-    thread_.join();
-  }
-  void Close() { ::shutdown(fd_.get(), SHUT_RDWR); }
-
-  template <typename M>
-  void Reply(const M& msg, uint32_t id, uint32_t flags = 0) {
-    SendRaw(*protocol::EncodeFrame(protocol::MakeFrame(msg, id, flags | protocol::kFlagReply)));
-  }
-  void SendRaw(const Bytes& b) {
-    ASSERT_EQ(::send(fd_.get(), b.data(), b.size(), MSG_NOSIGNAL), ssize_t(b.size()));
-  }
-  std::vector<size_t> payload_sizes;  // of every non-HELLO frame received
-
- private:
-  void Run() {
-    protocol::FrameDecoder dec;
-    uint8_t buf[65536];
-    for (;;) {
-      const ssize_t n = ::recv(fd_.get(), buf, sizeof(buf), 0);
-      if (n <= 0) return;
-      dec.Append(protocol::ByteSpan(buf, size_t(n)));
-      for (;;) {
-        auto f = dec.Next();
-        if (!f.ok() || !f->has_value()) break;
-        if ((*f)->type == MsgType::kHello) {
-          protocol::HelloReply h;
-          h.name = "fake";
-          h.capabilities = {"exec", "files"};
-          h.max_payload = max_payload_;
-          Reply(h, (*f)->id);
-          continue;
-        }
-        payload_sizes.push_back((*f)->payload.size());
-        on_frame_(*this, **f);
-      }
-    }
-  }
-
-  UniqueFd fd_;
-  Handler on_frame_;
-  uint32_t max_payload_;
-  std::thread thread_;
-};
-
-std::pair<UniqueFd, UniqueFd> SocketPair() {
-  int sv[2];
-  EXPECT_EQ(0, ::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv));
-  return {UniqueFd(sv[0]), UniqueFd(sv[1])};
-}
+using test_util::FakeAgent;
+using test_util::SocketPair;
 
 void AnswerPings(FakeAgent& a, const Frame& f) {
   if (f.type == MsgType::kPing) {
