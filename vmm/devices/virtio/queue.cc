@@ -106,6 +106,9 @@ Status Queue::ReadChain(const GuestMemory& mem, uint16_t head, DescriptorChain* 
   out->descriptors.clear();
   uint64_t readable = 0;
   uint64_t writable = 0;
+  // By descriptor, not by byte: an empty writable descriptor still ends the
+  // readable part (ChainCursor splits the chain at the first writable one).
+  bool seen_writable = false;
   uint16_t index = head;
   for (uint32_t count = 0;; ++count) {
     // A well-formed chain visits each descriptor at most once.
@@ -117,8 +120,9 @@ Status Queue::ReadChain(const GuestMemory& mem, uint16_t head, DescriptorChain* 
     if (d.flags & kDescFlagIndirect)
       return Status::InvalidArgument("INDIRECT descriptor but the feature was not negotiated");
     const bool w = (d.flags & kDescFlagWrite) != 0;
-    if (!w && writable > 0)
+    if (!w && seen_writable)
       return Status::InvalidArgument("device-readable descriptor after a writable one");
+    seen_writable |= w;
     if (d.addr + d.len < d.addr)
       return Status::OutOfRange("descriptor address + length overflows");
     uint8_t* host = mem.HostPointer(d.addr, d.len);

@@ -159,6 +159,19 @@ TEST_F(QueueTest, RejectsReadableAfterWritable) {
   ExpectBroken();
 }
 
+// Found by fuzz/vmm/virtqueue_fuzzer: an empty writable descriptor used to
+// let a readable one follow it, and the chain reader, which splits the chain
+// at the first writable descriptor, then looped forever on the readable bytes
+// it could not reach (and the writer wrote into the readable buffer).
+TEST_F(QueueTest, RejectsReadableAfterEmptyWritable) {
+  dq_->WriteDesc(0, 0x10000, 16, kDescFlagNext, 1);
+  dq_->WriteDesc(1, 0x11000, 0, kDescFlagWrite | kDescFlagNext, 2);
+  dq_->WriteDesc(2, 0x12000, 8, kDescFlagNext, 3);
+  dq_->WriteDesc(3, 0x13000, 1, kDescFlagWrite, 0);
+  dq_->PushAvail(0);
+  ExpectBroken();
+}
+
 TEST_F(QueueTest, RejectsAvailIndexJump) {
   dq_->AddChain({{0x10000, 8, true}});
   dq_->SetAvailIdx(kSize + 1);
