@@ -114,7 +114,8 @@ def sandbox_info(obj: Mapping[str, Any]) -> SandboxInfo:
         name=name_of(obj),
         id=node_id(obj),
         template=_get(obj, "spec", "templateRef", "name") or labels.get(TEMPLATE, ""),
-        phase=_get(obj, "status", "phase") or "Pending",
+        phase=("Terminating" if _get(obj, "metadata", "deletionTimestamp")
+               else _get(obj, "status", "phase") or "Pending"),
         namespace=_get(obj, "metadata", "namespace") or "",
         uid=_get(obj, "metadata", "uid") or "",
         metadata=to_metadata(labels),
@@ -311,3 +312,30 @@ def sweep_timeout(selector: str, timeout: float, left: Objs) -> errors.KubicleEr
     return errors.SandboxTimeoutError(
         f"{len(left)} Sandboxes of {selector} still there after {timeout:g} s: "
         f"{', '.join(sorted(left)[:10])}", reason="Timeout")
+
+
+def check_token(http: Any, ref: Any) -> None:
+    """Raises AuthError unless the node's VM takes the token (GET of the
+    sandbox: one round trip). Guards create() against a VM started with a
+    token hash the operator then replaced (docs/sdk.md, "Known issues")."""
+    import httpx
+
+    from . import _http
+
+    try:
+        resp = http.get(ref.base, headers=_http.auth(ref.token))
+    except httpx.TransportError as e:
+        raise _http.transport_error(e, op="get", sandbox=ref.info.name) from e
+    _http.raise_for(resp, resp.content, op="get", sandbox=ref.info.name)
+
+
+async def check_token_async(http: Any, ref: Any) -> None:
+    import httpx
+
+    from . import _http
+
+    try:
+        resp = await http.get(ref.base, headers=_http.auth(ref.token))
+    except httpx.TransportError as e:
+        raise _http.transport_error(e, op="get", sandbox=ref.info.name) from e
+    _http.raise_for(resp, resp.content, op="get", sandbox=ref.info.name)

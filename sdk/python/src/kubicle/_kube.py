@@ -5,6 +5,7 @@ caller wants them."""
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, TypeVar
@@ -14,6 +15,12 @@ from ._labels import FORK_OF
 from ._ref import Ref
 
 T = TypeVar("T")
+log = logging.getLogger("kubicle")
+# A Sandbox whose VM refuses its own Secret's token is replaced this often
+# before create() gives up (see REPLACED_MESSAGE).
+TOKEN_RETRIES = 2
+REPLACED_MESSAGE = ("kubicle: Sandbox %s refuses the token in its Secret (the operator replaced "
+                    "the Secret after the node started the VM); deleting it and creating another")
 Objs = Dict[str, Dict[str, Any]]
 _SA_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
@@ -41,9 +48,10 @@ def use_incluster(kubeconfig: Optional[str]) -> bool:
 
 class KubeBackend:
     def __init__(self, *, namespace: Optional[str], kubeconfig: Optional[str],
-                 context: Optional[str], scheme: str, pool_size: int) -> None:
+                 context: Optional[str], scheme: str, pool_size: int, http: Any) -> None:
         from kubernetes import client, config
 
+        self._http = http
         cfg = client.Configuration()
         if use_incluster(kubeconfig):
             config.load_incluster_config(client_configuration=cfg)
@@ -153,6 +161,24 @@ class KubeBackend:
         body = _kobj.sandbox_manifest(namespace=self.namespace, template=template, name=name,
                                       labels=labels, ttl_seconds=ttl_seconds, env=env,
                                       resources=resources)
+        deadline = time.monotonic() + timeout
+        for attempt in range(TOKEN_RETRIES + 1):
+            ref = self._create_once(body, max(0.1, deadline - time.monotonic()), wait_pending)
+            try:
+                self.resolve(ref)
+                _kobj.check_token(self._http, ref)
+                return ref
+            except errors.AuthError:
+                self._delete(_kobj.SANDBOXES, ref.info.name, "Background")
+                if name or attempt == TOKEN_RETRIES:
+                    raise
+                log.warning(REPLACED_MESSAGE, ref.info.name)
+            except BaseException:
+                self._delete(_kobj.SANDBOXES, ref.info.name, "Background")
+                raise
+        raise AssertionError("unreachable")
+
+    def _create_once(self, body: Dict[str, Any], timeout: float, wait_pending: bool) -> Ref:
         created = self._do(self._co.create_namespaced_custom_object, _kobj.GROUP, _kobj.VERSION,
                            self.namespace, _kobj.SANDBOXES, body, what="create Sandbox")
         sname = _kobj.name_of(created)
@@ -218,6 +244,31 @@ class KubeBackend:
 
     def fork(self, ref: Ref, *, count: int, labels: Mapping[str, str],
              ttl_seconds: Optional[int], timeout: float) -> List[Ref]:
+        deadline = time.monotonic() + timeout
+        kept: List[Ref] = []
+        try:
+            for _ in range(TOKEN_RETRIES + 1):
+                kids = self._fork_once(ref, count - len(kept), labels, ttl_seconds,
+                                       max(0.1, deadline - time.monotonic()))
+                for kid in kids:
+                    try:
+                        self.resolve(kid)
+                        _kobj.check_token(self._http, kid)
+                        kept.append(kid)
+                    except errors.AuthError:
+                        log.warning(REPLACED_MESSAGE, kid.info.name)
+                        self._delete(_kobj.SANDBOXES, kid.info.name, "Background")
+                if len(kept) == count:
+                    return kept
+            raise errors.AuthError(f"{count - len(kept)} fork children refuse their own token",
+                                   reason="TokenMismatch", sandbox=ref.info.name)
+        except BaseException:
+            for kid in kept:
+                self._delete(_kobj.SANDBOXES, kid.info.name, "Background")
+            raise
+
+    def _fork_once(self, ref: Ref, count: int, labels: Mapping[str, str],
+                   ttl_seconds: Optional[int], timeout: float) -> List[Ref]:
         body = _kobj.fork_manifest(ref.raw, count=count, labels=labels, ttl_seconds=ttl_seconds)
         fork = self._do(self._co.create_namespaced_custom_object, _kobj.GROUP, _kobj.VERSION,
                         self.namespace, _kobj.FORKS, body, what="create SandboxFork",

@@ -9,7 +9,8 @@ import time
 from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Tuple, TypeVar
 
 from . import _kobj, errors
-from ._kube import incluster_namespace, kubeconfig_namespace, use_incluster
+from ._kube import (REPLACED_MESSAGE, TOKEN_RETRIES, incluster_namespace, kubeconfig_namespace,
+                    log, use_incluster)
 from ._labels import FORK_OF
 from ._ref import Ref
 
@@ -19,7 +20,8 @@ Objs = Dict[str, Dict[str, Any]]
 
 class AsyncKubeBackend:
     def __init__(self, *, namespace: Optional[str], kubeconfig: Optional[str],
-                 context: Optional[str], scheme: str, pool_size: int) -> None:
+                 context: Optional[str], scheme: str, pool_size: int, http: Any) -> None:
+        self._http = http
         self._want_ns, self._kubeconfig, self._context = namespace, kubeconfig, context
         self._scheme, self._pool = scheme, pool_size
         self.namespace = namespace or ""
@@ -138,6 +140,25 @@ class AsyncKubeBackend:
         body = _kobj.sandbox_manifest(namespace=self.namespace, template=template, name=name,
                                       labels=labels, ttl_seconds=ttl_seconds, env=env,
                                       resources=resources)
+        deadline = time.monotonic() + timeout
+        for attempt in range(TOKEN_RETRIES + 1):
+            ref = await self._create_once(body, max(0.1, deadline - time.monotonic()),
+                                          wait_pending)
+            try:
+                await self.resolve(ref)
+                await _kobj.check_token_async(self._http, ref)
+                return ref
+            except errors.AuthError:
+                await asyncio.shield(self._delete(_kobj.SANDBOXES, ref.info.name, "Background"))
+                if name or attempt == TOKEN_RETRIES:
+                    raise
+                log.warning(REPLACED_MESSAGE, ref.info.name)
+            except BaseException:
+                await asyncio.shield(self._delete(_kobj.SANDBOXES, ref.info.name, "Background"))
+                raise
+        raise AssertionError("unreachable")
+
+    async def _create_once(self, body: Dict[str, Any], timeout: float, wait_pending: bool) -> Ref:
         created = await self._do(self._co.create_namespaced_custom_object, _kobj.GROUP,
                                  _kobj.VERSION, self.namespace, _kobj.SANDBOXES, body,
                                  what="create Sandbox")
@@ -202,6 +223,31 @@ class AsyncKubeBackend:
 
     async def fork(self, ref: Ref, *, count: int, labels: Mapping[str, str],
                    ttl_seconds: Optional[int], timeout: float) -> List[Ref]:
+        deadline = time.monotonic() + timeout
+        kept: List[Ref] = []
+        try:
+            for _ in range(TOKEN_RETRIES + 1):
+                kids = await self._fork_once(ref, count - len(kept), labels, ttl_seconds,
+                                             max(0.1, deadline - time.monotonic()))
+                for kid in kids:
+                    try:
+                        await self.resolve(kid)
+                        await _kobj.check_token_async(self._http, kid)
+                        kept.append(kid)
+                    except errors.AuthError:
+                        log.warning(REPLACED_MESSAGE, kid.info.name)
+                        await self._delete(_kobj.SANDBOXES, kid.info.name, "Background")
+                if len(kept) == count:
+                    return kept
+            raise errors.AuthError(f"{count - len(kept)} fork children refuse their own token",
+                                   reason="TokenMismatch", sandbox=ref.info.name)
+        except BaseException:
+            for kid in kept:
+                await asyncio.shield(self._delete(_kobj.SANDBOXES, kid.info.name, "Background"))
+            raise
+
+    async def _fork_once(self, ref: Ref, count: int, labels: Mapping[str, str],
+                         ttl_seconds: Optional[int], timeout: float) -> List[Ref]:
         body = _kobj.fork_manifest(ref.raw, count=count, labels=labels, ttl_seconds=ttl_seconds)
         fork = await self._do(self._co.create_namespaced_custom_object, _kobj.GROUP,
                               _kobj.VERSION, self.namespace, _kobj.FORKS, body,

@@ -208,7 +208,7 @@ class AsyncKubicle:
 
             self._backend = AsyncKubeBackend(namespace=namespace, kubeconfig=kubeconfig,
                                              context=context, scheme=data_plane_scheme,
-                                             pool_size=max_connections)
+                                             pool_size=max_connections, http=self._http)
         self.sandboxes = AsyncSandboxes(self)
 
     @property

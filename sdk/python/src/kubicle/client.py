@@ -274,7 +274,8 @@ class Kubicle:
         from ._kube import KubeBackend
 
         return KubeBackend(namespace=namespace, kubeconfig=kubeconfig, context=context,
-                           scheme=self._transport.scheme, pool_size=min(pool, 256))
+                           scheme=self._transport.scheme, pool_size=min(pool, 256),
+                           http=self._http)
 
     @property
     def namespace(self) -> str:

@@ -57,6 +57,9 @@ class FakeCluster:
         # Template name -> "ready", "notready" or "vmfail"; absent: TemplateNotFound.
         self.templates: Dict[str, str] = {"tg": "ready"}
         self.capacity = 1000
+        # The next this many VMs start with a token hash other than their
+        # Secret's (the operator's token-replacement race, docs/sdk.md).
+        self.wrong_vm_tokens = 0
         self.objects: Dict[Key, Dict[str, Any]] = {}
         self.events: List[Tuple[int, Key, str, Dict[str, Any]]] = []
         self.rv = 100
@@ -270,6 +273,9 @@ users:
             "data": {"token": __import__("base64").b64encode(token.encode()).decode()}})
         env = {e["name"]: e["value"] for e in spec.get("env") or []}
         labels = meta.get("labels") or {}
+        if self.wrong_vm_tokens > 0:
+            self.wrong_vm_tokens -= 1
+            token = "not-the-secrets-token"
         if source:
             src = self.get("sandboxes", key[1], source)
             self.node.copy("k-" + src["metadata"]["uid"], "k-" + meta["uid"], token, labels)

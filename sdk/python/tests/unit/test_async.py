@@ -94,3 +94,13 @@ async def test_standalone_exec_stream_files(astandalone, node):
     assert len(await astandalone.sandboxes.delete({"fork-of": sb.id})) == 2
     await sb.delete()
     assert not node.sandboxes
+
+
+async def test_async_vm_refusing_its_token_is_replaced(akube, cluster):
+    cluster.wrong_vm_tokens = 1
+    sb = await akube.sandboxes.create("tg", metadata={"run": "atok"})
+    assert (await sb.exec(["echo", "ok"])).stdout == "ok\n"
+    cluster.wrong_vm_tokens = 2
+    kids = await sb.fork(2)
+    assert [(await k.exec(["echo", "k"])).stdout for k in kids] == ["k\n", "k\n"]
+    await akube.sandboxes.delete({"run": "atok"})

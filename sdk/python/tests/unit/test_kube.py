@@ -2,6 +2,7 @@
 
 import base64
 import threading
+import time
 
 import pytest
 
@@ -178,3 +179,24 @@ def test_secret_token_is_base64_decoded(kube, cluster, node):
     assert sb._ref.token == base64.b64decode(secret["data"]["token"]).decode()
     assert sb._ref.token == node.sandboxes[sb.id].token
     sb.delete()
+
+
+def test_vm_refusing_its_secret_token_is_replaced(kube, cluster, caplog):
+    cluster.wrong_vm_tokens = 1
+    sb = kube.sandboxes.create("tg", metadata={"run": "tok"})
+    assert sb.exec(["echo", "ok"]).stdout == "ok\n"
+    assert "refuses the token in its Secret" in caplog.text
+    assert [s.name for s in kube.sandboxes.list({"run": "tok"})] == [sb.name]   # the bad one went
+    cluster.wrong_vm_tokens = 1
+    kids = sb.fork(3)
+    assert len(kids) == 3 and all(k.exec(["echo", "k"]).stdout == "k\n" for k in kids)
+    cluster.wrong_vm_tokens = 10
+    with pytest.raises(errors.AuthError):
+        kube.sandboxes.create("tg", metadata={"run": "tok2"})
+    cluster.wrong_vm_tokens = 0
+    kube.sandboxes.delete({"run": "tok"})
+    for _ in range(50):
+        if not kube.sandboxes.list({"run": "tok2"}):
+            break
+        time.sleep(0.05)
+    assert kube.sandboxes.list({"run": "tok2"}) == []

@@ -1,0 +1,31 @@
+"""Command-line options the SDK examples share: where Kubicle is."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+try:
+    import kubicle
+except ImportError:  # run from a checkout without `pip install ./sdk/python`
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                    "..", "..", "sdk", "python", "src"))
+    import kubicle
+
+
+def add_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("where Kubicle is (default: Kubernetes from the kubeconfig)")
+    g.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, $KUBECONFIG, "
+                                        "~/.kube/config)")
+    g.add_argument("--context", help="kubeconfig context")
+    g.add_argument("--namespace", help="namespace (default: the context's)")
+    g.add_argument("--node-url", help="a standalone kubicle-node instead of Kubernetes")
+    g.add_argument("--token", help="the node's admin token (default $KUBICLE_NODE_TOKEN)")
+
+
+def client(args: argparse.Namespace) -> "kubicle.Kubicle":
+    if args.node_url:
+        return kubicle.Kubicle(node_url=args.node_url, token=args.token)
+    return kubicle.Kubicle(kubeconfig=args.kubeconfig, context=args.context,
+                           namespace=args.namespace)

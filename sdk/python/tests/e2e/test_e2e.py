@@ -1,0 +1,209 @@
+"""The SDK against the real thing: kube-apiserver, kubicle-operator and a
+kubicle-node running the test guest (docs/testguest.md: echo, cat,
+printenv, hostname, sha256sum; no shell)."""
+
+import asyncio
+import base64
+import os
+import subprocess
+import sys
+import time
+import uuid
+
+import httpx
+import pytest
+
+import kubicle
+from kubicle import errors
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.abspath(os.path.join(HERE, "..", "..", "..", ".."))
+TEMPLATE = "tg"
+
+
+def run_id():
+    return "e2e-" + uuid.uuid4().hex[:8]
+
+
+def test_create_exec_files_delete(stack, kube):
+    from kubernetes import client
+
+    run = run_id()
+    sb = kube.sandboxes.create(TEMPLATE, metadata={"run": run, "agent": "a0"},
+                               env={"GREETING": "hello"}, ttl_seconds=600, timeout=60)
+    co = client.CustomObjectsApi(stack.api)
+    obj = co.get_namespaced_custom_object("kubicle.dev", "v1alpha1", "default", "sandboxes",
+                                          sb.name)
+    assert obj["metadata"]["labels"]["kubicle.dev/run"] == run
+    assert obj["metadata"]["labels"]["kubicle.dev/agent"] == "a0"
+    assert sb.id == "k-" + obj["metadata"]["uid"]
+    assert sb.info.endpoint == stack.node_url.replace("http://", "")
+    # The token is the Secret's, base64-decoded.
+    secret = client.CoreV1Api(stack.api).read_namespaced_secret(
+        obj["status"]["tokenSecretName"], "default")
+    token = base64.b64decode(secret.data["token"]).decode()
+    assert sb.exec(["echo", "hi"]).stdout == "hi\n"
+    assert sb._ref.token == token
+    assert sb.exec(["printenv", "GREETING"]).stdout == "hello\n"   # spec.env, applied by the node
+    assert sb.exec(["printenv", "GREETING"], env={"GREETING": "own"}).stdout == "own\n"
+    assert sb.exec("hostname").stdout.strip() == sb.name   # a shell string, sent as argv
+    out = []
+    r = sb.exec(["cat"], stdin="streamed", on_stdout=out.append)
+    assert r.stdout == "streamed" and "".join(out) == "streamed"
+    data = os.urandom(48 * 1024)   # the test guest keeps files up to 64 KiB
+    assert sb.filesystem.write("/work/blob", data) == len(data)
+    assert sb.filesystem.read("/work/blob", format="bytes") == data
+    assert b"".join(sb.filesystem.read("/work/blob", format="stream")) == data
+    sb.filesystem.write("/work/t.txt", "text\n")
+    assert sb.exec(["cat", "/work/t.txt"]).stdout == "text\n"
+    assert sb.filesystem.exists("/work/t.txt") and not sb.filesystem.exists("/work/none")
+    with pytest.raises(errors.PathNotFoundError):
+        sb.filesystem.read("/work/none")
+    assert sb.exec(["false"]).exit_code == 1
+    with pytest.raises(errors.UnsupportedError):
+        sb.exec("echo $HOME")   # needs a shell; the test guest has none
+    with pytest.raises(errors.UnsupportedError):
+        sb.filesystem.list("/work")
+    assert [s.name for s in kube.sandboxes.list(metadata={"run": run})] == [sb.name]
+    sb.delete()
+    assert kube.sandboxes.list(metadata={"run": run}) == []
+    with pytest.raises(errors.SandboxNotFoundError):
+        kube.sandboxes.get(sb.name)
+
+
+def test_wrong_token_is_refused_by_the_node(kube):
+    with kube.sandboxes.create(TEMPLATE, metadata={"run": run_id()}) as sb:
+        sb._dp()
+        sb._ref.token = "0" * 64
+        with pytest.raises(errors.AuthError) as e:
+            sb.exec(["echo"])
+        assert e.value.status_code == 401
+
+
+def test_template_errors(stack, kube):
+    from kubernetes import client
+
+    with pytest.raises(errors.TemplateNotFoundError) as e:
+        kube.sandboxes.create("no-such-template", timeout=30)
+    assert e.value.reason == "TemplateNotFound" and "no-such-template" in e.value.message
+    # A template no node can bake: its kernel is outside the node's image roots.
+    co = client.CustomObjectsApi(stack.api)
+    co.create_namespaced_custom_object("kubicle.dev", "v1alpha1", "default", "sandboxtemplates", {
+        "apiVersion": "kubicle.dev/v1alpha1", "kind": "SandboxTemplate",
+        "metadata": {"name": "unbakeable"},
+        "spec": {"kernel": "/nonexistent/vmlinux", "rootfs": "/nonexistent/rootfs.img",
+                 "memoryMiB": 64}})
+    try:
+        with pytest.raises(errors.TemplateNotReadyError) as e:
+            kube.sandboxes.create("unbakeable", timeout=30)
+        assert e.value.reason == "NoReadyNode"
+    finally:
+        co.delete_namespaced_custom_object("kubicle.dev", "v1alpha1", "default",
+                                           "sandboxtemplates", "unbakeable")
+
+
+def test_fork_children_outlive_parent_and_delete_alone(kube):
+    run = run_id()
+    base = kube.sandboxes.create(TEMPLATE, metadata={"run": run, "agent": "base"})
+    base.filesystem.write("/work/state", "warm\n")
+    kids = base.fork(3, metadata={"role": "c"})
+    assert len(kids) == 3
+    for k in kids:
+        assert k.info.fork_of == base.name and k.metadata["run"] == run
+        assert k.metadata["role"] == "c"
+        assert k.exec(["cat", "/work/state"]).stdout == "warm\n"
+    kids[0].filesystem.write("/work/state", "mine\n")   # copy-on-write: private to each
+    assert kids[1].exec(["cat", "/work/state"]).stdout == "warm\n"
+    kids[1].delete()   # not recreated: the SandboxFork let its children go
+    base.delete()
+    time.sleep(1)
+    names = sorted(s.name for s in kube.sandboxes.list(metadata={"run": run}))
+    assert names == sorted([kids[0].name, kids[2].name])
+    assert kids[2].exec(["echo", "alive"]).stdout == "alive\n"
+    assert sorted(kube.sandboxes.delete(metadata={"run": run})) == names
+    assert kube.sandboxes.list(metadata={"run": run}) == []
+
+
+def test_sweep_waits_until_gone(stack, kube):
+    run = run_id()
+    made = [kube.sandboxes.create(TEMPLATE, metadata={"run": run, "agent": f"a{i}"})
+            for i in range(4)]
+    deleted = kube.sandboxes.delete(metadata={"run": run})
+    assert sorted(deleted) == sorted(s.name for s in made)
+    assert kube.sandboxes.list(metadata={"run": run}) == []
+    # Gone on the node too: no VM with those ids.
+    token = stack.admin_token()
+    ids = [s["id"] for s in httpx.get(f"{stack.node_url}/v1/sandboxes",
+                                      headers={"Authorization": f"Bearer {token}"}).json()["items"]]
+    assert not set(ids) & {s.id for s in made}
+
+
+async def test_async_fan_out(akube):
+    run = run_id()
+
+    async def agent(i):
+        sb = await akube.sandboxes.create(TEMPLATE, metadata={"run": run, "agent": f"a{i}"})
+        try:
+            await sb.filesystem.write("/work/task", f"task {i}\n")
+            return (await sb.exec(["cat", "/work/task"])).stdout
+        finally:
+            await sb.delete()
+
+    got = await asyncio.gather(*(agent(i) for i in range(20)))
+    assert got == [f"task {i}\n" for i in range(20)]
+    assert await akube.sandboxes.list(metadata={"run": run}) == []
+
+
+def test_standalone_mode_on_the_same_node(stack):
+    token = stack.admin_token()
+    tmpl = [t["name"] for t in httpx.get(f"{stack.node_url}/v1/templates",
+                                         headers={"Authorization": f"Bearer {token}"}).json()["items"]
+            if t["state"] == "Ready"][0]
+    run = run_id()
+    with kubicle.Kubicle(node_url=stack.node_url, token=token) as k:
+        with k.sandboxes.create(tmpl, metadata={"run": run}, env={"E": "1"}) as sb:
+            assert sb.exec(["printenv", "E"]).stdout == "1\n"
+            sb.filesystem.write("/x", "y")
+            kids = sb.fork(2)
+            assert [c.exec(["cat", "/x"]).stdout for c in kids] == ["y", "y"]
+        assert len(k.sandboxes.delete(metadata={"run": run})) == 2
+        assert k.sandboxes.list(metadata={"run": run}) == []
+
+
+def _example(stack, name, *args):
+    env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "sdk", "python", "src"))
+    return subprocess.run([sys.executable, os.path.join(REPO, "examples", "python", name),
+                           "--kubeconfig", stack.kubeconfig, "--template", TEMPLATE, *args],
+                          capture_output=True, text=True, timeout=300, env=env)
+
+
+def test_example_swarm(stack, kube):
+    p = _example(stack, "swarm.py", "--count", "8", "--run", "ex-swarm")
+    print(p.stdout, p.stderr)
+    assert p.returncode == 0
+    assert "8 of 8 agents ok" in p.stdout
+    assert "agent-07" in p.stdout   # the default command, echo, printed the agent's name
+    assert kube.sandboxes.list(metadata={"run": "ex-swarm"}) == []
+
+
+def test_example_swarm_standalone(stack):
+    token = stack.admin_token()
+    tmpl = [t["name"] for t in httpx.get(f"{stack.node_url}/v1/templates",
+                                         headers={"Authorization": f"Bearer {token}"}).json()["items"]
+            if t["state"] == "Ready"][0]
+    env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "sdk", "python", "src"),
+               KUBICLE_NODE_TOKEN=token)
+    p = subprocess.run([sys.executable, os.path.join(REPO, "examples", "python", "swarm.py"),
+                        "--node-url", stack.node_url, "--template", tmpl, "--count", "4",
+                        "--", "hostname"], capture_output=True, text=True, timeout=300, env=env)
+    print(p.stdout, p.stderr)
+    assert p.returncode == 0 and "4 of 4 agents ok" in p.stdout
+
+
+def test_example_best_of_n(stack, kube):
+    p = _example(stack, "best_of_n.py", "-n", "6", "--keep", "2", "--run", "ex-bon")
+    print(p.stdout, p.stderr)
+    assert p.returncode == 0
+    assert "6 forks" in p.stdout and "2 kept, 2 sandboxes left" in p.stdout
+    assert p.stdout.count("winner ") == 2
+    assert kube.sandboxes.list(metadata={"run": "ex-bon"}) == []
