@@ -38,4 +38,13 @@ if ! python3 -c "import yaml" 2>/dev/null; then
   echo "install-deps: installing pyyaml from PyPI"
   python3 -m pip install --quiet pyyaml
 fi
+# The Python SDK (sdk/python) and what its tests need: kubernetes,
+# kubernetes-asyncio and httpx, pytest and pytest-asyncio, from the index pip
+# is configured with. The SDK is installed for `import kubicle` anywhere; its
+# tests and the examples in this tree use the tree's copy.
+if ! python3 -c "import kubicle, kubernetes, kubernetes_asyncio, httpx, pytest, pytest_asyncio" \
+    2>/dev/null; then
+  echo "install-deps: installing the Python SDK (sdk/python) and its test dependencies from PyPI"
+  python3 -m pip install --quiet "$(dirname "$0")/../sdk/python[test]"
+fi
 echo "install-deps: all packages present"

@@ -6,12 +6,12 @@ import argparse
 import os
 import sys
 
-try:
-    import kubicle
-except ImportError:  # run from a checkout without `pip install ./sdk/python`
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                    "..", "..", "sdk", "python", "src"))
-    import kubicle
+# In a checkout the examples use the checkout's SDK; elsewhere the installed
+# one (pip install ./sdk/python).
+_TREE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "sdk", "python", "src")
+if os.path.isdir(os.path.join(_TREE, "kubicle")):
+    sys.path.insert(0, _TREE)
+import kubicle  # noqa: E402
 
 
 def add_options(p: argparse.ArgumentParser) -> None:
