@@ -156,6 +156,11 @@ Result<Bytes> Base64Decode(std::string_view text) {
       }
     }
     uint32_t n = (v[0] << 18) | (v[1] << 12) | (v[2] << 6) | v[3];
+    // The bits a padded group drops must be zero (RFC 4648, 3.5), or several
+    // texts would decode to the same bytes.
+    if ((pad == 1 && (n & 0xff) != 0) || (pad == 2 && (n & 0xffff) != 0)) {
+      return Status::InvalidArgument("non-canonical base64 padding at offset " + std::to_string(i));
+    }
     out.push_back(static_cast<uint8_t>(n >> 16));
     if (pad < 2) out.push_back(static_cast<uint8_t>(n >> 8));
     if (pad < 1) out.push_back(static_cast<uint8_t>(n));
