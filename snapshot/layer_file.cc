@@ -37,6 +37,30 @@ T Get(const std::vector<uint8_t>& b, size_t off) {
 
 uint64_t RoundUp(uint64_t v, uint64_t align) { return (v + align - 1) / align * align; }
 
+// Clusters of a disk of virtual_size bytes; false when the size is 0 or
+// rounding it up to a cluster would wrap 64 bits.
+bool ClusterCount(uint64_t virtual_size, uint32_t cluster_shift, uint64_t* count) {
+  uint64_t rounded;
+  if (virtual_size == 0 ||
+      __builtin_add_overflow(virtual_size, (uint64_t{1} << cluster_shift) - 1, &rounded)) {
+    return false;
+  }
+  *count = rounded >> cluster_shift;
+  return true;
+}
+
+// Where the header puts the maps and the data must lie inside a file of
+// file_size bytes, in this order, without any sum or product wrapping:
+//   header | map A | map B | ... | data (virtual_size bytes)
+bool GeometryFits(uint64_t map_offset, uint64_t map_slot_size, uint64_t data_offset,
+                  uint64_t virtual_size, uint64_t bitmap_bytes, uint64_t file_size) {
+  uint64_t maps_bytes, maps_end, data_end;
+  return map_slot_size >= kMapHeaderBytes + bitmap_bytes && map_offset >= kHeaderBytes &&
+         !__builtin_mul_overflow(map_slot_size, 2, &maps_bytes) &&
+         !__builtin_add_overflow(map_offset, maps_bytes, &maps_end) && data_offset >= maps_end &&
+         !__builtin_add_overflow(data_offset, virtual_size, &data_end) && data_end <= file_size;
+}
+
 Status PwriteAll(int fd, const void* p, size_t len, uint64_t off) {
   iovec iov{const_cast<void*>(p), len};
   return TransferAll(fd, off, {&iov, 1}, true);
@@ -105,8 +129,8 @@ Result<std::unique_ptr<LayerFile>> LayerFile::Create(const std::string& path, ui
   l->parent_ = parent;
   l->virtual_size_ = virtual_size;
   l->cluster_shift_ = options.cluster_shift;
-  l->cluster_count_ = (virtual_size + l->cluster_size() - 1) >> options.cluster_shift;
-  if (virtual_size == 0 || l->cluster_count_ > kMaxClusters) {
+  if (!ClusterCount(virtual_size, options.cluster_shift, &l->cluster_count_) ||
+      l->cluster_count_ > kMaxClusters) {
     return Status::InvalidArgument("disk of " + std::to_string(virtual_size) +
                                    " bytes cannot be layered (empty or too many clusters)");
   }
@@ -177,14 +201,13 @@ Result<std::unique_ptr<LayerFile>> LayerFile::Open(const std::string& path, bool
   l->map_offset_ = Get<uint64_t>(h, 64);
   l->map_slot_size_ = Get<uint64_t>(h, 72);
   l->data_offset_ = Get<uint64_t>(h, 80);
-  if (l->cluster_shift_ < 12 || l->cluster_shift_ > 24 || l->virtual_size_ == 0) {
+  if (l->cluster_shift_ < 12 || l->cluster_shift_ > 24 ||
+      !ClusterCount(l->virtual_size_, l->cluster_shift_, &l->cluster_count_)) {
     return Status::DataLoss("disk layer " + path + " header has impossible geometry");
   }
-  l->cluster_count_ = (l->virtual_size_ + l->cluster_size() - 1) >> l->cluster_shift_;
   if (l->cluster_count_ > kMaxClusters ||
-      l->map_slot_size_ < kMapHeaderBytes + (l->cluster_count_ + 7) / 8 ||
-      l->map_offset_ < kHeaderBytes || l->data_offset_ < l->map_offset_ + 2 * l->map_slot_size_ ||
-      static_cast<uint64_t>(st.st_size) < l->data_offset_ + l->virtual_size_) {
+      !GeometryFits(l->map_offset_, l->map_slot_size_, l->data_offset_, l->virtual_size_,
+                    (l->cluster_count_ + 7) / 8, static_cast<uint64_t>(st.st_size))) {
     return Status::DataLoss("disk layer " + path + " is truncated or its header is inconsistent");
   }
   RETURN_IF_ERROR(l->LoadMap());

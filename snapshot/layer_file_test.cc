@@ -5,6 +5,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstring>
+#include <vector>
+
+#include "snapshot/crc32c.h"
 #include "snapshot/testing/temp_dir.h"
 
 namespace kubicle::snapshot {
@@ -112,6 +116,62 @@ TEST_F(LayerFileTest, RejectsDamagedHeaderAndTruncation) {
   EXPECT_EQ(LayerFile::Open(path(), false).status().code(), StatusCode::kDataLoss);
   Poke(path(), 0, 'X');
   EXPECT_EQ(LayerFile::Open(path(), false).status().code(), StatusCode::kInvalidArgument);
+}
+
+// Rewrites u64 header fields of a layer and recomputes the header CRC, so
+// only the geometry checks stand between the values and Open.
+void RewriteHeader(const std::string& path, std::initializer_list<std::pair<size_t, uint64_t>> f) {
+  UniqueFd fd(::open(path.c_str(), O_RDWR));
+  std::vector<uint8_t> h(4096);
+  ASSERT_EQ(::pread(fd.get(), h.data(), h.size(), 0), 4096);
+  for (auto [off, v] : f) std::memcpy(h.data() + off, &v, 8);
+  uint32_t crc = Crc32c({h.data(), 88});
+  std::memcpy(h.data() + 88, &crc, 4);
+  ASSERT_EQ(::pwrite(fd.get(), h.data(), h.size(), 0), 4096);
+}
+
+// A valid, empty map in slot A claiming `clusters` clusters (generation 9).
+void WriteEmptyMapA(const std::string& path, uint64_t clusters) {
+  std::vector<uint8_t> m(32, 0);
+  std::memcpy(m.data(), "KBLMAP\0\0", 8);
+  uint64_t gen = 9;
+  std::memcpy(m.data() + 8, &gen, 8);
+  std::memcpy(m.data() + 16, &clusters, 8);
+  uint32_t crc = Crc32c({m.data(), 24});
+  crc = Crc32c({m.data() + 32, (clusters + 7) / 8}, crc);
+  std::memcpy(m.data() + 24, &crc, 4);
+  UniqueFd fd(::open(path.c_str(), O_RDWR));
+  ASSERT_EQ(::pwrite(fd.get(), m.data(), m.size(), kMapA), 32);
+}
+
+// Header fields whose sums and products wrap 64 bits must not pass the
+// geometry checks by wrapping to small values.
+TEST_F(LayerFileTest, RejectsHeaderFieldsThatOverflow) {
+  constexpr size_t kVirtualSize = 24, kMapSlotSize = 72, kDataOffset = 80;
+  // virtual_size + cluster_size - 1 wraps: zero clusters for a 16 EiB disk
+  // (with a map that agrees, this used to open).
+  Make();
+  RewriteHeader(path(), {{kVirtualSize, UINT64_MAX}});
+  WriteEmptyMapA(path(), 0);
+  auto huge = LayerFile::Open(path(), false);
+  EXPECT_EQ(huge.status().code(), StatusCode::kDataLoss) << huge.status().ToString();
+  // 2 * map_slot_size wraps past the data offset check.
+  ::unlink(path().c_str());
+  Make();
+  RewriteHeader(path(), {{kMapSlotSize, (uint64_t{1} << 63) + 4096}});
+  EXPECT_EQ(LayerFile::Open(path(), false).status().code(), StatusCode::kDataLoss);
+  // data_offset + virtual_size wraps below the file size: data reads would
+  // have gone to offset data_offset + x mod 2^64 (the header).
+  ::unlink(path().c_str());
+  Make();
+  RewriteHeader(path(), {{kDataOffset, UINT64_MAX - kSize + 2}});
+  auto wrapped = LayerFile::Open(path(), false);
+  EXPECT_EQ(wrapped.status().code(), StatusCode::kDataLoss) << wrapped.status().ToString();
+}
+
+TEST_F(LayerFileTest, CreateRefusesSizesWhoseClusterCountWraps) {
+  auto l = LayerFile::Create(dir_ / "huge", UINT64_MAX - 10, LayerId{}, {});
+  EXPECT_EQ(l.status().code(), StatusCode::kInvalidArgument) << l.status().ToString();
 }
 
 TEST_F(LayerFileTest, SealedLayerRefusesWrites) {
