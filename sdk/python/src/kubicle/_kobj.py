@@ -156,8 +156,12 @@ def wait_state(obj: Optional[Mapping[str, Any]], *,
     if ready.get("reason") == "VMFailed" or vm.get("state") == "Failed" or \
             _get(obj, "status", "phase") == "Failed":
         msg = vm.get("message") or ready.get("message") or "the VM failed"
-        return FAILED, errors.SandboxFailedError(msg, reason=ready.get("reason") or "VMFailed",
-                                                 sandbox=name)
+        if msg.startswith("node is full"):
+            # The node refused the VM for want of room (its own capacity,
+            # which the operator's placement does not see).
+            return FAILED, errors.CapacityError(msg, reason="InsufficientCapacity", sandbox=name)
+        reason = ready.get("reason") if ready.get("reason") == "VMFailed" else "VMFailed"
+        return FAILED, errors.SandboxFailedError(msg, reason=reason, sandbox=name)
     sched = conds.get("Scheduled") or {}
     if sched.get("status") == "False":
         reason, msg = sched.get("reason", ""), sched.get("message", "") or "not scheduled"

@@ -73,8 +73,8 @@ class KubeBackend:
 
     # --- plumbing -----------------------------------------------------------
 
-    def _do(self, fn: Callable[..., T], *args: Any, what: str = "", sandbox: Optional[str] = None,
-            **kw: Any) -> T:
+    def _do(self, fn: Callable[..., Any], *args: Any, what: str = "", sandbox: Optional[str] = None,
+            **kw: Any) -> Any:
         from kubernetes.client.rest import ApiException
 
         try:

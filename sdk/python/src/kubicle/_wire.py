@@ -132,8 +132,8 @@ class ExecStream:
                 self._emit(name, self._dec[name].decode(b"", final=True))
             self.result = _result(msg["exit"], bytes(self._buf["stdout"]), bytes(self._buf["stderr"]))
         elif "error" in msg:
-            e = msg["error"] or {}
-            raise error_for(200, e.get("code", ""), e.get("message", ""), op="exec",
+            err = msg["error"] or {}
+            raise error_for(200, err.get("code", ""), err.get("message", ""), op="exec",
                             sandbox=self._sandbox)
 
     def _emit(self, name: str, text: str) -> None:

@@ -41,7 +41,9 @@ def _tail(path: str, n: int = 30) -> str:
 
 
 class Stack:
-    def __init__(self, build_dir: Optional[str] = None, namespace: str = "default") -> None:
+    def __init__(self, build_dir: Optional[str] = None, namespace: str = "default",
+                 node_args: Optional[List[str]] = None) -> None:
+        self.node_args = list(node_args or [])
         self.build = os.path.abspath(build_dir or os.environ.get("KUBICLE_BUILD_DIR") or
                                      os.path.join(REPO, "build"))
         self.namespace = namespace
@@ -131,7 +133,7 @@ class Stack:
             self.bin("noderuntime/daemon/kubicle-node"), "serve", f"--node-name={NODE_NAME}",
             f"--kubeconfig={self.kubeconfig}", f"--vmm={self.bin('vmm/kubicle-vmm')}",
             f"--state-dir={self.state}", "--listen=127.0.0.1:0", "--advertise-address=127.0.0.1",
-            f"--image-root={self.images}", "--stop-vms-on-exit"])
+            f"--image-root={self.images}", "--stop-vms-on-exit", *self.node_args])
         self.node_url = self._wait_log("node", self.node, "listening on ", 60)
         from kubernetes import client
 

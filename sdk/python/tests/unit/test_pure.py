@@ -160,6 +160,15 @@ def test_wait_state_vm_message_and_pending_mode():
                                    conditions=[_c("Ready", "False", "VMFailed", "x")]),
                               wait_pending=False)
     assert err.reason == "VMFailed" and err.message == "vmm exited 1"
+    _, err = _kobj.wait_state(_sbx(phase="Scheduled", vm={"state": "Failed", "message":
+                                   "node is full: 64 of 64 vCPUs in use"},
+                                   conditions=[_c("Ready", "False", "Scheduled")]),
+                              wait_pending=False)
+    assert isinstance(err, errors.CapacityError) and err.reason == "InsufficientCapacity"
+    _, err = _kobj.wait_state(_sbx(vm={"state": "Failed", "message": "restore failed"},
+                                   conditions=[_c("Ready", "False", "Scheduled")]),
+                              wait_pending=False)
+    assert isinstance(err, errors.SandboxFailedError) and err.reason == "VMFailed"
     st, err = _kobj.wait_state(_sbx(conditions=[_c("Scheduled", "False", "NoReadyNode", "m")]),
                                wait_pending=True)
     assert st == _kobj.PENDING and isinstance(err, errors.TemplateNotReadyError)
