@@ -42,8 +42,10 @@ def _tail(path: str, n: int = 30) -> str:
 
 class Stack:
     def __init__(self, build_dir: Optional[str] = None, namespace: str = "default",
-                 node_args: Optional[List[str]] = None) -> None:
+                 node_args: Optional[List[str]] = None,
+                 operator_args: Optional[List[str]] = None) -> None:
         self.node_args = list(node_args or [])
+        self.operator_args = list(operator_args or [])
         self.build = os.path.abspath(build_dir or os.environ.get("KUBICLE_BUILD_DIR") or
                                      os.path.join(REPO, "build"))
         self.namespace = namespace
@@ -125,7 +127,8 @@ class Stack:
     def _start_operator_and_node(self) -> None:
         self.operator = self._spawn("operator", [
             self.bin("operator/kubicle-operator"), f"--kubeconfig={self.kubeconfig}",
-            "--leader-elect=false", f"--node-lease-namespace={LEASE_NS}", "--metrics-port=0"])
+            "--leader-elect=false", f"--node-lease-namespace={LEASE_NS}", "--metrics-port=0",
+            *self.operator_args])
         shutil.copy(self.bin("kubicle-testguest"), os.path.join(self.images, "kubicle-testguest"))
         with open(os.path.join(self.images, "rootfs.img"), "wb") as f:
             f.truncate(1 << 20)  # the test guest only lists its disk
