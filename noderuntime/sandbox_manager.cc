@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "noderuntime/node_util.h"
 #include "noderuntime/sandbox_manager_internal.h"
+#include "vmm/control_client.h"
 #include "kube/label_selector.h"
 
 namespace kubicle::noderuntime {
@@ -224,7 +225,7 @@ void SandboxManager::StopVm(Sandbox& sb) {
     pidfd = sb.pidfd.get();  // stays open: only Teardown/FreeResources close it
     control = sb.rec.control_path;
   }
-  auto r = ControlCall(control, {{"cmd", "shutdown"}}, 500ms);
+  Status r = vmm::control::ControlClient(control).Shutdown(500ms);
   if (!r.ok() || !WaitExited(pidfd, config_.delete_grace)) {
     (void)PidfdKill(pidfd, SIGKILL);
     WaitExited(pidfd, 10s);

@@ -37,6 +37,7 @@
 #include "noderuntime/records.h"
 #include "noderuntime/sandbox_service.h"
 #include "noderuntime/warm_pool.h"
+#include "vmm/control_protocol.h"
 
 namespace kubicle::noderuntime {
 
@@ -136,7 +137,8 @@ class SandboxManager final : public SandboxService {
   Result<std::shared_ptr<Sandbox>> NewForkChild(const ForkRequest& request, const ForkChildSpec* spec,
                                                  const Sandbox& src, std::string* token);
   Status ReserveForkChild(const std::shared_ptr<Sandbox>& child);
-  Status AttachForkChildren(const std::vector<std::shared_ptr<Sandbox>>& kids, const nlohmann::json& response);
+  Status AttachForkChildren(const std::vector<std::shared_ptr<Sandbox>>& kids,
+                            const vmm::control::ForkReply& reply);
   Result<SandboxInfo> ForkChild(const std::shared_ptr<Sandbox>& child, const std::string& hostname);
   // Supervision and teardown (sandbox_manager.cc).
   Status Watch(const std::shared_ptr<Sandbox>& sb);

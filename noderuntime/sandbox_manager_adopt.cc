@@ -11,6 +11,7 @@
 #include "noderuntime/node_util.h"
 #include "noderuntime/sandbox_manager.h"
 #include "noderuntime/sandbox_manager_internal.h"
+#include "vmm/control_client.h"
 
 namespace kubicle::noderuntime {
 
@@ -103,7 +104,7 @@ void SandboxManager::AdoptOne(SandboxRecord record) {
   Status st = info.state == SandboxState::kFailed ? Status::Ok() : handle.status();
   if (info.state == SandboxState::kRunning && st.ok()) {
     sb->pidfd = std::move(handle->pidfd);
-    auto status = ControlCall(sb->rec.control_path, {{"cmd", "status"}}, 2s);
+    auto status = vmm::control::ControlClient(sb->rec.control_path).GetStatus(2s);
     st = status.status();
     if (st.ok()) {
       auto agent = guest::client::AgentClient::ConnectVsock(

@@ -12,6 +12,7 @@
 #include "noderuntime/node_util.h"
 #include "noderuntime/sandbox_manager.h"
 #include "noderuntime/sandbox_manager_internal.h"
+#include "vmm/control_client.h"
 
 namespace kubicle::noderuntime {
 
@@ -254,11 +255,14 @@ Status SandboxManager::RunCreate(const std::shared_ptr<Sandbox>& sb, const std::
   // without a record is an orphan that the next Open() kills.
   RETURN_IF_ERROR(Watch(sb));
   const auto t0 = std::chrono::steady_clock::now();
-  nlohmann::json req = {{"cmd", "restore"}, {"snapshot", snapshot_dir}, {"vsock_uds", vsock},
-                        {"cid", cid}, {"serial", serial}, {"id", id},
-                        // Writable disks get their private overlay here, so it goes with the sandbox.
-                        {"layer_dir", sb->dir}};
-  auto r = ControlCall(control, req, 30s);
+  vmm::control::RestoreRequest req;
+  req.snapshot = snapshot_dir;
+  req.vsock_uds = vsock;
+  req.cid = cid;
+  req.serial = serial;
+  req.id = id;
+  req.layer_dir = sb->dir;  // writable disks get their private overlay here, so it goes with the sandbox
+  auto r = vmm::control::ControlClient(control).Restore(req, 30s);
   if (!r.ok()) return r.status().WithContext("restore");
   steps->Mark("restore");
   RETURN_IF_ERROR(FinishStart(sb, hostname));
@@ -388,14 +392,14 @@ Status SandboxManager::ReserveForkChild(const std::shared_ptr<Sandbox>& k) {
 
 // Takes hold of every child before anything else, so an abort kills them all.
 Status SandboxManager::AttachForkChildren(const std::vector<std::shared_ptr<Sandbox>>& kids,
-                                          const nlohmann::json& response) {
-  const auto& pids = response["pids"];
-  if (!pids.is_array() || pids.size() != kids.size())
-    return Status::DataLoss("fork response has no pid per child: " + response.dump());
+                                          const vmm::control::ForkReply& reply) {
+  const auto& pids = reply.pids;  // each a positive pid (checked by DecodeReply)
+  if (pids.size() != kids.size())
+    return Status::DataLoss("fork response has " + std::to_string(pids.size()) + " pids for " +
+                            std::to_string(kids.size()) + " children");
   Status attached;
   for (size_t i = 0; i < kids.size(); ++i) {
-    auto h = pids[i].is_number_integer() ? AttachProcess(pids[i].get<pid_t>(), std::nullopt)
-                                         : Result<VmmHandle>(Status::DataLoss("fork response: bad pid"));
+    auto h = AttachProcess(static_cast<pid_t>(pids[i]), std::nullopt);
     if (!h.ok()) {
       if (attached.ok()) attached = h.status().WithContext("fork child");
       continue;
@@ -443,15 +447,18 @@ Result<std::vector<SandboxInfo>> SandboxManager::ForkSandbox(const ForkRequest& 
     log::Warn("sandbox fork failed", {{"sandbox", request.source_id}, {"error", st.ToString()}});
     return st;
   };
-  nlohmann::json children = nlohmann::json::array();
+  vmm::control::ForkRequest fork;
   for (auto& k : kids) {
     Status st = ReserveForkChild(k);
     if (!st.ok()) return abort_all(st);
-    children.push_back({{"vsock_uds", k->rec.vsock_path}, {"control", k->rec.control_path},
-                        {"cid", k->rec.info.cid}, {"serial", k->dir + "/serial.log"}, {"layer_dir", k->dir}});
+    fork.children.push_back({.control = k->rec.control_path,
+                             .cid = k->rec.info.cid,
+                             .vsock_uds = k->rec.vsock_path,
+                             .serial = k->dir + "/serial.log",
+                             .layer_dir = k->dir});
   }
   // A timeout here may leave children we never heard of: the running orphan sweep ends them.
-  auto r = ControlCall(src_control, {{"cmd", "fork"}, {"count", kids.size()}, {"children", children}}, 60s);
+  auto r = vmm::control::ControlClient(src_control).Fork(fork, 60s);
   if (!r.ok()) return abort_all(r.status().WithContext("fork"));
   Status attached = AttachForkChildren(kids, *r);
   if (!attached.ok()) return abort_all(attached);

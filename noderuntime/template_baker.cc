@@ -11,6 +11,7 @@
 #include "noderuntime/node_util.h"
 #include "noderuntime/sandbox_manager.h"
 #include "noderuntime/sandbox_manager_internal.h"
+#include "vmm/control_client.h"
 
 namespace kubicle::noderuntime {
 
@@ -236,7 +237,7 @@ Status SandboxManager::BakeSteps(const std::shared_ptr<Template>& t) {
       if (!tail.empty()) st = st.WithContext("vmm.log: " + tail);
     }
     if (!WaitExited(vm->pidfd.get(), 0ms)) {
-      auto r = ControlCall(control, {{"cmd", "shutdown"}}, 1s);
+      Status r = vmm::control::ControlClient(control).Shutdown(1s);
       if (!r.ok() || !WaitExited(vm->pidfd.get(), 5s)) (void)PidfdKill(vm->pidfd.get(), SIGKILL);
       WaitExited(vm->pidfd.get(), 5s);
     }
@@ -305,8 +306,7 @@ Status SandboxManager::BakeInVm(const std::shared_ptr<Template>& t, const Templa
   }
   agent.reset();  // no host connection is captured in the snapshot
   SetTemplateProgress(t, "snapshotting");
-  auto r = ControlCall(control, {{"cmd", "snapshot"}, {"dir", snapshot_dir}, {"resume", false}}, 120s);
-  return r.status();
+  return vmm::control::ControlClient(control).Snapshot({.dir = snapshot_dir, .resume = false}, 120s).status();
 }
 
 }  // namespace kubicle::noderuntime

@@ -5,9 +5,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
-#include <sys/socket.h>
 #include <sys/syscall.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,6 +14,7 @@
 #include <thread>
 
 #include "noderuntime/node_util.h"
+#include "vmm/control_client.h"
 
 extern char** environ;
 
@@ -138,51 +137,13 @@ std::string DescribeExit(int code) {
   return "exit code " + std::to_string(code);
 }
 
-Result<nlohmann::json> ControlCall(const std::string& socket_path, const nlohmann::json& request,
-                                   std::chrono::milliseconds timeout) {
-  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!fd) return Status::FromErrno("socket");
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (socket_path.size() >= sizeof(addr.sun_path))
-    return Status::InvalidArgument("control socket path too long: " + socket_path);
-  std::memcpy(addr.sun_path, socket_path.c_str(), socket_path.size() + 1);
-  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) < 0)
-    return Status::Unavailable("connect " + socket_path + ": " + std::strerror(errno));
-  timeval tv{static_cast<time_t>(timeout.count() / 1000),
-             static_cast<suseconds_t>((timeout.count() % 1000) * 1000)};
-  ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  ::setsockopt(fd.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-  std::string line = request.dump() + "\n";
-  if (::send(fd.get(), line.data(), line.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(line.size()))
-    return Status::Unavailable("send to " + socket_path + ": " + std::strerror(errno));
-  std::string response;
-  char buf[4096];
-  while (response.find('\n') == std::string::npos) {
-    ssize_t n = ::read(fd.get(), buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-      return Status::DeadlineExceeded("control " + request.value("cmd", "?") + ": no answer in time");
-    if (n <= 0) return Status::Unavailable("control socket closed before a response");
-    response.append(buf, static_cast<size_t>(n));
-    if (response.size() > (1u << 20)) return Status::DataLoss("control response too long");
-  }
-  auto j = nlohmann::json::parse(response.substr(0, response.find('\n')), nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return Status::DataLoss("control response is not a JSON object");
-  if (j.value("ok", false) != true) {
-    std::string err = j.contains("error") && j["error"].is_string() ? j["error"].get<std::string>() : j.dump();
-    return Status::FailedPrecondition("kubicle-vmm " + request.value("cmd", "?") + ": " + err);
-  }
-  return j;
-}
-
 Status WaitForControl(const std::string& socket_path, int pidfd, std::chrono::milliseconds timeout) {
   auto end = std::chrono::steady_clock::now() + timeout;
   Status last = Status::Unavailable("no attempt");
   while (std::chrono::steady_clock::now() < end) {
     if (WaitExited(pidfd, std::chrono::milliseconds(0)))
       return Status::Unavailable("kubicle-vmm exited before its control socket answered");
-    auto r = ControlCall(socket_path, {{"cmd", "status"}}, std::chrono::milliseconds(2000));
+    auto r = vmm::control::ControlClient(socket_path).GetStatus(std::chrono::milliseconds(2000));
     if (r.ok()) return Status::Ok();
     last = r.status();
     std::this_thread::sleep_for(std::chrono::microseconds(300));

@@ -5,8 +5,8 @@
 //
 // Contracts: spawned processes get their own session, stdin from /dev/null,
 // stdout and stderr appended to a log file, and no other fd of ours (closed
-// from 3 up in the child before exec). Control calls have a deadline and turn
-// {"ok": false, "error": E} into a Status carrying E.
+// from 3 up in the child before exec). The control socket is spoken through
+// vmm::control::ControlClient (vmm/control_client.h), the one client.
 #pragma once
 
 #include <sys/types.h>
@@ -16,8 +16,6 @@
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/status.h"
 #include "common/unique_fd.h"
@@ -47,9 +45,6 @@ std::optional<int> ReapIfChild(int pidfd);
 // Describes a reaped status: "exit code 3" / "killed by signal 9".
 std::string DescribeExit(int code);
 
-// One request/response on a VMM control socket.
-Result<nlohmann::json> ControlCall(const std::string& socket_path, const nlohmann::json& request,
-                                   std::chrono::milliseconds timeout);
 // Polls `status` until it answers, the process exits or the timeout passes.
 Status WaitForControl(const std::string& socket_path, int pidfd, std::chrono::milliseconds timeout);
 

@@ -5,6 +5,7 @@
 
 #include "common/log.h"
 #include "noderuntime/node_util.h"
+#include "vmm/control_client.h"
 
 namespace kubicle::noderuntime {
 
@@ -199,7 +200,7 @@ bool WarmPool::PollLaunching() {
       failed = Status::Unavailable("exited before its control socket answered");
     } else if (std::chrono::steady_clock::now() - vm.started > 60s) {
       failed = Status::DeadlineExceeded("control socket did not answer in 60 s");
-    } else if (!ControlCall(vm.control_path, {{"cmd", "status"}}, 1s).ok()) {
+    } else if (!vmm::control::ControlClient(vm.control_path).GetStatus(1s).ok()) {
       ++i;
       continue;
     }

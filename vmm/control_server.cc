@@ -10,7 +10,7 @@
 namespace kubicle::vmm {
 
 Result<std::unique_ptr<ControlServer>> ControlServer::Listen(const std::string& path,
-                                                             EventLoop* loop) {
+                                                             EventLoop* loop, Handler handler) {
   sockaddr_un addr{};
   if (path.size() >= sizeof(addr.sun_path))
     return Status::InvalidArgument("control socket path too long: " + path);
@@ -23,7 +23,7 @@ Result<std::unique_ptr<ControlServer>> ControlServer::Listen(const std::string& 
   if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) < 0)
     return Status::FromErrno("bind " + path);
   if (::listen(fd, 16) < 0) return Status::FromErrno("listen " + path);
-  std::unique_ptr<ControlServer> server(new ControlServer(path, std::move(listener), loop));
+  std::unique_ptr<ControlServer> server(new ControlServer(path, std::move(listener), loop, std::move(handler)));
   ControlServer* raw = server.get();
   RETURN_IF_ERROR(loop->Add(fd, [raw](uint32_t) { raw->Accept(); }));
   return server;
@@ -81,20 +81,13 @@ void ControlServer::OnReadable(int fd) {
 }
 
 std::string ControlServer::HandleLine(const std::string& line) {
-  nlohmann::json request = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-  auto error = [](const std::string& msg) {
-    return nlohmann::json{{"ok", false}, {"error", msg}}.dump();
-  };
-  if (request.is_discarded() || !request.is_object()) return error("request is not a JSON object");
-  auto cmd = request.find("cmd");
-  if (cmd == request.end() || !cmd->is_string()) return error("request has no string field 'cmd'");
-  auto handler = handlers_.find(cmd->get<std::string>());
-  if (handler == handlers_.end()) return error("unknown command '" + cmd->get<std::string>() + "'");
-  Result<nlohmann::json> result = handler->second(request);
-  if (!result.ok()) return error(result.status().ToString());
-  nlohmann::json response = result->is_object() ? *result : nlohmann::json::object();
-  response["ok"] = true;
-  return response.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  // A request that does not decode never reaches the handler; its error is
+  // the bare reason (there is no command to name).
+  Result<control::Request> request = control::DecodeRequest(line);
+  if (!request.ok()) return control::EncodeError(request.status().message());
+  Result<control::Reply> reply = handler_(*request);
+  if (!reply.ok()) return control::EncodeError(reply.status().ToString());
+  return control::EncodeReply(*reply);
 }
 
 }  // namespace kubicle::vmm

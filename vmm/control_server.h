@@ -1,37 +1,42 @@
 // ControlServer: kubicle-vmm's control socket. A Unix stream socket speaking
-// line-delimited JSON: each request is one line {"cmd": "<name>", ...} and gets
-// one response line {"ok": true, ...} or {"ok": false, "error": "..."}.
+// the control protocol (control_protocol.h): each request line is decoded
+// into a typed control::Request, handed to the one handler, and its typed
+// reply (or error) is sent back as one line.
 //
-// Runs on the VMM's event loop thread; handlers run there too, one at a time.
-// Untrusted input rules: lines over kMaxLineBytes close the connection,
-// malformed JSON and unknown commands get an error response, at most
-// kMaxClients connections are served at once.
+// Runs on the VMM's event loop thread; the handler runs there too, one
+// request at a time. Untrusted input rules: lines over kMaxLineBytes close
+// the connection; requests that do not decode (malformed JSON, unknown
+// commands, wrong types, bad CIDs, a newer protocol version) get an error
+// reply without reaching the handler; at most kMaxClients connections are
+// served at once.
 #pragma once
 
 #include <functional>
 #include <map>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <string>
 
 #include "common/event_loop.h"
 #include "common/status.h"
 #include "common/unique_fd.h"
+#include "vmm/control_protocol.h"
 
 namespace kubicle::vmm {
 
 class ControlServer {
  public:
-  // A handler returns the response fields (merged with "ok": true) or an error.
-  using Handler = std::function<Result<nlohmann::json>(const nlohmann::json& request)>;
-  static constexpr size_t kMaxLineBytes = 64 * 1024;
+  // Returns the reply to a decoded request (of the request's reply type) or
+  // an error, which is sent as {"ok": false, "error": Status::ToString()}.
+  using Handler = std::function<Result<control::Reply>(const control::Request& request)>;
+  static constexpr size_t kMaxLineBytes = control::kMaxRequestBytes;
   static constexpr size_t kMaxClients = 16;
 
-  // Binds path (replacing a stale socket file) and starts accepting on loop.
-  static Result<std::unique_ptr<ControlServer>> Listen(const std::string& path, EventLoop* loop);
+  // Binds path (replacing a stale socket file) and starts accepting on loop;
+  // every request goes to handler.
+  static Result<std::unique_ptr<ControlServer>> Listen(const std::string& path, EventLoop* loop,
+                                                       Handler handler);
   ~ControlServer();
 
-  void Register(const std::string& cmd, Handler handler) { handlers_[cmd] = std::move(handler); }
   // Computes the response line (without newline) for one request line.
   std::string HandleLine(const std::string& line);
   const std::string& path() const { return path_; }
@@ -41,8 +46,9 @@ class ControlServer {
     UniqueFd fd;
     std::string buffer;
   };
-  ControlServer(std::string path, UniqueFd listener, EventLoop* loop)
-      : path_(std::move(path)), listener_(std::move(listener)), loop_(loop) {}
+  ControlServer(std::string path, UniqueFd listener, EventLoop* loop, Handler handler)
+      : path_(std::move(path)), listener_(std::move(listener)), loop_(loop),
+        handler_(std::move(handler)) {}
   void Accept();
   void OnReadable(int fd);
   void Close(int fd);
@@ -51,7 +57,7 @@ class ControlServer {
   UniqueFd listener_;
   EventLoop* loop_;
   std::map<int, Client> clients_;
-  std::map<std::string, Handler> handlers_;
+  Handler handler_;
 };
 
 }  // namespace kubicle::vmm

@@ -5,6 +5,7 @@
 #include <sys/un.h>
 
 #include <cstring>
+#include <nlohmann/json.hpp>
 
 namespace kubicle::vmm {
 namespace {
@@ -18,13 +19,18 @@ class ControlServerTest : public ::testing::Test {
     ASSERT_TRUE(loop.ok());
     loop_ = std::move(loop).value();
     path_ = ::testing::TempDir() + "/ctl-" + std::to_string(::getpid()) + ".sock";
-    auto server = ControlServer::Listen(path_, loop_.get());
+    auto server = ControlServer::Listen(path_, loop_.get(),
+                                        [this](const control::Request& r) -> Result<control::Reply> {
+                                          ++handled_;
+                                          if (std::holds_alternative<control::PauseRequest>(r))
+                                            return Status::FailedPrecondition("vm is paused");
+                                          control::VmStatus s;
+                                          s.id = "t";
+                                          s.state = control::VmState::kRunning;
+                                          return control::Reply{s};
+                                        });
     ASSERT_TRUE(server.ok()) << server.status().ToString();
     server_ = std::move(server).value();
-    server_->Register("status", [](const json&) -> Result<json> { return json{{"state", "running"}}; });
-    server_->Register("fail", [](const json&) -> Result<json> {
-      return Status::FailedPrecondition("vm is paused");
-    });
   }
 
   // Sends raw bytes and returns the first response line, pumping the loop.
@@ -47,6 +53,7 @@ class ControlServerTest : public ::testing::Test {
     return out;
   }
 
+  int handled_ = 0;
   std::unique_ptr<EventLoop> loop_;
   std::unique_ptr<ControlServer> server_;
   std::string path_;
@@ -62,9 +69,14 @@ TEST_F(ControlServerTest, ErrorsForBadRequests) {
   EXPECT_EQ(json::parse(Exchange("not json\n"))["ok"], false);
   EXPECT_EQ(json::parse(Exchange("[1,2]\n"))["error"], "request is not a JSON object");
   EXPECT_EQ(json::parse(Exchange("{\"cmd\":\"nope\"}\n"))["error"], "unknown command 'nope'");
-  json r = json::parse(Exchange("{\"cmd\":\"fail\"}\n"));
+  // Requests that do not decode never reach the handler.
+  EXPECT_EQ(json::parse(Exchange("{\"cmd\":\"snapshot\",\"dir\":7}\n"))["ok"], false);
+  EXPECT_EQ(json::parse(Exchange("{\"cmd\":\"status\",\"v\":99}\n"))["ok"], false);
+  EXPECT_EQ(handled_, 0);
+  json r = json::parse(Exchange("{\"cmd\":\"pause\"}\n"));
   EXPECT_EQ(r["ok"], false);
   EXPECT_EQ(r["error"], "FailedPrecondition: vm is paused");
+  EXPECT_EQ(handled_, 1);
 }
 
 TEST_F(ControlServerTest, OverlongLineClosesConnection) {

@@ -8,6 +8,16 @@
 #include "vmm/devices/legacy/serial.h"
 
 namespace kubicle::vmm {
+namespace {
+
+template <class... Ts>
+struct Overloaded : Ts... {
+  using Ts::operator()...;
+};
+template <class... Ts>
+Overloaded(Ts...) -> Overloaded<Ts...>;
+
+}  // namespace
 
 Result<std::unique_ptr<Vm>> Vm::Create(const VmmConfig& config) {
   std::unique_ptr<Vm> vm(new Vm(config));
@@ -129,58 +139,69 @@ ExitCode Vm::WaitForStop() {
   return stop.first;
 }
 
-nlohmann::json Vm::Describe() const {
-  nlohmann::json j;
-  j["id"] = config_.vm_id;
-  j["state"] = !vcpus_ ? "pooled" : vcpus_->paused() ? "paused" : "running";
-  j["vcpus"] = config_.vcpus;
-  j["mem_bytes"] = config_.mem_bytes;
-  j["guest_cid"] = config_.guest_cid;
-  j["pid"] = ::getpid();
+control::VmStatus Vm::Describe() const {
+  control::VmStatus s;
+  s.id = config_.vm_id;
+  s.state = !vcpus_ ? control::VmState::kPooled
+            : vcpus_->paused() ? control::VmState::kPaused
+                               : control::VmState::kRunning;
+  s.vcpus = config_.vcpus;
+  s.mem_bytes = config_.mem_bytes;
+  s.guest_cid = config_.guest_cid;
+  s.pid = ::getpid();
   auto uptime = std::chrono::steady_clock::now() - started_at_;
-  j["uptime_ms"] = std::chrono::duration_cast<std::chrono::milliseconds>(uptime).count();
+  s.uptime_ms = std::chrono::duration_cast<std::chrono::milliseconds>(uptime).count();
   // Host ranges of guest RAM, so tools can tell VMM overhead from guest pages.
-  nlohmann::json ranges = nlohmann::json::array();
   if (memory_) {
     for (const GuestRegion& r : memory_->regions())
-      ranges.push_back({{"guest", r.guest_base}, {"host", reinterpret_cast<uintptr_t>(r.host)},
-                        {"size", r.size}});
+      s.guest_memory.push_back({r.guest_base, reinterpret_cast<uintptr_t>(r.host), r.size});
   }
-  j["guest_memory"] = ranges;
-  return j;
+  return s;
 }
 
 Status Vm::AttachControlSocket() {
   if (config_.control_path.empty()) return Status::Ok();
-  ASSIGN_OR_RETURN(control_, ControlServer::Listen(config_.control_path, loop_.get()));
-  control_->Register("status", [this](const nlohmann::json&) -> Result<nlohmann::json> {
-    return Describe();
-  });
-  control_->Register("pause", [this](const nlohmann::json&) -> Result<nlohmann::json> {
-    RETURN_IF_ERROR(Pause());
-    return Describe();
-  });
-  control_->Register("resume", [this](const nlohmann::json&) -> Result<nlohmann::json> {
-    RETURN_IF_ERROR(Resume());
-    return Describe();
-  });
-  control_->Register("snapshot", [this](const nlohmann::json& req) -> Result<nlohmann::json> {
-    if (!req.contains("dir") || !req["dir"].is_string())
-      return Status::InvalidArgument("snapshot needs \"dir\": a path");
-    if (req.contains("resume") && !req["resume"].is_boolean())
-      return Status::InvalidArgument("snapshot: \"resume\" must be true or false");
-    bool resume = req.value("resume", true);
-    RETURN_IF_ERROR(Snapshot(req["dir"].get<std::string>(), resume));
-    nlohmann::json j = Describe();
-    j["dir"] = req["dir"];
-    return j;
-  });
-  control_->Register("fork", [this](const nlohmann::json& req) { return Fork(req); });
-  control_->Register("shutdown", [this](const nlohmann::json&) -> Result<nlohmann::json> {
-    RequestStop(ExitCode::kGuestShutdown, "shutdown command");
-    return nlohmann::json::object();
-  });
+  ASSIGN_OR_RETURN(control_, ControlServer::Listen(config_.control_path, loop_.get(),
+                                                   [this](const control::Request& request) {
+                                                     return HandleControl(request);
+                                                   }));
   return Status::Ok();
+}
+
+Result<control::Reply> Vm::HandleControl(const control::Request& request) {
+  using control::Reply;
+  return std::visit(
+      Overloaded{
+          [this](const control::StatusRequest&) -> Result<Reply> { return Reply{Describe()}; },
+          [this](const control::PauseRequest&) -> Result<Reply> {
+            RETURN_IF_ERROR(Pause());
+            return Reply{Describe()};
+          },
+          [this](const control::ResumeRequest&) -> Result<Reply> {
+            RETURN_IF_ERROR(Resume());
+            return Reply{Describe()};
+          },
+          [this](const control::SnapshotRequest& r) -> Result<Reply> {
+            RETURN_IF_ERROR(Snapshot(r.dir, r.resume));
+            return Reply{control::SnapshotReply{Describe(), r.dir}};
+          },
+          [this](const control::RestoreRequest& r) -> Result<Reply> {
+            if (!pooled_)
+              return Status::FailedPrecondition("restore: only a pool VM (kubicle-vmm pool) "
+                                                "restores a snapshot on request");
+            ASSIGN_OR_RETURN(control::RestoreReply reply, RestoreFromPool(r));
+            return Reply{std::move(reply)};
+          },
+          [this](const control::ForkRequest& r) -> Result<Reply> {
+            ASSIGN_OR_RETURN(control::ForkReply reply, Fork(r));
+            return Reply{std::move(reply)};
+          },
+          [this](const control::ShutdownRequest&) -> Result<Reply> {
+            RequestStop(ExitCode::kGuestShutdown, "shutdown command");
+            return Reply{control::ShutdownReply{}};
+          },
+      },
+      request);
 }
 
 }  // namespace kubicle::vmm

@@ -12,7 +12,6 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <thread>
@@ -21,6 +20,7 @@
 #include "common/event_fd.h"
 #include "common/event_loop.h"
 #include "common/status.h"
+#include "vmm/control_protocol.h"
 #include "vmm/control_server.h"
 #include "vmm/devices/bus.h"
 #include "vmm/arch/x86_64/boot.h"
@@ -45,16 +45,6 @@ namespace devices::virtio {
 class Block;
 }
 
-// The new identity of one fork child.
-struct ForkChild {
-  std::string vsock_uds;  // required when the VM has a vsock device
-  std::string control;    // required
-  std::string serial;     // empty: discarded
-  std::string layer_dir;  // empty: the parent's --layer-dir
-  uint64_t cid = 0;
-};
-inline constexpr size_t kMaxForkChildren = 64;
-
 class Vm {
  public:
   // Builds the VM described by config: memory, irqchip, PIT, kernel and boot
@@ -66,9 +56,8 @@ class Vm {
   static Result<std::unique_ptr<Vm>> Restore(const VmmConfig& config);
   // Warm pool: builds the KVM VM, memory slots over a MemoryReservation of
   // config.mem_bytes and config.vcpus vCPUs, and the control socket, but no
-  // guest. Start then only starts the event loop; a {"cmd":"restore",
-  // "snapshot":DIR, "vsock_uds"?, "cid"?, "serial"?, "id"?} request on the
-  // control socket restores a snapshot of the same shape and runs it
+  // guest. Start then only starts the event loop; a control::RestoreRequest
+  // on the control socket restores a snapshot of the same shape and runs it
   // (vm_pool.cc). Fields left out keep the values of config.
   static Result<std::unique_ptr<Vm>> CreatePooled(const VmmConfig& config);
   ~Vm();
@@ -81,18 +70,17 @@ class Vm {
   // exist), then resumes if resume is set. Copy-on-write disks are frozen
   // into shared layers (vm_disks.cc); refused for writable raw disks.
   Status Snapshot(const std::string& dir, bool resume);
-  // {"cmd":"fork","count":N,"children":[{"vsock_uds","control","cid",
-  // "serial"},...]}: pauses, captures, fork(2)s one child process per entry
-  // (each a copy-on-write clone with that identity), resumes. Returns status
-  // plus "pids". Runs on the event-loop thread (vm_fork.cc).
-  Result<nlohmann::json> Fork(const nlohmann::json& request);
+  // Pauses, captures, fork(2)s one child process per entry of the request
+  // (each a copy-on-write clone with that identity), resumes. Runs on the
+  // event-loop thread (vm_fork.cc).
+  Result<control::ForkReply> Fork(const control::ForkRequest& request);
   // Asks the VM to stop; the first request's code and reason win.
   void RequestStop(ExitCode code, const std::string& reason);
   // Blocks until a stop is requested, then tears everything down.
   ExitCode WaitForStop();
 
   // State for the control socket's "status" command.
-  nlohmann::json Describe() const;
+  control::VmStatus Describe() const;
   const VmmConfig& config() const { return config_; }
 
  private:
@@ -110,16 +98,18 @@ class Vm {
   Status AttachVirtioDevices();
   Status AttachVirtio(std::unique_ptr<devices::virtio::VirtioDevice> device);
   Status AttachControlSocket();
+  // Serves one control request (on the event-loop thread).
+  Result<control::Reply> HandleControl(const control::Request& request);
   Status SetupVcpu(int index, kvm::VcpuFd& vcpu);
   Status BuildRestored();
   Status AttachRestoredVirtio(const snapshot::MachineState& s);
   Result<snapshot::MachineState> CaptureState();
   Status StartVcpus(std::vector<kvm::VcpuFd> fds);
-  Result<nlohmann::json> RestoreFromPool(const nlohmann::json& req);
+  Result<control::RestoreReply> RestoreFromPool(const control::RestoreRequest& req);
   Status FinishRestore(const snapshot::SnapshotDir& snap);
   // Devices, loop and control socket from state, over memory_ and vm_fd_.
   Status RestoreOnto(const snapshot::MachineState& s);
-  [[noreturn]] void ChildMain(const snapshot::MachineState& state, const ForkChild& child);
+  [[noreturn]] void ChildMain(const snapshot::MachineState& state, const control::ForkChild& child);
   // Microseconds a fork child spends in each start-up step.
   struct ForkTimings {
     int64_t kvm_vm_us = 0, slots_us = 0, devices_us = 0, vcpus_us = 0;

@@ -92,16 +92,18 @@ class VmDiskKvmTest : public ::testing::Test {
     char tmpl[] = "/tmp/kubicle-disk-fork-XXXXXX";
     EXPECT_NE(::mkdtemp(tmpl), nullptr);
     std::string d = tmpl;
-    nlohmann::json child = {{"vsock_uds", d + "/vsock.sock"}, {"control", d + "/control.sock"},
-                            {"serial", d + "/serial.log"}, {"cid", cid}};
-    auto r = vm.Control({{"cmd", "fork"}, {"children", nlohmann::json::array({child})}});
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
-    if (!r.ok() || (*r)["ok"] != true) {
-      ADD_FAILURE() << (r.ok() ? r->dump() : "") << vm.VmmLog();
+    control::ForkRequest fork;
+    fork.children = {{.control = d + "/control.sock",
+                      .cid = cid,
+                      .vsock_uds = d + "/vsock.sock",
+                      .serial = d + "/serial.log"}};
+    auto r = vm.control().Fork(fork, 60s);
+    if (!r.ok()) {
+      ADD_FAILURE() << r.status().ToString() << vm.VmmLog();
       fs::remove_all(d);
       return nullptr;
     }
-    children_.push_back(VmProcess::Attach((*r)["pids"][0].get<pid_t>(), d));
+    children_.push_back(VmProcess::Attach(static_cast<pid_t>(r->pids.at(0)), d));
     return children_.back().get();
   }
 
@@ -158,8 +160,8 @@ TEST_F(VmDiskKvmTest, SnapshotRestoresTheDiskAsItWas) {
   ASSERT_TRUE(a);
   ASSERT_TRUE(a->DiskWrite(0, 5, Sector(0x55), true).ok());
   const std::string snap = dir_ + "/snap";
-  auto r = vm->Control({{"cmd", "snapshot"}, {"dir", snap}});
-  ASSERT_TRUE(r.ok() && (*r)["ok"] == true) << (r.ok() ? r->dump() : r.status().ToString());
+  auto r = vm->control().Snapshot({snap}, 30s);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
   ASSERT_TRUE(a->DiskWrite(0, 5, Sector(0x66), true).ok());  // after the snapshot
   auto opened = snapshot::SnapshotDir::Open(snap);
   ASSERT_TRUE(opened.ok()) << opened.status().ToString();
@@ -216,8 +218,8 @@ TEST_F(VmDiskKvmTest, ManySnapshotsKeepTheChainBoundedAndTheContent) {
   for (int i = 0; i < kSnapshots; ++i) {
     ASSERT_TRUE(a->DiskWrite(0, i, Sector(uint8_t(0x80 + i)), true).ok());
     last = dir_ + "/snap" + std::to_string(i);
-    auto r = vm->Control({{"cmd", "snapshot"}, {"dir", last}});
-    ASSERT_TRUE(r.ok() && (*r)["ok"] == true) << i << " " << (r.ok() ? r->dump() : "") << vm->VmmLog();
+    auto r = vm->control().Snapshot({last}, 30s);
+    ASSERT_TRUE(r.ok()) << i << " " << r.status().ToString() << vm->VmmLog();
     if (i < kSnapshots - 1) fs::remove_all(last);  // keep the disk space small
   }
   auto opened = snapshot::SnapshotDir::Open(last);
@@ -242,8 +244,8 @@ TEST_F(VmDiskKvmTest, PoolRestoreTakesALayerDir) {
   ASSERT_TRUE(a);
   ASSERT_TRUE(a->DiskWrite(0, 7, Sector(0x77), true).ok());
   const std::string snap = dir_ + "/snap";
-  auto r = vm->Control({{"cmd", "snapshot"}, {"dir", snap}});
-  ASSERT_TRUE(r.ok() && (*r)["ok"] == true);
+  auto r = vm->control().Snapshot({snap}, 30s);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
   VmProcessOptions o = Options(/*cow=*/false);
   o.disks.clear();
   o.pool = true;
@@ -252,13 +254,11 @@ TEST_F(VmDiskKvmTest, PoolRestoreTakesALayerDir) {
   ASSERT_TRUE(pool);
   ASSERT_TRUE(pool->WaitForControl(30s).ok()) << pool->VmmLog();
   // Without a layer dir the request is refused and the pool VM stays ready.
-  auto refused = pool->Control({{"cmd", "restore"}, {"snapshot", snap}});
-  ASSERT_TRUE(refused.ok());
-  EXPECT_EQ((*refused)["ok"], false) << refused->dump();
-  EXPECT_EQ((*pool->Control({{"cmd", "status"}}))["state"], "pooled");
-  auto restored = pool->Control({{"cmd", "restore"}, {"snapshot", snap}, {"layer_dir", layers()}});
-  ASSERT_TRUE(restored.ok() && (*restored)["ok"] == true)
-      << (restored.ok() ? restored->dump() : "") << pool->VmmLog();
+  auto refused = pool->control().Restore({.snapshot = snap}, 30s);
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition) << refused.status().ToString();
+  EXPECT_EQ(pool->control().GetStatus(10s)->state, control::VmState::kPooled);
+  auto restored = pool->control().Restore({.snapshot = snap, .layer_dir = layers()}, 30s);
+  ASSERT_TRUE(restored.ok()) << restored.status().ToString() << pool->VmmLog();
   auto pa = Agent(*pool);
   ASSERT_TRUE(pa);
   EXPECT_EQ(Read(*pa, 0, 7), Sector(0x77));
@@ -268,15 +268,14 @@ TEST_F(VmDiskKvmTest, RawWritableDisksAreRefusedAndOverlaysGoAtExit) {
   auto raw = Start(Options(/*cow=*/false));
   ASSERT_TRUE(raw);
   ASSERT_TRUE(Agent(*raw));
-  auto r = raw->Control({{"cmd", "snapshot"}, {"dir", dir_ + "/no"}});
-  ASSERT_TRUE(r.ok());
-  EXPECT_EQ((*r)["ok"], false);
-  EXPECT_NE((*r)["error"].get<std::string>().find("--layer-dir"), std::string::npos) << r->dump();
+  auto r = raw->control().Snapshot({dir_ + "/no"}, 30s);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("--layer-dir"), std::string::npos) << r.status().ToString();
   EXPECT_FALSE(fs::exists(dir_ + "/no"));
-  nlohmann::json child = {{"control", dir_ + "/c.sock"}, {"vsock_uds", dir_ + "/v.sock"}, {"cid", 9}};
-  r = raw->Control({{"cmd", "fork"}, {"children", nlohmann::json::array({child})}});
-  ASSERT_TRUE(r.ok());
-  EXPECT_EQ((*r)["ok"], false) << r->dump();
+  control::ForkRequest fork;
+  fork.children = {{.control = dir_ + "/c.sock", .cid = 9, .vsock_uds = dir_ + "/v.sock"}};
+  auto forked = raw->control().Fork(fork, 30s);
+  EXPECT_FALSE(forked.ok());
   EXPECT_TRUE(Agent(*raw)->Ping().ok());  // still running
 
   // A copy-on-write VM's live overlay is private: removed when it stops;
@@ -286,15 +285,15 @@ TEST_F(VmDiskKvmTest, RawWritableDisksAreRefusedAndOverlaysGoAtExit) {
   auto a = Agent(*cow);
   ASSERT_TRUE(a);
   ASSERT_TRUE(a->DiskWrite(0, 0, Sector(3), true).ok());
-  r = cow->Control({{"cmd", "snapshot"}, {"dir", dir_ + "/s"}});
-  ASSERT_TRUE(r.ok() && (*r)["ok"] == true);
+  r = cow->control().Snapshot({dir_ + "/s"}, 30s);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
   auto count = [&] {
     size_t n = 0;
     for (auto& e : fs::directory_iterator(layers())) n += e.path().extension() == ".layer";
     return n;
   };
   EXPECT_EQ(count(), 2u);  // frozen + live
-  ASSERT_TRUE(cow->Control({{"cmd", "shutdown"}}).ok());
+  ASSERT_TRUE(cow->control().Shutdown(10s).ok());
   auto code = cow->Wait(30s);
   ASSERT_TRUE(code.ok());
   EXPECT_EQ(*code, 0);

@@ -32,35 +32,6 @@ namespace kubicle::vmm {
 
 namespace {
 
-Result<std::vector<ForkChild>> ParseChildren(const nlohmann::json& req) {
-  if (!req.contains("children") || !req["children"].is_array() || req["children"].empty())
-    return Status::InvalidArgument("fork needs \"children\": a non-empty array");
-  if (req["children"].size() > kMaxForkChildren)
-    return Status::OutOfRange("fork: at most " + std::to_string(kMaxForkChildren) + " children");
-  if (req.contains("count") && req["count"] != req["children"].size())
-    return Status::InvalidArgument("fork: \"count\" differs from the number of children");
-  std::vector<ForkChild> out;
-  for (const nlohmann::json& c : req["children"]) {
-    ForkChild child;
-    if (!c.is_object()) return Status::InvalidArgument("fork: each child is an object");
-    for (auto [key, field] : {std::pair{"vsock_uds", &child.vsock_uds},
-                              std::pair{"control", &child.control},
-                              std::pair{"serial", &child.serial},
-                              std::pair{"layer_dir", &child.layer_dir}}) {
-      if (!c.contains(key)) continue;
-      if (!c[key].is_string()) return Status::InvalidArgument(std::string("fork: \"") + key + "\" must be a string");
-      *field = c[key].get<std::string>();
-    }
-    if (child.control.empty()) return Status::InvalidArgument("fork: every child needs \"control\"");
-    if (!c.contains("cid") || !c["cid"].is_number_unsigned() || c["cid"].get<uint64_t>() < 3 ||
-        c["cid"].get<uint64_t>() >= 0xffffffffull)
-      return Status::InvalidArgument("fork: every child needs a \"cid\" in 3..2^32-2");
-    child.cid = c["cid"].get<uint64_t>();
-    out.push_back(std::move(child));
-  }
-  return out;
-}
-
 // Closes every fd >= 3. Nothing inherited is used again except guest memory,
 // and mappings outlive their fds. Without this a child would hold the
 // parent's listening control and vsock sockets, the connection the fork
@@ -88,15 +59,17 @@ int64_t MicrosSince(std::chrono::steady_clock::time_point t) {
 
 }  // namespace
 
-Result<nlohmann::json> Vm::Fork(const nlohmann::json& req) {
-  ASSIGN_OR_RETURN(std::vector<ForkChild> children, ParseChildren(req));
+Result<control::ForkReply> Vm::Fork(const control::ForkRequest& req) {
+  // Decoded and validated already; checked again for callers in this process.
+  RETURN_IF_ERROR(control::ValidateRequest(control::Request{req}));
+  const std::vector<control::ForkChild>& children = req.children;
   if (!vcpus_) return Status::FailedPrecondition("vm is not started");
   RETURN_IF_ERROR(CheckDisksCapturable().WithContext("fork"));
   auto start = std::chrono::steady_clock::now();
   bool was_paused = vcpus_->paused();
   if (!was_paused) RETURN_IF_ERROR(vcpus_->Pause());
   Result<snapshot::MachineState> state = CaptureState();
-  nlohmann::json pids = nlohmann::json::array();
+  std::vector<int64_t> pids;
   Status st = state.status();
   for (size_t i = 0; st.ok() && i < children.size(); ++i) {
     pid_t pid = ::fork();
@@ -112,13 +85,10 @@ Result<nlohmann::json> Vm::Fork(const nlohmann::json& req) {
   auto us = std::chrono::duration_cast<std::chrono::microseconds>(
                 std::chrono::steady_clock::now() - start).count();
   log::Info("vm forked", {{"vm", config_.vm_id}, {"children", pids.size()}, {"us", us}});
-  nlohmann::json j = Describe();
-  j["pids"] = pids;
-  j["fork_us"] = us;
-  return j;
+  return control::ForkReply{Describe(), std::move(pids), us};
 }
 
-void Vm::ChildMain(const snapshot::MachineState& state, const ForkChild& child) {
+void Vm::ChildMain(const snapshot::MachineState& state, const control::ForkChild& child) {
   const auto forked_at = std::chrono::steady_clock::now();
   // Only this thread exists here.
   CloseInheritedFds();

@@ -40,27 +40,25 @@ class VmForkKvmTest : public ::testing::Test {
   // Forks `from` into children with CIDs first_cid.., each with its sockets
   // in a new scratch dir; returns them attached.
   std::vector<std::unique_ptr<VmProcess>> Fork(VmProcess& from, int n, uint64_t first_cid) {
-    nlohmann::json children = nlohmann::json::array();
+    control::ForkRequest fork;
     std::vector<std::string> dirs;
     for (int i = 0; i < n; ++i) {
       char tmpl[] = "/tmp/kubicle-fork-XXXXXX";
       EXPECT_NE(::mkdtemp(tmpl), nullptr);
       dirs.push_back(tmpl);
-      children.push_back({{"vsock_uds", dirs.back() + "/vsock.sock"},
-                          {"control", dirs.back() + "/control.sock"},
-                          {"serial", dirs.back() + "/serial.log"},
-                          {"cid", first_cid + i}});
+      fork.children.push_back({.control = dirs.back() + "/control.sock",
+                               .cid = first_cid + i,
+                               .vsock_uds = dirs.back() + "/vsock.sock",
+                               .serial = dirs.back() + "/serial.log"});
     }
-    auto r = from.Control({{"cmd", "fork"}, {"count", n}, {"children", children}});
+    auto r = from.control().Fork(fork, 60s);
     std::vector<std::unique_ptr<VmProcess>> out;
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
-    if (!r.ok() || (*r)["ok"] != true || (*r)["pids"].size() != static_cast<size_t>(n)) {
-      ADD_FAILURE() << (r.ok() ? r->dump() : "") << from.VmmLog();
+    if (!r.ok() || r->pids.size() != static_cast<size_t>(n)) {
+      ADD_FAILURE() << r.status().ToString() << from.VmmLog();
       for (auto& d : dirs) fs::remove_all(d);
       return out;
     }
-    for (int i = 0; i < n; ++i)
-      out.push_back(VmProcess::Attach((*r)["pids"][i].get<pid_t>(), dirs[i]));
+    for (int i = 0; i < n; ++i) out.push_back(VmProcess::Attach(static_cast<pid_t>(r->pids[i]), dirs[i]));
     return out;
   }
   static uint64_t Checksum(VmProcess& vm) {
@@ -97,9 +95,9 @@ TEST_F(VmForkKvmTest, ChildrenAndParentRunWithPrivateMemory) {
     EXPECT_EQ(Checksum(*children[i]), sum);
   }
   EXPECT_EQ(Checksum(*parent), sum);
-  auto status = parent->Control({{"cmd", "status"}});
-  ASSERT_TRUE(status.ok());
-  EXPECT_EQ((*status)["state"], "running");
+  auto status = parent->control().GetStatus(10s);
+  ASSERT_TRUE(status.ok()) << status.status().ToString();
+  EXPECT_EQ(status->state, control::VmState::kRunning);
 
   // A write in one is invisible to all others.
   Fill(*children[0], 7);
@@ -206,7 +204,7 @@ TEST_F(VmForkKvmTest, BadForkRequestsAreRefused) {
     ASSERT_TRUE(r.ok());
     EXPECT_EQ((*r)["ok"], false) << req.dump();
   }
-  EXPECT_EQ((*parent->Control({{"cmd", "status"}}))["state"], "running");
+  EXPECT_EQ(parent->control().GetStatus(10s)->state, control::VmState::kRunning);
 }
 
 }  // namespace

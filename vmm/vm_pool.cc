@@ -1,7 +1,7 @@
 // Warm pool of Vm (docs/vmm.md, "Warm pool"): a kubicle-vmm process that has
 // built everything a restore needs except the snapshot — KVM VM, irqchip,
 // memory slots over a MemoryReservation, vCPU fds, event loop and control
-// socket — and waits for {"cmd":"restore",...}. Registering memory slots
+// socket — and waits for a restore request. Registering memory slots
 // alone costs milliseconds (KVM waits for an SRCU grace period); here it is
 // paid before the request arrives.
 #include "common/log.h"
@@ -36,32 +36,19 @@ Result<std::unique_ptr<Vm>> Vm::CreatePooled(const VmmConfig& config) {
   }
   ASSIGN_OR_RETURN(vm->loop_, EventLoop::Create());
   RETURN_IF_ERROR(vm->AttachControlSocket());
-  vm->control_->Register("restore", [raw = vm.get()](const nlohmann::json& req) -> Result<nlohmann::json> {
-    return raw->RestoreFromPool(req);
-  });
   return vm;
 }
 
-Result<nlohmann::json> Vm::RestoreFromPool(const nlohmann::json& req) {
+Result<control::RestoreReply> Vm::RestoreFromPool(const control::RestoreRequest& req) {
   if (!reservation_) return Status::FailedPrecondition("this VM is already restored");
-  auto text = [&req](const char* key, std::string* out) -> Status {
-    if (!req.contains(key)) return Status::Ok();
-    if (!req[key].is_string()) return Status::InvalidArgument(std::string("restore: \"") + key + "\" must be a string");
-    *out = req[key].get<std::string>();
-    return Status::Ok();
-  };
-  std::string dir;
-  RETURN_IF_ERROR(text("snapshot", &dir));
-  if (dir.empty()) return Status::InvalidArgument("restore needs \"snapshot\": a directory");
-  RETURN_IF_ERROR(text("vsock_uds", &config_.vsock_uds));
-  RETURN_IF_ERROR(text("serial", &config_.serial_path));
-  RETURN_IF_ERROR(text("id", &config_.vm_id));
-  RETURN_IF_ERROR(text("layer_dir", &config_.layer_dir));
-  if (req.contains("cid")) {
-    if (!req["cid"].is_number_unsigned() || req["cid"].get<uint64_t>() < 3)
-      return Status::InvalidArgument("restore: \"cid\" must be an integer >= 3");
-    config_.guest_cid = req["cid"].get<uint64_t>();
-  }
+  // The request was decoded and validated (control_protocol.h): paths are
+  // strings, the CID obeys the one CID rule.
+  const std::string& dir = req.snapshot;
+  if (req.vsock_uds) config_.vsock_uds = *req.vsock_uds;
+  if (req.serial) config_.serial_path = *req.serial;
+  if (req.id) config_.vm_id = *req.id;
+  if (req.layer_dir) config_.layer_dir = *req.layer_dir;
+  if (req.cid) config_.guest_cid = *req.cid;
   auto start = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(snapshot::SnapshotDir snap, snapshot::SnapshotDir::Open(dir));
   const snapshot::MachineState& s = snap.state();
@@ -85,9 +72,7 @@ Result<nlohmann::json> Vm::RestoreFromPool(const nlohmann::json& req) {
   auto us = std::chrono::duration_cast<std::chrono::microseconds>(
                 std::chrono::steady_clock::now() - start).count();
   log::Info("vm restored from pool", {{"vm", config_.vm_id}, {"snapshot", dir}, {"us", us}});
-  nlohmann::json j = Describe();
-  j["restore_us"] = us;
-  return j;
+  return control::RestoreReply{Describe(), us};
 }
 
 Status Vm::FinishRestore(const snapshot::SnapshotDir& snap) {

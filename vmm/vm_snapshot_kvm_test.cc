@@ -71,11 +71,8 @@ class VmSnapshotKvmTest : public ::testing::Test {
     EXPECT_TRUE((*agent)->MemFill(42, kFillBytes).ok());
     auto sum = (*agent)->MemChecksum();
     EXPECT_TRUE(sum.ok()) << sum.status().ToString();
-    auto r = vm->Control({{"cmd", "snapshot"}, {"dir", dir_ + "/" + name}, {"resume", resume}});
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
-    if (r.ok()) {
-      EXPECT_EQ((*r)["ok"], true) << r->dump() << vm->VmmLog();
-    }
+    auto r = vm->control().Snapshot({dir_ + "/" + name, resume}, 30s);
+    EXPECT_TRUE(r.ok()) << r.status().ToString() << vm->VmmLog();
     if (out) *out = std::move(vm);
     return sum.ok() ? sum->checksum : 0;
   }
@@ -97,9 +94,8 @@ TEST_F(VmSnapshotKvmTest, SnapshotCommandWritesADirectoryThatOpens) {
   ASSERT_TRUE(agent.ok()) << agent.status().ToString();
   EXPECT_TRUE((*agent)->Ping().ok());
   // An existing target is refused, and the VM keeps running.
-  auto again = vm->Control({{"cmd", "snapshot"}, {"dir", dir_ + "/s1"}});
-  ASSERT_TRUE(again.ok());
-  EXPECT_EQ((*again)["ok"], false) << again->dump();
+  auto again = vm->control().Snapshot({dir_ + "/s1"}, 30s);
+  EXPECT_EQ(again.status().code(), StatusCode::kFailedPrecondition) << again.status().ToString();
   EXPECT_TRUE((*agent)->Ping().ok());
 }
 
@@ -107,9 +103,9 @@ TEST_F(VmSnapshotKvmTest, SnapshotWithResumeFalseStaysPaused) {
   std::unique_ptr<VmProcess> vm;
   BootFillAndSnapshot("s", /*resume=*/false, &vm);
   ASSERT_TRUE(vm);
-  auto status = vm->Control({{"cmd", "status"}});
-  ASSERT_TRUE(status.ok());
-  EXPECT_EQ((*status)["state"], "paused");
+  auto status = vm->control().GetStatus(10s);
+  ASSERT_TRUE(status.ok()) << status.status().ToString();
+  EXPECT_EQ(status->state, control::VmState::kPaused);
 }
 
 TEST_F(VmSnapshotKvmTest, RestoresSideBySideWithSnapshotMemoryAndOwnCid) {
@@ -178,13 +174,16 @@ TEST_F(VmSnapshotKvmTest, WarmPoolRestoresOnRequest) {
   auto pool = Start(o);
   ASSERT_TRUE(pool);
   ASSERT_TRUE(pool->WaitForControl(20s).ok()) << pool->VmmLog();
-  auto status = pool->Control({{"cmd", "status"}});
-  ASSERT_TRUE(status.ok());
-  EXPECT_EQ((*status)["state"], "pooled");
-  auto r = pool->Control({{"cmd", "restore"}, {"snapshot", dir_ + "/s"}, {"cid", 41}});
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  ASSERT_EQ((*r)["ok"], true) << r->dump() << pool->VmmLog();
-  EXPECT_EQ((*r)["state"], "running");
+  auto status = pool->control().GetStatus(10s);
+  ASSERT_TRUE(status.ok()) << status.status().ToString();
+  EXPECT_EQ(status->state, control::VmState::kPooled);
+  control::RestoreRequest restore;
+  restore.snapshot = dir_ + "/s";
+  restore.cid = 41;
+  auto r = pool->control().Restore(restore, 30s);
+  ASSERT_TRUE(r.ok()) << r.status().ToString() << pool->VmmLog();
+  EXPECT_EQ(r->status.state, control::VmState::kRunning);
+  EXPECT_EQ(r->status.guest_cid, 41u);
   auto agent = pool->ConnectAgent(10s);
   ASSERT_TRUE(agent.ok()) << agent.status().ToString() << pool->VmmLog();
   auto got = (*agent)->MemChecksum();
@@ -192,9 +191,8 @@ TEST_F(VmSnapshotKvmTest, WarmPoolRestoresOnRequest) {
   EXPECT_EQ(got->checksum, sum);
   EXPECT_EQ((*agent)->Identity()->cid, 41u);
   // One restore per pool VM.
-  auto again = pool->Control({{"cmd", "restore"}, {"snapshot", dir_ + "/s"}});
-  ASSERT_TRUE(again.ok());
-  EXPECT_EQ((*again)["ok"], false);
+  auto again = pool->control().Restore({.snapshot = dir_ + "/s"}, 30s);
+  EXPECT_EQ(again.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_TRUE((*agent)->Ping().ok());
 }
 
@@ -206,16 +204,14 @@ TEST_F(VmSnapshotKvmTest, WarmPoolRefusesAMismatchedOrDamagedSnapshotAndStaysRea
   auto pool = Start(o);
   ASSERT_TRUE(pool);
   ASSERT_TRUE(pool->WaitForControl(20s).ok()) << pool->VmmLog();
-  auto r = pool->Control({{"cmd", "restore"}, {"snapshot", dir_ + "/s"}});
-  ASSERT_TRUE(r.ok());
-  EXPECT_EQ((*r)["ok"], false);
-  EXPECT_NE((*r)["error"].get<std::string>().find("64 MiB"), std::string::npos) << r->dump();
-  auto missing = pool->Control({{"cmd", "restore"}, {"snapshot", dir_ + "/nope"}});
-  ASSERT_TRUE(missing.ok());
-  EXPECT_EQ((*missing)["ok"], false);
-  auto status = pool->Control({{"cmd", "status"}});
-  ASSERT_TRUE(status.ok());
-  EXPECT_EQ((*status)["state"], "pooled");
+  auto r = pool->control().Restore({.snapshot = dir_ + "/s"}, 30s);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("64 MiB"), std::string::npos) << r.status().ToString();
+  auto missing = pool->control().Restore({.snapshot = dir_ + "/nope"}, 30s);
+  EXPECT_FALSE(missing.ok());
+  auto status = pool->control().GetStatus(10s);
+  ASSERT_TRUE(status.ok()) << status.status().ToString();
+  EXPECT_EQ(status->state, control::VmState::kPooled);
 }
 
 TEST_F(VmSnapshotKvmTest, ASnapshotOfARestoredVmRestoresAgain) {
@@ -225,9 +221,8 @@ TEST_F(VmSnapshotKvmTest, ASnapshotOfARestoredVmRestoresAgain) {
   auto agent = a->ConnectAgent(10s);
   ASSERT_TRUE(agent.ok()) << agent.status().ToString();
   ASSERT_TRUE((*agent)->WriteFile("/data/second", Bytes{'2'}).ok());
-  auto r = a->Control({{"cmd", "snapshot"}, {"dir", dir_ + "/s2"}, {"resume", false}});
-  ASSERT_TRUE(r.ok());
-  ASSERT_EQ((*r)["ok"], true) << r->dump();
+  auto r = a->control().Snapshot({dir_ + "/s2", false}, 30s);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
   auto b = Restore(dir_ + "/s2", 13);
   ASSERT_TRUE(b);
   auto agent_b = b->ConnectAgent(10s);

@@ -5,6 +5,7 @@
 #include <charconv>
 
 #include "vmm/arch/x86_64/layout.h"
+#include "vmm/control_protocol.h"
 
 namespace kubicle::vmm {
 namespace {
@@ -55,8 +56,8 @@ Status Validate(const VmmConfig& cfg) {
   if (cfg.vcpus < 1 || cfg.vcpus > kMaxVcpus)
     return Status::OutOfRange("--vcpus: must be 1.." + std::to_string(kMaxVcpus));
   if (cfg.disks.size() > kMaxDisks) return Status::OutOfRange("at most 8 --disk flags");
-  if (cfg.guest_cid < 3 || cfg.guest_cid > 0xffffffffull)
-    return Status::OutOfRange("--cid: guest CIDs are 3..2^32-1 (0-2 are reserved)");
+  if (!control::ValidCid(cfg.guest_cid))
+    return Status::OutOfRange(control::CheckCid(cfg.guest_cid, "--cid").message());
   if (cfg.cmdline.size() >= 4096) return Status::OutOfRange("--cmdline: longer than 4095 bytes");
   if (!cfg.layer_dir.empty() && !IsDirectory(cfg.layer_dir))
     return Status::NotFound("--layer-dir: no such directory '" + cfg.layer_dir + "'");
@@ -185,7 +186,7 @@ Options for run:
   --vsock-uds PATH     virtio-vsock; host side is a Unix socket at PATH
                        (connect, send "CONNECT <port>\n", read "OK <port>\n";
                        guest connections to port P go to PATH_P)
-  --cid N              guest vsock CID (>= 3; default 3)
+  --cid N              guest vsock CID (3..4294967294; default 3)
   --no-rng             no virtio-rng device
   --serial PATH        serial console output file ("none" to discard; default stdout)
   --control PATH       control socket (line-delimited JSON: status, pause,

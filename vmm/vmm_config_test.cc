@@ -58,6 +58,11 @@ TEST_F(VmmConfigTest, ClearErrors) {
             StatusCode::kOutOfRange);
   EXPECT_EQ(ParseRunArgs({"--kernel", kernel_, "--cid", "2"}).status().code(),
             StatusCode::kOutOfRange);
+  // VMADDR_CID_ANY: the vsock device would refuse it later; the one CID rule
+  // refuses it here.
+  EXPECT_EQ(ParseRunArgs({"--kernel", kernel_, "--cid", "4294967295"}).status().code(),
+            StatusCode::kOutOfRange);
+  EXPECT_TRUE(ParseRunArgs({"--kernel", kernel_, "--cid", "4294967294"}).ok());
   EXPECT_EQ(ParseRunArgs({"--kernel", kernel_, "--disk", kernel_ + ",rx"}).status().code(),
             StatusCode::kInvalidArgument);
   EXPECT_EQ(ParseRunArgs({"--kernel", kernel_, "--bogus", "1"}).status().code(),

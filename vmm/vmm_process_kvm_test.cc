@@ -147,9 +147,9 @@ TEST_F(VmmKvmTest, TwoVcpusRun) {
     if (cpus < 2) std::this_thread::sleep_for(20ms);
   }
   EXPECT_EQ(cpus, 2u) << vm->SerialOutput();
-  auto status = vm->Control({{"cmd", "status"}});
-  ASSERT_TRUE(status.ok());
-  EXPECT_EQ((*status)["vcpus"], 2);
+  auto status = vm->control().GetStatus(10s);
+  ASSERT_TRUE(status.ok()) << status.status().ToString();
+  EXPECT_EQ(status->vcpus, 2);
 }
 
 TEST_F(VmmKvmTest, PauseStopsTheGuestAndResumeContinues) {
@@ -157,16 +157,15 @@ TEST_F(VmmKvmTest, PauseStopsTheGuestAndResumeContinues) {
   ASSERT_TRUE(vm);
   auto agent = vm->ConnectAgent(60s);
   ASSERT_TRUE(agent.ok()) << agent.status().ToString();
-  auto paused = vm->Control({{"cmd", "pause"}});
-  ASSERT_TRUE(paused.ok());
-  ASSERT_EQ((*paused)["ok"], true) << paused->dump();
-  EXPECT_EQ((*paused)["state"], "paused");
+  auto paused = vm->control().Pause(10s);
+  ASSERT_TRUE(paused.ok()) << paused.status().ToString();
+  EXPECT_EQ(paused->state, control::VmState::kPaused);
   // A paused guest cannot answer.
   Status st = (*agent)->Ping(guest::client::DeadlineIn(300ms));
   EXPECT_EQ(st.code(), StatusCode::kDeadlineExceeded) << st.ToString();
-  auto resumed = vm->Control({{"cmd", "resume"}});
-  ASSERT_TRUE(resumed.ok());
-  EXPECT_EQ((*resumed)["state"], "running");
+  auto resumed = vm->control().Resume(10s);
+  ASSERT_TRUE(resumed.ok()) << resumed.status().ToString();
+  EXPECT_EQ(resumed->state, control::VmState::kRunning);
   auto fresh = vm->ConnectAgent(10s);
   ASSERT_TRUE(fresh.ok()) << fresh.status().ToString();
   EXPECT_TRUE((*fresh)->Ping().ok());
@@ -176,8 +175,7 @@ TEST_F(VmmKvmTest, ShutdownCommandExitsCleanly) {
   auto vm = Boot(Options());
   ASSERT_TRUE(vm);
   ASSERT_TRUE(vm->WaitForSerial(kBanner, 60s).ok());
-  auto r = vm->Control({{"cmd", "shutdown"}});
-  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE(vm->control().Shutdown(10s).ok());
   auto code = vm->Wait(10s);
   ASSERT_TRUE(code.ok()) << code.status().ToString();
   EXPECT_EQ(*code, 0);
@@ -213,7 +211,7 @@ TEST_F(VmmKvmTest, ShutdownLeavesNoSocketOrHelperBehind) {
   ASSERT_TRUE(vm);
   auto agent = vm->ConnectAgent(60s);
   ASSERT_TRUE(agent.ok()) << agent.status().ToString();
-  ASSERT_TRUE(vm->Control({{"cmd", "shutdown"}}).ok());
+  ASSERT_TRUE(vm->control().Shutdown(10s).ok());
   auto code = vm->Wait(10s);
   ASSERT_TRUE(code.ok()) << code.status().ToString();
   EXPECT_EQ(*code, 0);

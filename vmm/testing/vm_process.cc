@@ -3,8 +3,6 @@
 #include <signal.h>
 #include <fcntl.h>
 #include <spawn.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -140,7 +138,7 @@ Result<std::unique_ptr<guest::client::AgentClient>> VmProcess::ConnectAgent(
 Status VmProcess::WaitForControl(std::chrono::milliseconds timeout) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
-    Result<nlohmann::json> r = Control({{"cmd", "status"}});
+    Result<control::VmStatus> r = control().GetStatus(10s);
     if (r.ok()) return Status::Ok();
     if (Reap(false)) return Status::Unavailable("kubicle-vmm exited: " + VmmLog());
     if (std::chrono::steady_clock::now() > deadline) return r.status();
@@ -149,29 +147,9 @@ Status VmProcess::WaitForControl(std::chrono::milliseconds timeout) {
 }
 
 Result<nlohmann::json> VmProcess::Control(const nlohmann::json& request) {
-  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return Status::FromErrno("socket");
-  UniqueFd sock(fd);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::string path = control_path();
-  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) < 0)
-    return Status::FromErrno("connect " + path);
-  timeval tv{10, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  std::string line = request.dump() + "\n";
-  if (::send(fd, line.data(), line.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(line.size()))
-    return Status::FromErrno("send control request");
-  std::string response;
-  char buf[4096];
-  while (response.find('\n') == std::string::npos) {
-    ssize_t n = ::read(fd, buf, sizeof(buf));
-    if (n <= 0) return Status::Unavailable("control socket closed before a response");
-    response.append(buf, static_cast<size_t>(n));
-  }
-  auto j = nlohmann::json::parse(response.substr(0, response.find('\n')), nullptr, false);
-  if (j.is_discarded()) return Status::DataLoss("control response is not JSON: " + response);
+  ASSIGN_OR_RETURN(std::string reply, control().RoundTrip(request.dump(), 10s));
+  auto j = nlohmann::json::parse(reply, nullptr, false);
+  if (j.is_discarded()) return Status::DataLoss("control response is not JSON: " + reply);
   return j;
 }
 

@@ -16,6 +16,7 @@
 
 #include "common/status.h"
 #include "guest/client/agent_client.h"
+#include "vmm/control_client.h"
 
 namespace kubicle::vmm::testing {
 
@@ -32,7 +33,7 @@ struct VmProcessOptions {
   // process's own sockets and cid (kernel, mem, vcpus, disks, cmdline unused).
   std::string restore_from;
   // When set: `kubicle-vmm pool` (mem, vcpus, sockets and cid as above);
-  // send {"cmd":"restore","snapshot":DIR} through Control.
+  // send a control::RestoreRequest through control().
   bool pool = false;
 };
 
@@ -64,7 +65,11 @@ class VmProcess {
       std::chrono::milliseconds timeout);
   // Waits until the control socket answers "status".
   Status WaitForControl(std::chrono::milliseconds timeout);
-  // Sends one control request and returns the parsed response line.
+  // The typed client of this VMM's control socket (control_client.h).
+  control::ControlClient control() const { return control::ControlClient(control_path()); }
+  // Wire level, for tests of the server's own validation (and scripts that
+  // speak JSON): sends request as one line and returns the reply parsed,
+  // {"ok": false} replies included. Uses control()'s transport.
   Result<nlohmann::json> Control(const nlohmann::json& request);
 
   // Waits for the process to exit; returns its exit code (128+signal if killed).

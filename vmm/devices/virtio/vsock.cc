@@ -5,13 +5,9 @@
 #include "common/log.h"
 #include "vmm/devices/virtio/chain_io.h"
 #include "vmm/devices/virtio/virtio_spec.h"
+#include "vmm/devices/virtio/vsock_cid.h"
 
 namespace kubicle::vmm::devices::virtio {
-namespace {
-
-bool ValidCid(uint64_t cid) { return cid > kVsockHostCid && cid < UINT32_MAX; }
-
-}  // namespace
 
 Result<std::unique_ptr<Vsock>> Vsock::Create(const VsockConfig& config) {
   if (!ValidCid(config.guest_cid))
