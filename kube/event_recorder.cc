@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "common/log.h"
+#include "kube/json_fields.h"
 #include "kube/time_format.h"
 
 namespace kubicle::kube {
@@ -14,9 +15,10 @@ EventRecorder::EventRecorder(KubeClient* client, std::string component, std::str
 
 void EventRecorder::Record(const Json& object, std::string_view type, std::string_view reason,
                            std::string_view message) {
-  const Json& md = object["metadata"];
-  std::string ns = md.value("namespace", "default");
-  std::string uid = md.value("uid", "");
+  const Json& md = At(object, {"metadata"});
+  std::string ns = StrAt(md, {"namespace"});
+  if (ns.empty()) ns = "default";
+  std::string uid = StrAt(md, {"uid"});
   std::string dedup = uid + "|" + std::string(type) + "|" + std::string(reason) + "|" +
                       std::string(message);
   std::string now = FormatTime(clock_->Now());
@@ -37,16 +39,16 @@ void EventRecorder::Record(const Json& object, std::string_view type, std::strin
   char suffix[32];
   std::snprintf(suffix, sizeof(suffix), ".%llx",
                 static_cast<unsigned long long>(clock_->Now().time_since_epoch().count()));
-  std::string name = md.value("name", "object") + suffix;
+  std::string name = (StrAt(md, {"name"}).empty() ? "object" : StrAt(md, {"name"})) + suffix;
   Json ev = {
       {"metadata", {{"name", name}, {"namespace", ns}}},
       {"involvedObject",
-       {{"apiVersion", object.value("apiVersion", "")},
-        {"kind", object.value("kind", "")},
-        {"name", md.value("name", "")},
+       {{"apiVersion", StrAt(object, {"apiVersion"})},
+        {"kind", StrAt(object, {"kind"})},
+        {"name", StrAt(md, {"name"})},
         {"namespace", ns},
         {"uid", uid},
-        {"resourceVersion", md.value("resourceVersion", "")}}},
+        {"resourceVersion", StrAt(md, {"resourceVersion"})}}},
       {"type", type},
       {"reason", reason},
       {"message", message},

@@ -3,12 +3,12 @@
 #include <algorithm>
 
 #include "common/log.h"
+#include "kube/json_fields.h"
 
 namespace kubicle::kube {
 
 std::string KeyOf(const Json& object) {
-  const Json& md = object["metadata"];
-  return ObjectKey(md.value("namespace", ""), md.value("name", ""));
+  return ObjectKey(StrAt(object, {"metadata", "namespace"}), StrAt(object, {"metadata", "name"}));
 }
 
 Informer::Informer(KubeClient* client, Resource resource, std::string ns,

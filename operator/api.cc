@@ -2,68 +2,65 @@
 
 #include <cstdio>
 
+#include "kube/json_fields.h"
 #include "kube/time_format.h"
 
 namespace kubicle::op {
 
-namespace {
-const Json& Meta(const Json& obj) {
-  static const Json kEmpty = Json::object();
-  return obj.contains("metadata") ? obj["metadata"] : kEmpty;
-}
-}  // namespace
+using kube::At;
+using kube::StrAt;
 
-std::string Name(const Json& obj) { return Meta(obj).value("name", ""); }
-std::string Namespace(const Json& obj) { return Meta(obj).value("namespace", ""); }
-std::string Uid(const Json& obj) { return Meta(obj).value("uid", ""); }
-int64_t Generation(const Json& obj) { return Meta(obj).value("generation", int64_t{0}); }
+std::string Name(const Json& obj) { return StrAt(obj, {"metadata", "name"}); }
+std::string Namespace(const Json& obj) { return StrAt(obj, {"metadata", "namespace"}); }
+std::string Uid(const Json& obj) { return StrAt(obj, {"metadata", "uid"}); }
+int64_t Generation(const Json& obj) { return kube::IntAt(obj, {"metadata", "generation"}); }
 
 std::string Label(const Json& obj, std::string_view key) {
-  const Json& md = Meta(obj);
-  if (!md.contains("labels")) return "";
-  return md["labels"].value(std::string(key), "");
+  return StrAt(obj, {"metadata", "labels", key});
 }
 
 std::map<std::string, std::string> Labels(const Json& obj) {
   std::map<std::string, std::string> out;
-  const Json& md = Meta(obj);
-  if (md.contains("labels") && md["labels"].is_object()) {
-    for (const auto& [k, v] : md["labels"].items()) {
-      if (v.is_string()) out[k] = v.get<std::string>();
-    }
+  const Json& labels = At(obj, {"metadata", "labels"});
+  if (!labels.is_object()) return out;
+  for (const auto& [k, v] : labels.items()) {
+    if (v.is_string()) out[k] = v.get<std::string>();
   }
   return out;
 }
 
-bool IsDeleting(const Json& obj) { return Meta(obj).contains("deletionTimestamp"); }
+bool IsDeleting(const Json& obj) { return !At(obj, {"metadata", "deletionTimestamp"}).is_null(); }
 
 bool HasFinalizer(const Json& obj, std::string_view f) {
-  for (const Json& x : Meta(obj).value("finalizers", Json::array())) {
-    if (x == f) return true;
+  const Json& list = At(obj, {"metadata", "finalizers"});
+  if (!list.is_array()) return false;
+  for (const Json& x : list) {
+    if (x.is_string() && x.get<std::string>() == f) return true;
   }
   return false;
 }
 
 std::string StatusString(const Json& obj, std::string_view field) {
-  if (!obj.contains("status") || !obj["status"].is_object()) return "";
-  const Json& v = obj["status"].value(std::string(field), Json());
-  return v.is_string() ? v.get<std::string>() : "";
+  return StrAt(obj, {"status", field});
 }
 
 Json SetCondition(const Json& conditions, const Condition& c, int64_t generation,
                   kube::TimePoint now) {
   Json out = Json::array();
   bool found = false;
-  for (const Json& existing : conditions.is_array() ? conditions : Json::array()) {
-    if (existing.value("type", "") != c.type) {
+  static const Json kNone = Json::array();
+  for (const Json& existing : conditions.is_array() ? conditions : kNone) {
+    if (!existing.is_object()) continue;  // not a condition: dropped
+    if (StrAt(existing, {"type"}) != c.type) {
       out.push_back(existing);
       continue;
     }
     found = true;
     Json n = {{"type", c.type}, {"status", c.status}, {"reason", c.reason},
               {"message", c.message}, {"observedGeneration", generation}};
-    n["lastTransitionTime"] = existing.value("status", "") == c.status
-                                  ? existing.value("lastTransitionTime", kube::FormatTime(now))
+    const std::string since = StrAt(existing, {"lastTransitionTime"});
+    n["lastTransitionTime"] = StrAt(existing, {"status"}) == c.status && !since.empty()
+                                  ? since
                                   : kube::FormatTime(now);
     out.push_back(n);
   }
@@ -76,22 +73,25 @@ Json SetCondition(const Json& conditions, const Condition& c, int64_t generation
 }
 
 std::optional<Json> FindCondition(const Json& obj, std::string_view type) {
-  if (!obj.contains("status") || !obj["status"].contains("conditions")) return std::nullopt;
-  for (const Json& c : obj["status"]["conditions"]) {
-    if (c.value("type", "") == type) return c;
+  const Json& list = At(obj, {"status", "conditions"});
+  if (!list.is_array()) return std::nullopt;
+  for (const Json& c : list) {
+    if (c.is_object() && StrAt(c, {"type"}) == type) return c;
   }
   return std::nullopt;
 }
 
 Json ControllerRef(const Json& owner) {
-  return Json{{"apiVersion", owner.value("apiVersion", "")}, {"kind", owner.value("kind", "")},
+  return Json{{"apiVersion", StrAt(owner, {"apiVersion"})}, {"kind", StrAt(owner, {"kind"})},
               {"name", Name(owner)}, {"uid", Uid(owner)}, {"controller", true},
               {"blockOwnerDeletion", true}};
 }
 
 bool IsControlledBy(const Json& obj, const std::string& owner_uid) {
-  for (const Json& ref : Meta(obj).value("ownerReferences", Json::array())) {
-    if (ref.value("uid", "") == owner_uid && ref.value("controller", false)) return true;
+  const Json& refs = At(obj, {"metadata", "ownerReferences"});
+  if (!refs.is_array()) return false;
+  for (const Json& ref : refs) {
+    if (StrAt(ref, {"uid"}) == owner_uid && kube::BoolAt(ref, {"controller"})) return true;
   }
   return false;
 }

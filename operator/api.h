@@ -1,6 +1,8 @@
 // Names fixed by the API (labels, finalizer, condition types and reasons)
-// and small helpers over unstructured objects: metadata accessors, the
-// Kubernetes condition list (lastTransitionTime kept while the status does
+// and small helpers over unstructured objects of any kind (Leases, Secrets,
+// children in a cache): metadata accessors that never throw (a missing field
+// or one of another type reads as ""/0/false; the operator's own kinds have
+// typed views in views.h), the Kubernetes condition list (lastTransitionTime kept while the status does
 // not change, so a recomputed status is byte-identical when nothing
 // changed), and ownerReferences.
 #pragma once

@@ -1,5 +1,7 @@
 #include "operator/context.h"
 
+#include "kube/json_fields.h"
+
 namespace kubicle::op {
 
 std::optional<Json> ClientLister::Get(const kube::Resource& r, const std::string& key) {
@@ -22,10 +24,10 @@ std::vector<Json> ClientLister::List(const kube::Resource& r) {
 
 Result<bool> WriteStatusIfChanged(Context& ctx, const kube::Resource& r, const Json& obj,
                                   const Json& desired) {
-  const Json current = obj.value("status", Json::object());
+  const Json& current = kube::At(obj, {"status"});
   Json patch = Json::object();
   for (const auto& [k, v] : desired.items()) {
-    if (!current.contains(k) || current[k] != v) patch[k] = v;
+    if (kube::At(current, {k}) != v) patch[k] = v;
   }
   if (patch.empty()) return false;
   auto r2 = ctx.client->Patch(r, Namespace(obj), Name(obj), kube::PatchType::kMerge,

@@ -1,6 +1,7 @@
 #include "operator/controller.h"
 
 #include "common/log.h"
+#include "kube/json_fields.h"
 
 namespace kubicle::op {
 
@@ -77,7 +78,7 @@ void Controller::EnqueuePendingSandboxes(const std::string& ns, const std::strin
   sandboxes_.ForEach([&](const Json& s) {
     if (!Label(s, kLabelNode).empty() || IsDeleting(s)) return;
     if (!ns.empty() && Namespace(s) != ns) return;
-    if (!tmpl.empty() && s["spec"]["templateRef"].value("name", "") != tmpl) return;
+    if (!tmpl.empty() && kube::StrAt(s, {"spec", "templateRef", "name"}) != tmpl) return;
     queue_.Add("Sandbox:" + kube::KeyOf(s));
   });
 }
@@ -89,7 +90,7 @@ void Controller::WireHandlers() {
       queue_.Add("SandboxFork:" + kube::ObjectKey(Namespace(s), f));
     }
     forks_.ForEach([&](const Json& f) {
-      if (Namespace(f) == Namespace(s) && f["spec"]["sourceRef"].value("name", "") == Name(s)) {
+      if (Namespace(f) == Namespace(s) && kube::StrAt(f, {"spec", "sourceRef", "name"}) == Name(s)) {
         queue_.Add("SandboxFork:" + kube::KeyOf(f));
       }
     });

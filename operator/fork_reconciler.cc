@@ -8,13 +8,13 @@
 #include <vector>
 
 #include "common/log.h"
+#include "kube/json_fields.h"
 
 namespace kubicle::op {
 
 using kube::SandboxResource;
 
 namespace {
-int Replicas(const Json& fork) { return fork["spec"].value("replicas", 1); }
 
 constexpr size_t kParallelCreates = 8;
 
@@ -46,41 +46,42 @@ std::string ForkChildName(const std::string& fork_name, int index) {
   return BoundedName(fork_name, "-" + std::to_string(index));
 }
 
-Json DesiredForkChild(const Json& fork, const Json& source, const std::string& node, int index) {
+Json DesiredForkChild(const SandboxForkView& fork, const SandboxView& source,
+                      const std::string& node, int index) {
   Json labels = Json::object();
   for (std::string_view l : {kLabelRun, kLabelAgent, kLabelTemplate}) {
-    if (!Label(source, l).empty()) labels[std::string(l)] = Label(source, l);
+    if (std::string v = source.meta.Label(l); !v.empty()) labels[std::string(l)] = v;
   }
-  if (!Label(fork, kLabelRun).empty()) labels[std::string(kLabelRun)] = Label(fork, kLabelRun);
-  const Json cm = fork["spec"].value("childMetadata", Json::object());
-  const Json child_labels = cm.value("labels", Json::object());  // items() needs a live object
-  for (const auto& [k, v] : child_labels.items()) labels[k] = v;
-  labels[std::string(kLabelForkOf)] = Name(fork);
+  if (std::string run = fork.meta.Label(kLabelRun); !run.empty()) labels[std::string(kLabelRun)] = run;
+  for (const auto& [k, v] : fork.spec.child_labels) labels[k] = v;
+  labels[std::string(kLabelForkOf)] = fork.meta.name;
   labels[std::string(kLabelNode)] = node;
-  Json md = {{"name", ForkChildName(Name(fork), index)},
+  Json md = {{"name", ForkChildName(fork.meta.name, index)},
              {"labels", labels},
              // Placed at birth, so the teardown finalizer comes with it
              // (one write less per child than a later EnsureFinalizer).
              {"finalizers", Json::array({kFinalizer})},
-             {"ownerReferences", Json::array({ControllerRef(fork)})}};
-  if (cm.contains("annotations")) md["annotations"] = cm["annotations"];
-  const Json& sspec = source["spec"];
-  Json spec = {{"templateRef", sspec["templateRef"]}, {"forkSource", Name(source)}};
+             {"ownerReferences", Json::array({ControllerRef(fork.object)})}};
+  if (!fork.spec.child_annotations.empty()) md["annotations"] = fork.spec.child_annotations;
+  Json spec = {{"templateRef", {{"name", source.spec.template_name}}},
+               {"forkSource", source.meta.name}};
+  // Copied as written; their shape was checked when the source was parsed.
   for (const char* f : {"env", "resources"}) {
-    if (sspec.contains(f)) spec[f] = sspec[f];
+    if (const Json& v = kube::At(source.object, {"spec", f}); !v.is_null()) spec[f] = v;
   }
-  if (fork["spec"].contains("ttlSeconds")) {
-    spec["ttlSeconds"] = fork["spec"]["ttlSeconds"];
-  } else if (fork["spec"].contains("expiresAt")) {
-    spec["expiresAt"] = fork["spec"]["expiresAt"];
-  } else if (!StatusString(source, "expiresAt").empty()) {
-    spec["expiresAt"] = StatusString(source, "expiresAt");  // forks never outlive the source's TTL
+  if (fork.spec.ttl_seconds) {
+    spec["ttlSeconds"] = *fork.spec.ttl_seconds;
+  } else if (fork.spec.expires_at) {
+    spec["expiresAt"] = *fork.spec.expires_at;
+  } else if (!source.status.expires_at.empty()) {
+    spec["expiresAt"] = source.status.expires_at;  // forks never outlive the source's TTL
   }
   return Json{{"metadata", md}, {"spec", spec}};
 }
 
-Json ComputeForkStatus(const Json& fork, const std::string& node, const std::string& wait_reason,
-                       const std::vector<Json>& children, kube::TimePoint now) {
+Json ComputeForkStatus(const SandboxForkView& fork, const std::string& node,
+                       const ForkWait& wait, const std::vector<Json>& children,
+                       kube::TimePoint now) {
   int ready = 0, failed = 0;
   Json list = Json::array();
   for (const Json& c : children) {
@@ -89,50 +90,52 @@ Json ComputeForkStatus(const Json& fork, const std::string& node, const std::str
     if (phase == "Failed") ++failed;
     list.push_back({{"name", Name(c)}, {"phase", phase.empty() ? "Pending" : phase}});
   }
-  const int want = Replicas(fork);
-  std::string phase = !wait_reason.empty() ? "Pending"
+  const int64_t want = fork.spec.replicas;
+  std::string phase = !wait.reason.empty() ? "Pending"
                       : failed > 0         ? "Failed"
                       : ready >= want      ? "Ready"
                                            : "Forking";
   Condition c = phase == "Ready"
                     ? Condition{"Ready", "True", "AllReady", std::to_string(ready) + " forks running"}
-                : phase == "Pending" ? Condition{"Ready", "False", wait_reason, "waiting for the source"}
+                : phase == "Pending" ? Condition{"Ready", "False", wait.reason,
+                                                wait.message.empty() ? "waiting for the source"
+                                                                     : wait.message}
                 : phase == "Failed"  ? Condition{"Ready", "False", "ForkFailed",
                                                 std::to_string(failed) + " forks failed"}
                                      : Condition{"Ready", "False", "Forking",
                                                 std::to_string(ready) + "/" + std::to_string(want) +
                                                     " forks running"};
-  Json conds = fork.contains("status") ? fork["status"].value("conditions", Json::array())
-                                       : Json::array();
-  Json st = {{"observedGeneration", Generation(fork)},
+  const int64_t gen = fork.meta.generation;
+  Json st = {{"observedGeneration", gen},
              {"phase", phase},
              {"replicas", static_cast<int>(children.size())},
              {"readyReplicas", ready},
              {"failedReplicas", failed},
              {"children", list},
-             {"conditions", SetCondition(conds, c, Generation(fork), now)}};
+             {"conditions", SetCondition(fork.status.conditions, c, gen, now)}};
   if (!node.empty()) st["nodeName"] = node;
   return st;
 }
 
-std::vector<Json> ForkReconciler::Children(const Json& fork) {
+std::vector<Json> ForkReconciler::Children(const SandboxForkView& fork) {
   std::vector<Json> out;
-  const std::string ns = Namespace(fork), uid = Uid(fork);
+  const std::string& ns = fork.meta.ns;
+  const std::string& uid = fork.meta.uid;
   ctx_.lister->ForEach(SandboxResource(), [&](const Json& s) {
     if (Namespace(s) == ns && IsControlledBy(s, uid)) out.push_back(s);
   });
   std::sort(out.begin(), out.end(), [&](const Json& a, const Json& b) {
-    return IndexOf(Name(fork), a) < IndexOf(Name(fork), b);
+    return IndexOf(fork.meta.name, a) < IndexOf(fork.meta.name, b);
   });
   return out;
 }
 
-Status ForkReconciler::EnsureChildren(const Json& fork, const Json& source,
+Status ForkReconciler::EnsureChildren(const SandboxForkView& fork, const SandboxView& source,
                                       const std::string& node, std::vector<Json>* children) {
   std::set<std::string> have;
   for (const Json& c : *children) have.insert(Name(c));
   std::vector<Json> missing;
-  for (int i = 0; i < Replicas(fork); ++i) {
+  for (int i = 0; i < fork.spec.replicas; ++i) {
     Json child = DesiredForkChild(fork, source, node, i);
     if (!have.count(Name(child))) missing.push_back(std::move(child));
   }
@@ -140,7 +143,7 @@ Status ForkReconciler::EnsureChildren(const Json& fork, const Json& source,
   // apiserver, and its children are forked together only once they exist.
   std::vector<Result<Json>> results(missing.size(), Status::Internal("not sent"));
   ParallelFor(missing.size(), kParallelCreates, [&](size_t i) {
-    results[i] = ctx_.client->Create(SandboxResource(), Namespace(fork), missing[i]);
+    results[i] = ctx_.client->Create(SandboxResource(), fork.meta.ns, missing[i]);
   });
   for (size_t i = 0; i < missing.size(); ++i) {
     const Json& child = missing[i];
@@ -151,8 +154,8 @@ Status ForkReconciler::EnsureChildren(const Json& fork, const Json& source,
     }
     if (!kube::IsAlreadyExists(created.status())) return created.status();
     // Made by an earlier pass the cache has not shown yet, or not ours.
-    auto existing = ctx_.client->Get(SandboxResource(), Namespace(fork), Name(child));
-    if (existing.ok() && !IsControlledBy(*existing, Uid(fork))) {
+    auto existing = ctx_.client->Get(SandboxResource(), fork.meta.ns, Name(child));
+    if (existing.ok() && !IsControlledBy(*existing, fork.meta.uid)) {
       return Status::AlreadyExists("Sandbox " + Name(child) + " exists and is not owned by this fork");
     }
     if (existing.ok()) children->push_back(*existing);
@@ -160,10 +163,10 @@ Status ForkReconciler::EnsureChildren(const Json& fork, const Json& source,
   return Status::Ok();
 }
 
-Status ForkReconciler::ScaleDown(const Json& fork, std::vector<Json>* children) {
+Status ForkReconciler::ScaleDown(const SandboxForkView& fork, std::vector<Json>* children) {
   std::vector<Json> keep;
   for (const Json& c : *children) {
-    if (IndexOf(Name(fork), c) < Replicas(fork)) {
+    if (IndexOf(fork.meta.name, c) < fork.spec.replicas) {
       keep.push_back(c);
       continue;
     }
@@ -179,30 +182,39 @@ Status ForkReconciler::ScaleDown(const Json& fork, std::vector<Json>* children) 
 Result<Outcome> ForkReconciler::Reconcile(const std::string& key) {
   std::optional<Json> got = ctx_.lister->Get(kube::SandboxForkResource(), key);
   if (!got || IsDeleting(*got)) return Outcome{};  // children go with the garbage collector
-  const Json fork = *got;
+  const SandboxForkView fork = SandboxForkView::Parse(std::move(*got));
   std::vector<Json> children = Children(fork);
-  std::string ns = Namespace(fork);
-  std::string src_name = fork["spec"]["sourceRef"].value("name", "");
-  std::optional<Json> source = ctx_.lister->Get(SandboxResource(), kube::ObjectKey(ns, src_name));
-  std::string node = source ? Label(*source, kLabelNode) : "";
-  std::string wait_reason = !source ? "SourceNotFound"
-                            : IsDeleting(*source) ? "SourceDeleting"
-                            : node.empty() ? "SourceNotScheduled" : "";
+  const std::string& ns = fork.meta.ns;
+  std::optional<Json> found =
+      ctx_.lister->Get(SandboxResource(), kube::ObjectKey(ns, fork.spec.source_name));
+  std::optional<SandboxView> source;
+  if (found) source = SandboxView::Parse(std::move(*found));
+  std::string node = source ? source->meta.Label(kLabelNode) : "";
+  ForkWait wait;
+  if (!fork.problems.empty()) {
+    wait = {"InvalidSpec", JoinProblems(fork.problems)};  // a spec we cannot read forks nothing
+  } else if (!source) {
+    wait.reason = "SourceNotFound";
+  } else if (source->meta.deleting) {
+    wait.reason = "SourceDeleting";
+  } else if (node.empty()) {
+    wait.reason = "SourceNotScheduled";
+  }
   Outcome out;
-  if (wait_reason.empty()) {
+  if (wait.reason.empty()) {
     Status s = EnsureChildren(fork, *source, node, &children);
     if (kube::IsAlreadyExists(s)) {
-      ctx_.Event(fork, "Warning", "NameConflict", s.message());
-      wait_reason = "NameConflict";
+      ctx_.Event(fork.object, "Warning", "NameConflict", s.message());
+      wait = {"NameConflict", s.message()};
     } else {
       RETURN_IF_ERROR(s);
     }
     RETURN_IF_ERROR(ScaleDown(fork, &children));
-  } else {
+  } else if (wait.reason != "InvalidSpec") {
     out.RequeueWithin(std::chrono::seconds(10));
   }
-  Json desired = ComputeForkStatus(fork, node, wait_reason, children, ctx_.clock->Now());
-  RETURN_IF_ERROR(WriteStatusIfChanged(ctx_, kube::SandboxForkResource(), fork, desired).status());
+  Json desired = ComputeForkStatus(fork, node, wait, children, ctx_.clock->Now());
+  RETURN_IF_ERROR(WriteStatusIfChanged(ctx_, kube::SandboxForkResource(), fork.object, desired).status());
   return out;
 }
 

@@ -5,21 +5,31 @@
 // with the source's run/agent/template, the fork's run, the fork's
 // childMetadata labels and kubicle.dev/fork-of. Scaling down deletes the
 // highest indexes. Status: counts and children, written only when changed.
+// A spec the view cannot read (views.h) makes no children: Ready False
+// InvalidSpec names the fields.
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "operator/context.h"
+#include "operator/views.h"
 
 namespace kubicle::op {
 
 // The child Sandbox a fork wants at `index` (pure).
-Json DesiredForkChild(const Json& fork, const Json& source, const std::string& node, int index);
+Json DesiredForkChild(const SandboxForkView& fork, const SandboxView& source,
+                      const std::string& node, int index);
 std::string ForkChildName(const std::string& fork_name, int index);
+
+// Why a fork makes no children (reason "" = it does), for its Ready condition.
+struct ForkWait {
+  std::string reason;   // SourceNotFound, SourceDeleting, SourceNotScheduled, NameConflict, InvalidSpec
+  std::string message;  // "" = "waiting for the source"
+};
 // {observedGeneration, phase, nodeName, replicas, readyReplicas,
 //  failedReplicas, children, conditions} from the children that exist.
-Json ComputeForkStatus(const Json& fork, const std::string& node, const std::string& wait_reason,
+Json ComputeForkStatus(const SandboxForkView& fork, const std::string& node, const ForkWait& wait,
                        const std::vector<Json>& children, kube::TimePoint now);
 
 class ForkReconciler {
@@ -28,10 +38,10 @@ class ForkReconciler {
   Result<Outcome> Reconcile(const std::string& key);
 
  private:
-  std::vector<Json> Children(const Json& fork);
-  Status EnsureChildren(const Json& fork, const Json& source, const std::string& node,
-                        std::vector<Json>* children);
-  Status ScaleDown(const Json& fork, std::vector<Json>* children);
+  std::vector<Json> Children(const SandboxForkView& fork);
+  Status EnsureChildren(const SandboxForkView& fork, const SandboxView& source,
+                        const std::string& node, std::vector<Json>* children);
+  Status ScaleDown(const SandboxForkView& fork, std::vector<Json>* children);
 
   Context ctx_;
 };

@@ -101,6 +101,23 @@ TEST_F(ForkReconcilerTest, WaitsForAMissingSource) {
   EXPECT_TRUE(out->requeue_after.has_value());
 }
 
+TEST_F(ForkReconcilerTest, ASpecOfTheWrongShapeForksNothingAndSaysWhy) {
+  Json f = {{"metadata", {{"name", "f"}}},
+            {"spec", {{"sourceRef", {{"name", "src"}}}, {"replicas", "3"},
+                      {"childMetadata", {{"labels", {{"team", 1}}}}}}}};
+  ASSERT_TRUE(w.client.Create(kube::SandboxForkResource(), kNs, f).ok());
+  auto out = Reconcile();
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_FALSE(out->requeue_after) << "only a spec change (a new event) can fix it";
+  EXPECT_TRUE(kube::IsNotFound(w.client.Get(kube::SandboxResource(), kNs, "f-0").status()));
+  EXPECT_EQ(Fork()["status"]["phase"], "Pending");
+  auto ready = FindCondition(Fork(), "Ready");
+  EXPECT_EQ(ready->value("reason", ""), "InvalidSpec");
+  EXPECT_EQ(ready->value("message", ""),
+            "spec.replicas: expected an integer, got string; "
+            "spec.childMetadata.labels.team: expected a string, got number");
+}
+
 TEST_F(ForkReconcilerTest, RefusesToAdoptAForeignSandbox) {
   ASSERT_TRUE(w.client.Create(kube::SandboxResource(), kNs, NewSandbox("f-0", "py")).ok());
   CreateFork(1);

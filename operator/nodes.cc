@@ -1,18 +1,19 @@
 #include "operator/nodes.h"
 
+#include <charconv>
+
+#include "kube/json_fields.h"
 #include "kube/time_format.h"
 
 namespace kubicle::op {
 namespace {
 int64_t AnnotationInt(const Json& obj, std::string_view key) {
-  const Json& md = obj["metadata"];
-  if (!md.contains("annotations")) return 0;
-  std::string v = md["annotations"].value(std::string(key), "");
-  try {
-    return v.empty() ? 0 : std::stoll(v);
-  } catch (const std::exception&) {
-    return 0;  // a malformed report counts as no capacity
-  }
+  const std::string v = kube::StrAt(obj, {"metadata", "annotations", key});
+  int64_t n = 0;
+  auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+  // A malformed (or negative) report counts as no capacity.
+  if (v.empty() || ec != std::errc() || end != v.data() + v.size() || n < 0) return 0;
+  return n;
 }
 }  // namespace
 
@@ -21,11 +22,13 @@ std::optional<NodeInfo> ParseNodeLease(const Json& lease, kube::TimePoint now) {
   if (node.empty()) return std::nullopt;
   NodeInfo n;
   n.name = node;
-  const Json spec = lease.value("spec", Json::object());
-  auto renew = kube::ParseTime(spec.value("renewTime", ""));
+  const Json& spec = kube::At(lease, {"spec"});
+  auto renew = kube::ParseTime(kube::StrAt(spec, {"renewTime"}));
+  int64_t duration = kube::IntAt(spec, {"leaseDurationSeconds"}, 40);
+  if (duration < 0 || duration > 366 * 86400) duration = 40;  // nonsense: the protocol's default
   if (renew.ok()) {
-    n.expires = *renew + std::chrono::seconds(spec.value("leaseDurationSeconds", 40));
-    n.alive = spec.value("holderIdentity", "") == node && now < n.expires;
+    n.expires = *renew + std::chrono::seconds(duration);
+    n.alive = kube::StrAt(spec, {"holderIdentity"}) == node && now < n.expires;
   }
   n.capacity_sandboxes = AnnotationInt(lease, kAnnotationCapacitySandboxes);
   n.capacity_memory_mib = AnnotationInt(lease, kAnnotationCapacityMemory);
@@ -41,13 +44,11 @@ std::map<std::string, NodeInfo> NodesFromLeases(const std::vector<Json>& leases,
   return out;
 }
 
-std::vector<std::string> TemplateReadyNodes(const Json& tmpl) {
+std::vector<std::string> TemplateReadyNodes(const SandboxTemplateView& tmpl) {
   std::vector<std::string> out;
-  if (!tmpl.contains("status") || !tmpl["status"].contains("nodes")) return out;
-  int64_t gen = Generation(tmpl);
-  for (const Json& e : tmpl["status"]["nodes"]) {
-    if (e.value("phase", "") == "Ready" && e.value("observedGeneration", int64_t{0}) == gen) {
-      out.push_back(e.value("nodeName", ""));
+  for (const TemplateNodeEntry& e : tmpl.status.nodes) {
+    if (e.phase == "Ready" && e.observed_generation == tmpl.meta.generation) {
+      out.push_back(e.node_name);
     }
   }
   return out;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "operator/api.h"
+#include "operator/views.h"
 
 namespace kubicle::op {
 
@@ -31,7 +32,7 @@ std::map<std::string, NodeInfo> NodesFromLeases(const std::vector<Json>& leases,
 
 // Node names whose template entry is Ready for the template's current
 // generation (stale entries from before a spec change do not count).
-std::vector<std::string> TemplateReadyNodes(const Json& tmpl);
+std::vector<std::string> TemplateReadyNodes(const SandboxTemplateView& tmpl);
 
 // What is already placed on each node (Sandboxes carrying kubicle.dev/node,
 // including those still tearing down).

@@ -38,9 +38,15 @@ std::string Sha256Hex(const std::string& s) {
 }
 
 // Metadata patch guarded by the resourceVersion we read.
-Json GuardedMetaPatch(const Json& sbx, Json metadata) {
-  metadata["resourceVersion"] = sbx["metadata"].value("resourceVersion", "");
+Json GuardedMetaPatch(const ObjectMeta& meta, Json metadata) {
+  metadata["resourceVersion"] = meta.resource_version;
   return Json{{"metadata", metadata}};
+}
+
+Json WithFinalizer(const ObjectMeta& meta) {
+  Json finalizers = meta.finalizers;
+  finalizers.push_back(kFinalizer);
+  return finalizers;
 }
 
 }  // namespace
@@ -55,8 +61,8 @@ Result<Outcome> SandboxReconciler::Reconcile(const std::string& key) {
     ctx_.scheduler->Forget(key);
     return Outcome{};
   }
-  Json sbx = *got;
-  if (IsDeleting(sbx)) return Finalize(sbx);
+  SandboxView sbx = SandboxView::Parse(std::move(*got));
+  if (sbx.meta.deleting) return Finalize(sbx);
 
   SandboxFacts facts;
   facts.expires = ComputeExpiry(sbx, ctx_.config.default_ttl);
@@ -71,15 +77,16 @@ Result<Outcome> SandboxReconciler::Reconcile(const std::string& key) {
   Outcome out;
   CheckNode(sbx, &facts, &out);
   Json desired = ComputeSandboxStatus(sbx, facts, ctx_.clock->Now());
-  ASSIGN_OR_RETURN(bool wrote, WriteStatusIfChanged(ctx_, SandboxResource(), sbx, desired));
-  if (wrote && sbx.value("status", Json::object()).value("phase", "") != desired["phase"]) {
-    log::Info("sandbox phase", {{"sandbox", key}, {"phase", desired["phase"].get<std::string>()},
-                                {"node", facts.node}, {"run", Label(sbx, kLabelRun)}});
+  ASSIGN_OR_RETURN(bool wrote, WriteStatusIfChanged(ctx_, SandboxResource(), sbx.object, desired));
+  const std::string phase = desired["phase"].get<std::string>();  // ours: always a string
+  if (wrote && sbx.status.phase != phase) {
+    log::Info("sandbox phase", {{"sandbox", key}, {"phase", phase}, {"node", facts.node},
+                                {"run", sbx.meta.Label(kLabelRun)}});
   }
 
   // Events last: they are best effort and must not delay what clients wait for.
-  if (facts.placed_now) ctx_.Event(sbx, "Normal", "Scheduled", "placed on node " + facts.node);
-  if (!facts.node_lost.empty() && wrote) ctx_.Event(sbx, "Warning", "NodeLost", facts.node_lost);
+  if (facts.placed_now) ctx_.Event(sbx.object, "Normal", "Scheduled", "placed on node " + facts.node);
+  if (!facts.node_lost.empty() && wrote) ctx_.Event(sbx.object, "Warning", "NodeLost", facts.node_lost);
   if (facts.expires) out.RequeueWithin(*facts.expires - ctx_.clock->Now());
   if (facts.node.empty()) out.RequeueWithin(ctx_.config.unschedulable_retry);
   return out;
@@ -88,10 +95,9 @@ Result<Outcome> SandboxReconciler::Reconcile(const std::string& key) {
 // A placed Sandbox whose node stopped renewing its Lease fails once the
 // grace period is over (docs/operator.md, "Node protocol"); until then it is
 // looked at again when the grace ends.
-void SandboxReconciler::CheckNode(const Json& sbx, SandboxFacts* facts, Outcome* out) {
+void SandboxReconciler::CheckNode(const SandboxView& sbx, SandboxFacts* facts, Outcome* out) {
   if (facts->node.empty() || facts->placed_now) return;
-  const std::string vm = sbx.contains("status") && sbx["status"].contains("vm")
-                             ? sbx["status"]["vm"].value("state", "") : "";
+  const std::string& vm = sbx.status.vm_state;
   if (vm == "Failed" || vm == "Terminated") return;  // the node said how it ended
   const kube::TimePoint now = ctx_.clock->Now();
   auto nodes = NodesFromLeases(ctx_.lister->List(kube::LeaseResource()), now);
@@ -110,105 +116,110 @@ void SandboxReconciler::CheckNode(const Json& sbx, SandboxFacts* facts, Outcome*
                                " s): its VM is lost";
 }
 
-Status SandboxReconciler::EnsureFinalizer(Json* sbx) {
-  if (HasFinalizer(*sbx, kFinalizer)) return Status::Ok();
-  Json finalizers = (*sbx)["metadata"].value("finalizers", Json::array());
-  finalizers.push_back(kFinalizer);
-  ASSIGN_OR_RETURN(*sbx, ctx_.client->Patch(SandboxResource(), Namespace(*sbx), Name(*sbx),
-                                            kube::PatchType::kMerge,
-                                            GuardedMetaPatch(*sbx, {{"finalizers", finalizers}})));
+Status SandboxReconciler::EnsureFinalizer(SandboxView* sbx) {
+  if (sbx->meta.HasFinalizer(kFinalizer)) return Status::Ok();
+  ASSIGN_OR_RETURN(Json patched,
+                   ctx_.client->Patch(SandboxResource(), sbx->meta.ns, sbx->meta.name,
+                                      kube::PatchType::kMerge,
+                                      GuardedMetaPatch(sbx->meta,
+                                                       {{"finalizers", WithFinalizer(sbx->meta)}})));
+  *sbx = SandboxView::Parse(std::move(patched));
   return Status::Ok();
 }
 
-Result<bool> SandboxReconciler::ExpireIfDue(const Json& sbx, const SandboxFacts& facts) {
+Result<bool> SandboxReconciler::ExpireIfDue(const SandboxView& sbx, const SandboxFacts& facts) {
   if (!facts.expires || ctx_.clock->Now() < *facts.expires) return false;
   SandboxFacts expired = facts;
   expired.expired = true;
-  expired.node = Label(sbx, kLabelNode);
+  expired.node = sbx.meta.Label(kLabelNode);
   Json desired = ComputeSandboxStatus(sbx, expired, ctx_.clock->Now());
   desired.erase("phase");  // the phase moves to Terminating with the delete
-  auto wrote = WriteStatusIfChanged(ctx_, SandboxResource(), sbx, desired);
+  auto wrote = WriteStatusIfChanged(ctx_, SandboxResource(), sbx.object, desired);
   if (!wrote.ok() && !kube::IsNotFound(wrote.status())) return wrote.status();
   kube::DeleteOptions opts;
   opts.propagation_policy = "Background";
-  opts.precondition_uid = Uid(sbx);
-  Status s = ctx_.client->Delete(SandboxResource(), Namespace(sbx), Name(sbx), opts);
+  opts.precondition_uid = sbx.meta.uid;
+  Status s = ctx_.client->Delete(SandboxResource(), sbx.meta.ns, sbx.meta.name, opts);
   if (!s.ok() && !kube::IsNotFound(s)) return s;
-  log::Info("sandbox expired", {{"sandbox", kube::ObjectKey(Namespace(sbx), Name(sbx))},
-                                {"run", Label(sbx, kLabelRun)}});
-  ctx_.Event(sbx, "Normal", "Expired", "deleted at its expiry");
+  log::Info("sandbox expired", {{"sandbox", sbx.meta.Key()}, {"run", sbx.meta.Label(kLabelRun)}});
+  ctx_.Event(sbx.object, "Normal", "Expired", "deleted at its expiry");
   return true;
 }
 
-int64_t SandboxReconciler::MemoryOf(const Json& sbx, std::map<std::string, int64_t>* by_template) {
-  const Json& spec = sbx["spec"];
-  if (spec.contains("resources") && spec["resources"].contains("memoryMiB")) {
-    return spec["resources"]["memoryMiB"].get<int64_t>();
-  }
-  std::string key = kube::ObjectKey(Namespace(sbx), spec["templateRef"].value("name", ""));
-  if (auto it = by_template->find(key); it != by_template->end()) return it->second;
+int64_t SandboxReconciler::TemplateMemory(const std::string& template_key,
+                                          std::map<std::string, int64_t>* memo) {
+  if (auto it = memo->find(template_key); it != memo->end()) return it->second;
   int64_t mib = ctx_.config.default_memory_mib;
-  auto t = ctx_.lister->Get(kube::SandboxTemplateResource(), key);
-  if (t && (*t)["spec"].contains("memoryMiB")) mib = (*t)["spec"]["memoryMiB"].get<int64_t>();
-  (*by_template)[key] = mib;
+  if (auto t = ctx_.lister->Get(kube::SandboxTemplateResource(), template_key)) {
+    mib = ParseSandboxTemplateSpec(*t, nullptr).memory_mib.value_or(mib);
+  }
+  (*memo)[template_key] = mib;
   return mib;
 }
 
 std::map<std::string, NodeLoad> SandboxReconciler::CurrentLoad(std::vector<std::string>* placed) {
   std::map<std::string, NodeLoad> load;
-  std::map<std::string, int64_t> memory_by_template;
-  std::vector<Json> need_template;  // template lookups cannot run under the cache lock
+  struct Unsized {
+    std::string node, template_key;
+  };
+  std::vector<Unsized> unsized;  // template lookups cannot run under the cache lock
   ctx_.lister->ForEach(SandboxResource(), [&](const Json& s) {
     std::string node = Label(s, kLabelNode);
     if (node.empty()) return;
     load[node].sandboxes += 1;
-    const Json& spec = s["spec"];
-    if (spec.contains("resources") && spec["resources"].contains("memoryMiB")) {
-      load[node].memory_mib += spec["resources"]["memoryMiB"].get<int64_t>();
+    const SandboxSpec spec = ParseSandboxSpec(s, nullptr);
+    if (spec.memory_mib) {
+      load[node].memory_mib += *spec.memory_mib;
     } else {
-      need_template.push_back(Json{{"metadata", {{"namespace", Namespace(s)}}},
-                                   {"spec", {{"templateRef", spec["templateRef"]}}},
-                                   {"node", node}});
+      unsized.push_back({node, kube::ObjectKey(Namespace(s), spec.template_name)});
     }
     placed->push_back(kube::ObjectKey(Namespace(s), Name(s)));
   });
-  for (const Json& s : need_template) {
-    load[s["node"].get<std::string>()].memory_mib += MemoryOf(s, &memory_by_template);
+  std::map<std::string, int64_t> memory_by_template;
+  for (const Unsized& u : unsized) {
+    load[u.node].memory_mib += TemplateMemory(u.template_key, &memory_by_template);
   }
   return load;
 }
 
-Status SandboxReconciler::EnsurePlacement(Json* sbx, SandboxFacts* facts) {
-  facts->node = Label(*sbx, kLabelNode);
+Status SandboxReconciler::EnsurePlacement(SandboxView* sbx, SandboxFacts* facts) {
+  facts->node = sbx->meta.Label(kLabelNode);
   if (!facts->node.empty()) return Status::Ok();
-  const Json spec = sbx->value("spec", Json::object());
-  const std::string ns = Namespace(*sbx);
-  const std::string key = kube::ObjectKey(ns, Name(*sbx));
-  const std::string tmpl_name = spec.value("templateRef", Json::object()).value("name", "");
+  if (!sbx->problems.empty()) {
+    // Placing a spec we cannot read would guess its template, size or fork source.
+    facts->schedule_reason = "InvalidSpec";
+    facts->schedule_message = JoinProblems(sbx->problems);
+    return Status::Ok();
+  }
+  const std::string& ns = sbx->meta.ns;
+  const std::string key = sbx->meta.Key();
+  const std::string& tmpl_name = sbx->spec.template_name;
   std::string node;
-  if (spec.contains("forkSource")) {
+  if (sbx->spec.fork_source) {
     // A fork runs where its source runs: the VM is forked on that host.
-    auto src = ctx_.lister->Get(SandboxResource(), kube::ObjectKey(ns, spec["forkSource"].get<std::string>()));
+    const std::string& source = *sbx->spec.fork_source;
+    auto src = ctx_.lister->Get(SandboxResource(), kube::ObjectKey(ns, source));
     node = src ? Label(*src, kLabelNode) : "";
     if (node.empty()) {
       facts->schedule_reason = src ? "SourceNotScheduled" : "SourceNotFound";
-      facts->schedule_message = "fork source " + spec["forkSource"].get<std::string>() +
-                                (src ? " is not placed yet" : " does not exist");
+      facts->schedule_message =
+          "fork source " + source + (src ? " is not placed yet" : " does not exist");
       return Status::Ok();
     }
   } else {
-    auto tmpl = ctx_.lister->Get(kube::SandboxTemplateResource(), kube::ObjectKey(ns, tmpl_name));
-    if (!tmpl) {
+    auto got = ctx_.lister->Get(kube::SandboxTemplateResource(), kube::ObjectKey(ns, tmpl_name));
+    if (!got) {
       facts->schedule_reason = "TemplateNotFound";
       facts->schedule_message = "SandboxTemplate " + tmpl_name + " not found";
       return Status::Ok();
     }
+    const SandboxTemplateView tmpl = SandboxTemplateView::Parse(std::move(*got));
     auto nodes = NodesFromLeases(ctx_.lister->List(kube::LeaseResource()), ctx_.clock->Now());
     std::vector<std::string> placed;
     auto load = CurrentLoad(&placed);
-    std::map<std::string, int64_t> memory_by_template;
-    PlacementRequest req{TemplateReadyNodes(*tmpl), MemoryOf(*sbx, &memory_by_template)};
-    auto picked = ctx_.scheduler->Place(key, req, nodes, load, placed);
+    const int64_t memory = sbx->spec.memory_mib.value_or(
+        tmpl.spec.memory_mib.value_or(ctx_.config.default_memory_mib));
+    auto picked = ctx_.scheduler->Place(key, {TemplateReadyNodes(tmpl), memory}, nodes, load, placed);
     if (!picked.ok()) {
       facts->schedule_reason = picked.status().code() == StatusCode::kNotFound
                                    ? "NoReadyNode" : "InsufficientCapacity";
@@ -219,66 +230,61 @@ Status SandboxReconciler::EnsurePlacement(Json* sbx, SandboxFacts* facts) {
   }
   Json labels = {{std::string(kLabelNode), node}, {std::string(kLabelTemplate), tmpl_name}};
   Json meta = {{"labels", labels}};
-  if (!HasFinalizer(*sbx, kFinalizer)) {
-    Json finalizers = (*sbx)["metadata"].value("finalizers", Json::array());
-    finalizers.push_back(kFinalizer);
-    meta["finalizers"] = finalizers;  // one write instead of two on the hot path
+  if (!sbx->meta.HasFinalizer(kFinalizer)) {
+    meta["finalizers"] = WithFinalizer(sbx->meta);  // one write instead of two on the hot path
   }
-  auto patched = ctx_.client->Patch(SandboxResource(), ns, Name(*sbx), kube::PatchType::kMerge,
-                                    GuardedMetaPatch(*sbx, meta));
+  auto patched = ctx_.client->Patch(SandboxResource(), ns, sbx->meta.name, kube::PatchType::kMerge,
+                                    GuardedMetaPatch(sbx->meta, meta));
   if (!patched.ok()) {
     ctx_.scheduler->Forget(key);
     return patched.status();
   }
-  *sbx = *patched;
+  *sbx = SandboxView::Parse(std::move(*patched));
   facts->node = node;
   facts->placed_now = true;
-  log::Info("sandbox scheduled", {{"sandbox", key}, {"node", node}, {"run", Label(*sbx, kLabelRun)}});
+  log::Info("sandbox scheduled", {{"sandbox", key}, {"node", node}, {"run", sbx->meta.Label(kLabelRun)}});
   return Status::Ok();
 }
 
-Status SandboxReconciler::EnsureToken(const Json& sbx, SandboxFacts* facts) {
-  facts->token_secret = TokenSecretName(Name(sbx));
-  facts->token_sha256 = StatusString(sbx, "tokenSha256");
+Status SandboxReconciler::EnsureToken(const SandboxView& sbx, SandboxFacts* facts) {
+  facts->token_secret = TokenSecretName(sbx.meta.name);
+  facts->token_sha256 = sbx.status.token_sha256;
   if (!facts->token_sha256.empty()) return Status::Ok();
   // The operator may only create Secrets (never read them): if one exists
   // whose hash was never recorded, its token is unknown, so replace it.
   ASSIGN_OR_RETURN(std::string token, NewToken());
   Json labels = Json::object();
   for (std::string_view l : {kLabelRun, kLabelAgent}) {
-    if (!Label(sbx, l).empty()) labels[std::string(l)] = Label(sbx, l);
+    if (std::string v = sbx.meta.Label(l); !v.empty()) labels[std::string(l)] = v;
   }
   Json secret = {{"metadata", {{"name", facts->token_secret}, {"labels", labels},
-                               {"ownerReferences", Json::array({ControllerRef(sbx)})}}},
+                               {"ownerReferences", Json::array({ControllerRef(sbx.object)})}}},
                  {"type", "kubicle.dev/sandbox-token"},
                  {"stringData", {{"token", token}}}};
-  auto created = ctx_.client->Create(kube::SecretResource(), Namespace(sbx), secret);
+  const std::string& ns = sbx.meta.ns;
+  auto created = ctx_.client->Create(kube::SecretResource(), ns, secret);
   if (!created.ok() && kube::IsAlreadyExists(created.status())) {
-    Status d = ctx_.client->Delete(kube::SecretResource(), Namespace(sbx), facts->token_secret);
+    Status d = ctx_.client->Delete(kube::SecretResource(), ns, facts->token_secret);
     if (!d.ok() && !kube::IsNotFound(d)) return d;
-    created = ctx_.client->Create(kube::SecretResource(), Namespace(sbx), secret);
+    created = ctx_.client->Create(kube::SecretResource(), ns, secret);
   }
   if (!created.ok()) return created.status();
   facts->token_sha256 = Sha256Hex(token);
   return Status::Ok();
 }
 
-Result<Outcome> SandboxReconciler::Finalize(const Json& sbx) {
-  const std::string key = kube::ObjectKey(Namespace(sbx), Name(sbx));
-  if (!HasFinalizer(sbx, kFinalizer)) return Outcome{};
-  const std::string node = Label(sbx, kLabelNode);
+Result<Outcome> SandboxReconciler::Finalize(const SandboxView& sbx) {
+  const std::string key = sbx.meta.Key();
+  if (!sbx.meta.HasFinalizer(kFinalizer)) return Outcome{};
+  const std::string node = sbx.meta.Label(kLabelNode);
   const kube::TimePoint now = ctx_.clock->Now();
-  std::string vm_state;
-  if (sbx.contains("status") && sbx["status"].contains("vm")) {
-    vm_state = sbx["status"]["vm"].value("state", "");
-  }
   auto nodes = NodesFromLeases(ctx_.lister->List(kube::LeaseResource()), now);
   auto it = nodes.find(node);
   std::string why;
   Outcome out;
   if (node.empty()) {
     why = "NeverScheduled";
-  } else if (vm_state == "Terminated") {
+  } else if (sbx.status.vm_state == "Terminated") {
     why = "TornDown";
   } else if (it == nodes.end() ||
              (!it->second.alive && now >= it->second.expires + ctx_.config.node_gone_grace)) {
@@ -289,20 +295,20 @@ Result<Outcome> SandboxReconciler::Finalize(const Json& sbx) {
     out.RequeueWithin(std::chrono::seconds(30));  // the node's status write wakes us sooner
   }
   if (why.empty()) {
-    SandboxFacts facts{node, "", "", std::nullopt, false, StatusString(sbx, "tokenSecretName"),
-                       StatusString(sbx, "tokenSha256")};
+    SandboxFacts facts{node, "", "", std::nullopt, false, sbx.status.token_secret_name,
+                       sbx.status.token_sha256};
     facts.expires = ComputeExpiry(sbx, ctx_.config.default_ttl);
     facts.expired = facts.expires && now >= *facts.expires;
-    RETURN_IF_ERROR(WriteStatusIfChanged(ctx_, SandboxResource(), sbx,
+    RETURN_IF_ERROR(WriteStatusIfChanged(ctx_, SandboxResource(), sbx.object,
                                          ComputeSandboxStatus(sbx, facts, now)).status());
     return out;
   }
   Json finalizers = Json::array();
-  for (const Json& f : sbx["metadata"]["finalizers"]) {
+  for (const std::string& f : sbx.meta.finalizers) {
     if (f != kFinalizer) finalizers.push_back(f);
   }
-  auto r = ctx_.client->Patch(SandboxResource(), Namespace(sbx), Name(sbx), kube::PatchType::kMerge,
-                              GuardedMetaPatch(sbx, {{"finalizers", finalizers}}));
+  auto r = ctx_.client->Patch(SandboxResource(), sbx.meta.ns, sbx.meta.name, kube::PatchType::kMerge,
+                              GuardedMetaPatch(sbx.meta, {{"finalizers", finalizers}}));
   if (!r.ok() && !kube::IsNotFound(r.status())) return r.status();
   ctx_.scheduler->Forget(key);
   log::Info("sandbox finalized", {{"sandbox", key}, {"node", node}, {"why", why}});

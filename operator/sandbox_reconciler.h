@@ -5,7 +5,9 @@
 //                teardown, or the node is gone past the grace period)
 //   EnsureFinalizer -> ExpireIfDue (delete at expiry) -> EnsurePlacement
 //   (label kubicle.dev/node) -> EnsureToken (owned Secret) -> status
-// Status is recomputed from the world and written only when it changed.
+// Status is recomputed from the world and written only when it changed. A
+// spec the view cannot read (views.h) is not placed: Scheduled False
+// InvalidSpec names the fields.
 #pragma once
 
 #include <string>
@@ -21,15 +23,16 @@ class SandboxReconciler {
   Result<Outcome> Reconcile(const std::string& key);
 
  private:
-  Result<Outcome> Finalize(const Json& sbx);
-  Status EnsureFinalizer(Json* sbx);
-  void CheckNode(const Json& sbx, SandboxFacts* facts, Outcome* out);
-  Result<bool> ExpireIfDue(const Json& sbx, const SandboxFacts& facts);
-  Status EnsurePlacement(Json* sbx, SandboxFacts* facts);
-  Status EnsureToken(const Json& sbx, SandboxFacts* facts);
+  Result<Outcome> Finalize(const SandboxView& sbx);
+  Status EnsureFinalizer(SandboxView* sbx);
+  void CheckNode(const SandboxView& sbx, SandboxFacts* facts, Outcome* out);
+  Result<bool> ExpireIfDue(const SandboxView& sbx, const SandboxFacts& facts);
+  Status EnsurePlacement(SandboxView* sbx, SandboxFacts* facts);
+  Status EnsureToken(const SandboxView& sbx, SandboxFacts* facts);
   std::map<std::string, NodeLoad> CurrentLoad(std::vector<std::string>* placed_keys);
-  // Memory a Sandbox takes; template sizes are memoized in `by_template`.
-  int64_t MemoryOf(const Json& sbx, std::map<std::string, int64_t>* by_template);
+  // Memory of a Sandbox without spec.resources.memoryMiB: its template's
+  // ("ns/name"), memoized in `memo`.
+  int64_t TemplateMemory(const std::string& template_key, std::map<std::string, int64_t>* memo);
 
   Context ctx_;
 };

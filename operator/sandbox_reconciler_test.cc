@@ -83,6 +83,58 @@ TEST_F(SandboxReconcilerTest, UnschedulableReasons) {
   EXPECT_EQ(FindCondition(w.Sandbox("c"), "Scheduled")->value("reason", ""), "NoReadyNode");
 }
 
+TEST_F(SandboxReconcilerTest, ASpecOfTheWrongShapeIsNotPlacedButSaysWhy) {
+  Json s = NewSandbox("odd", "py");
+  s["spec"]["resources"] = {{"memoryMiB", "lots"}};
+  ASSERT_TRUE(w.client.Create(kube::SandboxResource(), kNs, s).ok());
+  auto out = Reconcile("odd");
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  Json got = w.Sandbox("odd");
+  EXPECT_EQ(Label(got, kLabelNode), "");
+  EXPECT_EQ(got["status"]["phase"], "Pending");
+  auto sched = FindCondition(got, "Scheduled");
+  EXPECT_EQ(sched->value("reason", ""), "InvalidSpec");
+  EXPECT_EQ(sched->value("message", ""),
+            "spec.resources.memoryMiB: expected an integer, got string");
+  EXPECT_TRUE(HasFinalizer(got, kFinalizer));
+  EXPECT_EQ(got["status"]["expiresAt"], kube::FormatTime(w.clock.Now() + std::chrono::hours(1)))
+      << "it still expires";
+
+  // A fork child whose source cannot be read is not placed as a plain Sandbox.
+  Json child = NewSandbox("child", "py");
+  child["spec"]["forkSource"] = 7;
+  ASSERT_TRUE(w.client.Create(kube::SandboxResource(), kNs, child).ok());
+  ASSERT_TRUE(Reconcile("child").ok());
+  EXPECT_EQ(Label(w.Sandbox("child"), kLabelNode), "");
+  EXPECT_EQ(FindCondition(w.Sandbox("child"), "Scheduled")->value("reason", ""), "InvalidSpec");
+}
+
+TEST_F(SandboxReconcilerTest, HostileNeighboursAndReportsDoNotStopAPass) {
+  // Placed objects of every wrong shape in the cache, counted by the load
+  // computation of every placement.
+  for (const char* text : {
+           R"({"metadata": {"name": "h1", "labels": {"kubicle.dev/node": "node-a"}}, "spec": 5})",
+           R"({"metadata": {"name": "h2", "labels": {"kubicle.dev/node": "node-a"}},
+               "spec": {"templateRef": ["py"], "resources": {"memoryMiB": -3}}})",
+           R"({"metadata": {"name": "h3", "labels": {"kubicle.dev/node": "node-a"}},
+               "spec": {"templateRef": {"name": 1}, "resources": "big"}})"}) {
+    ASSERT_TRUE(w.client.Create(kube::SandboxResource(), kNs, Json::parse(text)).ok()) << text;
+  }
+  ASSERT_TRUE(w.client.Create(kube::SandboxResource(), kNs, NewSandbox("ok", "py")).ok());
+  ASSERT_TRUE(Reconcile("ok").ok());
+  EXPECT_EQ(Label(w.Sandbox("ok"), kLabelNode), "node-a");
+  // A node daemon's garbled report is no report; the operator's own
+  // garbled conditions are rewritten.
+  ASSERT_TRUE(w.client.Patch(kube::SandboxResource(), kNs, "ok", kube::PatchType::kMerge,
+                             Json{{"status", {{"vm", "Running"}, {"conditions", "x"}}}}, "status")
+                  .ok());
+  ASSERT_TRUE(Reconcile("ok").ok());
+  Json got = w.Sandbox("ok");
+  EXPECT_EQ(got["status"]["phase"], "Scheduled");
+  EXPECT_EQ(got["status"]["conditions"].size(), 3u);
+  for (const char* h : {"h1", "h2", "h3"}) EXPECT_TRUE(Reconcile(h).ok()) << h;
+}
+
 TEST_F(SandboxReconcilerTest, CapacityIsRespectedAcrossBackToBackDecisions) {
   w.Heartbeat("node-a", 2);
   for (const char* n : {"a", "b", "c"}) {

@@ -4,30 +4,24 @@
 
 namespace kubicle::op {
 
-std::optional<kube::TimePoint> ComputeExpiry(const Json& sbx, kube::Duration default_ttl) {
-  const Json spec = sbx.value("spec", Json::object());
-  if (spec.contains("expiresAt")) {
-    auto t = kube::ParseTime(spec["expiresAt"].get<std::string>());
+std::optional<kube::TimePoint> ComputeExpiry(const SandboxView& sbx, kube::Duration default_ttl) {
+  if (sbx.spec.expires_at) {
+    auto t = kube::ParseTime(*sbx.spec.expires_at);
     if (t.ok()) return *t;
     return std::nullopt;
   }
-  auto created = kube::ParseTime(sbx["metadata"].value("creationTimestamp", ""));
+  auto created = kube::ParseTime(sbx.meta.creation_timestamp);
   if (!created.ok()) return std::nullopt;
-  if (spec.contains("ttlSeconds")) {
-    return *created + std::chrono::seconds(spec["ttlSeconds"].get<int64_t>());
-  }
+  if (sbx.spec.ttl_seconds) return *created + std::chrono::seconds(*sbx.spec.ttl_seconds);
   if (default_ttl == kube::Duration::zero()) return std::nullopt;
   return *created + default_ttl;
 }
 
-std::string ComputePhase(const Json& sbx, const std::string& node, bool node_lost) {
-  if (IsDeleting(sbx)) return "Terminating";
+std::string ComputePhase(const SandboxView& sbx, const std::string& node, bool node_lost) {
+  if (sbx.meta.deleting) return "Terminating";
   if (node.empty()) return "Pending";
   if (node_lost) return "Failed";
-  std::string vm;
-  if (sbx.contains("status") && sbx["status"].contains("vm")) {
-    vm = sbx["status"]["vm"].value("state", "");
-  }
+  const std::string& vm = sbx.status.vm_state;
   if (vm == "Restoring" || vm == "Forking") return "Starting";
   if (vm == "Running") return "Running";
   if (vm == "Failed" || vm == "Terminated") return "Failed";
@@ -36,12 +30,10 @@ std::string ComputePhase(const Json& sbx, const std::string& node, bool node_los
 
 namespace {
 
-Condition ReadyCondition(const std::string& phase, const Json& sbx, const std::string& node_lost) {
+Condition ReadyCondition(const std::string& phase, const SandboxView& sbx,
+                         const std::string& node_lost) {
   if (phase == "Failed" && !node_lost.empty()) return {"Ready", "False", "NodeLost", node_lost};
-  std::string vm_message;
-  if (sbx.contains("status") && sbx["status"].contains("vm")) {
-    vm_message = sbx["status"]["vm"].value("message", "");
-  }
+  const std::string& vm_message = sbx.status.vm_message;
   if (phase == "Running") return {"Ready", "True", "Running", "the VM is running"};
   if (phase == "Pending") return {"Ready", "False", "Unscheduled", "waiting for a node"};
   if (phase == "Scheduled") return {"Ready", "False", "Scheduled", "waiting for the node to restore the VM"};
@@ -52,11 +44,10 @@ Condition ReadyCondition(const std::string& phase, const Json& sbx, const std::s
 
 }  // namespace
 
-Json ComputeSandboxStatus(const Json& sbx, const SandboxFacts& f, kube::TimePoint now) {
-  const int64_t gen = Generation(sbx);
+Json ComputeSandboxStatus(const SandboxView& sbx, const SandboxFacts& f, kube::TimePoint now) {
+  const int64_t gen = sbx.meta.generation;
   const std::string phase = ComputePhase(sbx, f.node, !f.node_lost.empty());
-  Json conds = sbx.contains("status") ? sbx["status"].value("conditions", Json::array())
-                                      : Json::array();
+  Json conds = sbx.status.conditions;
   Condition sched = f.node.empty()
                         ? Condition{"Scheduled", "False", f.schedule_reason, f.schedule_message}
                         : Condition{"Scheduled", "True", "Scheduled", "placed on node " + f.node};

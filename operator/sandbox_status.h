@@ -7,13 +7,14 @@
 #include <string>
 
 #include "operator/api.h"
+#include "operator/views.h"
 
 namespace kubicle::op {
 
 // spec.expiresAt, else creationTimestamp + spec.ttlSeconds, else
 // creationTimestamp + default_ttl; nullopt when it never expires (no TTL and
 // a zero default) or the timestamps cannot be read.
-std::optional<kube::TimePoint> ComputeExpiry(const Json& sandbox, kube::Duration default_ttl);
+std::optional<kube::TimePoint> ComputeExpiry(const SandboxView& sandbox, kube::Duration default_ttl);
 
 struct SandboxFacts {
   std::string node;              // placement ("" = not placed)
@@ -31,9 +32,9 @@ struct SandboxFacts {
 
 // {observedGeneration, phase, nodeName, expiresAt, tokenSecretName,
 //  tokenSha256, conditions}: never status.vm (the node's).
-Json ComputeSandboxStatus(const Json& sandbox, const SandboxFacts& facts, kube::TimePoint now);
+Json ComputeSandboxStatus(const SandboxView& sandbox, const SandboxFacts& facts, kube::TimePoint now);
 
 // Phase from deletion state, placement and the node-reported VM state.
-std::string ComputePhase(const Json& sandbox, const std::string& node, bool node_lost = false);
+std::string ComputePhase(const SandboxView& sandbox, const std::string& node, bool node_lost = false);
 
 }  // namespace kubicle::op

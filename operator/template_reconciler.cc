@@ -13,48 +13,42 @@ bool ValidSource(const std::string& s) {
 }
 }  // namespace
 
-std::vector<std::string> ValidateTemplate(const Json& tmpl) {
-  std::vector<std::string> problems;
-  const Json spec = tmpl.value("spec", Json::object());
-  for (const char* f : {"kernel", "rootfs", "initrd"}) {
-    if (!spec.contains(f)) continue;
-    std::string v = spec[f].get<std::string>();
-    if ((std::string(f) != "initrd" || !v.empty()) && !ValidSource(v)) {
-      problems.push_back(std::string("spec.") + f + " must be an absolute path or an http(s)/file/oci URL: \"" + v + "\"");
+std::vector<std::string> ValidateTemplate(const SandboxTemplateView& tmpl) {
+  std::vector<std::string> problems = tmpl.problems;
+  const SandboxTemplateSpec& spec = tmpl.spec;
+  for (const auto& [f, v] : {std::pair{"kernel", &spec.kernel}, std::pair{"rootfs", &spec.rootfs},
+                             std::pair{"initrd", &spec.initrd}}) {
+    if (!*v) continue;
+    if ((std::string(f) != "initrd" || !(*v)->empty()) && !ValidSource(**v)) {
+      problems.push_back(std::string("spec.") + f + " must be an absolute path or an http(s)/file/oci URL: \"" + **v + "\"");
     }
   }
-  int i = 0;
-  for (const Json& w : spec.value("warmup", Json::array())) {
-    const Json cmd = w.value("command", Json::array());
-    if (cmd.empty() || cmd[0].get<std::string>().empty()) {
+  for (size_t i = 0; i < spec.warmup_commands.size(); ++i) {
+    const std::vector<std::string>& cmd = spec.warmup_commands[i];
+    if (cmd.empty() || cmd[0].empty()) {
       problems.push_back("spec.warmup[" + std::to_string(i) + "].command[0] must name a program");
     }
-    ++i;
   }
   return problems;
 }
 
-Json ComputeTemplateStatus(const Json& tmpl, const std::vector<std::string>& problems,
+Json ComputeTemplateStatus(const SandboxTemplateView& tmpl, const std::vector<std::string>& problems,
                            const std::map<std::string, NodeInfo>& nodes, kube::TimePoint now) {
-  const int64_t gen = Generation(tmpl);
+  const int64_t gen = tmpl.meta.generation;
   int ready = 0, failed = 0, live = 0;
-  if (tmpl.contains("status") && tmpl["status"].contains("nodes")) {
-    for (const Json& e : tmpl["status"]["nodes"]) {
-      auto it = nodes.find(e.value("nodeName", ""));
-      if (it == nodes.end() || !it->second.alive) continue;
-      if (e.value("observedGeneration", int64_t{0}) != gen) continue;
-      ++live;
-      if (e.value("phase", "") == "Ready") ++ready;
-      if (e.value("phase", "") == "Failed") ++failed;
-    }
+  for (const TemplateNodeEntry& e : tmpl.status.nodes) {
+    auto it = nodes.find(e.node_name);
+    if (it == nodes.end() || !it->second.alive) continue;
+    if (e.observed_generation != gen) continue;
+    ++live;
+    if (e.phase == "Ready") ++ready;
+    if (e.phase == "Failed") ++failed;
   }
-  std::string joined;
-  for (const std::string& p : problems) joined += (joined.empty() ? "" : "; ") + p;
-  Json conds = tmpl.contains("status") ? tmpl["status"].value("conditions", Json::array())
-                                       : Json::array();
-  conds = SetCondition(conds, problems.empty() ? Condition{"Valid", "True", "Valid", "spec accepted"}
-                                               : Condition{"Valid", "False", "InvalidSpec", joined},
-                       gen, now);
+  const std::string joined = JoinProblems(problems);
+  Json conds = SetCondition(tmpl.status.conditions,
+                            problems.empty() ? Condition{"Valid", "True", "Valid", "spec accepted"}
+                                             : Condition{"Valid", "False", "InvalidSpec", joined},
+                            gen, now);
   std::string phase = !problems.empty()            ? "Invalid"
                       : ready > 0                  ? "Ready"
                       : live > 0 && failed == live ? "Failed"
@@ -72,10 +66,12 @@ Json ComputeTemplateStatus(const Json& tmpl, const std::vector<std::string>& pro
 Result<Outcome> TemplateReconciler::Reconcile(const std::string& key) {
   std::optional<Json> got = ctx_.lister->Get(kube::SandboxTemplateResource(), key);
   if (!got || IsDeleting(*got)) return Outcome{};
+  const SandboxTemplateView tmpl = SandboxTemplateView::Parse(std::move(*got));
   const kube::TimePoint now = ctx_.clock->Now();
   auto nodes = NodesFromLeases(ctx_.lister->List(kube::LeaseResource()), now);
-  Json desired = ComputeTemplateStatus(*got, ValidateTemplate(*got), nodes, now);
-  RETURN_IF_ERROR(WriteStatusIfChanged(ctx_, kube::SandboxTemplateResource(), *got, desired).status());
+  Json desired = ComputeTemplateStatus(tmpl, ValidateTemplate(tmpl), nodes, now);
+  RETURN_IF_ERROR(
+      WriteStatusIfChanged(ctx_, kube::SandboxTemplateResource(), tmpl.object, desired).status());
   Outcome out;
   for (const auto& [name, n] : nodes) {
     if (n.alive) out.RequeueWithin(n.expires - now);

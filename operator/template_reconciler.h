@@ -12,11 +12,13 @@
 
 #include "operator/context.h"
 #include "operator/nodes.h"
+#include "operator/views.h"
 
 namespace kubicle::op {
 
-std::vector<std::string> ValidateTemplate(const Json& tmpl);
-Json ComputeTemplateStatus(const Json& tmpl, const std::vector<std::string>& problems,
+// The view's shape problems, then what the schema cannot check.
+std::vector<std::string> ValidateTemplate(const SandboxTemplateView& tmpl);
+Json ComputeTemplateStatus(const SandboxTemplateView& tmpl, const std::vector<std::string>& problems,
                            const std::map<std::string, NodeInfo>& nodes, kube::TimePoint now);
 
 class TemplateReconciler {

@@ -12,12 +12,23 @@ using testing::kNs;
 TEST(ValidateTemplateTest, SourcesMustBeAbsoluteOrUrls) {
   Json t = {{"spec", {{"kernel", "vmlinux"}, {"rootfs", "https://x/r.ext4"},
                       {"warmup", {{{"command", {""}}}}}}}};
-  auto problems = ValidateTemplate(t);
+  auto problems = ValidateTemplate(SandboxTemplateView::Parse(t));
   ASSERT_EQ(problems.size(), 2u);
   EXPECT_NE(problems[0].find("spec.kernel"), std::string::npos);
   EXPECT_NE(problems[1].find("warmup[0]"), std::string::npos);
   t["spec"]["kernel"] = "/a/../etc/shadow";
-  EXPECT_EQ(ValidateTemplate(t).size(), 2u);
+  EXPECT_EQ(ValidateTemplate(SandboxTemplateView::Parse(t)).size(), 2u);
+}
+
+TEST(ValidateTemplateTest, FieldsOfTheWrongTypeAreProblemsNotCrashes) {
+  Json t = {{"spec", {{"kernel", 42}, {"rootfs", "/r"}, {"warmup", {{{"command", {7}}}, "x"}}}}};
+  auto problems = ValidateTemplate(SandboxTemplateView::Parse(t));
+  ASSERT_EQ(problems.size(), 5u) << JoinProblems(problems);
+  EXPECT_EQ(problems[0], "spec.kernel: expected a string, got number");
+  EXPECT_EQ(problems[1], "spec.warmup[0].command[0]: expected a string, got number");
+  EXPECT_EQ(problems[2], "spec.warmup[1]: expected an object, got string");
+  EXPECT_NE(problems[3].find("warmup[0].command[0] must name a program"), std::string::npos);
+  EXPECT_NE(problems[4].find("warmup[1].command[0] must name a program"), std::string::npos);
 }
 
 TEST(TemplateReconcilerTest, AggregatesLiveNodesOfTheCurrentGeneration) {
@@ -49,6 +60,23 @@ TEST(TemplateReconcilerTest, AggregatesLiveNodesOfTheCurrentGeneration) {
   EXPECT_EQ(t["status"]["readyNodes"], 0);
   EXPECT_EQ(t["status"]["phase"], "Pending");
   EXPECT_EQ(t["status"]["observedGeneration"], 2);
+}
+
+TEST(TemplateReconcilerTest, HostileShapesAreReportedAsInvalid) {
+  testing::World w;
+  w.Heartbeat("a", 10);
+  Json t = {{"metadata", {{"name", "odd"}}},
+            {"spec", {{"kernel", {{"path", "/k"}}}, {"rootfs", "/r"}}}};
+  ASSERT_TRUE(w.client.Create(kube::SandboxTemplateResource(), kNs, t).ok());
+  ASSERT_TRUE(w.client.Patch(kube::SandboxTemplateResource(), kNs, "odd", kube::PatchType::kMerge,
+                             Json{{"status", {{"nodes", "a"}, {"conditions", {1, 2}}}}}, "status")
+                  .ok());
+  ASSERT_TRUE(TemplateReconciler(w.ctx).Reconcile(kube::ObjectKey(kNs, "odd")).ok());
+  Json got = *w.client.Get(kube::SandboxTemplateResource(), kNs, "odd");
+  EXPECT_EQ(got["status"]["phase"], "Invalid");
+  EXPECT_EQ(FindCondition(got, "Valid")->value("message", ""),
+            "spec.kernel: expected a string, got object");
+  EXPECT_EQ(got["status"]["conditions"].size(), 2u) << "garbage entries dropped";
 }
 
 TEST(TemplateReconcilerTest, InvalidSpecIsReported) {
