@@ -54,6 +54,17 @@ def test_create_exec_files_delete(stack, kube):
     assert sb.filesystem.write("/work/blob", data) == len(data)
     assert sb.filesystem.read("/work/blob", format="bytes") == data
     assert b"".join(sb.filesystem.read("/work/blob", format="stream")) == data
+    # An iterable is streamed chunked, a real file with its size.
+    assert sb.filesystem.write("/work/gen", (bytes([i]) * 1000 for i in range(20))) == 20000
+    assert sb.filesystem.read("/work/gen", format="bytes") == b"".join(
+        bytes([i]) * 1000 for i in range(20))
+    import tempfile
+    with tempfile.TemporaryFile() as f:
+        f.write(data)
+        f.seek(0)
+        assert sb.filesystem.write("/work/file", f) == len(data)
+    sink = __import__("io").BytesIO()
+    assert sb.filesystem.read_to("/work/file", sink) == len(data) and sink.getvalue() == data
     sb.filesystem.write("/work/t.txt", "text\n")
     assert sb.exec(["cat", "/work/t.txt"]).stdout == "text\n"
     assert sb.filesystem.exists("/work/t.txt") and not sb.filesystem.exists("/work/none")
