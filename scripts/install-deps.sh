@@ -6,6 +6,8 @@ set -euo pipefail
 PACKAGES=(
   # C++ toolchain and build
   g++ cmake ninja-build make pkg-config
+  # the fuzzers (fuzz/): clang with libFuzzer and the sanitizer runtimes
+  clang libclang-rt-14-dev
   # libraries
   libcpprest-dev libyaml-cpp-dev libspdlog-dev libssl-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev

@@ -1,0 +1,433 @@
+// fuzz_make_seeds: writes the seed corpora under fuzz/<area>/corpus/<name>/
+// from the project's own encoders (agent protocol frames, the golden state
+// file, real disk layers, records, meta.json) and from hand-built driver
+// sequences in the structured fuzzers' input formats (fuzz/common/
+// fuzz_input.h). Run by hand after a format changes:
+//   ninja -C build-fuzz fuzz_make_seeds && build-fuzz/fuzz/fuzz_make_seeds fuzz
+// Files it does not write (regress-* reproducers of findings) are left alone.
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "fuzz/common/fuzz_input.h"
+#include "guest/protocol/frame.h"
+#include "guest/protocol/messages.h"
+#include "noderuntime/records.h"
+#include "snapshot/layer_file.h"
+#include "snapshot/meta.h"
+#include "snapshot/state.h"
+#include "snapshot/testing/sample_state.h"
+#include "vmm/devices/virtio/virtio_spec.h"
+#include "vmm/devices/virtio/vsock_packet.h"
+
+namespace kubicle::fuzz {
+namespace {
+
+namespace fs = std::filesystem;
+namespace p = guest::protocol;
+using Bytes = std::vector<uint8_t>;
+
+std::string g_root;
+
+void Write(const std::string& area, const std::string& name, const std::string& seed,
+           const Bytes& bytes) {
+  fs::path dir = fs::path(g_root) / area / "corpus" / name;
+  fs::create_directories(dir);
+  std::ofstream(dir / seed, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+}
+void WriteText(const std::string& area, const std::string& name, const std::string& seed,
+               const std::string& text) {
+  Write(area, name, seed, Bytes(text.begin(), text.end()));
+}
+
+Bytes Cat(std::initializer_list<Bytes> parts) {
+  Bytes out;
+  for (const Bytes& b : parts) out.insert(out.end(), b.begin(), b.end());
+  return out;
+}
+
+template <typename M>
+Bytes Frame(const M& m, uint32_t id, uint32_t flags = 0) {
+  return *p::EncodeFrame(p::MakeFrame(m, id, flags));
+}
+
+// ---- vmm ----
+
+// A guest RAM image with a split virtqueue at 0 / 0x1000 / 0x2000 holding
+// the given chains (buffers from 0x4000 up).
+struct Chain {
+  std::vector<std::pair<uint32_t, bool>> bufs;  // len, device-writable
+};
+Bytes RingImage(uint16_t size, const std::vector<Chain>& chains, uint16_t first_avail = 0) {
+  Bytes ram(0x8000, 0);
+  uint64_t heap = 0x4000;
+  uint16_t desc = 0;
+  uint16_t avail = first_avail;
+  for (const Chain& c : chains) {
+    const uint16_t head = desc;
+    for (size_t i = 0; i < c.bufs.size(); ++i) {
+      vmm::devices::virtio::VirtqDesc d{};
+      d.addr = heap;
+      d.len = c.bufs[i].first;
+      d.flags = (c.bufs[i].second ? vmm::devices::virtio::kDescFlagWrite : 0) |
+                (i + 1 < c.bufs.size() ? vmm::devices::virtio::kDescFlagNext : 0);
+      d.next = static_cast<uint16_t>(desc + 1);
+      std::memcpy(ram.data() + 16 * desc, &d, sizeof(d));
+      heap += (c.bufs[i].first + 15) / 16 * 16;
+      ++desc;
+    }
+    const uint16_t slot = avail % size;
+    std::memcpy(ram.data() + 0x1000 + 4 + 2 * slot, &head, 2);
+    ++avail;
+  }
+  std::memcpy(ram.data() + 0x1000 + 2, &avail, 2);
+  // The fuzzer zeroes guest RAM before copying the image: trailing zeros
+  // need not be stored.
+  while (!ram.empty() && ram.back() == 0) ram.pop_back();
+  return ram;
+}
+
+void VirtqueueSeeds() {
+  auto seed = [](const char* name, uint8_t size_log2, uint8_t flags, const std::vector<Chain>& c,
+                 const Bytes& ops) {
+    FuzzOutput o;
+    o.U8(size_log2).U8(flags).U16(0).U16(0).U8(0).U16(uint16_t(ops.size())).Bytes(ops);
+    o.Bytes(RingImage(uint16_t(1u << size_log2), c));
+    Write("vmm", "virtqueue", name, o.bytes());
+  };
+  // Pop; read 16, skip, write 1; AddUsed. Then NeedsInterrupt.
+  const Bytes pop_use = {0, 2, 16, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 1, 1, 0, 1, 1, 1};
+  seed("blk-request", 4, 0, {{{{16, false}, {512, true}, {1, true}}}}, pop_use);
+  seed("three-chains-event-idx", 3, 1,
+       {{{{44, false}}}, {{{44, false}, {100, false}}}, {{{44, true}, {4096, true}}}},
+       {0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 1, 0, 1});
+  seed("undo-pop", 2, 0, {{{{8, true}}}}, {0, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0});
+  seed("guest-rewrites-desc", 4, 0, {{{{16, false}, {1, true}}}}, {2, 8, 0, 0xff, 0, 3, 5, 0, 0});
+}
+
+Bytes BlkHeader(uint32_t type, uint64_t sector) {
+  FuzzOutput o;
+  o.U32(type).U32(0).U64(sector);
+  return o.bytes();
+}
+
+void BlkSeeds() {
+  // flags, disk bytes, chains: (nbufs, per buf: len, flags, [bytes]), kicks
+  auto request = [](FuzzOutput& o, uint32_t type, uint64_t sector, uint16_t data, bool data_in) {
+    o.U8(data ? 3 : 2);
+    o.U16(16).U8(0).Bytes(BlkHeader(type, sector));
+    if (data) {
+      o.U16(data).U8(data_in ? 1 : 0);
+      if (!data_in) o.Bytes(Bytes(data, 0x5a));
+    }
+    o.U16(1).U8(1);
+  };
+  {
+    FuzzOutput o;
+    o.U8(0).U16(8192).U8(4);
+    request(o, 0, 0, 512, true);    // IN
+    request(o, 1, 3, 1024, false);  // OUT
+    request(o, 4, 0, 0, false);     // FLUSH
+    o.U8(3).U16(16).U8(0).Bytes(BlkHeader(8, 0)).U16(20).U8(1).U16(1).U8(1);  // GET_ID
+    o.U8(0);
+    Write("vmm", "virtio_blk", "in-out-flush-getid", o.bytes());
+  }
+  {
+    FuzzOutput o;
+    o.U8(1).U16(4096 + 100).U8(3);
+    request(o, 1, 0, 512, false);  // write to a read-only disk
+    request(o, 0, 7, 1024, true);  // past the end
+    request(o, 99, 0, 0, false);   // unsupported
+    o.U8(0);
+    Write("vmm", "virtio_blk", "read-only-out-of-range", o.bytes());
+  }
+  {
+    FuzzOutput o;
+    o.U8(2).U16(2048).U8(1).U8(4).U16(8).U8(0).Bytes(Bytes(8, 0)).U16(8).U8(0).Bytes(Bytes(8, 0));
+    o.U16(512).U8(1).U16(1).U8(1).U8(1);  // header split over two buffers
+    Write("vmm", "virtio_blk", "split-header", o.bytes());
+  }
+}
+
+void MmioSeeds() {
+  for (uint8_t dev : {0, 1}) {
+    FuzzOutput o;
+    o.U8(dev);
+    for (uint16_t off : {0x0, 0x4, 0x8, 0xc, 0x34, 0x70}) o.U8(0).U16(off).U8(0);  // reads
+    o.U8(6).U8(4).U32(0x8000);                                                      // probe
+    o.U8(3).U32(0x8000 + 16 * 16).U8(4).U16(0).U16(1);  // avail flags 0, idx 1
+    o.U8(2).U16(0);                                      // notify
+    o.U8(0).U16(0x100).U8(4);                            // config read, 8 bytes
+    o.U8(0).U16(0x60).U8(0);                             // interrupt status
+    o.U8(1).U16(0x64).U8(0).U64(3);                      // ack
+    o.U8(5).U8(4).U8(7);                                 // save/restore, kick, reset
+    Write("vmm", "mmio", dev == 0 ? "blk-probe-notify" : "rng-probe-notify", o.bytes());
+  }
+  FuzzOutput o;
+  o.U8(0);
+  // Out of order: DRIVER_OK before FEATURES_OK, queue registers after it.
+  o.U8(1).U16(0x70).U8(0).U64(1).U8(1).U16(0x70).U8(0).U64(7).U8(1).U16(0x38).U8(0).U64(8);
+  o.U8(1).U16(0x44).U8(0).U64(1).U8(1).U16(0x70).U8(0).U64(15);
+  Write("vmm", "mmio", "out-of-order", o.bytes());
+}
+
+void VsockTx(FuzzOutput& o, uint16_t op, uint32_t src_port, const std::string& payload,
+             uint32_t buf_alloc = 65536) {
+  o.U8(0).U8(0).U32(src_port).U16(op).U32(0).U32(buf_alloc).U32(0);
+  o.U16(uint16_t(payload.size())).Str(payload);
+}
+
+void VsockSeeds() {
+  using namespace vmm::devices::virtio;
+  {  // the guest dials port 1234, the service answers, data both ways, close
+    FuzzOutput o;
+    VsockTx(o, kVsockOpRequest, 5000, "");
+    o.U8(2).U8(5).U8(5).Str("hello");
+    o.U8(2);
+    VsockTx(o, kVsockOpRw, 5000, "ping from the guest");
+    o.U8(2).U8(1).U8(4).U16(4096).U8(2);
+    VsockTx(o, kVsockOpShutdown, 5000, "");
+    o.U8(5).U8(0).U8(2);
+    Write("vmm", "vsock", "guest-connect-rw-shutdown", o.bytes());
+  }
+  {  // a host peer connects with CONNECT, the guest answers
+    FuzzOutput o;
+    o.U8(3).U8(13).Str("CONNECT 1024\n").U8(2);
+    VsockTx(o, kVsockOpResponse, 1024, "");
+    o.U8(4).U8(0).U8(5).Str("abcde").U8(2);
+    VsockTx(o, kVsockOpCreditRequest, 1024, "");
+    VsockTx(o, kVsockOpRst, 1024, "");
+    Write("vmm", "vsock", "host-connect", o.bytes());
+  }
+  {  // garbage CONNECT line, wrong CIDs, a transport reset, a device reset
+    FuzzOutput o;
+    o.U8(3).U8(9).Str("HELLO x\n\n").U8(2);
+    o.U8(0).U8(3).U64(7).U64(9).U32(1).U16(1).U32(0).U32(0).U32(0).U16(0);
+    o.U8(6).U8(7);
+    VsockTx(o, kVsockOpRw, 42, "data without a connection");
+    Write("vmm", "vsock", "hostile-mix", o.bytes());
+  }
+}
+
+// ---- guest ----
+
+std::vector<Bytes> RequestFrames() {
+  std::vector<Bytes> f;
+  f.push_back(Frame(p::HelloRequest{}, 1));
+  f.push_back(Frame(p::PingRequest{42}, 2));
+  f.push_back(Frame(p::EchoMessage{Bytes(100, 'e')}, 3));
+  p::ExecStartRequest e;
+  e.argv = {"echo", "hi"};
+  e.env = {"A=b"};
+  f.push_back(Frame(e, 4));
+  p::FileWriteChunk w;
+  w.path = "/f";
+  w.data = Bytes(300, 'w');
+  f.push_back(Frame(w, 5));
+  f.push_back(Frame(p::FileReadRequest{"/f"}, 6));
+  f.push_back(Frame(p::ListRequest{"/"}, 7));
+  f.push_back(Frame(p::StatRequest{"/f"}, 8));
+  f.push_back(Frame(p::IdentityRequest{}, 9));
+  f.push_back(Frame(p::DiskReadRequest{0, 1, 2}, 10));
+  f.push_back(Frame(p::MemFillRequest{7, 4096}, 11));
+  return f;
+}
+
+void AgentProtocolSeeds() {
+  std::vector<Bytes> req = RequestFrames();
+  Bytes stream = {7};  // chunk size byte
+  for (const Bytes& b : req) stream.insert(stream.end(), b.begin(), b.end());
+  Write("guest", "agent_protocol", "requests-stream", stream);
+  // Replies, as the host client reads them.
+  p::HelloReply hello;
+  hello.name = "kubicle-agent";
+  hello.capabilities = {"exec", "files"};
+  p::ListReply list;
+  p::DirEntry d;
+  d.name = "a";
+  list.entries = {d, d};
+  p::ExecOutputChunk out;
+  out.stream = p::OutputStream::kStdout;
+  out.data = Bytes(50, 'o');
+  p::ErrorReply err;
+  err.code = p::ErrorCode::kNotFound;
+  err.message = "no such file";
+  Bytes replies = Cat({{0}, Frame(hello, 1, p::kFlagReply), Frame(list, 7, p::kFlagReply | p::kFlagMore),
+                       Frame(list, 7, p::kFlagReply), Frame(out, 4, p::kFlagReply | p::kFlagMore),
+                       Frame(err, 6, p::kFlagReply)});
+  Write("guest", "agent_protocol", "replies-stream", replies);
+  // Payload seeds: u16 type + payload.
+  auto payload = [](const char* name, p::MsgType type, const Bytes& body) {
+    uint16_t t = static_cast<uint16_t>(type);
+    Bytes b(2);
+    std::memcpy(b.data(), &t, 2);
+    b.insert(b.end(), body.begin(), body.end());
+    Write("guest", "agent_protocol", name, b);
+  };
+  p::ExecStartRequest e;
+  e.shell_command = "ls -l";
+  e.timeout_ms = 1000;
+  payload("payload-exec-start", p::MsgType::kExecStart, e.Encode());
+  payload("payload-list-reply", p::MsgType::kList, list.Encode());
+  payload("payload-hello-reply", p::MsgType::kHello, hello.Encode());
+  p::DiskInfoReply di;
+  p::DiskDescription dd;
+  dd.capacity_sectors = 16;
+  dd.id = "disk0";
+  di.disks = {dd};
+  payload("payload-disk-info-reply", p::MsgType::kDiskInfo, di.Encode());
+}
+
+void TestguestSeeds() {
+  Bytes stream = {0, 0};  // session mode, chunk 1 byte x 64
+  stream[1] = 2;
+  for (const Bytes& b : RequestFrames()) stream.insert(stream.end(), b.begin(), b.end());
+  Write("guest", "testguest_agent", "session-requests", stream);
+  // Vsock mode: REQUEST from the host, then RW carrying a PING frame.
+  auto packet = [](FuzzOutput& o, uint16_t op, const Bytes& data) {
+    vmm::devices::virtio::VsockHeader h{};
+    h.src_cid = 2;
+    h.dst_cid = 3;
+    h.src_port = 1u << 30;
+    h.dst_port = 1024;
+    h.len = uint32_t(data.size());
+    h.type = 1;
+    h.op = op;
+    h.buf_alloc = 1 << 18;
+    o.Bytes({reinterpret_cast<const uint8_t*>(&h), sizeof(h)});
+    o.U16(uint16_t(data.size())).Bytes(data).U8(0).U8(8);
+  };
+  FuzzOutput o;
+  o.U8(1);
+  packet(o, 1, {});
+  packet(o, 5, Frame(p::PingRequest{7}, 1));
+  packet(o, 6, {});
+  packet(o, 4, {});
+  Write("guest", "testguest_agent", "vsock-connect-ping", o.bytes());
+}
+
+// ---- snapshot ----
+
+Bytes ReadFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return Bytes(std::istreambuf_iterator<char>(f), {});
+}
+
+void SnapshotSeeds(const std::string& src_root) {
+  Write("snapshot", "state", "golden-v1.0",
+        ReadFile(src_root + "/snapshot/testdata/state-v1.0.bin"));
+  Write("snapshot", "state", "sample-seed-2", *snapshot::EncodeState(snapshot::testing::SampleState(2)));
+
+  snapshot::SnapshotMeta meta;
+  meta.template_name = "python";
+  meta.kernel = "/var/lib/kubicle/vmlinux";
+  meta.created_at = "2026-01-02T03:04:05Z";
+  meta.mem_bytes = 256 << 20;
+  meta.vcpus = 2;
+  meta.state = {4096, std::string(64, 'a')};
+  meta.memory = {256 << 20, std::string(64, 'b')};
+  meta.memory_data_bytes = 1 << 20;
+  meta.disk = {120, std::string(64, 'c')};
+  WriteText("snapshot", "meta", "meta.json", snapshot::MetaToJson(meta));
+  WriteText("snapshot", "meta", "disk-index",
+            snapshot::DiskIndexToJson(snapshot::testing::SampleState()));
+
+  fs::path dir = fs::temp_directory_path() / "kubicle-make-seeds";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  snapshot::LayerFile::CreateOptions opt;
+  opt.cluster_shift = 12;
+  opt.durable = false;
+  {
+    auto l = snapshot::LayerFile::Create((dir / "a").string(), 3 * 4096, {}, opt);
+    std::vector<uint8_t> data(4096, 0x11);
+    iovec iov{data.data(), data.size()};
+    (void)(*l)->Write(4096, {&iov, 1});
+    (*l)->MarkAllocated(1);
+    (void)(*l)->Sync();
+    (void)(*l)->Sync();
+  }
+  Write("snapshot", "layer_header", "three-clusters-one-written",
+        Cat({{0}, ReadFile((dir / "a").string())}));
+  {
+    auto l = snapshot::LayerFile::Create((dir / "b").string(), 1 << 20, {}, opt);
+    (void)l;
+  }
+  Bytes b = ReadFile((dir / "b").string());
+  b.resize(3 * 4096);  // header and maps; the data region is a sparse tail
+  Write("snapshot", "layer_header", "empty-1mib-sparse", Cat({{4}, b}));
+  fs::remove_all(dir);
+}
+
+// ---- noderuntime ----
+
+void NodeSeeds() {
+  noderuntime::SandboxRecord r;
+  r.info.id = "sb-1";
+  r.info.template_name = "python";
+  r.info.labels = {{"app", "demo"}, {"kubicle.dev/run", "r1"}};
+  r.info.state = noderuntime::SandboxState::kRunning;
+  r.info.cid = 7;
+  r.info.vmm_pid = 1234;
+  r.info.mem_mib = 256;
+  r.info.vcpus = 1;
+  r.info.env = {{"A", "b"}};
+  r.token_sha256 = std::string(64, 'f');
+  r.generation = 3;
+  r.control_path = "/var/lib/kubicle/sock/sb-1.ctl";
+  r.vsock_path = "/var/lib/kubicle/sock/sb-1.vsock";
+  WriteText("noderuntime", "records", "sandbox-record.json", noderuntime::EncodeSandboxRecord(r));
+  noderuntime::TemplateRecord t;
+  t.info.spec.name = "python";
+  t.info.spec.kernel = "/images/vmlinux";
+  t.info.spec.disks = {"/images/rootfs.ext4,ro"};
+  t.info.spec.warmup = {"python3 -c 1"};
+  t.info.state = noderuntime::TemplateState::kReady;
+  t.info.digest = "sha256:" + std::string(64, '0');
+  WriteText("noderuntime", "records", "template-record.json",
+            noderuntime::EncodeTemplateRecord(t));
+
+  WriteText("noderuntime", "node_api_codec", "template-spec",
+            R"({"kernel":"/images/vmlinux","disks":["/images/rootfs.ext4,ro"],"memMib":512,)"
+            R"("vcpus":2,"warmup":["true"],"cmdline":"quiet"})");
+  WriteText("noderuntime", "node_api_codec", "sandbox-spec",
+            R"({"template":"python","id":"sb-1","labels":{"app":"demo"},"ttlSeconds":600,)"
+            R"("hostname":"h","env":{"A":"b"}})");
+  WriteText("noderuntime", "node_api_codec", "fork",
+            R"({"count":3,"labels":{"fork":"yes"},"ttlSeconds":60})");
+  WriteText("noderuntime", "node_api_codec", "exec",
+            R"j({"argv":["python3","-c","print(1)"],"env":["X=1"],"cwd":"/",)j"
+            R"j("stdinBase64":"aGVsbG8=","timeoutSeconds":30})j");
+  WriteText("noderuntime", "node_api_codec", "path-exec", "/v1/sandboxes/sb-1/exec");
+  WriteText("noderuntime", "node_api_codec", "path-template", "/v1/templates/python/");
+  WriteText("noderuntime", "node_api_codec", "bearer", "Bearer abcdef0123456789");
+  WriteText("noderuntime", "node_api_codec", "base64", "aGVsbG8gd29ybGQ=");
+}
+
+}  // namespace
+}  // namespace kubicle::fuzz
+
+int main(int argc, char** argv) {
+  using namespace kubicle::fuzz;
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s FUZZ_DIR (the source tree's fuzz/)\n", argv[0]);
+    return 2;
+  }
+  g_root = argv[1];
+  VirtqueueSeeds();
+  BlkSeeds();
+  MmioSeeds();
+  VsockSeeds();
+  AgentProtocolSeeds();
+  TestguestSeeds();
+  SnapshotSeeds(g_root + "/..");
+  NodeSeeds();
+  std::printf("fuzz_make_seeds: seeds written under %s\n", argv[1]);
+  return 0;
+}
