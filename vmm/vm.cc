@@ -19,41 +19,11 @@ Overloaded(Ts...) -> Overloaded<Ts...>;
 
 }  // namespace
 
-Result<std::unique_ptr<Vm>> Vm::Create(const VmmConfig& config) {
-  std::unique_ptr<Vm> vm(new Vm(config));
-  RETURN_IF_ERROR(vm->BuildMachine());
-  return vm;
-}
-
 Vm::~Vm() {
   if (vcpus_) vcpus_->Stop();
   if (loop_) loop_->Stop();
   if (loop_thread_.joinable()) loop_thread_.join();
   JoinFlatten();
-}
-
-Status Vm::BuildMachine() {
-  ASSIGN_OR_RETURN(kvm::Kvm kvm, kvm::Kvm::Open());
-  kvm_.emplace(std::move(kvm));
-  ASSIGN_OR_RETURN(supported_cpuid_, kvm_->SupportedCpuid());
-  ASSIGN_OR_RETURN(kvm::VmFd vm_fd, kvm_->CreateVm());
-  vm_fd_.emplace(std::move(vm_fd));
-  RETURN_IF_ERROR(arch::ConfigureVm(*vm_fd_));
-
-  RETURN_IF_ERROR(arch::ValidateMemorySize(config_.mem_bytes));
-  ASSIGN_OR_RETURN(memory_, GuestMemory::CreateAnonymous(arch::MemoryRanges(config_.mem_bytes)));
-  RETURN_IF_ERROR(arch::RegisterGuestMemory(*vm_fd_, *memory_));
-
-  ASSIGN_OR_RETURN(loop_, EventLoop::Create());
-  kernel_cmdline_ = config_.cmdline;
-  RETURN_IF_ERROR(AttachLegacyDevices());
-  RETURN_IF_ERROR(AttachVirtioDevices());
-
-  arch::BootConfig boot{config_.kernel_path, std::nullopt, kernel_cmdline_,
-                        static_cast<uint32_t>(config_.vcpus)};
-  if (!config_.initrd_path.empty()) boot.initrd_path = config_.initrd_path;
-  ASSIGN_OR_RETURN(boot_, arch::ConfigureBoot(*memory_, boot));
-  return AttachControlSocket();
 }
 
 Status Vm::SetupVcpu(int index, kvm::VcpuFd& vcpu) {

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -93,7 +94,22 @@ class Vm {
     bool read_only = false;
   };
   explicit Vm(VmmConfig config) : config_(std::move(config)) {}
-  Status BuildMachine();
+  // The builders (vm_build.cc): each starts with BuildBase, and restore,
+  // pool restore and fork share AttachFromState.
+  struct BaseTimings {
+    int64_t kvm_vm_us = 0, slots_us = 0;
+  };
+  // A new KVM VM with its irqchip, PIT and TSS, its memory slots registered
+  // by register_slots (on a second thread, beside the irqchip set-up), and
+  // the event loop. timings may be null.
+  Status BuildBase(const std::function<Status(const kvm::VmFd&)>& register_slots,
+                   BaseTimings* timings = nullptr);
+  // VM-wide KVM state, serial and virtio devices from s, over memory_; the
+  // vCPUs then start from s (SetupVcpu).
+  Status AttachFromState(const snapshot::MachineState& s);
+  Status BuildBooted();
+  Status BuildRestored();
+  Status BuildPooled();
   Status AttachLegacyDevices();
   Status AttachVirtioDevices();
   Status AttachVirtio(std::unique_ptr<devices::virtio::VirtioDevice> device);
@@ -101,14 +117,11 @@ class Vm {
   // Serves one control request (on the event-loop thread).
   Result<control::Reply> HandleControl(const control::Request& request);
   Status SetupVcpu(int index, kvm::VcpuFd& vcpu);
-  Status BuildRestored();
   Status AttachRestoredVirtio(const snapshot::MachineState& s);
   Result<snapshot::MachineState> CaptureState();
   Status StartVcpus(std::vector<kvm::VcpuFd> fds);
   Result<control::RestoreReply> RestoreFromPool(const control::RestoreRequest& req);
   Status FinishRestore(const snapshot::SnapshotDir& snap);
-  // Devices, loop and control socket from state, over memory_ and vm_fd_.
-  Status RestoreOnto(const snapshot::MachineState& s);
   [[noreturn]] void ChildMain(const snapshot::MachineState& state, const control::ForkChild& child);
   // Microseconds a fork child spends in each start-up step.
   struct ForkTimings {

@@ -20,7 +20,6 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <future>
 
 #include "common/log.h"
 #include "snapshot/vm_state.h"
@@ -134,32 +133,6 @@ void Vm::ChildMain(const snapshot::MachineState& state, const control::ForkChild
                                    {"vcpus_us", t.vcpus_us}, {"total_us", MicrosSince(forked_at)}});
   ExitCode code = vm->WaitForStop();
   ExitLeavingTeardown(static_cast<int>(code));
-}
-
-Status Vm::BuildForked(const snapshot::MachineState& s, ForkTimings* t) {
-  auto mark = std::chrono::steady_clock::now();
-  ASSIGN_OR_RETURN(kvm::Kvm kvm, kvm::Kvm::Open());
-  kvm_.emplace(std::move(kvm));
-  ASSIGN_OR_RETURN(kvm::VmFd vm_fd, kvm_->CreateVm());
-  vm_fd_.emplace(std::move(vm_fd));
-  // Registering the memory slot waits for an SRCU grace period of the new
-  // VM; so does the irqchip's routing table (another SRCU). Run them side by
-  // side instead of one after the other.
-  auto slots_started = std::chrono::steady_clock::now();
-  std::future<Status> slots = std::async(std::launch::async, [this, slots_started, t] {
-    Status st = arch::RegisterGuestMemory(*vm_fd_, *memory_);
-    t->slots_us = MicrosSince(slots_started);
-    return st;
-  });
-  Status st = arch::ConfigureVm(*vm_fd_);
-  Status slots_st = slots.get();
-  t->kvm_vm_us = MicrosSince(mark);
-  RETURN_IF_ERROR(st);
-  RETURN_IF_ERROR(slots_st);
-  mark = std::chrono::steady_clock::now();
-  st = RestoreOnto(s);
-  t->devices_us = MicrosSince(mark);
-  return st;
 }
 
 }  // namespace kubicle::vmm

@@ -14,31 +14,6 @@
 
 namespace kubicle::vmm {
 
-Result<std::unique_ptr<Vm>> Vm::CreatePooled(const VmmConfig& config) {
-  if (config.control_path.empty())
-    return Status::InvalidArgument("pool: --control is required (restore requests come there)");
-  std::unique_ptr<Vm> vm(new Vm(config));
-  vm->pooled_ = true;
-  ASSIGN_OR_RETURN(kvm::Kvm kvm, kvm::Kvm::Open());
-  vm->kvm_.emplace(std::move(kvm));
-  ASSIGN_OR_RETURN(kvm::VmFd vm_fd, vm->kvm_->CreateVm());
-  vm->vm_fd_.emplace(std::move(vm_fd));
-  RETURN_IF_ERROR(arch::ConfigureVm(*vm->vm_fd_));
-  RETURN_IF_ERROR(arch::ValidateMemorySize(config.mem_bytes));
-  std::vector<snapshot::MemoryRange> ranges;
-  for (const auto& r : arch::MemoryRanges(config.mem_bytes)) ranges.push_back({r.base, r.size});
-  ASSIGN_OR_RETURN(snapshot::MemoryReservation reservation, snapshot::MemoryReservation::Create(ranges));
-  RETURN_IF_ERROR(reservation.RegisterWith(*vm->vm_fd_));
-  vm->reservation_ = std::make_unique<snapshot::MemoryReservation>(std::move(reservation));
-  for (int i = 0; i < config.vcpus; ++i) {
-    ASSIGN_OR_RETURN(kvm::VcpuFd fd, vm->vm_fd_->CreateVcpu(static_cast<uint32_t>(i)));
-    vm->pool_vcpus_.push_back(std::move(fd));
-  }
-  ASSIGN_OR_RETURN(vm->loop_, EventLoop::Create());
-  RETURN_IF_ERROR(vm->AttachControlSocket());
-  return vm;
-}
-
 Result<control::RestoreReply> Vm::RestoreFromPool(const control::RestoreRequest& req) {
   if (!reservation_) return Status::FailedPrecondition("this VM is already restored");
   // The request was decoded and validated (control_protocol.h): paths are
@@ -80,12 +55,7 @@ Status Vm::FinishRestore(const snapshot::SnapshotDir& snap) {
   ASSIGN_OR_RETURN(memory_, reservation_->MapFile(snap.memory_path(), s.config.memory));
   reservation_.reset();
   config_.kernel_path = snap.meta().kernel;
-  RETURN_IF_ERROR(snapshot::ApplyVm(*vm_fd_, s.vm));
-  RETURN_IF_ERROR(AttachLegacyDevices());
-  if (s.serial) serial_->SetState(*s.serial);
-  RETURN_IF_ERROR(AttachRestoredVirtio(s));
-  kernel_cmdline_ = s.config.cmdline;
-  restore_state_ = std::make_unique<snapshot::MachineState>(s);
+  RETURN_IF_ERROR(AttachFromState(s));
   return StartVcpus(std::move(pool_vcpus_));
 }
 

@@ -1,7 +1,8 @@
-// Snapshot and restore of Vm (docs/vmm.md, "Snapshots and restore"): capture
-// of a paused machine into a snapshot directory, and the build of a machine
-// from one. Device state is read on the event-loop thread (the control
-// command runs there), vCPU state on each vCPU's own thread.
+// Snapshot of Vm (docs/vmm.md, "Snapshots and restore"): capture of a paused
+// machine into a snapshot directory, and the devices of a machine rebuilt
+// from a captured state (the builders that use it are in vm_build.cc).
+// Device state is read on the event-loop thread (the control command runs
+// there), vCPU state on each vCPU's own thread.
 #include <mutex>
 
 #include "common/log.h"
@@ -106,46 +107,6 @@ Status Vm::Snapshot(const std::string& dir, bool resume) {
   log::Info("vm snapshot written", {{"vm", config_.vm_id}, {"dir", dir},
                                     {"memory_data_bytes", data_bytes}, {"us", us}});
   return Status::Ok();
-}
-
-Result<std::unique_ptr<Vm>> Vm::Restore(const VmmConfig& config) {
-  std::unique_ptr<Vm> vm(new Vm(config));
-  RETURN_IF_ERROR(vm->BuildRestored());
-  return vm;
-}
-
-// Machine shape first (VM, irqchip, memory slots), then the snapshot: the
-// part before SnapshotDir::Open is what a warm pool would do ahead of time.
-Status Vm::BuildRestored() {
-  ASSIGN_OR_RETURN(kvm::Kvm kvm, kvm::Kvm::Open());
-  kvm_.emplace(std::move(kvm));
-  ASSIGN_OR_RETURN(kvm::VmFd vm_fd, kvm_->CreateVm());
-  vm_fd_.emplace(std::move(vm_fd));
-  RETURN_IF_ERROR(arch::ConfigureVm(*vm_fd_));
-
-  ASSIGN_OR_RETURN(snapshot::SnapshotDir snap, snapshot::SnapshotDir::Open(config_.snapshot_path));
-  const snapshot::MachineState& s = snap.state();
-  config_.mem_bytes = s.config.mem_bytes;
-  config_.vcpus = static_cast<int>(s.config.vcpus);
-  kernel_cmdline_ = s.config.cmdline;
-  if (config_.kernel_path.empty()) config_.kernel_path = snap.meta().kernel;
-
-  ASSIGN_OR_RETURN(snapshot::MemoryReservation reservation,
-                   snapshot::MemoryReservation::Create(s.config.memory));
-  RETURN_IF_ERROR(reservation.RegisterWith(*vm_fd_));
-  ASSIGN_OR_RETURN(memory_, reservation.MapFile(snap.memory_path(), s.config.memory));
-  return RestoreOnto(s);
-}
-
-Status Vm::RestoreOnto(const snapshot::MachineState& s) {
-  RETURN_IF_ERROR(snapshot::ApplyVm(*vm_fd_, s.vm));
-  ASSIGN_OR_RETURN(loop_, EventLoop::Create());
-  RETURN_IF_ERROR(AttachLegacyDevices());
-  if (s.serial) serial_->SetState(*s.serial);
-  RETURN_IF_ERROR(AttachRestoredVirtio(s));
-  kernel_cmdline_ = s.config.cmdline;  // AttachVirtio appended the devices again
-  restore_state_ = std::make_unique<snapshot::MachineState>(s);
-  return AttachControlSocket();
 }
 
 Status Vm::AttachRestoredVirtio(const snapshot::MachineState& s) {
