@@ -8,7 +8,8 @@ guest (sdk/python/tests/e2e/stack.py), with kubicle-bench-kube's settings.
 
 Prints, per fan-out: create-to-first-exec p50/p90/max (create() called ->
 the first exec's answer), create() p50 (apply -> Ready, token checked), the
-first exec's p50, and wall time (first create -> last delete done).
+first exec's p50, wall time (first create -> last delete done) and the
+client's own CPU time per sandbox (this process: SDK, HTTP, JSON).
 
     python3 bench/sdk/fanout.py [--sizes 20,100] [--runs 2] [--modes sync,async]
 
@@ -75,19 +76,19 @@ async def agent_async(k: kubicle.AsyncKubicle, run: str, i: int) -> Dict[str, fl
 def fan_out_sync(stack: Stack, n: int) -> tuple:
     run = f"bench-{uuid.uuid4().hex[:6]}"
     with kubicle.Kubicle(kubeconfig=stack.kubeconfig) as k:
-        t0 = time.monotonic()
+        t0, c0 = time.monotonic(), time.process_time()
         with ThreadPoolExecutor(max_workers=n) as pool:
             rows = list(pool.map(lambda i: agent_sync(k, run, i), range(n)))
-        return rows, time.monotonic() - t0
+        return rows, time.monotonic() - t0, time.process_time() - c0
 
 
 def fan_out_async(stack: Stack, n: int) -> tuple:
     async def go() -> tuple:
         run = f"bench-{uuid.uuid4().hex[:6]}"
         async with kubicle.AsyncKubicle(kubeconfig=stack.kubeconfig) as k:
-            t0 = time.monotonic()
+            t0, c0 = time.monotonic(), time.process_time()
             rows = await asyncio.gather(*(agent_async(k, run, i) for i in range(n)))
-            return list(rows), time.monotonic() - t0
+            return list(rows), time.monotonic() - t0, time.process_time() - c0
     return asyncio.run(go())
 
 
@@ -112,17 +113,17 @@ def main() -> int:
               f"template tg baked); load average {os.getloadavg()[0]:.1f}", flush=True)
         fan_out_sync(stack, 4)  # warm-up: connections, the node's pool
         print(f"{'mode':<6} {'agents':>6} {'run':>3}  {'to-exec p50':>11} {'p90':>7} {'max':>7}"
-              f"  {'create p50':>10} {'exec p50':>8}  {'wall':>7}")
+              f"  {'create p50':>10} {'exec p50':>8}  {'wall':>7}  {'client CPU/sandbox':>18}")
         for n in sizes:
             for mode in modes:
                 for r in range(args.runs):
-                    rows, wall = (fan_out_sync if mode == "sync" else fan_out_async)(stack, n)
+                    rows, wall, cpu = (fan_out_sync if mode == "sync" else fan_out_async)(stack, n)
                     te = [x["to_exec"] * 1000 for x in rows]
                     print(f"{mode:<6} {n:>6} {r + 1:>3}  {statistics.median(te):9.0f}ms "
                           f"{pct(te, 90):5.0f}ms {max(te):5.0f}ms  "
                           f"{statistics.median(x['create'] * 1000 for x in rows):8.0f}ms "
                           f"{statistics.median(x['first_exec'] * 1000 for x in rows):6.1f}ms  "
-                          f"{wall:6.2f}s", flush=True)
+                          f"{wall:6.2f}s  {cpu / n * 1000:15.1f}ms", flush=True)
     except Missing as e:
         print(f"fanout: skipped: {e}")
         return 77

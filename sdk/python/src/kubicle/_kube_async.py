@@ -49,10 +49,13 @@ class AsyncKubeBackend:
         self._scheme, self._pool = scheme, pool_size
         self.namespace = namespace or ""
         self._api: Any = None
+        self._closed = False
         self._lock = asyncio.Lock()
 
     async def start(self) -> None:
         async with self._lock:
+            if self._closed:
+                raise errors.KubicleError("the AsyncKubicle client is closed", reason="Closed")
             if self._api is not None:
                 return
             from kubernetes_asyncio import client, config
@@ -73,6 +76,7 @@ class AsyncKubeBackend:
             self._core = client.CoreV1Api(self._api)
 
     async def close(self) -> None:
+        self._closed = True
         if self._api is not None:
             await self._api.close()
             self._api = None

@@ -221,6 +221,8 @@ class AsyncKubicle:
         return self
 
     async def aclose(self) -> None:
+        """Closes the connections; calls still running then fail with
+        KubicleError (reason Closed) instead of opening new ones."""
         await self._backend.close()
         await self._http.aclose()
 

@@ -104,3 +104,13 @@ async def test_async_vm_refusing_its_token_is_replaced(akube, cluster):
     kids = await sb.fork(2)
     assert [(await k.exec(["echo", "k"])).stdout for k in kids] == ["k\n", "k\n"]
     await akube.sandboxes.delete({"run": "atok"})
+
+
+async def test_closed_client_opens_nothing_new(kubeconfig):
+    import kubicle
+
+    k = kubicle.AsyncKubicle(kubeconfig=kubeconfig)
+    await k.connect()
+    await k.aclose()
+    with pytest.raises(errors.KubicleError, match="closed"):
+        await k.sandboxes.create("tg")
