@@ -10,6 +10,7 @@ PACKAGES=(
   clang libclang-rt-14-dev
   # libraries
   libcpprest-dev libyaml-cpp-dev libspdlog-dev libssl-dev nlohmann-json3-dev
+  libboost-dev  # Boost.Beast/Asio (header-only): the node's HTTP server
   libgtest-dev libgmock-dev
   # guest images and the nested test host
   busybox-static e2fsprogs cpio qemu-system-x86

@@ -5,26 +5,52 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <cpprest/http_listener.h>
-
 #include <chrono>
-#include <condition_variable>
-#include <mutex>
 #include <optional>
-#include <system_error>
-#include <thread>
 
 #include "common/log.h"
 #include "common/unique_fd.h"
+#include "noderuntime/api/admission.h"
 #include "noderuntime/api/codec.h"
 #include "noderuntime/api/http_call.h"
+#include "noderuntime/api/http_server.h"
 
 namespace kubicle::noderuntime::api {
 
-namespace http = web::http;
-using http::experimental::listener::http_listener;
-
 using Clock = std::chrono::steady_clock;
+
+namespace {
+
+HttpLimits LimitsFrom(const ApiServerOptions& o) {
+  HttpLimits l;
+  l.max_header_bytes = o.max_header_bytes;
+  l.max_connections = o.max_connections;
+  l.header_timeout = o.header_timeout;
+  l.idle_timeout = o.idle_timeout;
+  l.body_timeout = o.body_timeout;
+  l.write_timeout = o.write_timeout;
+  l.stream_high_water = o.stream_high_water;
+  l.io_threads = o.io_threads;
+  return l;
+}
+
+Admission::Limits BudgetsFrom(const ApiServerOptions& o) {
+  return {.health = o.max_in_flight_health,
+          .admin = o.max_in_flight_admin,
+          .tenants = o.max_in_flight_tenants,
+          .per_tenant = o.max_in_flight_per_sandbox};
+}
+
+const char* ClassName(Admission::Class c) {
+  switch (c) {
+    case Admission::Class::kHealth: return "health";
+    case Admission::Class::kAdmin: return "admin";
+    case Admission::Class::kTenant: break;
+  }
+  return "sandbox";
+}
+
+}  // namespace
 
 class ApiServer::Impl : public std::enable_shared_from_this<ApiServer::Impl> {
  public:
@@ -32,145 +58,67 @@ class ApiServer::Impl : public std::enable_shared_from_this<ApiServer::Impl> {
       : svc_(svc),
         registry_(registry),
         opts_(std::move(opts)),
+        admission_(BudgetsFrom(opts_)),
         latency_(registry->AddHistogram("kubicle_http_request_seconds",
                                         "HTTP API request latency by route and status code",
                                         {"route", "code"},
-                                        metrics::ExponentialBuckets(0.0005, 2, 16))) {}
+                                        metrics::ExponentialBuckets(0.0005, 2, 16))),
+        refused_(registry->AddCounter("kubicle_http_refused_total",
+                                      "HTTP requests and connections refused or closed by the "
+                                      "front door, by reason",
+                                      {"reason"})) {}
 
-  // The listener's callback: runs Handle on a thread of its own, so service
-  // calls that block (a create, a long exec) never hold cpprestsdk's I/O
-  // threads and /healthz answers however many execs run. Over
-  // kMaxInFlight requests at once, the extra ones get a 503.
-  void Accept(http::http_request req);
-  void Handle(http::http_request req);
-  // Waits until no request is in flight, at most `grace` (forever if unset).
-  bool WaitIdle(std::optional<std::chrono::milliseconds> grace);
+  // Called once the metric families can reach this Impl (weakly: the
+  // registry may outlive the server).
+  void RegisterGauges();
+  // The Gate: decides from the header alone, on an I/O thread.
+  Decision Decide(const RequestHead& head);
+  void Refused(const char* reason) { refused_.WithLabels({reason}).Inc(); }
   bool admin_token_empty() const { return opts_.admin_token.empty(); }
-  std::unique_ptr<http_listener> listener;
+  const ApiServerOptions& options() const { return opts_; }
+  Admission& admission() { return admission_; }
+  std::unique_ptr<HttpServer> http;
 
  private:
-  // Sets *observed once the latency has been recorded at reply time.
-  void Dispatch(http::http_request& req, Clock::time_point start, std::string& route_label,
-                int* code, bool* observed);
+  // Nullopt when the caller may use the route (*cls, *tenant say whose
+  // budget it spends), else the 401/403 to answer.
+  std::optional<Response> Authorize(const RouteMatch& m, const std::string& method,
+                                    const std::string& authorization, Admission::Class* cls,
+                                    std::string* tenant);
+  Decision Refuse(const std::string& route_label, Response r, const char* reason,
+                  Clock::time_point start);
+  // On the request's thread.
+  void Handle(Call& call, const std::string& route_label, Clock::time_point start);
+  void Dispatch(Call& call);
   void Observe(const std::string& route_label, int code, Clock::time_point start);
-  // Replies 401/403 and returns false when the caller may not use the route.
-  bool Authorize(Call& call);
 
   SandboxService* svc_;
   metrics::Registry* registry_;
   ApiServerOptions opts_;
+  Admission admission_;
   metrics::Family<metrics::Histogram>& latency_;
-
-  static constexpr size_t kMaxInFlight = 1024;
-  std::mutex in_flight_mu_;
-  std::condition_variable in_flight_cv_;
-  size_t in_flight_ = 0;
+  metrics::Family<metrics::Counter>& refused_;
 };
 
-namespace {
-
-void ReplyMethodNotAllowed(Call& call, Route route, const std::string& method,
-                           const std::string& path) {
-  http::http_response resp(http::status_codes::MethodNotAllowed);
-  resp.headers().add("Allow", AllowedMethods(route));
-  nlohmann::json body{{"error",
-                       {{"code", "MethodNotAllowed"},
-                        {"message", method + " is not allowed on " + path + " (allowed: " +
-                                        AllowedMethods(route) + ")"}}}};
-  resp.set_body(body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
-                "application/json");
-  call.Send(std::move(resp));
-}
-
-// Query parameters, percent-decoded. Throws on malformed encoding.
-std::map<std::string, std::string> DecodeQuery(const std::string& raw) {
-  std::map<std::string, std::string> out;
-  for (const auto& [k, v] : web::uri::split_query(raw)) {
-    out[web::uri::decode(k)] = web::uri::decode(v);
-  }
-  return out;
-}
-
-}  // namespace
-
-void ApiServer::Impl::Accept(http::http_request req) {
-  bool admitted = false;
-  {
-    std::lock_guard l(in_flight_mu_);
-    if (in_flight_ < kMaxInFlight) {
-      ++in_flight_;
-      admitted = true;
-    }
-  }
-  auto done = [self = shared_from_this()] {
-    std::lock_guard l(self->in_flight_mu_);
-    if (--self->in_flight_ == 0) self->in_flight_cv_.notify_all();
-  };
-  if (admitted) {
-    try {
-      std::thread([self = shared_from_this(), req, done]() mutable {
-        self->Handle(std::move(req));
-        done();
-      }).detach();
-      return;
-    } catch (const std::system_error&) {
-      done();  // no thread: answer 503 below
-    }
-  }
-  try {
-    req.reply(503, R"({"error":{"code":"Unavailable","message":"too many requests in flight"}})",
-              "application/json")
-        .then([](pplx::task<void> t) {
-          try {
-            t.get();
-          } catch (const std::exception&) {
-          }
-        });
-  } catch (const std::exception&) {
-  }
-  latency_.WithLabels({"overload", "503"}).Observe(0);
-}
-
-bool ApiServer::Impl::WaitIdle(std::optional<std::chrono::milliseconds> grace) {
-  std::unique_lock l(in_flight_mu_);
-  auto idle = [this] { return in_flight_ == 0; };
-  if (!grace) {
-    in_flight_cv_.wait(l, idle);
-    return true;
-  }
-  return in_flight_cv_.wait_for(l, *grace, idle);
-}
-
-void ApiServer::Impl::Handle(http::http_request req) {
-  auto start = Clock::now();
-  std::string route_label = "unmatched";
-  int code = 0;
-  bool observed = false;
-  try {
-    Dispatch(req, start, route_label, &code, &observed);
-  } catch (const std::exception& e) {
-    log::Error("api handler failed", {{"route", route_label}, {"error", e.what()}});
-    code = 0;
-  } catch (...) {
-    log::Error("api handler failed", {{"route", route_label}, {"error", "non-standard exception"}});
-    code = 0;
-  }
-  if (code == 0) {
-    // Nobody answered (an exception): answer 500 so the client is not left hanging.
-    code = 500;
-    try {
-      req.reply(500, R"({"error":{"code":"Internal","message":"internal error"}})",
-                "application/json")
-          .then([](pplx::task<void> t) {
-            try {
-              t.get();
-            } catch (const std::exception&) {
-            }
-          });
-    } catch (const std::exception&) {
-    }
-  }
-  if (!observed) Observe(route_label, code, start);
+void ApiServer::Impl::RegisterGauges() {
+  std::weak_ptr<Impl> weak = weak_from_this();
+  registry_->AddGaugeCallback("kubicle_http_connections", "Open HTTP API connections", {},
+                              [weak]() -> std::vector<std::pair<metrics::LabelValues, double>> {
+                                auto self = weak.lock();
+                                if (!self || !self->http) return {{{}, 0}};
+                                return {{{}, double(self->http->connections())}};
+                              });
+  registry_->AddGaugeCallback(
+      "kubicle_http_in_flight", "HTTP API requests admitted and not yet answered, by budget",
+      {"class"}, [weak]() -> std::vector<std::pair<metrics::LabelValues, double>> {
+        std::vector<std::pair<metrics::LabelValues, double>> out;
+        auto self = weak.lock();
+        for (auto c : {Admission::Class::kHealth, Admission::Class::kAdmin,
+                       Admission::Class::kTenant}) {
+          out.push_back({{ClassName(c)}, self ? double(self->admission_.in_flight(c)) : 0});
+        }
+        return out;
+      });
 }
 
 void ApiServer::Impl::Observe(const std::string& route_label, int code, Clock::time_point start) {
@@ -183,122 +131,182 @@ void ApiServer::Impl::Observe(const std::string& route_label, int code, Clock::t
   }
 }
 
-void ApiServer::Impl::Dispatch(http::http_request& req, Clock::time_point start,
-                               std::string& route_label, int* code, bool* observed) {
-  std::string path;
-  std::map<std::string, std::string> query;
-  try {
-    path = web::uri::decode(req.relative_uri().path());
-    query = DecodeQuery(req.relative_uri().query());
-  } catch (const std::exception&) {
-    Call bad(req, RouteMatch{Route::kHealthz, ""}, {});
-    bad.Error(400, "InvalidArgument", "malformed percent-encoding in the URL");
-    *code = bad.code();
-    return;
-  }
-  auto match = MatchRoute(path);
-  Call call(req, match.value_or(RouteMatch{Route::kHealthz, ""}), std::move(query));
-  call.SetObserver([&, this](int c) {
-    Observe(route_label, c, start);
-    *observed = true;
-  });
-  if (!match) {
-    call.Error(404, "NotFound", "no route " + path);
-    *code = call.code();
-    return;
-  }
-  const std::string method = req.method();
-  if (!MethodAllowed(match->route, method)) {
-    route_label = RouteLabel(match->route, "other");
-    ReplyMethodNotAllowed(call, match->route, method, path);
-    *code = call.code();
-    return;
-  }
-  route_label = RouteLabel(match->route, method);
-  if (Authorize(call)) {
-    switch (match->route) {
-      case Route::kHealthz:
-        call.Json(200, {{"status", "ok"}});
-        break;
-      case Route::kMetrics: {
-        http::http_response resp(http::status_codes::OK);
-        resp.set_body(registry_->Render(), "text/plain; version=0.0.4; charset=utf-8");
-        call.Send(std::move(resp));
-        break;
-      }
-      case Route::kTemplates: HandleTemplates(call, *svc_, opts_); break;
-      case Route::kTemplate: HandleTemplate(call, *svc_, opts_); break;
-      case Route::kSandboxes: HandleSandboxes(call, *svc_, opts_); break;
-      case Route::kSandbox: HandleSandbox(call, *svc_, opts_); break;
-      case Route::kFork: HandleFork(call, *svc_, opts_); break;
-      case Route::kExec: HandleExec(call, *svc_, opts_); break;
-      case Route::kFiles: HandleFiles(call, *svc_, opts_); break;
-    }
-  }
-  *code = call.code();
+Decision ApiServer::Impl::Refuse(const std::string& route_label, Response r, const char* reason,
+                                 Clock::time_point start) {
+  Observe(route_label, r.code, start);
+  Refused(reason);
+  return r;
 }
 
-bool ApiServer::Impl::Authorize(Call& call) {
-  Access access = RouteAccess(call.route(), call.method());
-  if (access == Access::kPublic) return true;
-  auto& headers = call.req().headers();
-  auto it = headers.find(http::header_names::authorization);
-  if (it == headers.end()) {
-    call.Error(401, "Unauthenticated", "missing \"Authorization: Bearer <token>\" header");
-    return false;
+Decision ApiServer::Impl::Decide(const RequestHead& head) {
+  const auto start = Clock::now();
+  auto target = ParseTarget(head.target);
+  if (!target) {
+    return Refuse("unmatched",
+                  ErrorResponse(400, "InvalidArgument", "malformed percent-encoding in the URL"),
+                  "bad_request", start);
   }
-  auto token = ParseBearer(it->second);
+  auto match = MatchRoute(target->path);
+  if (!match) {
+    return Refuse("unmatched", ErrorResponse(404, "NotFound", "no route " + target->path),
+                  "not_found", start);
+  }
+  const Route route = match->route;
+  if (!MethodAllowed(route, head.method)) {
+    Response r = ErrorResponse(405, "MethodNotAllowed",
+                               head.method + " is not allowed on " + target->path +
+                                   " (allowed: " + AllowedMethods(route) + ")");
+    r.headers.push_back({"Allow", AllowedMethods(route)});
+    return Refuse(RouteLabel(route, "other"), std::move(r), "method_not_allowed", start);
+  }
+  std::string label = RouteLabel(route, head.method);
+  Admission::Class cls = Admission::Class::kHealth;
+  std::string tenant;
+  if (auto denied = Authorize(*match, head.method, head.authorization, &cls, &tenant)) {
+    const char* reason = denied->code == 401 ? "unauthenticated" : "forbidden";
+    return Refuse(label, std::move(*denied), reason, start);
+  }
+  const BodyKind kind = RouteBody(route, head.method);
+  if (kind == BodyKind::kNone && (head.chunked || head.content_length.value_or(0) > 0)) {
+    return Refuse(label, ErrorResponse(413, "PayloadTooLarge", label + " takes no request body"),
+                  "body_too_large", start);
+  }
+  Admission::Refusal why = Admission::Refusal::kNone;
+  auto ticket = admission_.TryAcquire(cls, tenant, &why);
+  if (!ticket) {
+    Response r = why == Admission::Refusal::kTenantFull
+                     ? ErrorResponse(429, "ResourceExhausted",
+                                     "sandbox " + tenant + " already has " +
+                                         std::to_string(opts_.max_in_flight_per_sandbox) +
+                                         " requests in flight")
+                     : ErrorResponse(503, "Unavailable",
+                                     std::string("too many ") + ClassName(cls) +
+                                         " requests in flight");
+    r.headers.push_back({"Retry-After", "1"});
+    return Refuse(label, std::move(r),
+                  why == Admission::Refusal::kTenantFull ? "sandbox_limit" : "class_limit", start);
+  }
+  Admitted a;
+  a.body_limit = kind == BodyKind::kFile   ? opts_.max_file_bytes
+                 : kind == BodyKind::kJson ? opts_.max_json_bytes
+                                           : 0;
+  a.inline_handler = route == Route::kHealthz || route == Route::kMetrics;
+  a.hold = std::make_shared<Admission::Ticket>(std::move(*ticket));
+  a.handler = [self = shared_from_this(), method = head.method, match = std::move(*match),
+               query = std::move(target->query), label = std::move(label),
+               start](std::string body, std::shared_ptr<Responder> responder) mutable {
+    Call call(std::move(method), std::move(match), std::move(query), std::move(body),
+              std::move(responder));
+    self->Handle(call, label, start);
+  };
+  return a;
+}
+
+std::optional<Response> ApiServer::Impl::Authorize(const RouteMatch& m, const std::string& method,
+                                                   const std::string& authorization,
+                                                   Admission::Class* cls, std::string* tenant) {
+  Access access = RouteAccess(m.route, method);
+  if (access == Access::kPublic) {
+    *cls = Admission::Class::kHealth;
+    return std::nullopt;
+  }
+  if (authorization.empty()) {
+    return ErrorResponse(401, "Unauthenticated", "missing \"Authorization: Bearer <token>\" header");
+  }
+  auto token = ParseBearer(authorization);
   if (!token) {
-    call.Error(401, "Unauthenticated", "the Authorization header is not \"Bearer <token>\"");
-    return false;
+    return ErrorResponse(401, "Unauthenticated",
+                         "the Authorization header is not \"Bearer <token>\"");
   }
-  if (ConstantTimeEquals(*token, opts_.admin_token)) return true;
+  if (ConstantTimeEquals(*token, opts_.admin_token)) {
+    *cls = Admission::Class::kAdmin;
+    return std::nullopt;
+  }
   // A sandbox token is only checked against the sandbox the path names.
-  bool sandbox_ok = !call.name().empty() && call.route() != Route::kTemplate &&
-                    ValidId(call.name()) && svc_->CheckToken(call.name(), *token);
-  if (sandbox_ok && access == Access::kAdminOrSandbox) return true;
-  if (sandbox_ok) {
-    call.Error(403, "PermissionDenied",
-               "a sandbox token may only get, exec in and move files of its sandbox; " +
-                   call.method() + " " + RouteLabel(call.route(), "").substr(1) +
-                   " needs the node's admin token");
-    return false;
+  bool sandbox_ok = !m.name.empty() && m.route != Route::kTemplate && ValidId(m.name) &&
+                    svc_->CheckToken(m.name, *token);
+  if (sandbox_ok && access == Access::kAdminOrSandbox) {
+    *cls = Admission::Class::kTenant;
+    *tenant = m.name;
+    return std::nullopt;
   }
-  call.Error(401, "Unauthenticated", "the token is not valid for this request");
-  return false;
+  if (sandbox_ok) {
+    return ErrorResponse(403, "PermissionDenied",
+                         "a sandbox token may only get, exec in and move files of its sandbox; " +
+                             method + " " + RouteLabel(m.route, "").substr(1) +
+                             " needs the node's admin token");
+  }
+  return ErrorResponse(401, "Unauthenticated", "the token is not valid for this request");
+}
+
+void ApiServer::Impl::Handle(Call& call, const std::string& route_label, Clock::time_point start) {
+  bool observed = false;
+  call.SetObserver([&](int c) {
+    Observe(route_label, c, start);
+    observed = true;
+  });
+  try {
+    Dispatch(call);
+  } catch (const std::exception& e) {
+    log::Error("api handler failed", {{"route", route_label}, {"error", e.what()}});
+  } catch (...) {
+    log::Error("api handler failed", {{"route", route_label}, {"error", "non-standard exception"}});
+  }
+  if (!call.replied()) call.Error(500, "Internal", "internal error");
+  // A streamed answer is ended here too, so an exception mid-stream still
+  // terminates the chunked body.
+  call.EndStream();
+  if (!observed) Observe(route_label, call.code(), start);
+}
+
+void ApiServer::Impl::Dispatch(Call& call) {
+  switch (call.route()) {
+    case Route::kHealthz: return call.Json(200, {{"status", "ok"}});
+    case Route::kMetrics: {
+      Response r;
+      r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+      r.body = registry_->Render();
+      return call.Send(std::move(r));
+    }
+    case Route::kTemplates: return HandleTemplates(call, *svc_, opts_);
+    case Route::kTemplate: return HandleTemplate(call, *svc_, opts_);
+    case Route::kSandboxes: return HandleSandboxes(call, *svc_, opts_);
+    case Route::kSandbox: return HandleSandbox(call, *svc_, opts_);
+    case Route::kFork: return HandleFork(call, *svc_, opts_);
+    case Route::kExec: return HandleExec(call, *svc_, opts_);
+    case Route::kFiles: return HandleFiles(call, *svc_, opts_);
+  }
 }
 
 ApiServer::ApiServer(SandboxService* service, metrics::Registry* registry,
                      ApiServerOptions options)
-    : impl_(std::make_shared<Impl>(service, registry, std::move(options))) {}
+    : impl_(std::make_shared<Impl>(service, registry, std::move(options))) {
+  impl_->RegisterGauges();
+}
 
 ApiServer::~ApiServer() { Stop(std::nullopt); }
 
 Status ApiServer::Start(const std::string& host, int port) {
   if (impl_->admin_token_empty()) return Status::InvalidArgument("the admin token is empty");
-  const std::string url = "http://" + host + ":" + std::to_string(port);
-  try {
-    impl_->listener = std::make_unique<http_listener>(url);
-    Impl* impl = impl_.get();
-    // Raw pointer: the listener is closed before the Impl goes away.
-    impl_->listener->support([impl](http::http_request req) { impl->Accept(std::move(req)); });
-    impl_->listener->open().wait();
-    return Status::Ok();
-  } catch (const std::exception& e) {
-    impl_->listener.reset();
-    return Status::Unavailable("listening on " + url + ": " + e.what());
-  }
+  if (impl_->http) return Status::FailedPrecondition("the API server is already started");
+  Impl* impl = impl_.get();
+  // Raw pointers: the server's Stop joins its threads before the Impl goes.
+  auto http = std::make_unique<HttpServer>(
+      LimitsFrom(impl_->options()), [impl](const RequestHead& h) { return impl->Decide(h); },
+      [impl](const char* reason) { impl->Refused(reason); });
+  Status st = http->Start(host, port);
+  if (!st.ok()) return st;
+  impl_->http = std::move(http);
+  return Status::Ok();
 }
 
 bool ApiServer::Stop(std::optional<std::chrono::milliseconds> grace) {
-  if (impl_->listener) {
-    try {
-      impl_->listener->close().wait();
-    } catch (const std::exception&) {
-    }
-    impl_->listener.reset();
-  }
-  return impl_->WaitIdle(grace);
+  if (!impl_->http) return impl_->admission().WaitIdle(grace);
+  impl_->http->StopAccepting();
+  bool drained = impl_->admission().WaitIdle(grace);
+  impl_->http->Stop();
+  impl_->http.reset();
+  return drained;
 }
 
 Result<int> PickFreePort() {

@@ -1,22 +1,32 @@
-// ApiServer: kubicle-node's HTTP API (docs/node.md, "HTTP API") on a
-// cpprestsdk listener, over a SandboxService.
+// ApiServer: kubicle-node's HTTP API (docs/node.md, "HTTP API") over a
+// SandboxService, on the front-door server of http_server.h (Boost.Beast).
 //
 // Contracts:
-//  - Every request is answered: a cpprestsdk or service exception becomes a
-//    500 and never escapes a handler; a client that goes away mid-reply is
-//    ignored.
+//  - Every request is answered: a service exception becomes a 500 and never
+//    escapes a handler; a client that goes away mid-reply is ignored.
+//  - Limits come before reads (docs/node.md, "Limits and fairness"): the
+//    route, method, auth and budget are decided from the header alone; a
+//    refused request is answered (4xx/503) without reading its body and its
+//    connection closed. Bodies are read within the route's limit
+//    (max_json_bytes, max_file_bytes, none on GET/DELETE).
 //  - Bad input is refused with a 4xx JSON error before the service is called,
 //    so a refused request changes no state.
 //  - Auth: "Authorization: Bearer <token>". The admin token allows every
 //    route; a sandbox's data-plane token allows GET of that sandbox, exec and
 //    files on it. No or a wrong token: 401; a sandbox token on a route it may
 //    not use (delete, fork): 403. /healthz and /metrics need no token.
-//  - Records kubicle_http_request_seconds{route,code} in the registry (one
-//    ApiServer per registry: the family is registered by the constructor).
-//  - Each request is handled on a thread of its own (service calls block:
-//    a create returns once the VM answers, an exec when the command ends),
-//    at most 1,024 at once (more get 503), so /healthz and short calls
-//    answer however many long execs run.
+//  - Fairness: requests in flight are budgeted per class (admission.h): at
+//    most max_in_flight_per_sandbox per sandbox token (429 past it),
+//    max_in_flight_tenants for all sandbox tokens, and separate budgets for
+//    the admin token and for /healthz and /metrics (503 past them), so one
+//    tenant cannot starve the node, the operator or the other tenants.
+//  - Records kubicle_http_request_seconds{route,code},
+//    kubicle_http_refused_total{reason}, kubicle_http_connections and
+//    kubicle_http_in_flight{class} in the registry (one ApiServer per
+//    registry: the families are registered by the constructor).
+//  - Each admitted request is handled on a thread of its own (service calls
+//    block: a create returns once the VM answers, an exec when the command
+//    ends); /healthz and /metrics answer on the I/O threads.
 //  - Start/Stop are not thread-safe with each other. The service and the
 //    registry must outlive every request: Stop() waits for the requests in
 //    flight; if it returns false (grace expired) they still run and the
@@ -39,6 +49,20 @@ struct ApiServerOptions {
   std::string admin_token;                     // required, non-empty
   size_t max_json_bytes = 1 << 20;             // JSON request bodies
   size_t max_file_bytes = 64u << 20;           // PUT .../files bodies
+  // The front door (http_server.h).
+  size_t max_header_bytes = 16 << 10;          // request line + fields: 431 past it
+  size_t max_connections = 4096;               // at most half of RLIMIT_NOFILE
+  std::chrono::milliseconds header_timeout{10000};  // a header, from its first byte
+  std::chrono::milliseconds idle_timeout{60000};    // between keep-alive requests
+  std::chrono::milliseconds body_timeout{60000};    // a whole body
+  std::chrono::milliseconds write_timeout{30000};   // an answer making no progress
+  size_t stream_high_water = 1 << 20;          // streamed exec bytes queued per request
+  int io_threads = 2;
+  // Requests in flight (admission.h).
+  size_t max_in_flight_per_sandbox = 8;
+  size_t max_in_flight_tenants = 1024;
+  size_t max_in_flight_admin = 256;
+  size_t max_in_flight_health = 64;
 };
 
 class ApiServer {
@@ -48,7 +72,8 @@ class ApiServer {
   ApiServer(const ApiServer&) = delete;
   ApiServer& operator=(const ApiServer&) = delete;
 
-  // Listens on http://host:port. Unavailable if the address cannot be bound.
+  // Listens on http://host:port (host an IP address). Unavailable if the
+  // address cannot be bound.
   Status Start(const std::string& host, int port);
   // Stops accepting, then waits for the requests in flight, at most `grace`
   // (forever if unset). True when none is left. The destructor waits forever.

@@ -1,14 +1,9 @@
 // Exec (collected or streamed as NDJSON) and file routes.
-#include <cpprest/producerconsumerstream.h>
-
-#include <mutex>
-
 #include "noderuntime/api/codec.h"
 #include "noderuntime/api/http_call.h"
 
 namespace kubicle::noderuntime::api {
 
-namespace http = web::http;
 using guest::protocol::OutputStream;
 
 namespace {
@@ -20,50 +15,22 @@ bool CheckId(Call& call) {
   return false;
 }
 
-// Writes NDJSON lines into the response body as they are produced. A client
-// that went away makes writes fail; they are then dropped.
-class LineStream {
- public:
-  LineStream() = default;
-  concurrency::streams::istream Reader() { return buf_.create_istream(); }
+std::string Line(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
 
-  void Write(const nlohmann::json& line) {
-    std::string s = line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-    std::lock_guard l(mu_);
-    if (broken_) return;
-    try {
-      buf_.putn_nocopy(reinterpret_cast<const uint8_t*>(s.data()), s.size()).wait();
-      // The response reader waits for a full chunk unless the data is synced.
-      buf_.sync().wait();
-    } catch (const std::exception&) {
-      broken_ = true;
-    }
-  }
-  void Close() {
-    std::lock_guard l(mu_);
-    try {
-      buf_.close(std::ios_base::out).wait();
-    } catch (const std::exception&) {
-    }
-  }
-
- private:
-  concurrency::streams::producer_consumer_buffer<uint8_t> buf_;
-  std::mutex mu_;
-  bool broken_ = false;
-};
-
+// Each output chunk becomes one NDJSON line written as it is produced. The
+// write blocks while the client is behind, which holds the exec's output
+// back instead of buffering it here; once the client is gone the rest is
+// dropped (the command still runs to its end or its timeout).
 void StreamExec(Call& call, SandboxService& svc, ExecOptions options) {
   // A missing sandbox is a plain 404, not a stream that ends in an error.
   auto info = svc.GetSandbox(call.name());
   if (!info.ok()) return call.Fail(info.status());
-  auto lines = std::make_shared<LineStream>();
-  http::http_response resp(http::status_codes::OK);
-  resp.set_body(lines->Reader(), "application/x-ndjson");
-  call.Send(std::move(resp), /*streamed=*/true);
-  options.io.on_output = [lines](OutputStream s, guest::protocol::ByteSpan data) {
-    lines->Write({{"stream", s == OutputStream::kStdout ? "stdout" : "stderr"},
-                  {"data", Base64Encode(data)}});
+  call.StartStream(200, "application/x-ndjson");
+  options.io.on_output = [&call](OutputStream s, guest::protocol::ByteSpan data) {
+    call.Write(Line({{"stream", s == OutputStream::kStdout ? "stdout" : "stderr"},
+                     {"data", Base64Encode(data)}}));
   };
   auto result = svc.Exec(call.name(), options);
   if (result.ok()) {
@@ -71,13 +38,13 @@ void StreamExec(Call& call, SandboxService& svc, ExecOptions options) {
     exit.erase("stdout");
     exit.erase("stderr");
     exit.erase("encoding");
-    lines->Write({{"exit", exit}});
+    call.Write(Line({{"exit", exit}}));
   } else {
-    lines->Write({{"error",
-                   {{"code", std::string(StatusCodeName(result.status().code()))},
-                    {"message", result.status().message()}}}});
+    call.Write(Line({{"error",
+                      {{"code", std::string(StatusCodeName(result.status().code()))},
+                       {"message", result.status().message()}}}}));
   }
-  lines->Close();
+  call.EndStream();
 }
 
 }  // namespace
@@ -109,7 +76,7 @@ void HandleFiles(Call& call, SandboxService& svc, const ApiServerOptions& opts) 
   if (!put) {
     auto data = svc.ReadFile(call.name(), path);
     if (!data.ok()) return call.Fail(data.status());
-    return call.Raw(200, std::move(*data), "application/octet-stream");
+    return call.Raw(200, *data, "application/octet-stream");
   }
   uint32_t mode = 0644;
   if (auto m = call.Query("mode")) {

@@ -1,11 +1,8 @@
 #include "noderuntime/api/http_call.h"
 
-
 #include "noderuntime/api/codec.h"
 
 namespace kubicle::noderuntime::api {
-
-namespace http = web::http;
 
 int HttpCodeFor(StatusCode code) {
   switch (code) {
@@ -22,6 +19,17 @@ int HttpCodeFor(StatusCode code) {
     case StatusCode::kDeadlineExceeded: return 504;
     default: return 500;
   }
+}
+
+Response JsonResponse(int code, const nlohmann::json& body) {
+  Response r;
+  r.code = code;
+  r.body = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return r;
+}
+
+Response ErrorResponse(int code, std::string_view err, const std::string& message) {
+  return JsonResponse(code, {{"error", {{"code", std::string(err)}, {"message", message}}}});
 }
 
 std::optional<std::string> Call::Query(const std::string& key) const {
@@ -42,65 +50,54 @@ bool Call::OnlyQuery(std::initializer_list<const char*> known) {
   return true;
 }
 
-void Call::Send(http::http_response response, bool streamed) {
-  code_ = response.status_code();
-  if (observer_ && !streamed) {
+void Call::Send(Response response) {
+  code_ = response.code;
+  if (observer_) {
     observer_(code_);
     observer_ = nullptr;
   }
-  try {
-    // Observe the task: an unobserved exceptional pplx task raises SIGTRAP.
-    req_.reply(response).then([](pplx::task<void> t) {
-      try {
-        t.get();
-      } catch (const std::exception&) {
-      }
-    });
-  } catch (const std::exception&) {
-    // The connection is gone; nothing to answer.
-  }
+  responder_->Send(std::move(response));
 }
 
-void Call::Json(int code, const nlohmann::json& body) {
-  http::http_response resp(static_cast<http::status_code>(code));
-  resp.set_body(body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
-                "application/json");
-  Send(std::move(resp));
+void Call::StartStream(int code, const std::string& content_type) {
+  code_ = code;
+  streaming_ = true;
+  responder_->StartStream(code, content_type);
 }
+
+bool Call::Write(std::string data) { return responder_->Write(std::move(data)); }
+
+void Call::EndStream() {
+  if (!streaming_) return;
+  streaming_ = false;
+  responder_->EndStream();
+}
+
+void Call::Json(int code, const nlohmann::json& body) { Send(JsonResponse(code, body)); }
 
 void Call::Error(int code, std::string_view err, const std::string& message) {
-  Json(code, {{"error", {{"code", std::string(err)}, {"message", message}}}});
+  Send(ErrorResponse(code, err, message));
 }
 
 void Call::Fail(const Status& status) {
   Error(HttpCodeFor(status.code()), StatusCodeName(status.code()), status.message());
 }
 
-void Call::Raw(int code, std::vector<unsigned char> body, const std::string& content_type) {
-  http::http_response resp(static_cast<http::status_code>(code));
-  resp.set_body(std::move(body));
-  resp.headers().set_content_type(content_type);
-  Send(std::move(resp));
+void Call::Raw(int code, const std::vector<unsigned char>& body, const std::string& content_type) {
+  Response r;
+  r.code = code;
+  r.content_type = content_type;
+  r.body.assign(body.begin(), body.end());
+  Send(std::move(r));
 }
 
 std::optional<std::string> Call::Body(size_t limit) {
-  auto too_large = [&] {
+  if (body_.size() > limit) {
     Error(413, "PayloadTooLarge",
           "request body exceeds the limit of " + std::to_string(limit) + " bytes");
     return std::nullopt;
-  };
-  uint64_t declared = req_.headers().content_length();
-  if (declared > limit) return too_large();
-  try {
-    // The listener has buffered the body by now; Content-Length (checked
-    // above) is what stops a declared oversized upload before it is read.
-    std::vector<unsigned char> v = req_.extract_vector().get();
-    if (v.size() > limit) return too_large();
-    return std::string(v.begin(), v.end());
-  } catch (const std::exception& e) {
-    Error(400, "BadRequest", std::string("could not read the request body: ") + e.what());
-    return std::nullopt;
   }
+  return std::move(body_);
 }
 
 std::optional<nlohmann::json> Call::JsonBody(size_t limit) {

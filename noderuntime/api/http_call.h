@@ -1,12 +1,12 @@
 // Internal to noderuntime/api: one HTTP request being answered (Call) and
-// the route handlers. Handlers reply exactly once through Call; Call
-// observes every reply task so a vanished client never raises.
+// the route handlers. Handlers reply exactly once through Call (or stream
+// through it); Call is independent of the HTTP server underneath, which
+// has already read the body within the route's limit and checked auth.
 #pragma once
-
-#include <cpprest/http_msg.h>
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -14,22 +14,30 @@
 
 #include "common/status.h"
 #include "noderuntime/api/api_server.h"
+#include "noderuntime/api/http_server.h"
 #include "noderuntime/api/routes.h"
 #include "noderuntime/sandbox_service.h"
 
 namespace kubicle::noderuntime::api {
 
 int HttpCodeFor(StatusCode code);
+Response JsonResponse(int code, const nlohmann::json& body);
+// {"error": {"code": err, "message": message}}
+Response ErrorResponse(int code, std::string_view err, const std::string& message);
 
 class Call {
  public:
-  Call(web::http::http_request req, RouteMatch match, std::map<std::string, std::string> query)
-      : req_(std::move(req)), match_(std::move(match)), query_(std::move(query)) {}
+  Call(std::string method, RouteMatch match, std::map<std::string, std::string> query,
+       std::string body, std::shared_ptr<Responder> responder)
+      : method_(std::move(method)),
+        match_(std::move(match)),
+        query_(std::move(query)),
+        body_(std::move(body)),
+        responder_(std::move(responder)) {}
 
-  web::http::http_request& req() { return req_; }
   const std::string& name() const { return match_.name; }
   Route route() const { return match_.route; }
-  std::string method() const { return req_.method(); }
+  const std::string& method() const { return method_; }
   // A query parameter (decoded), or nullopt.
   std::optional<std::string> Query(const std::string& key) const;
   // Query keys not in `known` give a 400 (typos surface): returns false after replying.
@@ -39,29 +47,36 @@ class Call {
   bool replied() const { return code_ != 0; }
 
   void Json(int code, const nlohmann::json& body);
-  // {"error": {"code": err, "message": message}}
   void Error(int code, std::string_view err, const std::string& message);
   // Maps the Status code to HTTP (sandbox_service.h's table).
   void Fail(const Status& status);
-  void Raw(int code, std::vector<unsigned char> body, const std::string& content_type);
-  // Sends a prepared response. `streamed`: the body is still being produced,
-  // so the request's latency is recorded when the handler returns instead.
-  void Send(web::http::http_response response, bool streamed = false);
+  void Raw(int code, const std::vector<unsigned char>& body, const std::string& content_type);
+  void Send(Response response);
+  // A streamed answer (chunked): the request's latency is recorded when the
+  // handler returns instead. Write blocks while the client is behind (see
+  // Responder) and returns false once it is gone.
+  void StartStream(int code, const std::string& content_type);
+  bool Write(std::string data);
+  // Ends a streamed answer; a no-op otherwise and when already ended.
+  void EndStream();
   // Called with the status code just before a complete response is sent, so
   // metrics are recorded before the client can see the answer.
   void SetObserver(std::function<void(int code)> observer) { observer_ = std::move(observer); }
 
-  // The body, at most `limit` bytes; replies 413 (or 400) and returns nullopt
-  // when it is larger or cannot be read.
+  // The body (read by the server within the route's limit); replies 413 and
+  // returns nullopt when it is over `limit`. Moves it out: call once.
   std::optional<std::string> Body(size_t limit);
   // The body parsed as one JSON object (400/413 replied on failure).
   std::optional<nlohmann::json> JsonBody(size_t limit);
 
  private:
-  web::http::http_request req_;
+  std::string method_;
   RouteMatch match_;
   std::map<std::string, std::string> query_;
+  std::string body_;
+  std::shared_ptr<Responder> responder_;
   int code_ = 0;
+  bool streaming_ = false;
   std::function<void(int)> observer_;
 };
 

@@ -104,6 +104,60 @@ std::string RouteLabel(Route r, std::string_view method) {
   return std::string(method) + " " + Pattern(r);
 }
 
+BodyKind RouteBody(Route r, std::string_view method) {
+  if (r == Route::kFiles && method == "PUT") return BodyKind::kFile;
+  if (method == "POST" || method == "PUT") return BodyKind::kJson;
+  return BodyKind::kNone;
+}
+
+std::optional<std::string> PercentDecode(std::string_view s) {
+  auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '%') {
+      out.push_back(s[i]);
+      continue;
+    }
+    int hi = i + 1 < s.size() ? hex(s[i + 1]) : -1;
+    int lo = i + 2 < s.size() ? hex(s[i + 2]) : -1;
+    if (hi < 0 || lo < 0) return std::nullopt;
+    out.push_back(static_cast<char>(hi * 16 + lo));
+    i += 2;
+  }
+  return out;
+}
+
+std::optional<Target> ParseTarget(std::string_view target) {
+  size_t q = target.find('?');
+  std::string_view raw_query = q == std::string_view::npos ? "" : target.substr(q + 1);
+  // A fragment is never sent by clients; drop it as a URL parser would.
+  if (size_t h = raw_query.find('#'); h != std::string_view::npos) raw_query = raw_query.substr(0, h);
+  Target t;
+  auto path = PercentDecode(target.substr(0, q));
+  if (!path) return std::nullopt;
+  t.path = std::move(*path);
+  size_t i = 0;
+  while (i < raw_query.size()) {
+    size_t j = raw_query.find('&', i);
+    if (j == std::string_view::npos) j = raw_query.size();
+    std::string_view pair = raw_query.substr(i, j - i);
+    i = j + 1;
+    if (pair.empty()) continue;
+    size_t eq = pair.find('=');
+    auto key = PercentDecode(pair.substr(0, eq));
+    auto value = PercentDecode(eq == std::string_view::npos ? "" : pair.substr(eq + 1));
+    if (!key || !value) return std::nullopt;
+    t.query[*key] = std::move(*value);
+  }
+  return t;
+}
+
 bool ConstantTimeEquals(std::string_view a, std::string_view b) {
   // Runs over the longer input so the time depends on lengths only.
   size_t n = std::max(a.size(), b.size());

@@ -3,6 +3,7 @@
 // tested without a listener.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -40,6 +41,22 @@ enum class Access { kPublic, kAdmin, kAdminOrSandbox };
 Access RouteAccess(Route route, std::string_view method);
 // The route label of kubicle_http_request_seconds, e.g. "POST /v1/sandboxes/{id}/exec".
 std::string RouteLabel(Route route, std::string_view method);
+
+// What body a route takes, which sets the limit the server reads it with:
+// none (GET, DELETE: any body byte is refused), a JSON document, or a file.
+enum class BodyKind { kNone, kJson, kFile };
+BodyKind RouteBody(Route route, std::string_view method);
+
+// A request target ("/v1/sandboxes?labelSelector=a%3Db") split into its
+// percent-decoded path and query parameters. nullopt for a malformed
+// percent-encoding. '+' is kept as is (the labelSelector reader treats it).
+struct Target {
+  std::string path;
+  std::map<std::string, std::string> query;
+};
+std::optional<Target> ParseTarget(std::string_view target);
+// Percent-decoding; nullopt when a '%' is not followed by two hex digits.
+std::optional<std::string> PercentDecode(std::string_view s);
 
 // Compares secrets without an early exit on the first differing byte.
 bool ConstantTimeEquals(std::string_view a, std::string_view b);

@@ -57,5 +57,30 @@ TEST(Auth, BearerAndConstantTimeCompare) {
   EXPECT_FALSE(ConstantTimeEquals("", "a"));
 }
 
+TEST(Routes, ParseTargetDecodesPathAndQuery) {
+  auto t = ParseTarget("/v1/sandboxes/a%20b/files?path=%2Ftmp%2Fx&mode=0644&flag&=v");
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->path, "/v1/sandboxes/a b/files");
+  EXPECT_EQ(t->query.at("path"), "/tmp/x");
+  EXPECT_EQ(t->query.at("mode"), "0644");
+  EXPECT_EQ(t->query.at("flag"), "");
+  EXPECT_EQ(ParseTarget("/v1/sandboxes?labelSelector=a+in+(b)")->query.at("labelSelector"),
+            "a+in+(b)");
+  EXPECT_EQ(ParseTarget("/healthz#frag")->path, "/healthz#frag");
+  EXPECT_FALSE(ParseTarget("/v1/%zz"));
+  EXPECT_FALSE(ParseTarget("/v1/x?a=%4"));
+  EXPECT_FALSE(ParseTarget("/v1/x%"));
+  EXPECT_EQ(*PercentDecode("%41%62c"), "Abc");
+}
+
+TEST(Routes, BodyKinds) {
+  EXPECT_EQ(RouteBody(Route::kFiles, "PUT"), BodyKind::kFile);
+  EXPECT_EQ(RouteBody(Route::kFiles, "GET"), BodyKind::kNone);
+  EXPECT_EQ(RouteBody(Route::kSandboxes, "POST"), BodyKind::kJson);
+  EXPECT_EQ(RouteBody(Route::kTemplate, "PUT"), BodyKind::kJson);
+  EXPECT_EQ(RouteBody(Route::kSandboxes, "DELETE"), BodyKind::kNone);
+  EXPECT_EQ(RouteBody(Route::kHealthz, "GET"), BodyKind::kNone);
+}
+
 }  // namespace
 }  // namespace kubicle::noderuntime::api

@@ -1,5 +1,6 @@
 // kubicle-node: the node daemon (docs/node.md). `kubicle-node serve --help`.
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -85,6 +86,12 @@ int Serve(const ServeFlags& f) {
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
+  // Every API connection and VM holds descriptors; the soft limit is often
+  // 1,024. The API's connection cap is half of what this leaves.
+  if (rlimit rl{}; ::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    (void)::setrlimit(RLIMIT_NOFILE, &rl);
+  }
 
   if (::access(f.vmm.c_str(), X_OK) != 0) {
     log::Error("kubicle-vmm is not executable", {{"path", f.vmm}, {"error", std::strerror(errno)}});

@@ -1,0 +1,515 @@
+// One HTTP/1.1 connection of HttpServer (http_server.h states the
+// guarantees). Every member without a lock is touched only on the
+// connection's strand; the answer state shared with handler threads is
+// under mu_.
+#include <array>
+#include <condition_variable>
+#include <deque>
+#include <limits>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include "common/log.h"
+#include "noderuntime/api/http_server_internal.h"
+
+namespace kubicle::noderuntime::api {
+namespace {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+using beast::error_code;
+
+bool IsTimeout(const error_code& ec) { return ec == beast::error::timeout; }
+// A parse error of the peer's making (not EOF or a socket error).
+bool IsBadRequest(const error_code& ec) {
+  return ec.category() == make_error_code(http::error::bad_method).category() &&
+         ec != http::error::end_of_stream && ec != http::error::partial_message;
+}
+
+Response PlainError(int code, const char* err, const std::string& message) {
+  Response r;
+  r.code = code;
+  r.body = std::string(R"({"error":{"code":")") + err + R"(","message":")" + message + "\"}}";
+  return r;
+}
+
+template <class Stream>
+class Connection final : public ConnBase,
+                         public std::enable_shared_from_this<Connection<Stream>> {
+ public:
+  Connection(std::shared_ptr<HttpServer::Core> core, Stream stream)
+      : core_(std::move(core)),
+        limits_(core_->limits),
+        stream_(std::move(stream)),
+        buffer_(limits_.max_header_bytes + 64 * 1024) {}
+  ~Connection() override { core_->Unregister(this); }
+
+  void Start() {
+    core_->Register(this, this->weak_from_this());
+    net::dispatch(stream_.get_executor(), [self = this->shared_from_this()] {
+      self->WaitRequest(/*first=*/true);
+    });
+  }
+
+  void PostClose(const char* reason) override {
+    closing_ = true;
+    BreakAnswer();
+    net::post(stream_.get_executor(),
+              [self = this->shared_from_this(), reason] { self->Close(reason); });
+  }
+  // Not yet given to a handler (waiting, or reading a body): nothing has
+  // reached the service, so it may go.
+  void PostCloseIfNotAnswering() override {
+    net::post(stream_.get_executor(), [self = this->shared_from_this()] {
+      if (!self->handed_off_) self->Close(nullptr);
+    });
+  }
+
+  // The Responder side, called from handler threads; `gen` is the request
+  // the handler was given, so a stale call never touches a later request.
+  void Send(uint64_t gen, Response r);
+  void StartStream(uint64_t gen, int code, const std::string& content_type);
+  bool Write(uint64_t gen, std::string data);
+  void EndStream(uint64_t gen);
+  bool Replied(uint64_t gen) const {
+    std::lock_guard l(mu_);
+    return gen != gen_ || replied_;
+  }
+
+ private:
+  void WaitRequest(bool first);
+  void ReadHeader();
+  void OnHeader(error_code ec);
+  void Admit(Admitted a, bool expect_continue);
+  void ReadBody();
+  void OnBody(error_code ec);
+  void Run(std::string body);
+  void Refuse(Response r, const char* reason);
+  void WriteResponse(Response r, bool refusal);
+  template <class Msg>
+  void WriteLoop(std::shared_ptr<Msg> msg,
+                 std::shared_ptr<http::serializer<false, typename Msg::body_type>> sr,
+                 bool refusal);
+  void WriteStreamHeader(int code, std::string content_type);
+  void Pump();
+  void Finish();
+  void Linger();
+  void LingerRead(size_t left);
+  void Close(const char* reason);
+  void BreakAnswer() {
+    std::lock_guard l(mu_);
+    broken_ = true;
+    cv_.notify_all();
+  }
+  auto& Lowest() { return beast::get_lowest_layer(stream_); }
+
+  std::shared_ptr<HttpServer::Core> core_;
+  const HttpLimits& limits_;
+  Stream stream_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::empty_body>> head_;
+  std::optional<http::request_parser<http::string_body>> body_;
+  Admitted admitted_;
+  bool keep_alive_ = false;
+  bool handed_off_ = false;  // given to a handler, until its answer is written
+  bool closed_ = false;
+  std::unique_ptr<std::array<char, 16384>> discard_;
+
+  // Shared with handler threads.
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  uint64_t gen_ = 0;
+  bool replied_ = false;
+  bool broken_ = false;
+  bool end_requested_ = false;
+  size_t queued_ = 0;
+  std::deque<std::string> out_;
+  // Strand-only stream state.
+  bool header_done_ = false;
+  bool writing_ = false;
+  bool last_sent_ = false;
+};
+
+// The Responder handed to a handler: one request of one connection.
+template <class Stream>
+class Reply final : public Responder {
+ public:
+  Reply(std::shared_ptr<Connection<Stream>> c, uint64_t gen) : c_(std::move(c)), gen_(gen) {}
+  void Send(Response r) override { c_->Send(gen_, std::move(r)); }
+  void StartStream(int code, const std::string& ct) override { c_->StartStream(gen_, code, ct); }
+  bool Write(std::string data) override { return c_->Write(gen_, std::move(data)); }
+  void EndStream() override { c_->EndStream(gen_); }
+  bool replied() const override { return c_->Replied(gen_); }
+
+ private:
+  std::shared_ptr<Connection<Stream>> c_;
+  uint64_t gen_;
+};
+
+template <class Stream>
+void Connection<Stream>::WaitRequest(bool first) {
+  if (closed_) return;
+  if (core_->stopping) return Close(nullptr);
+  SetWaiting(true);
+  if (buffer_.size() > 0) return ReadHeader();  // pipelined
+  // Nothing costs more than a descriptor until the first byte: a fresh
+  // connection gets the header deadline, a kept-alive one the idle one.
+  Lowest().expires_after(first ? limits_.header_timeout : limits_.idle_timeout);
+  stream_.async_read_some(buffer_.prepare(4096), [self = this->shared_from_this()](
+                                                     error_code ec, size_t n) {
+    if (ec) return self->Close(IsTimeout(ec) ? "header_timeout" : nullptr);
+    self->buffer_.commit(n);
+    self->ReadHeader();
+  });
+}
+
+template <class Stream>
+void Connection<Stream>::ReadHeader() {
+  head_.emplace();
+  head_->header_limit(static_cast<uint32_t>(limits_.max_header_bytes));
+  // The Gate's limit is applied once it has decided. Not boost::none: Beast
+  // 1.74 compares a Content-Length against an empty optional as "over".
+  head_->body_limit(std::numeric_limits<std::uint64_t>::max());
+  Lowest().expires_after(limits_.header_timeout);
+  http::async_read_header(stream_, buffer_, *head_,
+                          [self = this->shared_from_this()](error_code ec, size_t) {
+                            self->OnHeader(ec);
+                          });
+}
+
+template <class Stream>
+void Connection<Stream>::OnHeader(error_code ec) {
+  if (ec == http::error::header_limit || ec == http::error::buffer_overflow) {
+    return Refuse(PlainError(431, "HeaderTooLarge",
+                             "the request header exceeds " +
+                                 std::to_string(limits_.max_header_bytes) + " bytes"),
+                  "header_too_large");
+  }
+  if (IsTimeout(ec)) return Close("header_timeout");
+  if (IsBadRequest(ec)) {
+    return Refuse(PlainError(400, "BadRequest", "malformed HTTP request: " + ec.message()),
+                  "bad_request");
+  }
+  if (ec) return Close(nullptr);
+  SetWaiting(false);
+  auto& req = head_->get();
+  keep_alive_ = req.keep_alive();
+  RequestHead h;
+  h.method = std::string(req.method_string());
+  h.target = std::string(req.target());
+  if (auto it = req.find(http::field::authorization); it != req.end()) {
+    h.authorization = std::string(it->value());
+  }
+  if (auto n = head_->content_length()) h.content_length = *n;
+  h.chunked = head_->chunked();
+  bool expect_continue = false;
+  if (auto it = req.find(http::field::expect); it != req.end()) {
+    expect_continue = beast::iequals(it->value(), "100-continue");
+  }
+  Decision d = core_->gate(h);
+  if (auto* refusal = std::get_if<Response>(&d)) return Refuse(std::move(*refusal), nullptr);
+  Admitted a = std::move(std::get<Admitted>(d));
+  if (h.content_length && *h.content_length > a.body_limit) {
+    return Refuse(PlainError(413, "PayloadTooLarge",
+                             "request body of " + std::to_string(*h.content_length) +
+                                 " bytes exceeds the limit of " + std::to_string(a.body_limit) +
+                                 " bytes"),
+                  "body_too_large");
+  }
+  Admit(std::move(a), expect_continue);
+}
+
+template <class Stream>
+void Connection<Stream>::Admit(Admitted a, bool expect_continue) {
+  admitted_ = std::move(a);
+  {
+    std::lock_guard l(mu_);
+    ++gen_;
+    replied_ = end_requested_ = false;
+    queued_ = 0;
+    out_.clear();
+  }
+  header_done_ = writing_ = last_sent_ = false;
+  const bool has_body = head_->chunked() || head_->content_length().value_or(0) > 0;
+  if (!has_body) return Run("");
+  if (!expect_continue) return ReadBody();
+  static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+  Lowest().expires_after(limits_.write_timeout);
+  net::async_write(stream_, net::buffer(kContinue),
+                   [self = this->shared_from_this()](error_code ec, size_t) {
+                     if (ec) return self->Close(IsTimeout(ec) ? "write_timeout" : nullptr);
+                     self->ReadBody();
+                   });
+}
+
+template <class Stream>
+void Connection<Stream>::ReadBody() {
+  body_.emplace(std::move(*head_));
+  head_.reset();
+  body_->body_limit(admitted_.body_limit);
+  Lowest().expires_after(limits_.body_timeout);
+  http::async_read(stream_, buffer_, *body_,
+                   [self = this->shared_from_this()](error_code ec, size_t) { self->OnBody(ec); });
+}
+
+template <class Stream>
+void Connection<Stream>::OnBody(error_code ec) {
+  if (ec == http::error::body_limit) {
+    return Refuse(PlainError(413, "PayloadTooLarge",
+                             "request body exceeds the limit of " +
+                                 std::to_string(admitted_.body_limit) + " bytes"),
+                  "body_too_large");
+  }
+  if (IsTimeout(ec)) return Close("body_timeout");
+  if (IsBadRequest(ec)) {
+    return Refuse(PlainError(400, "BadRequest", "malformed request body: " + ec.message()),
+                  "bad_request");
+  }
+  if (ec) return Close(nullptr);
+  std::string body = std::move(body_->get().body());
+  body_.reset();
+  Run(std::move(body));
+}
+
+template <class Stream>
+void Connection<Stream>::Run(std::string body) {
+  handed_off_ = true;
+  Lowest().expires_never();
+  uint64_t gen;
+  {
+    std::lock_guard l(mu_);
+    gen = gen_;
+  }
+  auto reply = std::make_shared<Reply<Stream>>(this->shared_from_this(), gen);
+  Handler handler = std::move(admitted_.handler);
+  if (admitted_.inline_handler) {
+    handler(std::move(body), reply);
+    if (!reply->replied()) reply->Send(PlainError(500, "Internal", "no answer"));
+    return;
+  }
+  try {
+    std::thread([handler = std::move(handler), body = std::move(body), reply]() mutable {
+      handler(std::move(body), reply);
+      if (!reply->replied()) reply->Send(PlainError(500, "Internal", "no answer"));
+    }).detach();
+  } catch (const std::system_error& e) {
+    log::Warn("no thread for an http request", {{"error", e.what()}});
+    reply->Send(PlainError(503, "Unavailable", "the node cannot start a request thread"));
+  }
+}
+
+template <class Stream>
+void Connection<Stream>::Refuse(Response r, const char* reason) {
+  core_->Event(reason);
+  SetWaiting(false);
+  {
+    std::lock_guard l(mu_);
+    ++gen_;  // no handler may answer this request
+    replied_ = true;
+  }
+  WriteResponse(std::move(r), /*refusal=*/true);
+}
+
+template <class Stream>
+void Connection<Stream>::Send(uint64_t gen, Response r) {
+  {
+    std::lock_guard l(mu_);
+    if (broken_ || gen != gen_ || replied_) return;
+    replied_ = true;
+  }
+  net::post(stream_.get_executor(), [self = this->shared_from_this(), r = std::move(r)]() mutable {
+    self->WriteResponse(std::move(r), /*refusal=*/false);
+  });
+}
+
+template <class Stream>
+void Connection<Stream>::WriteResponse(Response r, bool refusal) {
+  if (closed_) return;
+  auto msg = std::make_shared<http::response<http::string_body>>();
+  msg->version(11);
+  msg->result(static_cast<unsigned>(r.code));
+  msg->set(http::field::content_type, r.content_type);
+  for (auto& [k, v] : r.headers) msg->set(k, v);
+  msg->body() = std::move(r.body);
+  msg->keep_alive(!refusal && keep_alive_ && !core_->stopping);
+  msg->prepare_payload();
+  auto sr = std::make_shared<http::serializer<false, http::string_body>>(*msg);
+  WriteLoop(std::move(msg), std::move(sr), refusal);
+}
+
+// Writes in pieces, each with the no-progress deadline: a slow reader may
+// take its time, one that stops reading is closed.
+template <class Stream>
+template <class Msg>
+void Connection<Stream>::WriteLoop(
+    std::shared_ptr<Msg> msg, std::shared_ptr<http::serializer<false, typename Msg::body_type>> sr,
+    bool refusal) {
+  Lowest().expires_after(limits_.write_timeout);
+  http::async_write_some(
+      stream_, *sr,
+      [self = this->shared_from_this(), msg, sr, refusal](error_code ec, size_t) mutable {
+        if (ec) return self->Close(IsTimeout(ec) ? "write_timeout" : nullptr);
+        if (!sr->is_done()) return self->WriteLoop(std::move(msg), std::move(sr), refusal);
+        if (refusal) return self->Linger();
+        self->keep_alive_ = msg->keep_alive();
+        self->Finish();
+      });
+}
+
+template <class Stream>
+void Connection<Stream>::StartStream(uint64_t gen, int code, const std::string& content_type) {
+  {
+    std::lock_guard l(mu_);
+    if (broken_ || gen != gen_ || replied_) return;
+    replied_ = true;
+  }
+  net::post(stream_.get_executor(), [self = this->shared_from_this(), code, content_type] {
+    self->WriteStreamHeader(code, content_type);
+  });
+}
+
+template <class Stream>
+void Connection<Stream>::WriteStreamHeader(int code, std::string content_type) {
+  if (closed_) return;
+  auto msg = std::make_shared<http::response<http::empty_body>>();
+  msg->version(11);
+  msg->result(static_cast<unsigned>(code));
+  msg->set(http::field::content_type, content_type);
+  msg->keep_alive(keep_alive_ && !core_->stopping);
+  msg->chunked(true);
+  keep_alive_ = msg->keep_alive();
+  auto sr = std::make_shared<http::serializer<false, http::empty_body>>(*msg);
+  Lowest().expires_after(limits_.write_timeout);
+  http::async_write_header(stream_, *sr,
+                           [self = this->shared_from_this(), msg, sr](error_code ec, size_t) {
+                             if (ec) return self->Close(IsTimeout(ec) ? "write_timeout" : nullptr);
+                             self->header_done_ = true;
+                             self->Pump();
+                           });
+}
+
+template <class Stream>
+bool Connection<Stream>::Write(uint64_t gen, std::string data) {
+  if (data.empty()) return true;  // an empty chunk would end the stream
+  {
+    std::unique_lock l(mu_);
+    // Backpressure: the producer waits for the client, never the heap.
+    cv_.wait(l, [&] { return broken_ || gen != gen_ || queued_ <= limits_.stream_high_water; });
+    if (broken_ || gen != gen_ || end_requested_) return false;
+    queued_ += data.size();
+    out_.push_back(std::move(data));
+  }
+  net::post(stream_.get_executor(), [self = this->shared_from_this()] { self->Pump(); });
+  return true;
+}
+
+template <class Stream>
+void Connection<Stream>::EndStream(uint64_t gen) {
+  {
+    std::lock_guard l(mu_);
+    if (broken_ || gen != gen_) return;
+    end_requested_ = true;
+  }
+  net::post(stream_.get_executor(), [self = this->shared_from_this()] { self->Pump(); });
+}
+
+template <class Stream>
+void Connection<Stream>::Pump() {
+  if (closed_ || writing_ || !header_done_ || last_sent_) return;
+  const std::string* next = nullptr;
+  {
+    std::lock_guard l(mu_);
+    if (!out_.empty()) {
+      next = &out_.front();  // a deque keeps it in place until popped
+    } else if (!end_requested_) {
+      return;
+    }
+  }
+  writing_ = true;
+  Lowest().expires_after(limits_.write_timeout);
+  auto self = this->shared_from_this();
+  if (!next) {
+    last_sent_ = true;
+    net::async_write(stream_, http::make_chunk_last(), [self](error_code ec, size_t) {
+      self->writing_ = false;
+      if (ec) return self->Close(IsTimeout(ec) ? "write_timeout" : nullptr);
+      self->Finish();
+    });
+    return;
+  }
+  net::async_write(stream_, http::make_chunk(net::buffer(*next)), [self](error_code ec, size_t) {
+    self->writing_ = false;
+    if (ec) return self->Close(IsTimeout(ec) ? "write_timeout" : nullptr);
+    {
+      std::lock_guard l(self->mu_);
+      self->queued_ -= self->out_.front().size();
+      self->out_.pop_front();
+      self->cv_.notify_all();
+    }
+    self->Pump();
+  });
+}
+
+// The answer is written: give the budget back, then the next request.
+template <class Stream>
+void Connection<Stream>::Finish() {
+  handed_off_ = false;
+  admitted_ = Admitted{};
+  if (keep_alive_ && !core_->stopping) return WaitRequest(/*first=*/false);
+  error_code ignored;
+  Lowest().socket().shutdown(tcp::socket::shutdown_send, ignored);
+  Close(nullptr);
+}
+
+// After a refusal: stop sending, then read and discard what the client is
+// still sending for a short while (at most linger_timeout and 4 MiB), so it
+// reads the answer before the close resets the connection.
+template <class Stream>
+void Connection<Stream>::Linger() {
+  handed_off_ = false;
+  admitted_ = Admitted{};
+  error_code ignored;
+  Lowest().socket().shutdown(tcp::socket::shutdown_send, ignored);
+  Lowest().expires_after(limits_.linger_timeout);
+  LingerRead(4u << 20);
+}
+
+template <class Stream>
+void Connection<Stream>::LingerRead(size_t left) {
+  if (!discard_) discard_ = std::make_unique<std::array<char, 16384>>();
+  Lowest().async_read_some(net::buffer(*discard_),
+                           [self = this->shared_from_this(), left](error_code ec, size_t n) {
+                             if (ec || n >= left) return self->Close(nullptr);
+                             self->LingerRead(left - n);
+                           });
+}
+
+template <class Stream>
+void Connection<Stream>::Close(const char* reason) {
+  if (closed_) return;
+  closed_ = true;
+  closing_ = true;
+  core_->Event(reason);
+  BreakAnswer();
+  error_code ignored;
+  Lowest().socket().shutdown(tcp::socket::shutdown_both, ignored);
+  Lowest().close();
+  handed_off_ = false;
+  admitted_ = Admitted{};
+  head_.reset();
+  body_.reset();
+}
+
+}  // namespace
+
+void StartConnection(std::shared_ptr<HttpServer::Core> core, tcp::socket socket) {
+  std::make_shared<Connection<beast::tcp_stream>>(std::move(core),
+                                                  beast::tcp_stream(std::move(socket)))
+      ->Start();
+}
+
+}  // namespace kubicle::noderuntime::api
