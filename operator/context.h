@@ -72,6 +72,17 @@ struct Outcome {
   }
 };
 
+// One kind's reconcile pass over the object with key "namespace/name". An
+// error is retried with backoff. Reconcilers should not throw; the
+// controller still catches anything that escapes (an error result, a log
+// line and a Warning Event), so a bug costs one object's progress, never
+// the operator.
+class Reconciler {
+ public:
+  virtual ~Reconciler() = default;
+  virtual Result<Outcome> Reconcile(const std::string& key) = 0;
+};
+
 // Writes the operator-owned part of status (a JSON merge patch, so the node
 // daemon's status.vm / status.nodes are untouched) only when it differs from
 // what the object carries. Returns whether it wrote.

@@ -21,9 +21,9 @@ Controller::Controller(kube::KubeClient* client, const kube::Clock* clock,
       leases_(client, kube::LeaseResource(), options_.config.node_lease_namespace,
               std::string(kLabelNode)) {
   Context ctx{client_, this, clock_, &scheduler_, &events_, options_.config};
-  sandbox_reconciler_ = std::make_unique<SandboxReconciler>(ctx);
-  fork_reconciler_ = std::make_unique<ForkReconciler>(ctx);
-  template_reconciler_ = std::make_unique<TemplateReconciler>(ctx);
+  reconcilers_["Sandbox"] = std::make_unique<SandboxReconciler>(ctx);
+  reconcilers_["SandboxFork"] = std::make_unique<ForkReconciler>(ctx);
+  reconcilers_["SandboxTemplate"] = std::make_unique<TemplateReconciler>(ctx);
   latency_ = &registry->AddHistogram("kubicle_operator_reconcile_duration_seconds",
                                      "Time of one reconcile pass.", {"kind"},
                                      metrics::ExponentialBuckets(0.0005, 2, 16));
@@ -51,6 +51,10 @@ Controller::Controller(kube::KubeClient* client, const kube::Clock* clock,
 }
 
 Controller::~Controller() { Stop(); }
+
+void Controller::ReplaceReconciler(const std::string& kind, std::unique_ptr<Reconciler> r) {
+  reconcilers_[kind] = std::move(r);
+}
 
 kube::Informer* Controller::InformerFor(const kube::Resource& r) {
   if (r.plural == "sandboxes") return &sandboxes_;
@@ -136,17 +140,67 @@ void Controller::Worker() {
   }
 }
 
+namespace {
+
+const kube::Resource* ResourceOfKind(const std::string& kind) {
+  if (kind == "Sandbox") return &kube::SandboxResource();
+  if (kind == "SandboxFork") return &kube::SandboxForkResource();
+  if (kind == "SandboxTemplate") return &kube::SandboxTemplateResource();
+  return nullptr;
+}
+
+}  // namespace
+
+Result<Outcome> Controller::Reconcile(const std::string& kind, const std::string& key,
+                                      std::string* threw) {
+  auto it = reconcilers_.find(kind);
+  if (it == reconcilers_.end()) return Status::Internal("no reconciler for kind " + kind);
+  try {
+    return it->second->Reconcile(key);
+  } catch (const std::exception& e) {
+    *threw = e.what();
+  } catch (...) {
+    *threw = "an exception that is not a std::exception";
+  }
+  if (threw->empty()) *threw = "an exception without a message";
+  return Status::Internal("reconciler threw: " + *threw);
+}
+
+// Best effort, like every Event, and itself behind the boundary.
+void Controller::ReportThrow(const std::string& kind, const std::string& key,
+                             const std::string& what) {
+  try {
+    const kube::Resource* r = ResourceOfKind(kind);
+    std::optional<Json> obj = r ? Get(*r, key) : std::nullopt;
+    if (!obj) return;  // gone: nobody to tell
+    constexpr size_t kMaxMessage = 1024;  // Event messages are for people
+    std::string message = "reconcile failed, will retry: " + what;
+    if (message.size() > kMaxMessage) message = message.substr(0, kMaxMessage) + "...";
+    events_.Record(*obj, "Warning", "ReconcileError", message);
+  } catch (...) {
+    log::Error("reconcile error not recorded as an Event", {{"kind", kind}, {"key", key}});
+  }
+}
+
 void Controller::ProcessKey(const std::string& qkey) {
   size_t colon = qkey.find(':');
   std::string kind = qkey.substr(0, colon);
   std::string key = qkey.substr(colon + 1);
   auto start = std::chrono::steady_clock::now();
-  Result<Outcome> r = kind == "Sandbox"       ? sandbox_reconciler_->Reconcile(key)
-                      : kind == "SandboxFork" ? fork_reconciler_->Reconcile(key)
-                                              : template_reconciler_->Reconcile(key);
+  std::string threw;
+  Result<Outcome> r = Reconcile(kind, key, &threw);
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   latency_->WithLabels({kind}).Observe(secs);
   reconciles_.fetch_add(1);
+  if (!threw.empty()) {
+    // A bug, not a state of the world: say so loudly, then retry like any
+    // error (the object may change, or the bug may depend on timing).
+    results_->WithLabels({kind, "error"}).Inc();
+    log::Error("reconcile threw", {{"kind", kind}, {"key", key}, {"error", threw}});
+    ReportThrow(kind, key, threw);
+    queue_.AddRateLimited(qkey);
+    return;
+  }
   if (!r.ok() && kube::IsConflict(r.status())) {
     // We read a stale copy: a newer one exists and its watch event re-queues
     // the key (the queue keeps it pending while we hold it). No backoff, so

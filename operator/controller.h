@@ -4,10 +4,14 @@
 // `workers` threads run the reconcilers. A key is never reconciled by two
 // workers at once (queue semantics). Failed passes are retried with
 // per-key exponential backoff; successful ones are requeued when the
-// reconciler asks (expiry, stale leases). Metrics go to the given registry.
+// reconciler asks (expiry, stale leases). Each pass runs inside an exception
+// boundary: whatever a reconciler throws becomes an error result (retried
+// with backoff), an error log line and a Warning Event (ReconcileError) on
+// the object, never a crash. Metrics go to the given registry.
 #pragma once
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -38,6 +42,9 @@ class Controller : private ObjectLister {
   // then starts the workers.
   Status Start(std::chrono::milliseconds sync_timeout = std::chrono::seconds(60));
   void Stop();
+  // Before Start(): `kind` ("Sandbox", "SandboxFork", "SandboxTemplate") is
+  // reconciled by `r` instead (tests).
+  void ReplaceReconciler(const std::string& kind, std::unique_ptr<Reconciler> r);
   size_t QueueDepth() const { return queue_.Len(); }
   uint64_t Reconciles() const { return reconciles_.load(); }
 
@@ -50,6 +57,9 @@ class Controller : private ObjectLister {
   void EnqueuePendingSandboxes(const std::string& ns, const std::string& tmpl);
   void Worker();
   void ProcessKey(const std::string& key);
+  // The pass with the exception boundary: `*threw` says what escaped.
+  Result<Outcome> Reconcile(const std::string& kind, const std::string& key, std::string* threw);
+  void ReportThrow(const std::string& kind, const std::string& key, const std::string& what);
 
   kube::KubeClient* client_;
   const kube::Clock* clock_;
@@ -58,9 +68,7 @@ class Controller : private ObjectLister {
   kube::EventRecorder events_;
   kube::WorkQueue queue_;
   kube::Informer sandboxes_, forks_, templates_, leases_;
-  std::unique_ptr<SandboxReconciler> sandbox_reconciler_;
-  std::unique_ptr<ForkReconciler> fork_reconciler_;
-  std::unique_ptr<TemplateReconciler> template_reconciler_;
+  std::map<std::string, std::unique_ptr<Reconciler>> reconcilers_;  // by kind
   metrics::Family<metrics::Histogram>* latency_;
   metrics::Family<metrics::Counter>* results_;
   std::atomic<uint64_t> reconciles_{0};

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <set>
+#include <stdexcept>
 #include <thread>
 
 #include "operator/test_world.h"
@@ -59,6 +62,60 @@ TEST(ControllerTest, FanOutOfFiftySandboxesConvergesWithoutDuplicates) {
   EXPECT_NE(text.find("kubicle_operator_reconcile_duration_seconds_count{kind=\"Sandbox\"}"),
             std::string::npos);
   EXPECT_NE(text.find("kubicle_operator_sandboxes{phase=\"Scheduled\"}"), std::string::npos);
+  c.Stop();
+}
+
+// Throws a std::exception, then something that is not one, then succeeds.
+class ThrowingReconciler final : public Reconciler {
+ public:
+  Result<Outcome> Reconcile(const std::string& key) override {
+    int n = calls++;
+    if (n == 0) throw std::runtime_error("boom in " + key);
+    if (n == 1) throw 42;
+    return Outcome{};
+  }
+  std::atomic<int> calls{0};
+};
+
+TEST(ControllerTest, AReconcilerThatThrowsIsAnErrorAnEventAndARetryNotACrash) {
+  testing::World w;
+  metrics::Registry reg;
+  ControllerOptions opts;
+  opts.workers = 2;
+  opts.config.node_lease_namespace = testing::kLeaseNs;
+  // A real clock for the queue, so backoff retries come by themselves.
+  Controller c(&w.client, &kube::RealClock::Instance(), &reg, opts);
+  auto thrower = std::make_unique<ThrowingReconciler>();
+  ThrowingReconciler* t = thrower.get();
+  c.ReplaceReconciler("Sandbox", std::move(thrower));
+  ASSERT_TRUE(c.Start(std::chrono::seconds(5)).ok());
+  ASSERT_TRUE(w.client.Create(kube::SandboxResource(), kNs, testing::NewSandbox("s", "py")).ok());
+  ASSERT_TRUE(Eventually([&] { return t->calls.load() >= 3; })) << t->calls.load();
+  auto warnings = [&] {
+    std::vector<Json> out;
+    const Json list = *w.client.List(kube::EventResource(), kNs, {});
+    for (const Json& e : list["items"]) {
+      if (e["reason"] == "ReconcileError") out.push_back(e);
+    }
+    return out;
+  };
+  ASSERT_TRUE(Eventually([&] { return warnings().size() == 2; })) << warnings().size();
+  for (const Json& e : warnings()) {
+    EXPECT_EQ(e["type"], "Warning");
+    EXPECT_EQ(e["involvedObject"]["name"], "s");
+  }
+  std::set<std::string> messages;
+  for (const Json& e : warnings()) messages.insert(e["message"].get<std::string>());
+  EXPECT_TRUE(messages.count("reconcile failed, will retry: boom in team/s")) << *messages.begin();
+  EXPECT_TRUE(messages.count(
+      "reconcile failed, will retry: an exception that is not a std::exception"));
+  std::string text = reg.Render();
+  EXPECT_NE(text.find("kubicle_operator_reconcile_total{kind=\"Sandbox\",result=\"error\"} 2"),
+            std::string::npos) << text;
+  EXPECT_TRUE(Eventually([&] {
+    return reg.Render().find("kubicle_operator_reconcile_total{kind=\"Sandbox\",result=\"success\"} 1") !=
+           std::string::npos;
+  })) << "the retry after the throws succeeds";
   c.Stop();
 }
 

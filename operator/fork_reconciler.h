@@ -32,10 +32,10 @@ struct ForkWait {
 Json ComputeForkStatus(const SandboxForkView& fork, const std::string& node, const ForkWait& wait,
                        const std::vector<Json>& children, kube::TimePoint now);
 
-class ForkReconciler {
+class ForkReconciler final : public Reconciler {
  public:
   explicit ForkReconciler(Context ctx) : ctx_(std::move(ctx)) {}
-  Result<Outcome> Reconcile(const std::string& key);
+  Result<Outcome> Reconcile(const std::string& key) override;
 
  private:
   std::vector<Json> Children(const SandboxForkView& fork);

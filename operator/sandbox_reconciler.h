@@ -17,10 +17,10 @@
 
 namespace kubicle::op {
 
-class SandboxReconciler {
+class SandboxReconciler final : public Reconciler {
  public:
   explicit SandboxReconciler(Context ctx) : ctx_(std::move(ctx)) {}
-  Result<Outcome> Reconcile(const std::string& key);
+  Result<Outcome> Reconcile(const std::string& key) override;
 
  private:
   Result<Outcome> Finalize(const SandboxView& sbx);

@@ -21,10 +21,10 @@ std::vector<std::string> ValidateTemplate(const SandboxTemplateView& tmpl);
 Json ComputeTemplateStatus(const SandboxTemplateView& tmpl, const std::vector<std::string>& problems,
                            const std::map<std::string, NodeInfo>& nodes, kube::TimePoint now);
 
-class TemplateReconciler {
+class TemplateReconciler final : public Reconciler {
  public:
   explicit TemplateReconciler(Context ctx) : ctx_(std::move(ctx)) {}
-  Result<Outcome> Reconcile(const std::string& key);
+  Result<Outcome> Reconcile(const std::string& key) override;
 
  private:
   Context ctx_;
