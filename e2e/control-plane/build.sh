@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Builds the real Kubernetes control plane used by Kubicle's e2e tests and
 # benchmarks -- etcd, kube-apiserver, kube-controller-manager, kubectl and
-# helm -- from Go modules fetched through the Go module proxy (no GitHub
-# releases, no dl.k8s.io). Versions are pinned below; the binaries land in
+# helm -- from Go modules fetched by the Go toolchain through the module
+# proxy it is configured with (`go env GOPROXY`: $GOPROXY or `go env -w`;
+# no GitHub releases, no dl.k8s.io, no registry address in this script).
+# Versions are pinned below; the binaries land in
 #   ${KUBICLE_CACHE:-~/.cache/kubicle}/control-plane/<version-key>/bin
 # and are reused while the stamp file there says they are complete.
 #
@@ -10,7 +12,8 @@
 #   --print-bin-dir  print the bin directory and exit (0 if complete, 1 if not)
 #   --force          rebuild even when the stamp is present
 # Environment: GO (default /usr/local/go/bin/go), KUBICLE_CACHE,
-#   KUBICLE_BUILD_JOBS (go build -p, default 2), KUBICLE_BUILD_NICE (default 19).
+#   KUBICLE_BUILD_JOBS (go build -p, default 2), KUBICLE_BUILD_NICE (default 19);
+#   the toolchain's own GOPROXY, GONOSUMDB, GOFLAGS, ... apply as usual.
 set -euo pipefail
 
 KUBE_VERSION=v1.36.3       # k8s.io/kubernetes
@@ -60,10 +63,9 @@ fi
 rm -f "$STAMP"
 
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-buildvcs=false
-export GOPROXY=${GOPROXY:-https://proxy.golang.org}
 start=$(date +%s)
 echo "control plane: building $KEY into $BIN (log: $LOG)"
-echo "=== build started $(date -u) with $($GO version)" >>"$LOG"
+echo "=== build started $(date -u) with $($GO version), GOPROXY=$($GO env GOPROXY)" >>"$LOG"
 
 elapsed() { echo "$(( $(date +%s) - start ))s"; }
 
@@ -108,8 +110,11 @@ build etcd "$ROOT/src/etcd" go.etcd.io/etcd/server/v3
 # k8s.io/kubernetes requires its staging modules at v0.0.0 and replaces them
 # with ./staging paths, which do not apply to a dependency: pin each one to the
 # published matching release instead.
-kmod="$ROOT/src/kube.upstream.mod"
-curl -fsSL "$GOPROXY/k8s.io/kubernetes/@v/$KUBE_VERSION.mod" -o "$kmod"
+# The toolchain fetches the module (the build needs it anyway) and checks it
+# against the checksum database; its JSON names the go.mod in the cache.
+kmod=$(cd "$ROOT/src" && "$GO" mod download -json "k8s.io/kubernetes@$KUBE_VERSION" |
+  sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",*$/\1/p')
+[[ -s "$kmod" ]] || { echo "go mod download k8s.io/kubernetes@$KUBE_VERSION gave no go.mod" >&2; exit 1; }
 replaces=()
 for m in $(sed -n '/^replace (/,/^)/p' "$kmod" | awk '/=>/ {print $1}'); do
   grep -qE "^\s+$m v0\.0\.0" "$kmod" || continue   # not in the build graph

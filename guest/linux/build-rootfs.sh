@@ -12,15 +12,15 @@
 # brings it (see build-initramfs.sh), so any ext4 image with /run, /proc,
 # /sys, /dev and /tmp directories works as a rootfs.
 #
-# Env: DEBIAN_MIRROR (default http://deb.debian.org/debian), ROOTFS_EXTRA_MB
-# (free space added to the image, default 256).
+# Env: DEBIAN_MIRROR (default: the archive the host's apt fetches the suite
+# from, per its sources list; no registry address is spelled here),
+# ROOTFS_EXTRA_MB (free space added to the image, default 256).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
 force=0
 if [ "${1:-}" = "--force" ]; then force=1; shift; fi
 name=${1:?usage: build-rootfs.sh [--force] minimal|python}
-mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 suite=bookworm
 python_packages=python3,ca-certificates
 extra_mb=${ROOTFS_EXTRA_MB:-256}
@@ -57,6 +57,17 @@ rm -rf "$work" "$out.tmp"
 mkdir -p "$work" "$out.tmp"
 dir="$work/root"
 
+# The Debian archive to debootstrap from: $DEBIAN_MIRROR, else the one the
+# host's apt is configured with for $suite (a Debian host of that release).
+debian_mirror() {
+  if [ -n "${DEBIAN_MIRROR:-}" ]; then echo "$DEBIAN_MIRROR"; return; fi
+  local uri
+  uri=$(apt-get indextargets --format '$(REPO_URI)' 'Created-By: Packages' \
+          "Release: $suite" 'Component: main' 2>/dev/null | head -n 1)
+  [ -n "$uri" ] || die "the host's apt has no $suite archive: set DEBIAN_MIRROR to a Debian mirror"
+  echo "$uri"
+}
+
 make_skeleton() {
   mkdir -p "$dir"/{bin,sbin,etc,proc,sys,dev,run,tmp,root,mnt,var/tmp,usr/bin,usr/sbin}
   chmod 1777 "$dir/tmp" "$dir/var/tmp"
@@ -77,6 +88,7 @@ case $name in
     done
     ;;
   python)
+    mirror=$(debian_mirror)
     log "debootstrap $suite minbase + $python_packages from $mirror (several minutes)"
     nice -n 10 debootstrap --variant=minbase --include="$python_packages" \
       "$suite" "$dir" "$mirror" >"$work/debootstrap.log" 2>&1 || {
