@@ -12,7 +12,7 @@
 // Checked: the backend is only ever asked for whole, in-range offsets (the
 // device validates every request first); every used entry reports at most
 // the chain's writable bytes; the status byte is OK, IOERR or UNSUPP; a
-// chain that reaches the device is answered exactly once.
+// chain is answered at most once.
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -121,6 +121,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   GuestHeap heap(kHeapBase, kRam);
   std::map<uint16_t, PostedChain> by_head;
   uint16_t next_head = 0;
+  size_t descs = 0;
   const uint8_t nchains = in.U8();
   for (uint32_t c = 0; c < nchains && !in.empty(); ++c) {
     PostedChain pc;
@@ -144,16 +145,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       pc.bufs.push_back(buf);
     }
     if (pc.bufs.empty()) continue;
-    if (by_head.size() + pc.bufs.size() > Block::kQueueSize) break;
+    // At most one lap of the descriptor table, so heads stay unique.
+    if (descs + pc.bufs.size() > Block::kQueueSize) break;
+    descs += pc.bufs.size();
     q.AddChain(pc.bufs);
     by_head[next_head] = pc;
     next_head = static_cast<uint16_t>((next_head + pc.bufs.size()) % Block::kQueueSize);
   }
   for (int k = 0, n = 1 + in.U8() % 3; k < n; ++k) drv.Notify(0);
 
+  std::map<uint16_t, int> answered;
   for (const auto& e : q.TakeUsed()) {
     auto it = by_head.find(static_cast<uint16_t>(e.id));
     FUZZ_CHECK(it != by_head.end());
+    FUZZ_CHECK(++answered[it->first] == 1);
     const PostedChain& pc = it->second;
     FUZZ_CHECK(e.len <= pc.writable);
     if (e.len == 0 || !pc.sane) continue;
