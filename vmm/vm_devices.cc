@@ -23,22 +23,23 @@ namespace legacy = devices::legacy;
 
 namespace {
 
-Result<UniqueFd> OpenSerialOutput(const std::string& path) {
+// The guest is untrusted: its console goes through a ConsoleLog (rotated,
+// capped, rate limited) unless discarded.
+Result<std::unique_ptr<legacy::ConsoleLog>> OpenSerialOutput(
+    const std::string& path, const legacy::ConsoleLogLimits& limits) {
+  if (path == "none") return std::unique_ptr<legacy::ConsoleLog>();
   if (path.empty()) {
     int fd = ::dup(STDOUT_FILENO);
     if (fd < 0) return Status::FromErrno("dup stdout");
-    return UniqueFd(fd);
+    return legacy::ConsoleLog::ForFd(UniqueFd(fd), limits);
   }
-  const char* target = path == "none" ? "/dev/null" : path.c_str();
-  int fd = ::open(target, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
-  if (fd < 0) return Status::FromErrno("open serial output " + path);
-  return UniqueFd(fd);
+  return legacy::ConsoleLog::Open(path, limits);
 }
 
 }  // namespace
 
 Status Vm::AttachLegacyDevices() {
-  ASSIGN_OR_RETURN(UniqueFd out, OpenSerialOutput(config_.serial_path));
+  ASSIGN_OR_RETURN(auto out, OpenSerialOutput(config_.serial_path, config_.serial_limits));
   ASSIGN_OR_RETURN(auto serial_irq, IrqfdLine::Create(*vm_fd_, arch::kSerialGsi));
   serial_ = std::make_shared<legacy::Serial>(serial_irq, std::move(out));
   RETURN_IF_ERROR(pio_bus_.Insert(serial_, arch::kSerialPort, 8));

@@ -59,6 +59,8 @@ Status Validate(const VmmConfig& cfg) {
   if (!control::ValidCid(cfg.guest_cid))
     return Status::OutOfRange(control::CheckCid(cfg.guest_cid, "--cid").message());
   if (cfg.cmdline.size() >= 4096) return Status::OutOfRange("--cmdline: longer than 4095 bytes");
+  if (cfg.serial_limits.rate_bytes_per_sec != 0 && cfg.serial_limits.burst_bytes == 0)
+    return Status::OutOfRange("--serial-burst: must be > 0 when --serial-rate is set");
   if (!cfg.layer_dir.empty() && !IsDirectory(cfg.layer_dir))
     return Status::NotFound("--layer-dir: no such directory '" + cfg.layer_dir + "'");
   return Status::Ok();
@@ -105,6 +107,19 @@ Result<VmmConfig> ParseRunArgs(const std::vector<std::string>& args) {
     else if (flag == "--vsock-uds") cfg.vsock_uds = v;
     else if (flag == "--cid") { ASSIGN_OR_RETURN(cfg.guest_cid, ParseUint(flag, v)); }
     else if (flag == "--serial") cfg.serial_path = v;
+    else if (flag == "--serial-max-bytes" || flag == "--serial-rate" || flag == "--serial-burst") {
+      auto r = ParseSize(v);
+      if (!r.ok()) return r.status().WithContext(flag);
+      devices::legacy::ConsoleLogLimits& l = cfg.serial_limits;
+      (flag == "--serial-max-bytes" ? l.max_file_bytes
+       : flag == "--serial-rate"    ? l.rate_bytes_per_sec
+                                    : l.burst_bytes) = *r;
+    } else if (flag == "--serial-files") {
+      ASSIGN_OR_RETURN(uint64_t n, ParseUint(flag, v));
+      if (n > kMaxSerialFiles)
+        return Status::OutOfRange("--serial-files: at most " + std::to_string(kMaxSerialFiles));
+      cfg.serial_limits.rotated_files = static_cast<uint32_t>(n);
+    }
     else if (flag == "--control") cfg.control_path = v;
     else if (flag == "--id") cfg.vm_id = v;
     else if (flag == "--log-level") cfg.log_level = v;
@@ -166,9 +181,9 @@ std::string UsageText() {
 Usage:
   kubicle-vmm run --kernel PATH [options]
   kubicle-vmm restore --snapshot DIR [--vsock-uds P] [--cid N] [--control C] [--serial S]
-                      [--layer-dir D]
+                      [--serial-* ...] [--layer-dir D]
   kubicle-vmm pool --mem SIZE [--vcpus N] --control C [--vsock-uds P] [--cid N] [--serial S]
-                   [--layer-dir D]
+                   [--serial-* ...] [--layer-dir D]
                        (warm pool: waits for {"cmd":"restore","snapshot":DIR,...})
   kubicle-vmm --help
 
@@ -189,6 +204,12 @@ Options for run:
   --cid N              guest vsock CID (3..4294967294; default 3)
   --no-rng             no virtio-rng device
   --serial PATH        serial console output file ("none" to discard; default stdout)
+  --serial-max-bytes SIZE  rotate the serial file at SIZE (default 1M; 0: never)
+  --serial-files N     rotated serial files kept, PATH.1..PATH.N (0..16; default 1;
+                       0: output past the cap is dropped after a marker line)
+  --serial-rate SIZE   console bytes per second kept (default 64K; 0: no limit);
+                       beyond it output is dropped between marker lines
+  --serial-burst SIZE  bytes the rate limit lets through at once (default 256K)
   --control PATH       control socket (line-delimited JSON: status, pause,
                        resume, snapshot {"dir","resume"}, fork {"children"},
                        restore (pool), shutdown; docs/vmm.md)

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "vmm/devices/legacy/console_log.h"
 
 namespace kubicle::vmm {
 
@@ -28,6 +29,10 @@ struct VmmConfig {
   uint64_t guest_cid = 3;
   bool rng = true;          // virtio-rng, on unless --no-rng
   std::string serial_path;  // empty: stdout; "none": discard
+  // --serial-max-bytes, --serial-files, --serial-rate, --serial-burst: the
+  // console log's rotation, cap and rate limit (console_log.h); a restore
+  // request or a fork child keeps this process's.
+  devices::legacy::ConsoleLogLimits serial_limits;
   std::string control_path; // empty: no control socket
   std::string vm_id = "vm";
   std::string snapshot_path;  // `restore`: the snapshot directory
@@ -44,6 +49,7 @@ struct VmmConfig {
 // Limits enforced at parse time.
 inline constexpr int kMaxVcpus = 64;
 inline constexpr int kMaxDisks = 8;
+inline constexpr uint64_t kMaxSerialFiles = 16;
 
 // Parses sizes like "256M", "2G", "512K", "1048576" (bytes). Rejects
 // overflow, junk and negative numbers.

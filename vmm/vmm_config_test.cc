@@ -110,5 +110,26 @@ TEST(LayerDirTest, RunRestoreAndPoolTakeAnExistingDirectory) {
   EXPECT_TRUE(ParseRunArgs({"--kernel", "/proc/self/exe"})->layer_dir.empty());
 }
 
+TEST(SerialLimitsTest, DefaultsAndFlags) {
+  auto d = ParseRunArgs({"--kernel", "/proc/self/exe"});
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->serial_limits.max_file_bytes, 1u << 20);
+  EXPECT_EQ(d->serial_limits.rotated_files, 1u);
+  EXPECT_EQ(d->serial_limits.rate_bytes_per_sec, 64u << 10);
+  auto pool = ParsePoolArgs({"--mem", "64M", "--control", "/run/c", "--serial-max-bytes", "4M",
+                             "--serial-files", "3", "--serial-rate", "0", "--serial-burst", "1K"});
+  ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+  EXPECT_EQ(pool->serial_limits.max_file_bytes, 4u << 20);
+  EXPECT_EQ(pool->serial_limits.rotated_files, 3u);
+  EXPECT_EQ(pool->serial_limits.rate_bytes_per_sec, 0u);
+  EXPECT_EQ(pool->serial_limits.burst_bytes, 1024u);
+  EXPECT_EQ(ParseRunArgs({"--kernel", "/proc/self/exe", "--serial-files", "17"}).status().code(),
+            StatusCode::kOutOfRange);
+  EXPECT_EQ(ParseRunArgs({"--kernel", "/proc/self/exe", "--serial-burst", "0"}).status().code(),
+            StatusCode::kOutOfRange);
+  EXPECT_EQ(ParseRunArgs({"--kernel", "/proc/self/exe", "--serial-rate", "x"}).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace kubicle::vmm

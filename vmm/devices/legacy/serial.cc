@@ -48,8 +48,12 @@ constexpr uint8_t kMsrDcd = 0x80;
 
 }  // namespace
 
+Serial::Serial(std::shared_ptr<InterruptLine> irq, std::unique_ptr<ConsoleLog> out)
+    : irq_(std::move(irq)), out_(std::move(out)) {}
+
 Serial::Serial(std::shared_ptr<InterruptLine> irq, UniqueFd out_fd)
-    : irq_(std::move(irq)), out_(std::move(out_fd)) {}
+    : Serial(std::move(irq),
+             out_fd ? ConsoleLog::ForFd(std::move(out_fd), ConsoleLogLimits{0, 0, 0, 0}) : nullptr) {}
 
 bool Serial::dlab() const { return (s_.lcr & kLcrDlab) != 0; }
 bool Serial::loopback() const { return (s_.mcr & kMcrLoop) != 0; }
@@ -182,17 +186,7 @@ uint8_t Serial::ReadMsr() const {
 }
 
 void Serial::Output(uint8_t byte) {
-  if (!out_.valid()) return;
-  ssize_t n;
-  do {
-    n = ::write(out_.get(), &byte, 1);
-  } while (n < 0 && errno == EINTR);
-  if (n == 1) return;
-  ++dropped_;
-  if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && !logged_output_error_) {
-    logged_output_error_ = true;  // once: a broken console must not flood the log
-    log::Warn("serial output failed", {{"error", std::strerror(errno)}});
-  }
+  if (out_) out_->Write(std::span<const uint8_t>(&byte, 1));
 }
 
 size_t Serial::EnqueueInput(std::span<const uint8_t> bytes) {
@@ -215,7 +209,7 @@ size_t Serial::input_space() const {
 
 uint64_t Serial::dropped_output_bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return dropped_;
+  return out_ ? out_->dropped_bytes() : 0;
 }
 
 SerialState Serial::GetState() const {

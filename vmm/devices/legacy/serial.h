@@ -4,10 +4,11 @@
 // MSR and SCR.
 //
 // Contracts:
-// - Output: each byte the guest writes to THR goes to out_fd with one
-//   write(2). The vCPU must never block forever on a slow reader, so give it
-//   a regular file or a non-blocking fd; when a non-blocking fd is full the
-//   byte is dropped and counted (dropped_output_bytes()).
+// - Output: each byte the guest writes to THR goes to a ConsoleLog
+//   (console_log.h: rotated, capped and rate limited) with one write(2), or
+//   nowhere. The vCPU must never block forever on a slow reader, so give it
+//   a regular file or a non-blocking fd; bytes dropped (rate, cap, a full
+//   non-blocking fd) are counted (dropped_output_bytes()).
 // - Input: EnqueueInput queues bytes for the guest in a bounded FIFO and
 //   returns how many fit; the caller keeps the rest and retries later.
 // - Interrupts: raised through the InterruptLine (an irqfd on GSI 4, edge)
@@ -30,6 +31,7 @@
 #include "common/unique_fd.h"
 #include "vmm/devices/bus.h"
 #include "vmm/devices/interrupt.h"
+#include "vmm/devices/legacy/console_log.h"
 
 namespace kubicle::vmm::devices::legacy {
 
@@ -52,7 +54,9 @@ class Serial : public BusDevice {
   static constexpr uint64_t kPortCount = 8;
   static constexpr size_t kInputCapacity = 1024;
 
-  // irq may be null (no interrupts); out_fd may be invalid (output discarded).
+  // irq may be null (no interrupts); out may be null (output discarded).
+  Serial(std::shared_ptr<InterruptLine> irq, std::unique_ptr<ConsoleLog> out);
+  // Output to out_fd without limits; out_fd may be invalid (discarded).
   Serial(std::shared_ptr<InterruptLine> irq, UniqueFd out_fd);
 
   void Read(uint64_t offset, std::span<uint8_t> data) override;
@@ -85,12 +89,10 @@ class Serial : public BusDevice {
   void Raise();
 
   std::shared_ptr<InterruptLine> irq_;
-  UniqueFd out_;
   mutable std::mutex mu_;
+  std::unique_ptr<ConsoleLog> out_;  // guarded by mu_
   SerialState s_;  // s_.input unused: input_ holds the FIFO
   std::deque<uint8_t> input_;
-  uint64_t dropped_ = 0;
-  bool logged_output_error_ = false;
 };
 
 }  // namespace kubicle::vmm::devices::legacy
