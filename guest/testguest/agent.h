@@ -2,7 +2,8 @@
 // the tiny guest implements (docs/testguest.md): HELLO, PING, ECHO, RAM files
 // (write/read/stat/list/remove/chmod), IDENTITY, POST_RESTORE, MEM_FILL,
 // MEM_CHECKSUM, ENTROPY_READ, DISK_INFO/READ/WRITE, and EXEC_START of a few
-// built-in programs (echo, hostname, cat, sha256sum, true, false). Everything else gets
+// built-in programs (echo, hostname, cat, sha256sum, printenv, console, true,
+// false). Everything else gets
 // ERROR Unimplemented.
 //
 // Portable freestanding C++ with no hardware access: the guest wires it to
@@ -62,6 +63,10 @@ class Platform {
   }
   // Flushes the disk's write cache (a no-op success without FLUSH support).
   virtual DiskResult DiskFlush(uint32_t index) { return DiskResult::kBroken; }
+
+  // Writes to the serial console (the `console` built-in, for tests of the
+  // host's console log limits).
+  virtual void ConsoleWrite(const char* s, uint32_t n) {}
 
  protected:
   ~Platform() = default;
@@ -128,6 +133,7 @@ class Agent {
   int32_t Cat(const ExecArgs& a, ExecOut* o);
   int32_t Sha256Sum(const ExecArgs& a, ExecOut* o);
   int32_t PrintEnv(const ExecArgs& a, ExecOut* o);
+  int32_t Console(const ExecArgs& a, ExecOut* o);
   void SendExecOutput(Session* s, uint32_t id, uint8_t stream, const uint8_t* data, uint32_t len);
 
   void Hello(Session* s, uint32_t id, Fields& f);

@@ -159,6 +159,7 @@ int32_t Agent::RunBuiltin(const ExecArgs& a, ExecOut* o) {
     return 0;
   }
   if (NameIs(name, name_len, "printenv")) return PrintEnv(a, o);
+  if (NameIs(name, name_len, "console")) return Console(a, o);
   if (NameIs(name, name_len, "cat")) return Cat(a, o);
   if (NameIs(name, name_len, "sha256sum")) return Sha256Sum(a, o);
   o->WriteStr(kStderr, "kubicle-testguest: ");
@@ -266,6 +267,34 @@ int32_t Agent::PrintEnv(const ExecArgs& a, ExecOut* o) {
     if (!found) code = 1;
   }
   return code;
+}
+
+// console BYTES: writes BYTES bytes to the serial console, as 64-byte lines
+// "kubicle-testguest: console flood ....\n" (the last one cut short), so the
+// host's console log limits can be tested with a guest that floods.
+int32_t Agent::Console(const ExecArgs& a, ExecOut* o) {
+  uint64_t n = 0;
+  bool ok = a.argc == 2 && a.argv_len[1] > 0 && a.argv_len[1] <= 12;
+  for (uint32_t i = 0; ok && i < a.argv_len[1]; ++i) {
+    const char c = a.argv[1][i];
+    ok = c >= '0' && c <= '9';
+    n = n * 10 + uint64_t(c - '0');
+  }
+  if (!ok) {
+    o->WriteStr(kStderr, "console: usage: console BYTES (decimal, at most 12 digits)\n");
+    return 2;
+  }
+  char line[64];
+  const char kHead[] = "kubicle-testguest: console flood ";
+  Copy(line, kHead, sizeof(kHead) - 1);
+  for (size_t i = sizeof(kHead) - 1; i < sizeof(line) - 1; ++i) line[i] = '.';
+  line[sizeof(line) - 1] = '\n';
+  while (n > 0 && platform_ != nullptr) {
+    const uint32_t k = uint32_t(Min<uint64_t>(n, sizeof(line)));
+    platform_->ConsoleWrite(line, k);
+    n -= k;
+  }
+  return 0;
 }
 
 }  // namespace kubicle::guest::testguest

@@ -48,6 +48,22 @@ TEST(TestGuestExec, EchoTrueFalseAndNotFound) {
   EXPECT_TRUE(c->Ping().ok());
 }
 
+TEST(TestGuestExec, ConsoleWritesLinesToTheSerialConsole) {
+  Harness h;
+  auto c = h.Connect();
+  ASSERT_NE(c, nullptr);
+  auto r = RunExec(*c, {"console", "200"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_TRUE(r.stdout_data.empty());
+  const std::string& out = h.platform_.console;
+  ASSERT_EQ(out.size(), 200u);
+  EXPECT_EQ(out.substr(0, 64), "kubicle-testguest: console flood ..............................\n");
+  EXPECT_EQ(out.substr(64, 64), out.substr(0, 64));
+  EXPECT_EQ(RunExec(*c, {"console", "12x"}).exit_code, 2);
+  EXPECT_EQ(RunExec(*c, {"console"}).exit_code, 2);
+  EXPECT_EQ(h.platform_.console.size(), 200u);
+}
+
 TEST(TestGuestExec, HostnameFollowsPostRestore) {
   Harness h;
   auto c = h.Connect();

@@ -77,6 +77,8 @@ class FakePlatform : public Platform {
     ++disks[i].flushes;
     return DiskResult::kOk;
   }
+  void ConsoleWrite(const char* s, uint32_t n) override { console.append(s, n); }
+  std::string console;  // what the console built-in wrote
   // Adds a disk of `sectors` sectors filled with a pattern.
   void AddDisk(uint64_t sectors, bool read_only, const char* id) {
     FakeDisk d;

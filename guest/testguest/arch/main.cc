@@ -72,6 +72,7 @@ class GuestPlatform final : public Platform {
   DiskResult DiskFlush(uint32_t i) override {
     return i < g_disk_count ? g_disks[i].Flush() : DiskResult::kBroken;
   }
+  void ConsoleWrite(const char* s, uint32_t n) override { arch::PrintN(s, n); }
 };
 constinit GuestPlatform g_platform;
 
