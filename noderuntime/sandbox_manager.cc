@@ -335,6 +335,12 @@ bool SandboxManager::CheckToken(const std::string& id, const std::string& token)
   return !want.empty() && ConstantTimeEqual(Sha256Hex(token), want);
 }
 
+guest::client::ClientOptions SandboxManager::AgentOptions() const {
+  guest::client::ClientOptions o;
+  o.limits = config_.agent_limits;
+  return o;
+}
+
 std::shared_ptr<AgentClient> SandboxManager::AgentOf(Sandbox& sb, Status* why) {
   std::lock_guard l(sb.mu);
   if (sb.rec.info.state != SandboxState::kRunning || !sb.agent) {
@@ -379,6 +385,16 @@ Result<guest::protocol::Bytes> SandboxManager::ReadFile(const std::string& id, c
   auto agent = AgentOf(*sb, &why);
   if (!agent) return why;
   return agent->ReadFile(path);
+}
+
+Status SandboxManager::ReadFileStream(const std::string& id, const std::string& path,
+                                      const guest::client::FileChunkFn& on_chunk) {
+  ASSIGN_OR_RETURN(auto sb, Find(id));
+  Status why;
+  auto agent = AgentOf(*sb, &why);
+  if (!agent) return why;
+  return agent->ReadFileStream(path, on_chunk,
+                               guest::client::DeadlineIn(config_.file_stream_timeout));
 }
 
 std::vector<std::string> SandboxManager::SweepExpired() {

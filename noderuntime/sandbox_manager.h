@@ -58,6 +58,9 @@ struct NodeConfig {
   std::chrono::milliseconds delete_grace{2000};    // shutdown request to SIGKILL
   std::chrono::seconds orphan_sweep_interval{60};  // 0: only at Open()
   std::chrono::seconds orphan_min_age{120};        // younger VMMs may be mid-create
+  // Host-side caps on what a guest's agent returns (docs/node.md, "Limits").
+  guest::client::ClientLimits agent_limits;
+  std::chrono::milliseconds file_stream_timeout{3600000};  // one whole ReadFileStream
 };
 
 class SandboxManager final : public SandboxService {
@@ -90,6 +93,8 @@ class SandboxManager final : public SandboxService {
   Status WriteFile(const std::string& id, const std::string& path, guest::protocol::ByteSpan data,
                    uint32_t mode) override;
   Result<guest::protocol::Bytes> ReadFile(const std::string& id, const std::string& path) override;
+  Status ReadFileStream(const std::string& id, const std::string& path,
+                        const guest::client::FileChunkFn& on_chunk) override;
 
   // Deletes sandboxes whose TTL passed (the sweeper thread calls it every
   // sweep_interval; tests call it with a fake clock). Returns their ids.
@@ -149,6 +154,8 @@ class SandboxManager final : public SandboxService {
   Status Teardown(const std::shared_ptr<Sandbox>& sb);
   Result<std::shared_ptr<Sandbox>> Find(const std::string& id);
   std::shared_ptr<guest::client::AgentClient> AgentOf(Sandbox& sb, Status* why);
+  // Every agent connection's options: the node's caps on what guests return.
+  guest::client::ClientOptions AgentOptions() const;
   uint32_t AllocateCid();  // requires mu_
   std::string SandboxDir(const std::string& id) const;
   std::string SockPath(uint32_t cid, const char* kind) const;

@@ -108,7 +108,8 @@ void SandboxManager::AdoptOne(SandboxRecord record) {
     st = status.status();
     if (st.ok()) {
       auto agent = guest::client::AgentClient::ConnectVsock(
-          sb->rec.vsock_path, guest::protocol::kAgentVsockPort, {}, guest::client::DeadlineIn(5s));
+          sb->rec.vsock_path, guest::protocol::kAgentVsockPort, AgentOptions(),
+          guest::client::DeadlineIn(5s));
       st = agent.status();
       if (st.ok()) sb->agent = std::move(agent).value();
     }

@@ -317,7 +317,7 @@ Status SandboxManager::FinishStart(const std::shared_ptr<Sandbox>& sb, const std
     }
     auto now = guest::client::Clock::now();
     if (now >= deadline) return last.WithContext("agent did not answer in time");
-    auto c = AgentClient::ConnectVsock(vsock, guest::protocol::kAgentVsockPort, {},
+    auto c = AgentClient::ConnectVsock(vsock, guest::protocol::kAgentVsockPort, AgentOptions(),
                                        std::min(deadline, now + 1s));
     if (c.ok()) {
       agent = std::move(c).value();

@@ -2,6 +2,7 @@
 // guest: templates, create/list/exec/files/delete, fork, TTL, capacity, bad
 // input, cgroups.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -153,6 +154,49 @@ TEST_F(SandboxManagerKvmTest, CreateListExecFilesDelete) {
   EXPECT_NE(text.find("kubicle_vmm_crashes_total 0"), std::string::npos) << text;
 }
 
+// ReadFile keeps the node's in-memory cap; ReadFileStream delivers any size
+// in order, and an error before any data reaches the caller as a status.
+TEST_F(SandboxManagerKvmTest, FileReadsAreCappedInMemoryAndStreamed) {
+  config_.agent_limits.max_read_file_bytes = 16 * 1024;
+  OpenAndBake();
+  ASSERT_TRUE(Create("a").ok());
+  Bytes data(60000);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = uint8_t(i * 7 + 1);
+  ASSERT_TRUE(m_->WriteFile("a", "/data/big", data, 0644).ok());
+  auto whole = m_->ReadFile("a", "/data/big");
+  EXPECT_EQ(whole.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(whole.status().message().find("use the streamed read"), std::string::npos)
+      << whole.status().ToString();
+  Bytes got;
+  std::optional<uint64_t> size;
+  int calls = 0;
+  Status s = m_->ReadFileStream("a", "/data/big", [&](const guest::client::FileChunk& c) {
+    if (calls++ == 0) size = c.file_size;
+    EXPECT_EQ(c.offset, got.size());
+    got.insert(got.end(), c.data.begin(), c.data.end());
+    return Status::Ok();
+  });
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(got, data);
+  EXPECT_EQ(size, data.size());
+  calls = 0;
+  auto count = [&](const guest::client::FileChunk&) {
+    ++calls;
+    return Status::Ok();
+  };
+  EXPECT_EQ(m_->ReadFileStream("a", "/data/none", count).code(), StatusCode::kNotFound);
+  EXPECT_EQ(m_->ReadFileStream("zz", "/data/big", count).code(), StatusCode::kNotFound);
+  EXPECT_EQ(calls, 0);
+  // A caller that gives up (its HTTP client went away) ends the read with
+  // its own error; the sandbox goes on.
+  Status stop = m_->ReadFileStream("a", "/data/big", [](const guest::client::FileChunk&) {
+    return Status::Unavailable("client gone");
+  });
+  EXPECT_EQ(stop.code(), StatusCode::kUnavailable);
+  ASSERT_TRUE(m_->WriteFile("a", "/data/small", B("ok"), 0644).ok());
+  EXPECT_EQ(S(*m_->ReadFile("a", "/data/small")), "ok");
+}
+
 TEST_F(SandboxManagerKvmTest, BadInputChangesNothing) {
   OpenAndBake();
   auto a = Create("a");
@@ -299,6 +343,32 @@ TEST_F(SandboxManagerKvmTest, RealCgroupV1LimitsTheVmm) {
   EXPECT_TRUE(Quiesce(kPoolVms));
   EXPECT_FALSE(fs::exists(cpu));
   EXPECT_FALSE(fs::exists(mem));
+}
+
+// Issue 10: sock/ and every VM socket are the node's alone whatever the
+// umask the node (and so each kubicle-vmm it spawns) runs under.
+TEST_F(SandboxManagerKvmTest, SocketsArePrivateWhateverTheUmask) {
+  const mode_t old_umask = ::umask(0);
+  OpenAndBake();
+  auto a = Create("a");
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  ForkRequest f;
+  f.source_id = "a";
+  ASSERT_TRUE(m_->ForkSandbox(f).ok());
+  ::umask(old_umask);
+  auto mode = [](const fs::path& p) {
+    struct stat st {};
+    return ::lstat(p.c_str(), &st) == 0 ? st.st_mode & 07777 : 07777u;
+  };
+  EXPECT_EQ(mode(state_dir_ + "/sock"), 0700u);
+  size_t sockets = 0;
+  for (const auto& e : fs::directory_iterator(state_dir_ + "/sock")) {
+    if (!e.is_socket()) continue;
+    ++sockets;
+    EXPECT_EQ(mode(e.path()), 0600u) << e.path();
+  }
+  EXPECT_GE(sockets, 4u) << "two sandboxes, a control and a vsock socket each";
+  ASSERT_TRUE(m_->DeleteSandboxes("").ok());
 }
 
 }  // namespace

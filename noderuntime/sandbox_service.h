@@ -110,6 +110,13 @@ struct ForkRequest {
   std::vector<ForkChildSpec> children;  // set: exactly these children
 };
 
+// Collected output is capped per stream on the host (16 MiB by default):
+// beyond it the rest is drained and ExecResult::truncated is set. Streamed
+// output (io.on_output) is backpressure: the guest is not read for this exec
+// while on_output runs, but other calls on the same sandbox read for it and
+// queue its frames (4 MiB); if on_output then takes nothing for 10 s the
+// exec fails ResourceExhausted and its process is killed. So on_output may
+// block on a slow client, not forever.
 struct ExecOptions {
   guest::protocol::ExecStartRequest request;
   guest::client::ExecIo io;           // on_output streams; unset collects
@@ -145,8 +152,19 @@ class SandboxService {
                                                  const ExecOptions& options) = 0;
   virtual Status WriteFile(const std::string& id, const std::string& path,
                            guest::protocol::ByteSpan data, uint32_t mode) = 0;
+  // The whole file in memory; a file above the node's in-memory read limit
+  // (64 MiB by default) is ResourceExhausted: use ReadFileStream.
   virtual Result<guest::protocol::Bytes> ReadFile(const std::string& id,
                                                   const std::string& path) = 0;
+  // Streams the file to on_chunk in order, in chunks of at most 64 KiB; on
+  // success on_chunk ran at least once (an empty file: one empty chunk) and
+  // its first call carries file_size. An error found before any data (no
+  // such sandbox or file, a directory) is returned with no call made, so
+  // the caller can still answer it as a plain error. An error returned by
+  // on_chunk stops the read and is returned. Backpressure as for streamed
+  // exec output: on_chunk may block on a slow client, not forever.
+  virtual Status ReadFileStream(const std::string& id, const std::string& path,
+                                const guest::client::FileChunkFn& on_chunk) = 0;
 };
 
 const char* TemplateStateName(TemplateState s);

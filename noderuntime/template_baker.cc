@@ -275,7 +275,8 @@ Status SandboxManager::BakeInVm(const std::shared_ptr<Template>& t, const Templa
     if (stopping_) return Status::Unavailable("node runtime shutting down");
     if (WaitExited(pidfd, 0ms)) return Status::Unavailable("kubicle-vmm exited during boot");
     auto now = guest::client::Clock::now();
-    auto c = AgentClient::ConnectVsock(vsock, guest::protocol::kAgentVsockPort, {}, std::min(deadline, now + 1s));
+    auto c = AgentClient::ConnectVsock(vsock, guest::protocol::kAgentVsockPort, AgentOptions(),
+                                       std::min(deadline, now + 1s));
     if (c.ok()) {
       agent = std::move(c).value();
       break;

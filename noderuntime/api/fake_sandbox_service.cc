@@ -1,5 +1,6 @@
 #include "noderuntime/api/fake_sandbox_service.h"
 
+#include <algorithm>
 #include <random>
 
 #include "kube/label_selector.h"
@@ -256,14 +257,44 @@ Status FakeSandboxService::WriteFile(const std::string& id, const std::string& p
   return Status::Ok();
 }
 
-Result<Bytes> FakeSandboxService::ReadFile(const std::string& id, const std::string& path) {
-  ++calls_;
-  std::lock_guard l(mu_);
+Result<Bytes> FakeSandboxService::FileLocked(const std::string& id, const std::string& path) {
   auto it = sandboxes_.find(id);
   if (it == sandboxes_.end()) return Status::NotFound("no sandbox " + id);
   auto f = it->second.files.find(path);
   if (f == it->second.files.end()) return Status::NotFound("no file " + path);
   return f->second.first;
+}
+
+Result<Bytes> FakeSandboxService::ReadFile(const std::string& id, const std::string& path) {
+  ++calls_;
+  std::lock_guard l(mu_);
+  ASSIGN_OR_RETURN(Bytes data, FileLocked(id, path));
+  if (data.size() > max_read_file_bytes) {
+    return Status::ResourceExhausted("file " + path + " is larger than the " +
+                                     std::to_string(max_read_file_bytes >> 20) +
+                                     " MiB in-memory read limit; use the streamed read");
+  }
+  return data;
+}
+
+Status FakeSandboxService::ReadFileStream(const std::string& id, const std::string& path,
+                                          const guest::client::FileChunkFn& on_chunk) {
+  ++calls_;
+  Bytes data;
+  {
+    std::lock_guard l(mu_);  // not held in on_chunk, which may block
+    ASSIGN_OR_RETURN(data, FileLocked(id, path));
+  }
+  const size_t step = std::max<size_t>(1, read_chunk_bytes);
+  size_t off = 0;
+  do {
+    const size_t n = std::min(step, data.size() - off);
+    guest::client::FileChunk c{off, ByteSpan(data.data() + off, n), std::nullopt};
+    if (off == 0) c.file_size = data.size();
+    RETURN_IF_ERROR(on_chunk(c));
+    off += n;
+  } while (off < data.size());
+  return Status::Ok();
 }
 
 size_t FakeSandboxService::sandbox_count() const {

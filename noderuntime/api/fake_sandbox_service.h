@@ -44,11 +44,17 @@ class FakeSandboxService : public SandboxService {
                    guest::protocol::ByteSpan data, uint32_t mode) override;
   Result<guest::protocol::Bytes> ReadFile(const std::string& id,
                                           const std::string& path) override;
+  // Chunks of read_chunk_bytes (the agent's 64 KiB by default); files above
+  // max_read_file_bytes are refused by ReadFile as the manager does.
+  Status ReadFileStream(const std::string& id, const std::string& path,
+                        const guest::client::FileChunkFn& on_chunk) override;
 
   // Set before requests arrive.
   ExecHook exec_hook;
   // Makes CreateSandbox fail with this status (when not OK).
   Status create_error;
+  size_t read_chunk_bytes = guest::protocol::kMaxChunk;
+  uint64_t max_read_file_bytes = guest::client::ClientLimits{}.max_read_file_bytes;
 
   int calls() const { return calls_.load(); }
   size_t sandbox_count() const;
@@ -62,6 +68,7 @@ class FakeSandboxService : public SandboxService {
     std::map<std::string, std::pair<guest::protocol::Bytes, uint32_t>> files;
   };
   Result<SandboxInfo> NewLocked(SandboxInfo info);
+  Result<guest::protocol::Bytes> FileLocked(const std::string& id, const std::string& path);
   // Mints a token unless `token_sha256` is given; returns the info with the token.
   Result<SandboxInfo> AddLocked(SandboxInfo info, const std::string& token_sha256);
 
