@@ -109,7 +109,7 @@ struct RxPosted {
 
 class Guest {
  public:
-  Guest(GuestMemory& mem, virtio::MmioTransport& t) : mem_(mem), t_(t), drv_(t) { Probe(); }
+  Guest(GuestMemory& mem, virtio::MmioTransport& t) : mem_(mem), drv_(t) { Probe(); }
 
   void Probe() {
     // A new driver incarnation: its rings start zeroed, as after a reboot.
@@ -188,7 +188,6 @@ class Guest {
 
  private:
   GuestMemory& mem_;
-  virtio::MmioTransport& t_;
   MmioDriver drv_;
   std::unique_ptr<DriverQueue> rx_, tx_, ev_;
   std::map<uint16_t, RxPosted> posted_;
