@@ -264,6 +264,17 @@ Status SandboxReconciler::EnsureToken(const SandboxView& sbx, SandboxFacts* fact
   const std::string& ns = sbx.meta.ns;
   auto created = ctx_.client->Create(kube::SecretResource(), ns, secret);
   if (!created.ok() && kube::IsAlreadyExists(created.status())) {
+    // Usually an earlier pass made it and recorded its hash, and this pass
+    // read a cache that does not show the record yet: the apiserver's copy
+    // says. Replacing it then would leave a node holding the old hash.
+    auto fresh = ctx_.client->Get(SandboxResource(), ns, sbx.meta.name);
+    if (!fresh.ok()) return fresh.status();
+    const Json& recorded = (*fresh)["status"]["tokenSha256"];
+    if ((*fresh)["metadata"].value("uid", "") == sbx.meta.uid && recorded.is_string() &&
+        !recorded.get<std::string>().empty()) {
+      facts->token_sha256 = recorded.get<std::string>();
+      return Status::Ok();
+    }
     Status d = ctx_.client->Delete(kube::SecretResource(), ns, facts->token_secret);
     if (!d.ok() && !kube::IsNotFound(d)) return d;
     created = ctx_.client->Create(kube::SecretResource(), ns, secret);

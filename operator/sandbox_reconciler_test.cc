@@ -229,6 +229,41 @@ TEST_F(SandboxReconcilerTest, ConflictIsReportedForRetry) {
   EXPECT_EQ(Label(w.Sandbox("s"), kLabelNode), "node-a");
 }
 
+// A lister that shows one Sandbox as an earlier read saw it (an informer
+// cache behind the apiserver).
+class StaleLister final : public ObjectLister {
+ public:
+  StaleLister(ObjectLister* real, Json stale) : real_(real), stale_(std::move(stale)) {}
+  std::optional<Json> Get(const kube::Resource& r, const std::string& key) override {
+    if (r.plural == "sandboxes" && key == kube::ObjectKey(kNs, "s")) return stale_;
+    return real_->Get(r, key);
+  }
+  std::vector<Json> List(const kube::Resource& r) override { return real_->List(r); }
+
+ private:
+  ObjectLister* real_;
+  Json stale_;
+};
+
+TEST_F(SandboxReconcilerTest, AStaleCacheDoesNotReplaceARecordedToken) {
+  ASSERT_TRUE(w.client.Create(kube::SandboxResource(), kNs, NewSandbox("s", "py")).ok());
+  Json before = w.Sandbox("s");  // placed by nobody yet, no token
+  ASSERT_TRUE(Reconcile("s").ok());
+  const std::string recorded = w.Sandbox("s")["status"]["tokenSha256"];
+  ASSERT_FALSE(recorded.empty());
+  // A second pass from a cache that still shows the Sandbox without the
+  // hash: the Secret exists; the hash nodes may already hold stays.
+  Json stale = w.Sandbox("s");
+  stale["status"].erase("tokenSha256");
+  StaleLister lister(&w.lister, stale);
+  Context ctx = w.ctx;
+  ctx.lister = &lister;
+  SandboxReconciler r(ctx);
+  ASSERT_TRUE(r.Reconcile(kube::ObjectKey(kNs, "s")).ok());
+  EXPECT_EQ(w.Sandbox("s")["status"]["tokenSha256"], recorded);
+  (void)before;
+}
+
 TEST_F(SandboxReconcilerTest, LostTokenSecretIsReplaced) {
   // A Secret of that name exists but its hash was never recorded.
   Json secret = {{"metadata", {{"name", "s-token"}}}, {"stringData", {{"token", "old"}}}};
