@@ -160,8 +160,7 @@ def wait_state(obj: Optional[Mapping[str, Any]], *,
             # The node refused the VM for want of room (its own capacity,
             # which the operator's placement does not see).
             return FAILED, errors.CapacityError(msg, reason="InsufficientCapacity", sandbox=name)
-        reason = ready.get("reason") if ready.get("reason") == "VMFailed" else "VMFailed"
-        return FAILED, errors.SandboxFailedError(msg, reason=reason, sandbox=name)
+        return FAILED, errors.SandboxFailedError(msg, reason="VMFailed", sandbox=name)
     sched = conds.get("Scheduled") or {}
     if sched.get("status") == "False":
         reason, msg = sched.get("reason", ""), sched.get("message", "") or "not scheduled"

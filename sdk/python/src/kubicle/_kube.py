@@ -10,7 +10,7 @@ import os
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, TypeVar
 
-from . import _kobj, errors
+from . import _kobj, _watchcache, errors
 from ._labels import FORK_OF
 from ._ref import Ref
 
@@ -67,9 +67,48 @@ class KubeBackend:
         self._api = client.ApiClient(cfg)
         self._co = client.CustomObjectsApi(self._api)
         self._core = client.CoreV1Api(self._api)
+        import threading
+
+        self._watcher: Optional[_watchcache.SyncWatcher] = None
+        self._watcher_lock = threading.Lock()
 
     def close(self) -> None:
+        if self._watcher is not None:
+            self._watcher.close()
         self._api.close()
+
+    # --- the shared watch (kubicle/_watchcache.py) --------------------------
+
+    def _list_all(self) -> Tuple[List[Dict[str, Any]], str]:
+        objs, rv = self._list(_kobj.SANDBOXES)
+        return list(objs.values()), rv
+
+    def _watch_all(self, rv: str, seconds: int, holder: Any) -> Any:
+        from kubernetes import watch
+        from kubernetes.client.rest import ApiException
+
+        w = watch.Watch()
+        holder.stopper = w
+        try:
+            yield from w.stream(self._co.list_namespaced_custom_object, _kobj.GROUP, _kobj.VERSION,
+                                self.namespace, _kobj.SANDBOXES, resource_version=rv,
+                                allow_watch_bookmarks=True, timeout_seconds=seconds,
+                                _request_timeout=seconds + 30)
+        except ApiException as e:
+            raise _kobj.api_error(e, what="watch sandboxes") from e
+        finally:
+            w.stop()
+
+    def _wait(self, step: Callable[[Objs], Optional[T]], select: _watchcache.Select,
+              min_rv: Optional[int], timeout: float, **sel: Any) -> Tuple[Optional[T], Objs]:
+        """Waits on the shared watch once min_rv is known, else (a
+        resourceVersion that is not a number) with a watch of its own."""
+        if min_rv is None:
+            return self._watch(_kobj.SANDBOXES, timeout, step, **sel)
+        with self._watcher_lock:
+            if self._watcher is None:
+                self._watcher = _watchcache.SyncWatcher(self._list_all, self._watch_all)
+        return self._watcher.wait(step, select, min_rv, timeout)  # type: ignore[no-any-return]
 
     # --- plumbing -----------------------------------------------------------
 
@@ -138,16 +177,17 @@ class KubeBackend:
                 finally:
                     w.stop()
 
-    def _delete(self, plural: str, name: str, policy: str) -> None:
+    def _delete(self, plural: str, name: str, policy: str) -> Any:
+        """The apiserver's answer (the object), None if it was gone."""
         from kubernetes import client
 
         try:
-            self._do(self._co.delete_namespaced_custom_object, _kobj.GROUP, _kobj.VERSION,
-                     self.namespace, plural, name,
-                     body=client.V1DeleteOptions(propagation_policy=policy),
-                     what=f"delete {plural[:-1]} {name}", sandbox=name)
+            return self._do(self._co.delete_namespaced_custom_object, _kobj.GROUP, _kobj.VERSION,
+                            self.namespace, plural, name,
+                            body=client.V1DeleteOptions(propagation_policy=policy),
+                            what=f"delete {plural[:-1]} {name}", sandbox=name)
         except errors.NotFoundError:
-            pass
+            return None
 
     def _ref(self, obj: Dict[str, Any]) -> Ref:
         return Ref(info=_kobj.sandbox_info(obj), raw=obj)
@@ -183,16 +223,18 @@ class KubeBackend:
                            self.namespace, _kobj.SANDBOXES, body, what="create Sandbox")
         sname = _kobj.name_of(created)
         try:
-            return self._ref(self._wait_ready(sname, timeout, wait_pending))
+            return self._ref(self._wait_ready(sname, timeout, wait_pending,
+                                              _watchcache.min_rv_of(created)))
         except BaseException:
             # Never leave a Sandbox behind that the caller does not know of.
             self._delete(_kobj.SANDBOXES, sname, "Background")
             raise
 
-    def _wait_ready(self, name: str, timeout: float, wait_pending: bool) -> Dict[str, Any]:
+    def _wait_ready(self, name: str, timeout: float, wait_pending: bool,
+                    min_rv: Optional[int]) -> Dict[str, Any]:
         step = _kobj.ReadyStep(name, wait_pending)
-        r, objs = self._watch(_kobj.SANDBOXES, timeout, step,
-                              field_selector=f"metadata.name={name}")
+        r, objs = self._wait(step, _watchcache.by_name(name), min_rv, timeout,
+                             field_selector=f"metadata.name={name}")
         if r is None:
             raise step.timeout(timeout, objs)
         return r
@@ -223,10 +265,11 @@ class KubeBackend:
         ref.base = base
 
     def delete(self, name: str, *, wait: bool, timeout: float) -> None:
-        self._delete(_kobj.SANDBOXES, name, "Background")
+        gone = self._delete(_kobj.SANDBOXES, name, "Background")
         if wait:
-            r, objs = self._watch(_kobj.SANDBOXES, timeout, _kobj.none_left,
-                                  field_selector=f"metadata.name={name}")
+            r, objs = self._wait(_kobj.none_left, _watchcache.by_name(name),
+                                 _watchcache.min_rv_of(gone), timeout,
+                                 field_selector=f"metadata.name={name}")
             if r is None:
                 raise _kobj.timeout_error(f"Sandbox {name}: deletion", timeout, None,
                                           objs.get(name))
@@ -237,7 +280,9 @@ class KubeBackend:
             self._do(self._co.delete_collection_namespaced_custom_object, _kobj.GROUP,
                      _kobj.VERSION, self.namespace, plural, label_selector=selector,
                      propagation_policy="Background", what=f"delete {plural} -l {selector}")
-        r, left = self._watch(_kobj.SANDBOXES, timeout, _kobj.none_left, label_selector=selector)
+        r, left = self._wait(_kobj.none_left, _watchcache.by_labels(selector),
+                             _watchcache.min_rv_of_items(objs), timeout,
+                             label_selector=selector)
         if r is None:
             raise _kobj.sweep_timeout(selector, timeout, left)
         return sorted(objs)
@@ -275,7 +320,7 @@ class KubeBackend:
                         sandbox=ref.info.name)
         fname = _kobj.name_of(fork)
         try:
-            children = self._wait_children(fname, count, timeout)
+            children = self._wait_children(fname, count, timeout, _watchcache.min_rv_of(fork))
         except BaseException:
             self._delete(_kobj.FORKS, fname, "Background")  # its children go with it
             raise
@@ -285,9 +330,11 @@ class KubeBackend:
         self._delete(_kobj.FORKS, fname, "Orphan")
         return [self._ref(c) for c in children]
 
-    def _wait_children(self, fname: str, count: int, timeout: float) -> List[Dict[str, Any]]:
+    def _wait_children(self, fname: str, count: int, timeout: float,
+                       min_rv: Optional[int]) -> List[Dict[str, Any]]:
         step = _kobj.ChildrenStep(fname, count)
-        r, objs = self._watch(_kobj.SANDBOXES, timeout, step, label_selector=f"{FORK_OF}={fname}")
+        sel = f"{FORK_OF}={fname}"
+        r, objs = self._wait(step, _watchcache.by_labels(sel), min_rv, timeout, label_selector=sel)
         if r is not None:
             return r
         try:

@@ -8,7 +8,7 @@ import asyncio
 import time
 from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Tuple, TypeVar
 
-from . import _kobj, errors
+from . import _kobj, _watchcache, errors
 from ._kube import (REPLACED_MESSAGE, TOKEN_RETRIES, incluster_namespace, kubeconfig_namespace,
                     log, use_incluster)
 from ._labels import FORK_OF
@@ -49,6 +49,7 @@ class AsyncKubeBackend:
         self._scheme, self._pool = scheme, pool_size
         self.namespace = namespace or ""
         self._api: Any = None
+        self._watcher: Optional[_watchcache.AsyncWatcher] = None
         self._closed = False
         self._lock = asyncio.Lock()
 
@@ -77,6 +78,8 @@ class AsyncKubeBackend:
 
     async def close(self) -> None:
         self._closed = True
+        if self._watcher is not None:
+            await self._watcher.close()
         if self._api is not None:
             await self._api.close()
             self._api = None
@@ -144,16 +147,46 @@ class AsyncKubeBackend:
                 finally:
                     await w.close()
 
-    async def _delete(self, plural: str, name: str, policy: str) -> None:
+    async def _delete(self, plural: str, name: str, policy: str) -> Any:
         from kubernetes_asyncio import client
 
         try:
-            await self._do(self._co.delete_namespaced_custom_object, _kobj.GROUP, _kobj.VERSION,
-                           self.namespace, plural, name,
-                           body=client.V1DeleteOptions(propagation_policy=policy),
-                           what=f"delete {plural[:-1]} {name}", sandbox=name)
+            return await self._do(self._co.delete_namespaced_custom_object, _kobj.GROUP,
+                                  _kobj.VERSION, self.namespace, plural, name,
+                                  body=client.V1DeleteOptions(propagation_policy=policy),
+                                  what=f"delete {plural[:-1]} {name}", sandbox=name)
         except errors.NotFoundError:
-            pass
+            return None
+
+    # --- the shared watch (kubicle/_watchcache.py) --------------------------
+
+    async def _list_all(self) -> Tuple[List[Dict[str, Any]], str]:
+        objs, rv = await self._list(_kobj.SANDBOXES)
+        return list(objs.values()), rv
+
+    async def _watch_all(self, rv: str, seconds: int) -> Any:
+        from kubernetes_asyncio.client.rest import ApiException
+
+        w = _shared_watch(self._api)
+        try:
+            async for ev in w.stream(self._co.list_namespaced_custom_object, _kobj.GROUP,
+                                     _kobj.VERSION, self.namespace, _kobj.SANDBOXES,
+                                     resource_version=rv, allow_watch_bookmarks=True,
+                                     timeout_seconds=seconds, _request_timeout=seconds + 30):
+                yield ev
+        except ApiException as e:
+            raise _kobj.api_error(e, what="watch sandboxes") from e
+        finally:
+            await w.close()
+
+    async def _wait(self, step: Callable[[Objs], Optional[T]], select: _watchcache.Select,
+                    min_rv: Optional[int], timeout: float,
+                    **sel: Any) -> Tuple[Optional[T], Objs]:
+        if min_rv is None:
+            return await self._watch(_kobj.SANDBOXES, timeout, step, **sel)
+        if self._watcher is None:
+            self._watcher = _watchcache.AsyncWatcher(self._list_all, self._watch_all)
+        return await self._watcher.wait(step, select, min_rv, timeout)  # type: ignore[no-any-return]
 
     def _ref(self, obj: Dict[str, Any]) -> Ref:
         return Ref(info=_kobj.sandbox_info(obj), raw=obj)
@@ -191,8 +224,9 @@ class AsyncKubeBackend:
         sname = _kobj.name_of(created)
         try:
             step = _kobj.ReadyStep(sname, wait_pending)
-            r, objs = await self._watch(_kobj.SANDBOXES, timeout, step,
-                                        field_selector=f"metadata.name={sname}")
+            r, objs = await self._wait(step, _watchcache.by_name(sname),
+                                       _watchcache.min_rv_of(created), timeout,
+                                       field_selector=f"metadata.name={sname}")
             if r is None:
                 raise step.timeout(timeout, objs)
             return self._ref(r)
@@ -227,10 +261,11 @@ class AsyncKubeBackend:
         ref.base = base
 
     async def delete(self, name: str, *, wait: bool, timeout: float) -> None:
-        await self._delete(_kobj.SANDBOXES, name, "Background")
+        gone = await self._delete(_kobj.SANDBOXES, name, "Background")
         if wait:
-            r, objs = await self._watch(_kobj.SANDBOXES, timeout, _kobj.none_left,
-                                        field_selector=f"metadata.name={name}")
+            r, objs = await self._wait(_kobj.none_left, _watchcache.by_name(name),
+                                       _watchcache.min_rv_of(gone), timeout,
+                                       field_selector=f"metadata.name={name}")
             if r is None:
                 raise _kobj.timeout_error(f"Sandbox {name}: deletion", timeout, None,
                                           objs.get(name))
@@ -241,8 +276,9 @@ class AsyncKubeBackend:
             await self._do(self._co.delete_collection_namespaced_custom_object, _kobj.GROUP,
                            _kobj.VERSION, self.namespace, plural, label_selector=selector,
                            propagation_policy="Background", what=f"delete {plural} -l {selector}")
-        r, left = await self._watch(_kobj.SANDBOXES, timeout, _kobj.none_left,
-                                    label_selector=selector)
+        r, left = await self._wait(_kobj.none_left, _watchcache.by_labels(selector),
+                                   _watchcache.min_rv_of_items(objs), timeout,
+                                   label_selector=selector)
         if r is None:
             raise _kobj.sweep_timeout(selector, timeout, left)
         return sorted(objs)
@@ -280,9 +316,10 @@ class AsyncKubeBackend:
                               what="create SandboxFork", sandbox=ref.info.name)
         fname = _kobj.name_of(fork)
         step = _kobj.ChildrenStep(fname, count)
+        sel = f"{FORK_OF}={fname}"
         try:
-            r, objs = await self._watch(_kobj.SANDBOXES, timeout, step,
-                                        label_selector=f"{FORK_OF}={fname}")
+            r, objs = await self._wait(step, _watchcache.by_labels(sel),
+                                       _watchcache.min_rv_of(fork), timeout, label_selector=sel)
             if r is None:
                 try:
                     f = await self._do(self._co.get_namespaced_custom_object, _kobj.GROUP,

@@ -193,6 +193,12 @@ users:
         self._write(key, None, "DELETED")
         return obj
 
+    def bump(self, n: int = 1) -> None:
+        """Writes of other kinds (Lease renewals): the store's revision moves
+        with no Sandbox event."""
+        with self.cond:
+            self.rv += n
+
     def list(self, plural: str, ns: str, label_sel: str = "", field_sel: str = "") -> List[Dict[str, Any]]:
         with self.cond:
             return [copy.deepcopy(o) for (p, n, _), o in sorted(self.objects.items())

@@ -1,0 +1,320 @@
+"""One watch of a namespace's Sandboxes per client, shared by every wait.
+
+A wait per call (list, then watch from its resourceVersion) costs two
+requests and, since a watch left before its end cannot give its connection
+back, a TLS handshake each time: most of a fan-out's client CPU. Here one
+informer-style loop (list, watch, relist on 410) keeps a cache, and each
+wait is a ``Waiter``: a step (``_kobj.ReadyStep`` and friends) over the
+objects it selects, evaluated when the cache changes and only once the
+cache has caught up with ``min_rv`` (the resourceVersion of the write the
+caller made), so "absent" means gone, not "not seen yet".
+
+The state (``Cache``, ``Waiter``) is plain; ``SyncWatcher`` runs the loop
+in a thread, ``AsyncWatcher`` as a task."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Set, Tuple
+
+from . import _kobj, errors
+
+Objs = Dict[str, Dict[str, Any]]
+Select = Callable[[Objs], Objs]
+# How long one watch request lasts before the loop makes the next.
+WATCH_SECONDS = 60
+
+
+def int_rv(rv: Optional[str]) -> Optional[int]:
+    """resourceVersions are opaque; the apiserver's are etcd revisions,
+    which the cache compares. None when one is not a number."""
+    try:
+        return int(rv) if rv else None
+    except ValueError:
+        return None
+
+
+def by_name(name: str) -> Select:
+    def select(objs: Objs) -> Objs:
+        o = objs.get(name)
+        return {name: o} if o is not None else {}
+    select.name = name  # type: ignore[attr-defined]
+    return select
+
+
+def by_labels(selector: str) -> Select:
+    terms = [t.split("=", 1) for t in selector.split(",") if t]
+
+    def select(objs: Objs) -> Objs:
+        out = {}
+        for n, o in objs.items():
+            labels = (o.get("metadata") or {}).get("labels") or {}
+            if all(labels.get(k) == v for k, v in terms):
+                out[n] = o
+        return out
+    return select
+
+
+class Cache:
+    def __init__(self) -> None:
+        self.objs: Objs = {}
+        self.rv = 0
+        self.synced = False
+        self.error: Optional[errors.KubicleError] = None
+
+    def replace(self, items: Iterable[Dict[str, Any]], rv: int) -> None:
+        self.objs = {_kobj.name_of(o): o for o in items}
+        self.rv, self.synced = rv, True
+
+    def apply(self, kind: str, obj: Dict[str, Any]) -> Optional[str]:
+        """Applies one watch event; returns the object's name."""
+        rv = int_rv((obj.get("metadata") or {}).get("resourceVersion"))
+        if rv is not None:
+            self.rv = max(self.rv, rv)
+        if kind == "BOOKMARK":
+            return None
+        name = _kobj.name_of(obj)
+        if kind == "DELETED":
+            self.objs.pop(name, None)
+        elif kind in ("ADDED", "MODIFIED"):
+            self.objs[name] = obj
+        return name
+
+
+class Waiter:
+    def __init__(self, step: Callable[[Objs], Any], select: Select, min_rv: int) -> None:
+        self.step, self.select, self.min_rv = step, select, min_rv
+        self.name: Optional[str] = getattr(select, "name", None)
+        self.done = False
+        self.value: Any = None
+        self.error: Optional[BaseException] = None
+        self.seen: Objs = {}
+
+    def check(self, cache: Cache) -> bool:
+        if self.done:
+            return True
+        if cache.error is not None:
+            self.error, self.done = cache.error, True
+            return True
+        if not cache.synced or cache.rv < self.min_rv:
+            return False
+        self.seen = self.select(cache.objs)
+        try:
+            v = self.step(self.seen)
+        except errors.KubicleError as e:
+            self.error, self.done = e, True
+            return True
+        if v is not None:
+            self.value, self.done = v, True
+        return self.done
+
+
+class _Waiters:
+    """Waiters indexed by the one name they select (most of them), so an
+    event wakes only those it can concern."""
+
+    def __init__(self) -> None:
+        self.named: Dict[str, Set[Waiter]] = {}
+        self.other: Set[Waiter] = set()
+
+    def add(self, w: Waiter) -> None:
+        (self.named.setdefault(w.name, set()) if w.name else self.other).add(w)
+
+    def discard(self, w: Waiter) -> None:
+        if w.name:
+            s = self.named.get(w.name)
+            if s is not None:
+                s.discard(w)
+                if not s:
+                    del self.named[w.name]
+        else:
+            self.other.discard(w)
+
+    def concerned(self, name: Optional[str]) -> List[Waiter]:
+        out = list(self.other)
+        if name is None:
+            for s in self.named.values():
+                out.extend(s)
+        else:
+            out.extend(self.named.get(name, ()))
+        return out
+
+    def all(self) -> List[Waiter]:
+        return self.concerned(None)
+
+
+def _fatal(e: errors.KubicleError) -> bool:
+    # Errors that no retry fixes: the waits fail with them.
+    return isinstance(e, errors.AuthError) or e.status_code in (400, 404, 422)
+
+
+class SyncWatcher:
+    """The loop in a daemon thread. ``lister()`` returns (items, rv);
+    ``watcher(rv, seconds, stop)`` yields events until the request ends."""
+
+    def __init__(self, lister: Callable[[], Tuple[List[Dict[str, Any]], str]],
+                 watcher: Callable[[str, int, Any], Iterable[Dict[str, Any]]]) -> None:
+        self._lister, self._watcher = lister, watcher
+        self._cond = threading.Condition()
+        self._cache = Cache()
+        self._waiters = _Waiters()
+        self._thread: Optional[threading.Thread] = None
+        self._stop = threading.Event()
+        self.stopper: Any = None  # what watcher() was given, to stop a stream
+
+    def close(self) -> None:
+        self._stop.set()
+        if self.stopper is not None:
+            try:
+                self.stopper.stop()
+            except Exception:
+                pass
+
+    def wait(self, step: Callable[[Objs], Any], select: Select, min_rv: int,
+             timeout: float) -> Tuple[Any, Objs]:
+        """(value, objects) once ``step`` returns a value, (None, last seen)
+        after ``timeout``; raises what ``step`` raised."""
+        self._start()
+        w = Waiter(step, select, min_rv)
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            if not w.check(self._cache):
+                self._waiters.add(w)
+                try:
+                    while not w.done:
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            break
+                        self._cond.wait(left)
+                finally:
+                    self._waiters.discard(w)
+        if w.error is not None:
+            raise w.error
+        return (w.value if w.done else None), w.seen
+
+    def _start(self) -> None:
+        with self._cond:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="kubicle-watch",
+                                                daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                items, rv = self._lister()
+                with self._cond:
+                    self._cache.error = None
+                    self._cache.replace(items, int_rv(rv) or 0)
+                    self._wake(None)
+                while not self._stop.is_set():
+                    for ev in self._watcher(rv, WATCH_SECONDS, self):
+                        obj = ev.get("object") or ev.get("raw_object") or {}
+                        rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
+                        with self._cond:
+                            self._wake(self._cache.apply(ev.get("type", ""), obj))
+                        if self._stop.is_set():
+                            return
+            except errors.KubicleError as e:
+                if e.status_code == 410:
+                    continue  # too old: relist
+                if _fatal(e):
+                    with self._cond:
+                        self._cache.error = e
+                        self._wake(None)
+                time.sleep(0.5)
+            except Exception:  # a broken connection: relist and go on
+                time.sleep(0.5)
+
+    def _wake(self, name: Optional[str]) -> None:
+        if any(w.check(self._cache) for w in self._waiters.concerned(name)):
+            self._cond.notify_all()
+
+
+class AsyncWatcher:
+    """The loop as a task; ``lister()`` and ``watcher(rv, seconds)`` are the
+    async counterparts (the latter an async iterator of events)."""
+
+    def __init__(self, lister: Callable[[], Any], watcher: Callable[[str, int], Any]) -> None:
+        self._lister, self._watcher = lister, watcher
+        self._cache = Cache()
+        self._waiters = _Waiters()
+        self._events: Dict[Waiter, asyncio.Event] = {}
+        self._task: Optional["asyncio.Task[None]"] = None
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):
+                pass
+            self._task = None
+
+    async def wait(self, step: Callable[[Objs], Any], select: Select, min_rv: int,
+                   timeout: float) -> Tuple[Any, Objs]:
+        if self._task is None or self._task.done():
+            self._task = asyncio.ensure_future(self._run())
+        w = Waiter(step, select, min_rv)
+        if not w.check(self._cache):
+            ev = asyncio.Event()
+            self._events[w] = ev
+            self._waiters.add(w)
+            try:
+                await asyncio.wait_for(ev.wait(), timeout)
+            except asyncio.TimeoutError:
+                pass
+            finally:
+                self._waiters.discard(w)
+                self._events.pop(w, None)
+        if w.error is not None:
+            raise w.error
+        return (w.value if w.done else None), w.seen
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                items, rv = await self._lister()
+                self._cache.error = None
+                self._cache.replace(items, int_rv(rv) or 0)
+                self._wake(None)
+                while True:
+                    async for ev in self._watcher(rv, WATCH_SECONDS):
+                        obj = ev.get("raw_object") or ev.get("object") or {}
+                        rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
+                        self._wake(self._cache.apply(ev.get("type", ""), obj))
+            except asyncio.CancelledError:
+                raise
+            except errors.KubicleError as e:
+                if e.status_code == 410:
+                    continue
+                if _fatal(e):
+                    self._cache.error = e
+                    self._wake(None)
+                await asyncio.sleep(0.5)
+            except Exception:
+                await asyncio.sleep(0.5)
+
+    def _wake(self, name: Optional[str]) -> None:
+        for w in self._waiters.concerned(name):
+            if w.check(self._cache):
+                ev = self._events.get(w)
+                if ev is not None:
+                    ev.set()
+
+
+def min_rv_of(obj: Optional[Mapping[str, Any]]) -> Optional[int]:
+    return int_rv(((obj or {}).get("metadata") or {}).get("resourceVersion"))
+
+
+def min_rv_of_items(objs: Mapping[str, Mapping[str, Any]]) -> Optional[int]:
+    """What a cache must have seen to know about every listed object: their
+    own newest resourceVersion, not the list's, which is the store's
+    revision and moves with every write of any kind (a Lease renewal), so
+    a Sandbox watch reaches it only at its next bookmark."""
+    rvs = [min_rv_of(o) for o in objs.values()]
+    if any(rv is None for rv in rvs):
+        return None
+    return max((rv for rv in rvs if rv is not None), default=0)
