@@ -336,7 +336,7 @@ void SnapshotSeeds(const std::string& src_root) {
   meta.disk = {120, std::string(64, 'c')};
   WriteText("snapshot", "meta", "meta.json", snapshot::MetaToJson(meta));
   WriteText("snapshot", "meta", "disk-index",
-            snapshot::DiskIndexToJson(snapshot::testing::SampleState()));
+            snapshot::DiskIndexToJson(snapshot::testing::SampleDisks()));
 
   fs::path dir = fs::temp_directory_path() / "kubicle-make-seeds";
   fs::remove_all(dir);

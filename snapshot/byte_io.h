@@ -1,5 +1,7 @@
 // ByteWriter / ByteReader: little-endian encoding of the snapshot file
-// formats. Internal to snapshot/.
+// formats: the `state` container here, and the state records devices encode
+// for themselves (vmm/devices/.../ *persist*), so every byte of a snapshot is
+// written the same way and documented in docs/snapshot-format.md.
 //
 // ByteReader is bounds-checked with a sticky error: after the first failure
 // every read returns false and status() names what was being read, where,
@@ -18,7 +20,7 @@
 
 #include "common/status.h"
 
-namespace kubicle::snapshot::internal {
+namespace kubicle::snapshot {
 
 class ByteWriter {
  public:
@@ -125,6 +127,24 @@ class ByteReader {
     return true;
   }
 
+  // Everything left.
+  bool Rest(std::vector<uint8_t>* v) {
+    if (!ok()) return false;
+    v->assign(data_.begin() + pos_, data_.end());
+    pos_ = data_.size();
+    return true;
+  }
+  // The end of a record: bytes left over are an error, unless the record is
+  // from a newer minor version (allow_tail), whose appended fields are skipped.
+  bool End(bool allow_tail) {
+    if (!ok() || remaining() == 0) return ok();
+    if (allow_tail) {
+      pos_ = data_.size();
+      return true;
+    }
+    return Fail(StatusCode::kDataLoss, std::to_string(remaining()) + " unexpected trailing bytes");
+  }
+
   bool Skip(size_t n) {
     if (!ok()) return false;
     if (n > remaining()) return Raw(nullptr, n, "skipped bytes");
@@ -148,4 +168,9 @@ class ByteReader {
   Status status_;
 };
 
-}  // namespace kubicle::snapshot::internal
+namespace internal {
+using ::kubicle::snapshot::ByteReader;
+using ::kubicle::snapshot::ByteWriter;
+}  // namespace internal
+
+}  // namespace kubicle::snapshot

@@ -231,7 +231,7 @@ TEST_F(CaptureKvmTest, RestoresFromASnapshotDirectoryManyTimes) {
   s.config.vcpus = 2;
   s.config.memory = {{0, 64 * kMiB}};
   testing::TempDir dir;
-  Result<SnapshotMeta> meta = SnapshotDir::Write(dir / "snap", s, *a.mem, {});
+  Result<SnapshotMeta> meta = SnapshotDir::Write(dir / "snap", s, {}, *a.mem, {});
   ASSERT_TRUE(meta.ok()) << meta.status().ToString();
 
   std::vector<Machine> clones;
@@ -286,7 +286,7 @@ TEST_F(CaptureKvmTest, RestoresIntoAPreRegisteredReservation) {
   s.config.vcpus = 2;
   s.config.memory = {{0, 64 * kMiB}};
   testing::TempDir dir;
-  ASSERT_TRUE(SnapshotDir::Write(dir / "snap", s, *a.mem, {}).ok());
+  ASSERT_TRUE(SnapshotDir::Write(dir / "snap", s, {}, *a.mem, {}).ok());
 
   for (int clone = 0; clone < 2; ++clone) {
     // Pool time: VM, irqchip, memory slots, vCPUs.

@@ -67,6 +67,8 @@ class LayeredDisk final : public vmm::devices::virtio::BlockBackend {
   Status ReadV(uint64_t offset, std::span<const iovec> iov) override;
   Status WriteV(uint64_t offset, std::span<const iovec> iov) override;
   Status Flush() override;
+  // The frozen chain (the live overlay is private and never part of it).
+  std::optional<DiskChain> SavedChain() const override { return chain(); }
 
   // Freezes the overlay into the chain and continues on a new overlay at
   // new_overlay_path. Returns the chain now under the VM (what a snapshot

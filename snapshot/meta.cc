@@ -69,31 +69,69 @@ Result<SnapshotMeta> ParseMeta(const std::string& text) {
   }
 }
 
-std::string DiskIndexToJson(const MachineState& state) {
-  json disks = json::array();
-  for (const VirtioDeviceState& d : state.virtio) {
-    if (d.kind != DeviceKind::kVirtioBlock) continue;
+std::string DiskIndexToJson(const std::vector<DiskIndexEntry>& disks) {
+  json out = json::array();
+  for (const DiskIndexEntry& d : disks) {
     json layers = json::array();
-    for (const LayerRef& l : d.block.chain.layers) {
-      layers.push_back({{"path", l.path}, {"id", LayerIdHex(l.id)}});
-    }
-    disks.push_back({{"slot", d.slot},
-                     {"serial", d.block.serial},
-                     {"read_only", d.block.read_only},
-                     {"base", d.block.chain.base_path},
-                     {"size", d.block.chain.size},
-                     {"layers", layers}});
+    for (const LayerRef& l : d.chain.layers) layers.push_back({{"path", l.path}, {"id", LayerIdHex(l.id)}});
+    out.push_back({{"slot", d.slot},
+                   {"serial", d.serial},
+                   {"read_only", d.read_only},
+                   {"base", d.chain.base_path},
+                   {"size", d.chain.size},
+                   {"layers", layers}});
   }
-  return json{{"version", 1}, {"disks", disks}}.dump(2) + "\n";
+  return json{{"version", 1}, {"disks", out}}.dump(2) + "\n";
 }
 
-Status CheckDiskIndex(const std::string& text, const MachineState& state) {
-  json j = json::parse(text, nullptr, false);
-  if (j.is_discarded()) return Status::DataLoss("disk index is not valid JSON");
-  if (j != json::parse(DiskIndexToJson(state))) {
-    return Status::DataLoss("disk index does not match the block devices in state");
+namespace {
+
+bool ParseLayerId(const std::string& hex, LayerId* id) {
+  if (hex.size() != id->size() * 2) return false;
+  for (size_t i = 0; i < id->size(); ++i) {
+    unsigned v = 0;
+    for (char c : hex.substr(i * 2, 2)) {
+      int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+      if (d < 0) return false;
+      v = v * 16 + static_cast<unsigned>(d);
+    }
+    (*id)[i] = static_cast<uint8_t>(v);
   }
-  return Status::Ok();
+  return true;
+}
+
+}  // namespace
+
+Result<std::vector<DiskIndexEntry>> ParseDiskIndex(const std::string& text) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return Status::DataLoss("disk index is not a JSON object");
+  try {
+    if (j.at("version").get<int>() != 1)
+      return Status::FailedPrecondition("disk index version " + j.at("version").dump() +
+                                        " is not supported (this build reads 1)");
+    std::vector<DiskIndexEntry> out;
+    for (const json& d : j.at("disks")) {
+      DiskIndexEntry e;
+      e.slot = d.at("slot").get<uint32_t>();
+      e.serial = d.at("serial").get<std::string>();
+      e.read_only = d.at("read_only").get<bool>();
+      e.chain.base_path = d.at("base").get<std::string>();
+      e.chain.size = d.at("size").get<uint64_t>();
+      for (const json& l : d.at("layers")) {
+        LayerRef ref;
+        ref.path = l.at("path").get<std::string>();
+        if (!ParseLayerId(l.at("id").get<std::string>(), &ref.id))
+          return Status::DataLoss("disk index: layer id is not 32 lower-case hex digits");
+        e.chain.layers.push_back(std::move(ref));
+      }
+      for (const DiskIndexEntry& other : out)
+        if (other.slot == e.slot) return Status::DataLoss("disk index: two disks in slot " + std::to_string(e.slot));
+      out.push_back(std::move(e));
+    }
+    return out;
+  } catch (const json::exception& e) {
+    return Status::DataLoss(std::string("disk index: ") + e.what());
+  }
 }
 
 }  // namespace kubicle::snapshot

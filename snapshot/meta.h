@@ -1,6 +1,6 @@
 // The two JSON files of a snapshot directory: `meta.json` (what the snapshot
 // is, sizes and digests of its files) and `disk` (the copy-on-write layer
-// chains its block devices reference, an index node tools can read without
+// chains its block devices reference, an index tools can read without
 // decoding `state`). Internal to SnapshotDir; exposed for tests and tools.
 //
 // Contract: Parse* never throws; malformed JSON, missing or mistyped fields
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "snapshot/disk_chain.h"
 #include "snapshot/state.h"
 
 namespace kubicle::snapshot {
@@ -44,9 +45,20 @@ struct SnapshotMeta {
 std::string MetaToJson(const SnapshotMeta& meta);
 Result<SnapshotMeta> ParseMeta(const std::string& json);
 
-// The `disk` index: one entry per virtio-blk device of the state.
-std::string DiskIndexToJson(const MachineState& state);
-// Checks that a `disk` file describes exactly the state's block devices.
-Status CheckDiskIndex(const std::string& json, const MachineState& state);
+// The `disk` index: one entry per disk of the snapshot, the files it needs.
+// Written by the VMM beside the state (whose block device records hold the
+// same chains), read by tools and by layer garbage collection, which need
+// not decode device records.
+struct DiskIndexEntry {
+  uint32_t slot = 0;   // the virtio-mmio slot of its block device
+  std::string serial;  // GET_ID string
+  bool read_only = false;
+  DiskChain chain;     // frozen layers the disk was on at snapshot time
+  bool operator==(const DiskIndexEntry&) const = default;
+};
+std::string DiskIndexToJson(const std::vector<DiskIndexEntry>& disks);
+// Never throws: malformed JSON, missing or mistyped fields, a bad layer id
+// or two disks in one slot are DataLoss; another version FailedPrecondition.
+Result<std::vector<DiskIndexEntry>> ParseDiskIndex(const std::string& json);
 
 }  // namespace kubicle::snapshot

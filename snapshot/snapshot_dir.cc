@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <ctime>
 #include <vector>
 
 #include "common/unique_fd.h"
@@ -117,12 +118,13 @@ Status RenameNoReplace(const std::string& from, const std::string& to) {
 }
 
 Result<SnapshotMeta> WriteFiles(const std::string& tmp, const MachineState& state,
+                                const std::vector<DiskIndexEntry>& disks,
                                 const vmm::GuestMemory& memory, SnapshotMeta meta,
                                 const SnapshotWriteOptions& options) {
   ASSIGN_OR_RETURN(std::vector<uint8_t> state_bytes, EncodeState(state));
   ASSIGN_OR_RETURN(meta.state, WriteSmallFile(tmp + "/" + kStateFileName, state_bytes.data(),
                                               state_bytes.size()));
-  std::string disk = DiskIndexToJson(state);
+  std::string disk = DiskIndexToJson(disks);
   ASSIGN_OR_RETURN(meta.disk, WriteSmallFile(tmp + "/" + kDiskFileName, disk.data(), disk.size()));
   std::string mem_path = tmp + "/" + kMemoryFileName;
   ASSIGN_OR_RETURN(UniqueFd mem_fd, CreateFile(mem_path));
@@ -208,9 +210,14 @@ Status CheckMemoryFile(const std::string& path, const SnapshotMeta& meta,
 }  // namespace
 
 Result<SnapshotMeta> SnapshotDir::Write(const std::string& dir, const MachineState& state,
+                                        const std::vector<DiskIndexEntry>& disks,
                                         const vmm::GuestMemory& memory, const SnapshotMeta& meta,
                                         const SnapshotWriteOptions& options) {
   RETURN_IF_ERROR(ValidateState(state));
+  for (size_t i = 0; i < disks.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (disks[i].slot == disks[j].slot)
+        return Status::InvalidArgument("two disks in slot " + std::to_string(disks[i].slot));
   RETURN_IF_ERROR(CheckMemoryMatches(state, memory));
   if (::access(dir.c_str(), F_OK) == 0) return Status::AlreadyExists("snapshot " + dir + " already exists");
   std::string parent = Parent(dir);
@@ -219,7 +226,7 @@ Result<SnapshotMeta> SnapshotDir::Write(const std::string& dir, const MachineSta
   buf.push_back('\0');
   if (::mkdtemp(buf.data()) == nullptr) return Status::FromErrno("create temporary directory in " + parent);
   std::string tmp(buf.data());
-  Result<SnapshotMeta> written = WriteFiles(tmp, state, memory, meta, options);
+  Result<SnapshotMeta> written = WriteFiles(tmp, state, disks, memory, meta, options);
   Status st = written.ok() ? RenameNoReplace(tmp, dir) : written.status();
   if (!st.ok()) {
     RemoveTree(tmp);
@@ -249,10 +256,10 @@ Result<SnapshotDir> SnapshotDir::Open(const std::string& dir, const SnapshotOpen
   RETURN_IF_ERROR(CheckSmallFile("state", state_bytes, meta.state));
   ASSIGN_OR_RETURN(std::string disk, ReadFile(dir + "/" + kDiskFileName, kMaxDiskIndexBytes));
   RETURN_IF_ERROR(CheckSmallFile("disk", disk, meta.disk));
-  RETURN_IF_ERROR(CheckDiskIndex(disk, state));
+  ASSIGN_OR_RETURN(std::vector<DiskIndexEntry> disks, ParseDiskIndex(disk));
   RETURN_IF_ERROR(CheckMemoryFile(dir + "/" + kMemoryFileName, meta, state,
                                   options.verify_memory_digest));
-  return SnapshotDir(dir, std::move(state), std::move(meta));
+  return SnapshotDir(dir, std::move(state), std::move(meta), std::move(disks));
 }
 
 Result<std::unique_ptr<vmm::GuestMemory>> SnapshotDir::MapMemory() const {

@@ -2,6 +2,7 @@
 //   state      machine state (state.h), versioned, CRC-32C
 //   memory     guest RAM, sparse (memory_file.h)
 //   disk       JSON index of the disk layer chains the state references
+//              (written from the caller's list, meta.h)
 //   meta.json  what it is, sizes and digests of the three files above
 // (docs/snapshot-format.md).
 //
@@ -14,8 +15,9 @@
 //   snapshot is immutable, and its memory file must never change while VMs
 //   map it. Write refuses an existing target (AlreadyExists).
 // - Open validates before returning: every file present (NotFound), meta.json
-//   well formed with a known major version, state decodes (its own checks),
-//   file sizes agree with meta.json and with the state (a memory file shorter
+//   well formed with a known major version, state decodes (its own checks;
+//   device records are the devices' to decode), the disk index parses, file
+//   sizes agree with meta.json and with the state (a memory file shorter
 //   than guest memory is DataLoss), state and disk digests match. Checking
 //   the memory digest reads all of guest memory, so it is opt-in
 //   (verify_memory_digest: for imports and transfers, not the restore path).
@@ -25,6 +27,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "snapshot/meta.h"
@@ -50,9 +53,11 @@ struct SnapshotOpenOptions {
 class SnapshotDir {
  public:
   // Writes a snapshot of a paused VM to dir (which must not exist; its parent
-  // must). meta supplies template_name and kernel; the rest is filled in and
-  // returned.
+  // must): its state, the disks it references (the `disk` index) and its
+  // memory. meta supplies template_name and kernel; the rest is filled in
+  // and returned.
   static Result<SnapshotMeta> Write(const std::string& dir, const MachineState& state,
+                                    const std::vector<DiskIndexEntry>& disks,
                                     const vmm::GuestMemory& memory, const SnapshotMeta& meta,
                                     const SnapshotWriteOptions& options = {});
   static Result<SnapshotDir> Open(const std::string& dir, const SnapshotOpenOptions& options = {});
@@ -62,17 +67,22 @@ class SnapshotDir {
   const std::string& path() const { return dir_; }
   const MachineState& state() const { return state_; }
   const SnapshotMeta& meta() const { return meta_; }
+  // The `disk` index: the disks the snapshot references.
+  const std::vector<DiskIndexEntry>& disks() const { return disks_; }
   std::string memory_path() const { return dir_ + "/" + kMemoryFileName; }
   // The memory file mapped MAP_PRIVATE at the state's memory ranges.
   Result<std::unique_ptr<vmm::GuestMemory>> MapMemory() const;
 
  private:
-  SnapshotDir(std::string dir, MachineState state, SnapshotMeta meta)
-      : dir_(std::move(dir)), state_(std::move(state)), meta_(std::move(meta)) {}
+  SnapshotDir(std::string dir, MachineState state, SnapshotMeta meta,
+              std::vector<DiskIndexEntry> disks)
+      : dir_(std::move(dir)), state_(std::move(state)), meta_(std::move(meta)),
+        disks_(std::move(disks)) {}
 
   std::string dir_;
   MachineState state_;
   SnapshotMeta meta_;
+  std::vector<DiskIndexEntry> disks_;
 };
 
 }  // namespace kubicle::snapshot

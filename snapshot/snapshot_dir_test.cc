@@ -58,7 +58,8 @@ class SnapshotDirTest : public ::testing::Test {
     meta_.kernel = "/var/lib/kubicle/kernels/vmlinux";
   }
   std::string Write(const std::string& name) {
-    Result<SnapshotMeta> m = SnapshotDir::Write(dir_ / name, StateFor(16 * kMiB), *mem_, meta_);
+    Result<SnapshotMeta> m =
+        SnapshotDir::Write(dir_ / name, StateFor(16 * kMiB), testing::SampleDisks(), *mem_, meta_);
     EXPECT_TRUE(m.ok()) << m.status().ToString();
     return dir_ / name;
   }
@@ -74,6 +75,7 @@ TEST_F(SnapshotDirTest, WriteThenOpenGivesStateMemoryAndMeta) {
   Result<SnapshotDir> snap = SnapshotDir::Open(path, {.verify_memory_digest = true});
   ASSERT_TRUE(snap.ok()) << snap.status().ToString();
   EXPECT_TRUE(snap->state() == StateFor(16 * kMiB));
+  EXPECT_EQ(snap->disks(), testing::SampleDisks());
   EXPECT_EQ(snap->meta().template_name, "python");
   EXPECT_EQ(snap->meta().mem_bytes, 16 * kMiB);
   EXPECT_EQ(snap->meta().memory_data_bytes, 3 * 4096u);
@@ -90,9 +92,10 @@ TEST_F(SnapshotDirTest, WriteThenOpenGivesStateMemoryAndMeta) {
 
 TEST_F(SnapshotDirTest, WriteRefusesAnExistingTargetAndMismatchedMemory) {
   std::string path = Write("snap");
-  auto again = SnapshotDir::Write(path, StateFor(16 * kMiB), *mem_, meta_);
+  auto again = SnapshotDir::Write(path, StateFor(16 * kMiB), testing::SampleDisks(), *mem_, meta_);
   EXPECT_EQ(again.status().code(), StatusCode::kAlreadyExists);
-  auto wrong = SnapshotDir::Write(dir_ / "other", StateFor(32 * kMiB), *mem_, meta_);
+  auto wrong =
+      SnapshotDir::Write(dir_ / "other", StateFor(32 * kMiB), testing::SampleDisks(), *mem_, meta_);
   EXPECT_EQ(wrong.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(Entries(dir_.path()), std::vector<std::string>{"snap"});
 }
@@ -107,7 +110,7 @@ TEST_F(SnapshotDirTest, FailedWriteLeavesNothingBehind) {
   rlimit small = saved;
   small.rlim_cur = 64 << 10;
   ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
-  auto r = SnapshotDir::Write(dir_ / "snap", StateFor(16 * kMiB), *mem_, meta_);
+  auto r = SnapshotDir::Write(dir_ / "snap", StateFor(16 * kMiB), testing::SampleDisks(), *mem_, meta_);
   ::setrlimit(RLIMIT_FSIZE, &saved);
   ::sigaction(SIGXFSZ, &old, nullptr);
   EXPECT_FALSE(r.ok());
@@ -157,6 +160,26 @@ TEST_F(SnapshotDirTest, OpenRefusesBadMetaAndDiskIndex) {
   ExpectError(SnapshotDir::Open(path), StatusCode::kDataLoss, "disk");
 }
 
+TEST(DiskIndexTest, RoundTripsAndRefusesBadIndexes) {
+  auto disks = testing::SampleDisks();
+  disks.push_back({3, "scratch", true, {"/img/ro.ext4", 4096, {}}});
+  Result<std::vector<DiskIndexEntry>> back = ParseDiskIndex(DiskIndexToJson(disks));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, disks);
+  // The written form is what tools read: stable.
+  EXPECT_NE(DiskIndexToJson(disks).find("\"id\": \"a0a1a2a3a4a5a6a7a8a9aaabacadaeaf\""),
+            std::string::npos);
+  for (const char* bad :
+       {"", "[]", "{\"version\":2,\"disks\":[]}", "{\"version\":1}", "{\"version\":1,\"disks\":7}",
+        "{\"version\":1,\"disks\":[{\"slot\":0}]}",
+        "{\"version\":1,\"disks\":[{\"slot\":0,\"serial\":\"\",\"read_only\":true,\"base\":\"/b\","
+        "\"size\":1,\"layers\":[{\"path\":\"/l\",\"id\":\"xyz\"}]}]}"}) {
+    EXPECT_FALSE(ParseDiskIndex(bad).ok()) << bad;
+  }
+  disks.back().slot = 0;
+  EXPECT_FALSE(ParseDiskIndex(DiskIndexToJson(disks)).ok()) << "two disks in one slot";
+}
+
 TEST_F(SnapshotDirTest, MismatchedMemoryFileIsCaughtByTheDigest) {
   std::string a = Write("a");
   ASSERT_TRUE(mem_->WriteObj<uint64_t>(4096, 42).ok());
@@ -195,7 +218,8 @@ TEST_F(SnapshotDirTest, KilledWriterNeverLeavesAPartialSnapshot) {
     pid_t pid = ::fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {
-      auto r = SnapshotDir::Write(target, StateFor(16 * kMiB), *mem_, meta_);
+      auto r =
+          SnapshotDir::Write(target, StateFor(16 * kMiB), testing::SampleDisks(), *mem_, meta_);
       ::_exit(r.ok() ? 0 : 1);
     }
     ::usleep(static_cast<useconds_t>(write_us * i / 8));

@@ -178,7 +178,7 @@ Status DecodeSection(const SectionEntry& e, uint32_t index, std::span<const uint
         return Status::InvalidArgument("state file has more than " +
                                        std::to_string(limits.max_devices) + " virtio devices");
       }
-      internal::DecodeVirtioDevice(r, limits, newer_minor, &state->virtio.emplace_back());
+      internal::DecodeVirtioDevice(r, &state->virtio.emplace_back());
       break;
   }
   if (!r.ok()) return r.status();
@@ -278,6 +278,7 @@ Result<MachineState> DecodeState(std::span<const uint8_t> bytes, const DecodeLim
   }
   Status valid = ValidateState(state);
   if (!valid.ok()) return Status::DataLoss("state file is inconsistent: " + valid.message());
+  state.newer_minor = newer_minor;
   return state;
 }
 

@@ -24,17 +24,18 @@ const char* SectionName(uint32_t type);
 void EncodeMachineConfig(const MachineConfig& c, ByteWriter& w);
 void EncodeVm(const VmState& v, ByteWriter& w);
 void EncodeVcpu(const VcpuState& v, ByteWriter& w);
-void EncodeSerial(const vmm::devices::legacy::SerialState& s, ByteWriter& w);
+// The serial payload is the serial device's record as it encoded it.
+void EncodeSerial(const std::vector<uint8_t>& s, ByteWriter& w);
+// kind, slot, then the device's record.
 void EncodeVirtioDevice(const VirtioDeviceState& d, ByteWriter& w);
 
 // Each reads one section's fields; errors are left in r.status().
 void DecodeMachineConfig(ByteReader& r, const DecodeLimits& l, MachineConfig* c);
 void DecodeVm(ByteReader& r, VmState* v);
 void DecodeVcpu(ByteReader& r, const DecodeLimits& l, VcpuState* v);
-void DecodeSerial(ByteReader& r, vmm::devices::legacy::SerialState* s);
-// allow_unknown_tail: the file is from a newer minor version, whose extra
-// device-specific fields are skipped.
-void DecodeVirtioDevice(ByteReader& r, const DecodeLimits& l, bool allow_unknown_tail,
-                        VirtioDeviceState* d);
+// Records are read whole (the rest of the section); the device that decodes
+// them checks their end (ByteReader::End).
+void DecodeSerial(ByteReader& r, std::vector<uint8_t>* s);
+void DecodeVirtioDevice(ByteReader& r, VirtioDeviceState* d);
 
 }  // namespace kubicle::snapshot::internal

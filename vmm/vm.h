@@ -43,7 +43,8 @@ namespace devices::legacy {
 class Serial;
 }
 namespace devices::virtio {
-class Block;
+class BlockBackend;
+struct BlockState;
 }
 
 class Vm {
@@ -85,10 +86,10 @@ class Vm {
   const VmmConfig& config() const { return config_; }
 
  private:
-  // One entry per virtio-blk device (the Block is owned by its transport).
+  // One entry per virtio-blk device, in virtio slot `slot` (the Block is
+  // owned by its transport).
   struct DiskSlot {
     uint32_t slot = 0;
-    devices::virtio::Block* block = nullptr;
     snapshot::LayeredDisk* layered = nullptr;  // null: a raw image file
     std::string base_path;
     bool read_only = false;
@@ -117,7 +118,12 @@ class Vm {
   // Serves one control request (on the event-loop thread).
   Result<control::Reply> HandleControl(const control::Request& request);
   Status SetupVcpu(int index, kvm::VcpuFd& vcpu);
-  Status AttachRestoredVirtio(const snapshot::MachineState& s);
+  // Every device record of s decodes (nothing is built): a restore refuses a
+  // bad snapshot before it commits to it.
+  Status CheckSavedDevices(const snapshot::MachineState& s);
+  // The serial port and the virtio devices of s, each restored by its own
+  // persist code over this VM's host resources (vm_snapshot.cc).
+  Status AttachSavedDevices(const snapshot::MachineState& s);
   Result<snapshot::MachineState> CaptureState();
   Status StartVcpus(std::vector<kvm::VcpuFd> fds);
   Result<control::RestoreReply> RestoreFromPool(const control::RestoreRequest& req);
@@ -130,11 +136,16 @@ class Vm {
   Status BuildForked(const snapshot::MachineState& s, ForkTimings* t);
   // Disks (vm_disks.cc).
   Status AttachDisk(const DiskConfig& disk);
-  Status AttachRestoredDisk(const snapshot::BlockDeviceState& b);
+  // The backend of a restored block device (DeviceResources::open_disk).
+  Result<std::unique_ptr<devices::virtio::BlockBackend>> OpenRestoredDisk(
+      const devices::virtio::BlockState& b);
   // Refuses (Unimplemented) when a writable disk is a raw image.
   Status CheckDisksCapturable() const;
-  // Freezes a copy-on-write disk's overlay; returns what the state records.
-  Result<snapshot::BlockDeviceState> CaptureDisk(uint32_t slot);
+  // Freezes every copy-on-write disk's overlay into its chain (the block
+  // devices then save the chains).
+  Status FreezeDisks();
+  // The snapshot's `disk` index: every disk and the files it is on.
+  std::vector<snapshot::DiskIndexEntry> DiskIndex() const;
   std::string NewOverlayPath(uint32_t slot) const;
   // Deletes the live overlays (private to this VM) when it stops.
   void RemoveOverlays();

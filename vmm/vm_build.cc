@@ -15,7 +15,6 @@
 #include "snapshot/snapshot_dir.h"
 #include "snapshot/vm_state.h"
 #include "vmm/arch/x86_64/layout.h"
-#include "vmm/devices/legacy/serial.h"
 #include "vmm/vm.h"
 
 namespace kubicle::vmm {
@@ -65,9 +64,7 @@ Status Vm::BuildBase(const std::function<Status(const kvm::VmFd&)>& register_slo
 
 Status Vm::AttachFromState(const snapshot::MachineState& s) {
   RETURN_IF_ERROR(snapshot::ApplyVm(*vm_fd_, s.vm));
-  RETURN_IF_ERROR(AttachLegacyDevices());
-  if (s.serial) serial_->SetState(*s.serial);
-  RETURN_IF_ERROR(AttachRestoredVirtio(s));
+  RETURN_IF_ERROR(AttachSavedDevices(s));
   kernel_cmdline_ = s.config.cmdline;  // AttachVirtio appended the devices again
   // vCPUs start from this state instead of boot registers (SetupVcpu).
   restore_state_ = std::make_unique<snapshot::MachineState>(s);
@@ -114,6 +111,7 @@ Result<std::unique_ptr<Vm>> Vm::Restore(const VmmConfig& config) {
 Status Vm::BuildRestored() {
   ASSIGN_OR_RETURN(snapshot::SnapshotDir snap, snapshot::SnapshotDir::Open(config_.snapshot_path));
   const snapshot::MachineState& s = snap.state();
+  RETURN_IF_ERROR(CheckSavedDevices(s));
   config_.mem_bytes = s.config.mem_bytes;
   config_.vcpus = static_cast<int>(s.config.vcpus);
   if (config_.kernel_path.empty()) config_.kernel_path = snap.meta().kernel;

@@ -13,6 +13,8 @@
 #include <thread>
 
 #include "snapshot/snapshot_dir.h"
+#include "vmm/devices/virtio/block.h"
+#include "vmm/devices/virtio/persist.h"
 #include "vmm/testing/vm_process.h"
 
 namespace kubicle::vmm {
@@ -165,13 +167,21 @@ TEST_F(VmDiskKvmTest, SnapshotRestoresTheDiskAsItWas) {
   ASSERT_TRUE(a->DiskWrite(0, 5, Sector(0x66), true).ok());  // after the snapshot
   auto opened = snapshot::SnapshotDir::Open(snap);
   ASSERT_TRUE(opened.ok()) << opened.status().ToString();
-  size_t blocks = 0;
-  for (const auto& d : opened->state().virtio) {
-    if (d.kind != snapshot::DeviceKind::kVirtioBlock) continue;
-    ++blocks;
-    EXPECT_EQ(d.block.chain.layers.size(), d.block.read_only ? 0u : 1u);
+  // The disk index and the block devices' own records agree.
+  ASSERT_EQ(opened->disks().size(), 2u);
+  for (const auto& d : opened->disks()) {
+    EXPECT_EQ(d.chain.layers.size(), d.read_only ? 0u : 1u);
+    const auto& record = opened->state().virtio.at(d.slot);
+    EXPECT_EQ(record.kind, devices::virtio::Block::kPersistKind);
+    devices::virtio::MmioTransportState transport;
+    std::vector<uint8_t> own;
+    ASSERT_TRUE(devices::virtio::DecodeRecord(record.state, false, &transport, &own).ok());
+    auto block = devices::virtio::Block::DecodeState(own, false);
+    ASSERT_TRUE(block.ok()) << block.status().ToString();
+    EXPECT_EQ(block->chain, d.chain);
+    EXPECT_EQ(block->read_only, d.read_only);
+    EXPECT_EQ(block->serial, d.serial);
   }
-  EXPECT_EQ(blocks, 2u);
 
   for (uint64_t cid : {50, 51}) {  // two restores side by side
     VmProcessOptions o = Options();
@@ -224,8 +234,8 @@ TEST_F(VmDiskKvmTest, ManySnapshotsKeepTheChainBoundedAndTheContent) {
   }
   auto opened = snapshot::SnapshotDir::Open(last);
   ASSERT_TRUE(opened.ok()) << opened.status().ToString();
-  EXPECT_LE(opened->state().virtio[0].block.chain.layers.size(), 16u);
-  EXPECT_GE(opened->state().virtio[0].block.chain.layers.size(), 1u);
+  EXPECT_LE(opened->disks().at(0).chain.layers.size(), 16u);
+  EXPECT_GE(opened->disks().at(0).chain.layers.size(), 1u);
   VmProcessOptions o = Options();
   o.disks.clear();
   o.restore_from = last;

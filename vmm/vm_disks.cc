@@ -45,7 +45,7 @@ std::string Vm::NewOverlayPath(uint32_t slot) const {
 
 Status Vm::AttachDisk(const DiskConfig& disk) {
   const auto slot = static_cast<uint32_t>(virtio_.size());
-  DiskSlot d{slot, nullptr, nullptr, disk.path, disk.read_only};
+  DiskSlot d{slot, nullptr, disk.path, disk.read_only};
   std::unique_ptr<virtio::BlockBackend> backend;
   if (!disk.read_only && !config_.layer_dir.empty()) {
     snapshot::DiskChain chain{disk.path, 0, {}};
@@ -56,19 +56,18 @@ Status Vm::AttachDisk(const DiskConfig& disk) {
     ASSIGN_OR_RETURN(backend, virtio::RawFileBackend::Open(disk.path, disk.read_only));
   }
   auto block = std::make_unique<virtio::Block>(std::move(backend), "disk" + std::to_string(slot));
-  d.block = block.get();
   RETURN_IF_ERROR(AttachVirtio(std::move(block)));
   disks_.push_back(std::move(d));
   return Status::Ok();
 }
 
-Status Vm::AttachRestoredDisk(const snapshot::BlockDeviceState& b) {
+// DeviceResources::open_disk of a restore or fork child (the block device
+// then attaches in the next virtio slot).
+Result<std::unique_ptr<virtio::BlockBackend>> Vm::OpenRestoredDisk(const virtio::BlockState& b) {
   const auto slot = static_cast<uint32_t>(virtio_.size());
-  DiskSlot d{slot, nullptr, nullptr, b.chain.base_path, b.read_only};
+  DiskSlot d{slot, nullptr, b.chain.base_path, b.read_only};
   std::unique_ptr<virtio::BlockBackend> backend;
   if (b.read_only) {
-    if (!b.chain.layers.empty())
-      return Status::DataLoss("read-only disk " + std::to_string(slot) + " has layers");
     ASSIGN_OR_RETURN(auto raw, virtio::RawFileBackend::Open(b.chain.base_path, true));
     if (raw->size() != b.chain.size)
       return Status::FailedPrecondition("disk image " + b.chain.base_path + " changed size since the snapshot");
@@ -81,11 +80,8 @@ Status Vm::AttachRestoredDisk(const snapshot::BlockDeviceState& b) {
     d.layered = layered.get();
     backend = std::move(layered);
   }
-  auto block = std::make_unique<virtio::Block>(std::move(backend), b.serial);
-  d.block = block.get();
-  RETURN_IF_ERROR(AttachVirtio(std::move(block)));
   disks_.push_back(std::move(d));
-  return Status::Ok();
+  return backend;
 }
 
 Status Vm::CheckDisksCapturable() const {
@@ -99,32 +95,36 @@ Status Vm::CheckDisksCapturable() const {
   return Status::Ok();
 }
 
-Result<snapshot::BlockDeviceState> Vm::CaptureDisk(uint32_t slot) {
+Status Vm::FreezeDisks() {
+  RETURN_IF_ERROR(CheckDisksCapturable());
   for (DiskSlot& d : disks_) {
-    if (d.slot != slot) continue;
-    snapshot::BlockDeviceState b;
-    b.read_only = d.read_only;
-    b.serial = d.block->id();
-    if (d.layered == nullptr) {
-      if (!d.read_only) RETURN_IF_ERROR(CheckDisksCapturable());
-      b.chain = {d.base_path, d.block->backend()->size(), {}};
-      return b;
-    }
+    if (d.layered == nullptr) continue;  // a read-only image: recorded as it is
     // The guest is paused and this is the device thread: every completed
     // write is in the overlay, and Freeze syncs it before sealing.
     if (d.layered->chain().layers.size() >= snapshot::LayeredDisk::kMaxLayers) {
       // Only if background flattens fell behind: wait for one, or do one now.
       JoinFlatten();
       if (d.layered->chain().layers.size() >= snapshot::LayeredDisk::kMaxLayers) {
-        ASSIGN_OR_RETURN(auto merged, d.layered->Flatten(NewOverlayPath(slot)));
+        ASSIGN_OR_RETURN(auto merged, d.layered->Flatten(NewOverlayPath(d.slot)));
         (void)merged;
       }
     }
-    ASSIGN_OR_RETURN(b.chain, d.layered->Freeze(NewOverlayPath(slot)));
+    ASSIGN_OR_RETURN(auto chain, d.layered->Freeze(NewOverlayPath(d.slot)));
+    (void)chain;  // the block device saves it (Block::SaveState)
     MaybeFlatten(d);
-    return b;
   }
-  return Status::Internal("virtio slot " + std::to_string(slot) + " is not a known disk");
+  return Status::Ok();
+}
+
+std::vector<snapshot::DiskIndexEntry> Vm::DiskIndex() const {
+  std::vector<snapshot::DiskIndexEntry> out;
+  for (const DiskSlot& d : disks_) {
+    // Every DiskSlot's virtio slot holds the Block attached with it.
+    const auto& block = static_cast<const virtio::Block&>(*virtio_.at(d.slot)->device());
+    out.push_back({d.slot, block.id(), d.read_only,
+                   block.backend()->SavedChain().value_or(snapshot::DiskChain{})});
+  }
+  return out;
 }
 
 void Vm::MaybeFlatten(DiskSlot& d) {

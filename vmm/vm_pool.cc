@@ -33,11 +33,13 @@ Result<control::RestoreReply> Vm::RestoreFromPool(const control::RestoreRequest&
         std::to_string(s.config.vcpus) + " vCPU(s); this pool VM has " +
         std::to_string(config_.mem_bytes >> 20) + " MiB and " + std::to_string(pool_vcpus_.size()));
   }
-  for (const snapshot::VirtioDeviceState& d : s.virtio) {
-    if (d.kind == snapshot::DeviceKind::kVirtioBlock && !d.block.read_only && config_.layer_dir.empty())
+  for (const snapshot::DiskIndexEntry& d : snap.disks()) {
+    if (!d.read_only && config_.layer_dir.empty())
       return Status::InvalidArgument("restore: the snapshot has a writable disk: \"layer_dir\" "
                                      "(or --layer-dir) is required for its overlay");
   }
+  // Every device record must decode before anything is built.
+  RETURN_IF_ERROR(CheckSavedDevices(s));
   // From here on a failure leaves a half-built VM: the process stops.
   Status st = FinishRestore(snap);
   if (!st.ok()) {

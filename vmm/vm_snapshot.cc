@@ -6,35 +6,19 @@
 #include <mutex>
 
 #include "common/log.h"
-#include "snapshot/memory_reservation.h"
 #include "snapshot/snapshot_dir.h"
 #include "snapshot/vcpu_state.h"
 #include "snapshot/vm_state.h"
-#include "vmm/arch/x86_64/layout.h"
 #include "vmm/devices/legacy/serial.h"
-#include "vmm/devices/virtio/rng.h"
-#include "vmm/devices/virtio/virtio_spec.h"
-#include "vmm/devices/virtio/vsock.h"
+#include "vmm/devices/legacy/serial_persist.h"
+#include "vmm/devices/virtio/block.h"
+#include "vmm/devices/virtio/persist.h"
 #include "vmm/vm.h"
 
 namespace kubicle::vmm {
 
 namespace virtio = devices::virtio;
-using snapshot::DeviceKind;
-
-namespace {
-
-Result<DeviceKind> KindOf(const virtio::VirtioDevice& device) {
-  switch (device.device_id()) {
-    case virtio::kDeviceIdBlock: return DeviceKind::kVirtioBlock;
-    case virtio::kDeviceIdRng: return DeviceKind::kVirtioRng;
-    case virtio::kDeviceIdVsock: return DeviceKind::kVirtioVsock;
-  }
-  return Status::Unimplemented("no snapshot support for virtio device " +
-                               std::string(device.name()));
-}
-
-}  // namespace
+namespace legacy = devices::legacy;
 
 Result<snapshot::MachineState> Vm::CaptureState() {
   snapshot::MachineState s;
@@ -42,7 +26,7 @@ Result<snapshot::MachineState> Vm::CaptureState() {
   s.config.vcpus = static_cast<uint32_t>(config_.vcpus);
   for (const GuestRegion& r : memory_->regions()) s.config.memory.push_back({r.guest_base, r.size});
   s.config.cmdline = kernel_cmdline_;
-  s.config.devices.push_back({DeviceKind::kSerial, 0});
+  s.config.devices.push_back({snapshot::kSerialDeviceKind, 0});
   s.vcpus.resize(config_.vcpus);
 
   std::mutex mu;
@@ -64,17 +48,14 @@ Result<snapshot::MachineState> Vm::CaptureState() {
     return Status::Ok();
   }));
   ASSIGN_OR_RETURN(s.vm, snapshot::CaptureVm(*vm_fd_));
-  s.serial = serial_->GetState();
-
+  // Copy-on-write overlays become frozen layers first: the block devices
+  // save the chains they are then on.
+  RETURN_IF_ERROR(FreezeDisks());
+  s.serial = legacy::EncodeSerialState(serial_->GetState());
+  // Each device saves itself (persist.h): no list of kinds here.
   for (size_t slot = 0; slot < virtio_.size(); ++slot) {
-    virtio::MmioTransport& t = *virtio_[slot];
-    snapshot::VirtioDeviceState d;
-    ASSIGN_OR_RETURN(d.kind, KindOf(*t.device()));
-    d.slot = static_cast<uint32_t>(slot);
-    if (d.kind == DeviceKind::kVirtioBlock) { ASSIGN_OR_RETURN(d.block, CaptureDisk(d.slot)); }
-    d.transport = t.SaveState();
-    if (d.kind == DeviceKind::kVirtioVsock)
-      d.vsock.guest_cid = static_cast<virtio::Vsock*>(t.device())->guest_cid();
+    ASSIGN_OR_RETURN(snapshot::VirtioDeviceState d,
+                     virtio::SaveDevice(*virtio_[slot], static_cast<uint32_t>(slot)));
     s.config.devices.push_back({d.kind, d.slot});
     s.virtio.push_back(std::move(d));
   }
@@ -94,7 +75,8 @@ Status Vm::Snapshot(const std::string& dir, bool resume) {
     snapshot::SnapshotMeta meta;
     meta.template_name = config_.vm_id;
     meta.kernel = config_.kernel_path;
-    Result<snapshot::SnapshotMeta> written = snapshot::SnapshotDir::Write(dir, *state, *memory_, meta);
+    Result<snapshot::SnapshotMeta> written =
+        snapshot::SnapshotDir::Write(dir, *state, DiskIndex(), *memory_, meta);
     st = written.status();
     if (written.ok()) data_bytes = written->memory_data_bytes;
   }
@@ -109,34 +91,31 @@ Status Vm::Snapshot(const std::string& dir, bool resume) {
   return Status::Ok();
 }
 
-Status Vm::AttachRestoredVirtio(const snapshot::MachineState& s) {
+Status Vm::CheckSavedDevices(const snapshot::MachineState& s) {
+  if (s.serial) RETURN_IF_ERROR(legacy::DecodeSerialState(*s.serial, s.newer_minor).status());
+  for (const snapshot::VirtioDeviceState& d : s.virtio)
+    RETURN_IF_ERROR(virtio::CheckDevice(d, s.newer_minor));
+  return Status::Ok();
+}
+
+Status Vm::AttachSavedDevices(const snapshot::MachineState& s) {
+  RETURN_IF_ERROR(AttachLegacyDevices());
+  if (s.serial) {
+    ASSIGN_OR_RETURN(legacy::SerialState serial, legacy::DecodeSerialState(*s.serial, s.newer_minor));
+    serial_->SetState(serial);
+  }
+  // The host resources devices come back on: this VM's new identity.
+  virtio::DeviceResources host;
+  host.vsock_uds = config_.vsock_uds;
+  host.guest_cid = config_.guest_cid;
+  host.open_disk = [this](const virtio::BlockState& b) { return OpenRestoredDisk(b); };
   for (const snapshot::VirtioDeviceState& d : s.virtio) {
     if (d.slot != virtio_.size())
       return Status::DataLoss("snapshot virtio slots are not dense (slot " + std::to_string(d.slot) + ")");
-    if (d.kind == DeviceKind::kVirtioBlock) {
-      RETURN_IF_ERROR(AttachRestoredDisk(d.block));
-    } else if (d.kind == DeviceKind::kVirtioRng) {
-      RETURN_IF_ERROR(AttachVirtio(std::make_unique<virtio::Rng>()));
-    } else if (d.kind == DeviceKind::kVirtioVsock) {
-      if (config_.vsock_uds.empty())
-        return Status::InvalidArgument("the snapshot has a vsock device: --vsock-uds is required");
-      virtio::VsockConfig vc;
-      vc.guest_cid = config_.guest_cid;
-      vc.uds_path = config_.vsock_uds;
-      ::unlink(config_.vsock_uds.c_str());
-      ASSIGN_OR_RETURN(auto vsock, virtio::Vsock::Create(vc));
-      RETURN_IF_ERROR(AttachVirtio(std::move(vsock)));
-    } else {
-      return Status::Unimplemented(std::string("restore of ") + snapshot::DeviceKindName(d.kind));
-    }
-    RETURN_IF_ERROR(virtio_.back()->RestoreState(d.transport));
-    if (d.kind == DeviceKind::kVirtioVsock) {
-      // A clone must not keep its template's CID, and the guest driver only
-      // re-reads the CID and drops stale connections on a transport reset.
-      auto* vsock = static_cast<virtio::Vsock*>(virtio_.back()->device());
-      RETURN_IF_ERROR(vsock->SetGuestCid(config_.guest_cid));
-      vsock->SendTransportReset();
-    }
+    ASSIGN_OR_RETURN(virtio::RestoredDevice restored, virtio::RestoreDevice(d, s.newer_minor, host));
+    RETURN_IF_ERROR(AttachVirtio(std::move(restored.device)));
+    RETURN_IF_ERROR(virtio_.back()->RestoreState(restored.transport));
+    virtio_.back()->device()->OnRestored();
   }
   return Status::Ok();
 }

@@ -35,6 +35,7 @@ add_dependencies(vm_fork_kvm_test kubicle-vmm)
 
 # kvm tests of copy-on-write disks in snapshot, restore and fork (vm_disks.cc).
 kubicle_test(vm_disk_kvm_test kvm vm_disk_kvm_test.cc)
-target_link_libraries(vm_disk_kvm_test PRIVATE kubicle_vmm_testing kubicle_snapshot kubicle_testguest_elf)
+target_link_libraries(vm_disk_kvm_test PRIVATE kubicle_vmm_testing kubicle_snapshot kubicle_vmm_virtio
+  kubicle_testguest_elf)
 target_compile_definitions(vm_disk_kvm_test PRIVATE KUBICLE_VMM_BIN="$<TARGET_FILE:kubicle-vmm>")
 add_dependencies(vm_disk_kvm_test kubicle-vmm)

@@ -5,12 +5,24 @@
 // exists to catch exactly that.
 #pragma once
 
+#include "snapshot/byte_io.h"
+#include "snapshot/meta.h"
 #include "snapshot/state.h"
 
 namespace kubicle::snapshot::testing {
 
-// seed varies the bytes so tests can build distinct states.
+// The device kinds of the sample: what the VMM's virtio-blk, virtio-vsock and
+// virtio-rng use (their own numbers, vmm/devices/virtio/persist.h).
+inline constexpr DeviceKind kSampleBlockKind = 2;
+inline constexpr DeviceKind kSampleRngKind = 3;
+inline constexpr DeviceKind kSampleVsockKind = 4;
+
+// seed varies the bytes so tests can build distinct states. Its devices: the
+// serial port, a virtio-blk disk in slot 0 (SampleDisks), virtio-vsock in
+// slot 1, virtio-rng in slot 2.
 MachineState SampleState(uint8_t seed = 1);
+// The disk index of SampleState's block device.
+std::vector<DiskIndexEntry> SampleDisks();
 
 // Fills a trivially copyable object with a byte pattern derived from seed.
 template <typename T>

@@ -4,7 +4,9 @@
 #include <cstring>
 
 #include "common/log.h"
+#include "snapshot/byte_io.h"
 #include "vmm/devices/virtio/chain_io.h"
+#include "vmm/devices/virtio/persist.h"
 #include "vmm/devices/virtio/virtio_spec.h"
 
 namespace kubicle::vmm::devices::virtio {
@@ -160,6 +162,63 @@ uint8_t Block::DoGetId(const DescriptorChain& chain, uint32_t* data_written) {
   (void)writer.Write(id_.data(), kIdBytes);
   *data_written = kIdBytes;
   return kStatusOk;
+}
+
+// ---- persist ----
+
+std::vector<uint8_t> Block::EncodeState(const BlockState& b) {
+  std::vector<uint8_t> out;
+  snapshot::ByteWriter w(out);
+  w.Bool(b.read_only);
+  w.String(b.serial);
+  w.String(b.chain.base_path);
+  w.U64(b.chain.size);
+  w.U32(static_cast<uint32_t>(b.chain.layers.size()));
+  for (const snapshot::LayerRef& layer : b.chain.layers) {
+    w.String(layer.path);
+    w.Raw(layer.id.data(), layer.id.size());
+  }
+  return out;
+}
+
+Result<BlockState> Block::DecodeState(std::span<const uint8_t> bytes, bool newer_minor) {
+  BlockState b;
+  snapshot::ByteReader r(bytes, "virtio-blk state");
+  r.Bool(&b.read_only, "block read_only");
+  r.String(&b.serial, kMaxSavedString, "block serial");
+  r.String(&b.chain.base_path, kMaxSavedString, "block base path");
+  r.U64(&b.chain.size, "block size");
+  uint32_t n = 0;
+  if (r.Count(&n, kMaxSavedLayers, "block layer")) {
+    b.chain.layers.resize(n);
+    for (snapshot::LayerRef& layer : b.chain.layers) {
+      r.String(&layer.path, kMaxSavedString, "layer path");
+      r.Raw(layer.id.data(), layer.id.size(), "layer id");
+    }
+  }
+  r.End(newer_minor);
+  if (!r.ok()) return r.status();
+  if (b.read_only && !b.chain.layers.empty())
+    return Status::DataLoss("virtio-blk state: a read-only disk has layers");
+  return b;
+}
+
+Result<std::vector<uint8_t>> Block::SaveState() const {
+  std::optional<snapshot::DiskChain> chain = backend_->SavedChain();
+  if (!chain) return Status::Unimplemented("virtio-blk: this disk's backend cannot be snapshotted");
+  return EncodeState({backend_->read_only(), id(), std::move(*chain)});
+}
+
+Status Block::CheckSaved(std::span<const uint8_t> bytes, bool newer_minor) {
+  return DecodeState(bytes, newer_minor).status();
+}
+
+Result<std::unique_ptr<VirtioDevice>> Block::Restore(std::span<const uint8_t> bytes, bool newer_minor,
+                                                     const DeviceResources& host) {
+  ASSIGN_OR_RETURN(BlockState state, DecodeState(bytes, newer_minor));
+  if (!host.open_disk) return Status::FailedPrecondition("the snapshot has a disk and no disk was given");
+  ASSIGN_OR_RETURN(std::unique_ptr<BlockBackend> backend, host.open_disk(state));
+  return std::unique_ptr<VirtioDevice>(std::make_unique<Block>(std::move(backend), state.serial));
 }
 
 }  // namespace kubicle::vmm::devices::virtio

@@ -9,6 +9,10 @@
 // chain with no writable byte for the status is returned with length 0.
 // Capacity is size() / 512 sectors (a partial last sector is not exposed).
 //
+// Persist (persist.h): a snapshot keeps BlockState — read-only flag, serial
+// and the backend's SavedChain (the VM freezes a copy-on-write overlay into
+// it first); restore reopens that chain through DeviceResources::open_disk.
+//
 // Features: VERSION_1, RING_EVENT_IDX, SEG_MAX, SIZE_MAX, FLUSH, and RO when
 // the backend is read-only. One request queue of kQueueSize entries; requests
 // complete synchronously on the thread that kicked the queue.
@@ -21,14 +25,26 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "snapshot/disk_chain.h"
 #include "vmm/devices/virtio/block_backend.h"
 #include "vmm/devices/virtio/log_limiter.h"
 #include "vmm/devices/virtio/virtio_device.h"
 
 namespace kubicle::vmm::devices::virtio {
+
+struct DeviceResources;
+
+// What a snapshot keeps of a block device.
+struct BlockState {
+  bool read_only = false;
+  std::string serial;         // GET_ID string
+  snapshot::DiskChain chain;  // the read-only files under the disk
+  bool operator==(const BlockState&) const = default;
+};
 
 class Block final : public VirtioDevice {
  public:
@@ -37,6 +53,9 @@ class Block final : public VirtioDevice {
   static constexpr size_t kIdBytes = 20;              // VIRTIO_BLK_ID_BYTES
   static constexpr uint32_t kSegMax = kQueueSize - 2;  // header and status take two
   static constexpr uint32_t kSizeMax = 1 << 20;
+  static constexpr uint32_t kPersistKind = 2;
+  static constexpr size_t kMaxSavedLayers = 64;
+  static constexpr size_t kMaxSavedString = 64 * 1024;
 
   // id: the serial GET_ID returns (truncated to 20 bytes).
   explicit Block(std::unique_ptr<BlockBackend> backend, std::string id = "");
@@ -52,6 +71,16 @@ class Block final : public VirtioDevice {
   Status Activate() override { return Status::Ok(); }
   void ProcessQueue(uint16_t index) override;
   void Reset() override {}
+
+  // Persist.
+  uint32_t persist_kind() const override { return kPersistKind; }
+  Result<std::vector<uint8_t>> SaveState() const override;
+  static std::vector<uint8_t> EncodeState(const BlockState& state);
+  static Result<BlockState> DecodeState(std::span<const uint8_t> bytes, bool newer_minor);
+  static Status CheckSaved(std::span<const uint8_t> bytes, bool newer_minor);
+  static Result<std::unique_ptr<VirtioDevice>> Restore(std::span<const uint8_t> bytes,
+                                                       bool newer_minor,
+                                                       const DeviceResources& host);
 
   uint64_t capacity_sectors() const { return capacity_; }
   // The GET_ID serial (without trailing NULs) and the backend, for snapshots.

@@ -17,7 +17,7 @@ Result<std::unique_ptr<RawFileBackend>> RawFileBackend::Open(const std::string& 
   if (::fstat(fd, &st) < 0) return Status::FromErrno("stat disk image " + path);
   if (!S_ISREG(st.st_mode)) return Status::InvalidArgument(path + " is not a regular file");
   return std::unique_ptr<RawFileBackend>(
-      new RawFileBackend(std::move(owned), static_cast<uint64_t>(st.st_size), read_only));
+      new RawFileBackend(std::move(owned), path, static_cast<uint64_t>(st.st_size), read_only));
 }
 
 Status RawFileBackend::Transfer(uint64_t offset, std::span<const iovec> iov, bool write) {

@@ -6,17 +6,23 @@
 // RawFileBackend is a raw image file used with preadv/pwritev/fdatasync. The
 // copy-on-write overlay backend of the snapshot work implements the same
 // interface.
+//
+// Persist: SavedChain() names the read-only files a snapshot of the disk
+// refers to (what Block saves, docs/snapshot-format.md); a backend that
+// cannot be snapshotted returns nullopt.
 #pragma once
 
 #include <sys/uio.h>
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 
 #include "common/status.h"
 #include "common/unique_fd.h"
+#include "snapshot/disk_chain.h"
 
 namespace kubicle::vmm::devices::virtio {
 
@@ -32,6 +38,10 @@ class BlockBackend {
   virtual Status WriteV(uint64_t offset, std::span<const iovec> iov) = 0;
   // Makes completed writes durable.
   virtual Status Flush() = 0;
+  // The files under the guest's view of the disk, as a snapshot records them
+  // (the VM freezes a copy-on-write overlay into the chain first). Called
+  // with the guest paused.
+  virtual std::optional<snapshot::DiskChain> SavedChain() const { return std::nullopt; }
 };
 
 class RawFileBackend final : public BlockBackend {
@@ -43,14 +53,21 @@ class RawFileBackend final : public BlockBackend {
   Status ReadV(uint64_t offset, std::span<const iovec> iov) override;
   Status WriteV(uint64_t offset, std::span<const iovec> iov) override;
   Status Flush() override;
+  // The image itself as the chain's base, with no layers. Meaningful for a
+  // read-only image; a writable one changes under any snapshot of it (the VM
+  // refuses to snapshot it).
+  std::optional<snapshot::DiskChain> SavedChain() const override {
+    return snapshot::DiskChain{path_, size_, {}};
+  }
 
  private:
-  RawFileBackend(UniqueFd fd, uint64_t size, bool read_only)
-      : fd_(std::move(fd)), size_(size), read_only_(read_only) {}
+  RawFileBackend(UniqueFd fd, std::string path, uint64_t size, bool read_only)
+      : fd_(std::move(fd)), path_(std::move(path)), size_(size), read_only_(read_only) {}
   // Runs preadv/pwritev until all of iov is transferred.
   Status Transfer(uint64_t offset, std::span<const iovec> iov, bool write);
 
   UniqueFd fd_;
+  std::string path_;
   uint64_t size_;
   bool read_only_;
 };

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "snapshot/byte_io.h"
 #include "vmm/devices/virtio/chain_io.h"
 #include "vmm/devices/virtio/virtio_spec.h"
 
@@ -42,6 +43,20 @@ uint32_t Rng::Fill(const DescriptorChain& chain) {
     }
   }
   return filled;
+}
+
+// ---- persist ----
+
+Status Rng::CheckSaved(std::span<const uint8_t> bytes, bool newer_minor) {
+  snapshot::ByteReader r(bytes, "virtio-rng state");
+  r.End(newer_minor);
+  return r.status();
+}
+
+Result<std::unique_ptr<VirtioDevice>> Rng::Restore(std::span<const uint8_t> bytes, bool newer_minor,
+                                                   const DeviceResources&) {
+  RETURN_IF_ERROR(CheckSaved(bytes, newer_minor));
+  return std::unique_ptr<VirtioDevice>(std::make_unique<Rng>());
 }
 
 }  // namespace kubicle::vmm::devices::virtio

@@ -7,15 +7,22 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <span>
 
 #include "vmm/devices/virtio/virtio_device.h"
 
 namespace kubicle::vmm::devices::virtio {
 
+struct DeviceResources;
+
+// Persist: virtio-rng has no state of its own (its record holds only the
+// transport's).
 class Rng final : public VirtioDevice {
  public:
   static constexpr uint16_t kQueueSize = 256;
   static constexpr uint32_t kDefaultMaxBytesPerRequest = 64 * 1024;
+  static constexpr uint32_t kPersistKind = 3;
 
   explicit Rng(uint32_t max_bytes_per_request = kDefaultMaxBytesPerRequest)
       : max_bytes_(max_bytes_per_request) {}
@@ -31,6 +38,12 @@ class Rng final : public VirtioDevice {
   Status Activate() override { return Status::Ok(); }
   void ProcessQueue(uint16_t index) override;
   void Reset() override {}
+
+  uint32_t persist_kind() const override { return kPersistKind; }
+  static Status CheckSaved(std::span<const uint8_t> bytes, bool newer_minor);
+  static Result<std::unique_ptr<VirtioDevice>> Restore(std::span<const uint8_t> bytes,
+                                                       bool newer_minor,
+                                                       const DeviceResources& host);
 
  private:
   // Fills up to max_bytes_ of the chain's writable part; returns bytes written.

@@ -26,6 +26,7 @@
 #include <mutex>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "common/status.h"
 #include "vmm/devices/virtio/queue.h"
@@ -85,6 +86,21 @@ class VirtioDevice {
   // See "Host fds" above. -1: the device has none.
   virtual int host_event_fd() const { return -1; }
   virtual void HandleHostEvent() {}
+
+  // Persist (snapshots and fork; persist.h). A device saves its own state as
+  // bytes it encodes itself (its transport's state is saved beside them),
+  // and comes back through its entry in persist.cc's table, which rebuilds it
+  // from those bytes and the host resources the VM passes in.
+  //
+  // The device's kind in snapshot records; 0: it cannot be snapshotted.
+  virtual uint32_t persist_kind() const { return 0; }
+  // Its state, encoded. Called on the event-loop thread with every vCPU
+  // paused (the guest cannot change it meanwhile).
+  virtual Result<std::vector<uint8_t>> SaveState() const { return std::vector<uint8_t>{}; }
+  // Called once a restored device is attached and its transport state is
+  // back, before any vCPU runs: the clone takes its new identity (vsock
+  // announces its new CID with a transport reset).
+  virtual void OnRestored() {}
 
  protected:
   // Null until the device is attached to a transport.

@@ -1,9 +1,13 @@
 #include "vmm/devices/virtio/vsock.h"
 
+#include <unistd.h>
+
 #include <cstring>
 
 #include "common/log.h"
+#include "snapshot/byte_io.h"
 #include "vmm/devices/virtio/chain_io.h"
+#include "vmm/devices/virtio/persist.h"
 #include "vmm/devices/virtio/virtio_spec.h"
 #include "vmm/devices/virtio/vsock_cid.h"
 
@@ -158,6 +162,49 @@ void Vsock::ProcessEvents() {
     if (!q.AddUsed(mem, chain_.head, used).ok()) break;
     context()->SignalUsed(kEventQueue);
   }
+}
+
+// ---- persist ----
+
+Result<std::vector<uint8_t>> Vsock::SaveState() const {
+  std::vector<uint8_t> out;
+  snapshot::ByteWriter(out).U64(guest_cid());
+  return out;
+}
+
+Result<uint64_t> Vsock::DecodeState(std::span<const uint8_t> bytes, bool newer_minor) {
+  snapshot::ByteReader r(bytes, "virtio-vsock state");
+  uint64_t cid = 0;
+  r.U64(&cid, "vsock guest_cid");
+  r.End(newer_minor);
+  if (!r.ok()) return r.status();
+  return cid;
+}
+
+Status Vsock::CheckSaved(std::span<const uint8_t> bytes, bool newer_minor) {
+  return DecodeState(bytes, newer_minor).status();
+}
+
+Result<std::unique_ptr<VirtioDevice>> Vsock::Restore(std::span<const uint8_t> bytes, bool newer_minor,
+                                                     const DeviceResources& host) {
+  RETURN_IF_ERROR(CheckSaved(bytes, newer_minor));
+  if (host.vsock_uds.empty())
+    return Status::InvalidArgument("the snapshot has a vsock device: --vsock-uds is required");
+  VsockConfig config;
+  // A clone never keeps its template's CID: it gets the one given now.
+  config.guest_cid = host.guest_cid;
+  config.uds_path = host.vsock_uds;
+  ::unlink(config.uds_path.c_str());  // a stale socket from an earlier run, as at boot
+  ASSIGN_OR_RETURN(std::unique_ptr<Vsock> vsock, Create(config));
+  return std::unique_ptr<VirtioDevice>(std::move(vsock));
+}
+
+void Vsock::OnRestored() {
+  // The restored transport carries the template's config generation: bump
+  // it with the (new) CID, and reset the transport, which is when the guest
+  // driver drops its old connections and re-reads the CID.
+  (void)SetGuestCid(guest_cid());
+  SendTransportReset();
 }
 
 }  // namespace kubicle::vmm::devices::virtio

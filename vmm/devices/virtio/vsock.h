@@ -24,6 +24,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
+#include <vector>
 
 #include "vmm/devices/virtio/log_limiter.h"
 #include "vmm/devices/virtio/virtio_device.h"
@@ -31,8 +33,14 @@
 
 namespace kubicle::vmm::devices::virtio {
 
+struct DeviceResources;
+
+// Persist: a snapshot keeps the CID the guest had (for the record); a
+// restored vsock binds the new socket and takes the clone's CID from
+// DeviceResources, and OnRestored tells the guest (transport reset).
 class Vsock final : public VirtioDevice {
  public:
+  static constexpr uint32_t kPersistKind = 4;
   static constexpr uint16_t kQueueSize = 256;
   static constexpr uint16_t kRxQueue = 0;
   static constexpr uint16_t kTxQueue = 1;
@@ -63,6 +71,16 @@ class Vsock final : public VirtioDevice {
   void Reset() override;
   int host_event_fd() const override { return muxer_->epoll_fd(); }
   void HandleHostEvent() override;
+
+  uint32_t persist_kind() const override { return kPersistKind; }
+  Result<std::vector<uint8_t>> SaveState() const override;
+  void OnRestored() override;
+  // The saved CID.
+  static Result<uint64_t> DecodeState(std::span<const uint8_t> bytes, bool newer_minor);
+  static Status CheckSaved(std::span<const uint8_t> bytes, bool newer_minor);
+  static Result<std::unique_ptr<VirtioDevice>> Restore(std::span<const uint8_t> bytes,
+                                                       bool newer_minor,
+                                                       const DeviceResources& host);
 
  private:
   explicit Vsock(std::unique_ptr<VsockMuxer> muxer) : muxer_(std::move(muxer)) {}
