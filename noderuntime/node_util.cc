@@ -230,6 +230,20 @@ Status MakeDirs(const std::string& path) {
   return Status::Ok();
 }
 
+Status MakePrivateDir(const std::string& path, mode_t mode) {
+  RETURN_IF_ERROR(MakeDirs(path));
+  return SetExactMode(path, mode);
+}
+
+Status SetExactMode(const std::string& path, mode_t mode) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return Status::FromErrno("stat " + path);
+  if (S_ISLNK(st.st_mode)) return Status::FailedPrecondition(path + " is a symlink");
+  if ((st.st_mode & 07777) == mode) return Status::Ok();
+  if (::chmod(path.c_str(), mode) != 0) return Status::FromErrno("chmod " + path);
+  return Status::Ok();
+}
+
 Status RemoveTree(const std::string& path) {
   std::error_code ec;
   std::filesystem::remove_all(path, ec);

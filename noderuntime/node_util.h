@@ -8,6 +8,8 @@
 // processes spawned concurrently never inherit one.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -39,6 +41,12 @@ Result<std::string> ReadFileToString(const std::string& path);
 // The last `max_bytes` of a file ("" when it cannot be read).
 std::string TailOfFile(const std::string& path, size_t max_bytes);
 Status MakeDirs(const std::string& path);
+// MakeDirs, then exactly `mode` on the last directory whatever the umask
+// (the sock/ directory: 0700, so nobody else can reach a VM's sockets).
+Status MakePrivateDir(const std::string& path, mode_t mode = 0700);
+// Exactly `mode` on `path` whatever the umask it was created under (a
+// socket a VMM bound: 0600). Refuses a symlink rather than follow it.
+Status SetExactMode(const std::string& path, mode_t mode);
 Status RemoveTree(const std::string& path);
 
 }  // namespace kubicle::noderuntime

@@ -1,6 +1,8 @@
 #include "noderuntime/node_util.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -67,6 +69,32 @@ TEST(NodeUtilTest, AtomicWriteAndDigestOfFiles) {
   EXPECT_EQ(TailOfFile(dir + "/a", 1), "b");
   EXPECT_FALSE(AtomicWriteFile(dir + "/nodir/x", "x").ok());
   ASSERT_TRUE(RemoveTree(dir).ok());
+}
+
+TEST(NodeUtilTest, PrivateDirAndExactModesIgnoreTheUmask) {
+  char tmpl[] = "/tmp/kn-modes-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  const mode_t old = ::umask(0);
+  ASSERT_TRUE(MakePrivateDir(dir + "/a/sock", 0700).ok());
+  int fd = ::open((dir + "/a/sock/f").c_str(), O_CREAT | O_WRONLY, 0666);
+  ::close(fd);
+  ::umask(old);
+  struct stat st {};
+  ASSERT_EQ(::stat((dir + "/a/sock").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
+  ASSERT_TRUE(SetExactMode(dir + "/a/sock/f", 0600).ok());
+  ASSERT_EQ(::stat((dir + "/a/sock/f").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  ASSERT_EQ(::symlink("f", (dir + "/a/sock/l").c_str()), 0);
+  EXPECT_EQ(SetExactMode(dir + "/a/sock/l", 0600).code(), StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(SetExactMode(dir + "/nope", 0600).ok());
+  // An existing directory with a looser mode is tightened.
+  ASSERT_EQ(::chmod((dir + "/a/sock").c_str(), 0777), 0);
+  ASSERT_TRUE(MakePrivateDir(dir + "/a/sock").ok());
+  ASSERT_EQ(::stat((dir + "/a/sock").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
+  (void)RemoveTree(dir);
 }
 
 }  // namespace

@@ -48,8 +48,11 @@ Result<std::unique_ptr<SandboxManager>> SandboxManager::Open(NodeConfig config,
 }
 
 Status SandboxManager::Init() {
-  for (const char* sub : {"sandboxes", "templates", "pool", "sock"})
+  for (const char* sub : {"sandboxes", "templates", "pool"})
     RETURN_IF_ERROR(MakeDirs(config_.state_dir + "/" + sub));
+  // Every VM's control and vsock sockets live here: 0700 whatever the umask
+  // (and each socket 0600 once its VMM has bound it).
+  RETURN_IF_ERROR(MakePrivateDir(config_.state_dir + "/sock", 0700));
   RETURN_IF_ERROR(watcher_.Start());
   RegisterMetrics();
   WarmPool::Options po;

@@ -113,6 +113,9 @@ void SandboxManager::AdoptOne(SandboxRecord record) {
       st = agent.status();
       if (st.ok()) sb->agent = std::move(agent).value();
     }
+    // Sockets a daemon before 0600 was enforced left looser.
+    if (st.ok()) st = SetExactMode(sb->rec.control_path, 0600);
+    if (st.ok()) st = SetExactMode(sb->rec.vsock_path, 0600);
     if (!st.ok()) {
       (void)PidfdKill(sb->pidfd.get(), SIGKILL);
       WaitExited(sb->pidfd.get(), 5s);

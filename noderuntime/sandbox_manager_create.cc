@@ -326,6 +326,17 @@ Status SandboxManager::FinishStart(const std::shared_ptr<Sandbox>& sb, const std
     last = c.status();
     std::this_thread::sleep_for(200us);
   }
+  // The VMM bound the vsock socket (restore, fork) and a fork child its
+  // control socket, under its umask: only the node may reach them.
+  {
+    std::string control;
+    {
+      std::lock_guard l(sb->mu);
+      control = sb->rec.control_path;
+    }
+    RETURN_IF_ERROR(SetExactMode(vsock, 0600));
+    RETURN_IF_ERROR(SetExactMode(control, 0600));
+  }
   guest::protocol::PostRestoreRequest pr;
   pr.entropy_seed = RandomBytes(32);
   pr.wall_clock_ns = static_cast<uint64_t>(

@@ -268,6 +268,7 @@ Status SandboxManager::BakeInVm(const std::shared_ptr<Template>& t, const Templa
                                 const std::string& control, const std::string& vsock,
                                 const std::string& snapshot_dir) {
   RETURN_IF_ERROR(WaitForControl(control, pidfd, 30s));
+  RETURN_IF_ERROR(SetExactMode(control, 0600));
   SetTemplateProgress(t, "waiting for the agent");
   const auto deadline = guest::client::DeadlineIn(config_.bake_boot_timeout);
   std::unique_ptr<AgentClient> agent;
@@ -284,6 +285,7 @@ Status SandboxManager::BakeInVm(const std::shared_ptr<Template>& t, const Templa
     if (now >= deadline) return c.status().WithContext("agent did not answer after boot");
     std::this_thread::sleep_for(5ms);
   }
+  RETURN_IF_ERROR(SetExactMode(vsock, 0600));
   for (size_t i = 0; i < spec.warmup.size(); ++i) {
     SetTemplateProgress(t, "warm-up " + std::to_string(i + 1) + "/" + std::to_string(spec.warmup.size()) +
                                ": " + spec.warmup[i]);

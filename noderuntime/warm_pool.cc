@@ -167,6 +167,7 @@ Status WarmPool::Failed(PoolVm& vm, Status why) {
 Result<PoolVm> WarmPool::StartNow(const VmShape& shape) {
   ASSIGN_OR_RETURN(PoolVm vm, Launch(shape));
   Status ready = WaitForControl(vm.control_path, vm.handle.pidfd.get(), 30s);
+  if (ready.ok()) ready = SetExactMode(vm.control_path, 0600);
   if (!ready.ok()) return Failed(vm, ready);
   if (options_.prepare) options_.prepare(vm);
   return vm;
@@ -208,6 +209,8 @@ bool WarmPool::PollLaunching() {
     launching_.erase(launching_.begin() + static_cast<long>(i));
     --starting_[done.shape];
     changed = true;
+    // The VMM bound it under its umask; it may only be the node's.
+    if (failed.ok()) failed = SetExactMode(done.control_path, 0600);
     if (!failed.ok()) {
       log::Error("pool vm failed to start", {{"error", Failed(done, failed).ToString()}});
       if (options_.release) options_.release(done.shape);
