@@ -47,6 +47,29 @@ void StreamExec(Call& call, SandboxService& svc, ExecOptions options) {
   call.EndStream();
 }
 
+// GET .../files: the file as it is read from the guest, one chunk at a time
+// with the client's backpressure, never whole in memory. An error before the
+// first chunk (no such file) is a plain error answer; one after it aborts
+// the connection, so the client sees a truncated body rather than a short
+// file that looks complete.
+void StreamFile(Call& call, SandboxService& svc, const std::string& path) {
+  bool started = false;
+  Status st = svc.ReadFileStream(call.name(), path, [&](const guest::client::FileChunk& c) {
+    if (!started) {
+      call.StartStream(200, "application/octet-stream");
+      started = true;
+    }
+    if (c.data.empty()) return Status::Ok();
+    if (!call.Write(std::string(reinterpret_cast<const char*>(c.data.data()), c.data.size()))) {
+      return Status::Unavailable("the client went away");
+    }
+    return Status::Ok();
+  });
+  if (!started) return call.Fail(st.ok() ? Status::Internal("the read returned no data") : st);
+  if (!st.ok()) return call.AbortStream();
+  call.EndStream();
+}
+
 }  // namespace
 
 void HandleExec(Call& call, SandboxService& svc, const ApiServerOptions& opts) {
@@ -73,11 +96,7 @@ void HandleFiles(Call& call, SandboxService& svc, const ApiServerOptions& opts) 
   if (path.empty() || path.front() != '/' || path.find('\0') != std::string::npos) {
     return call.Error(400, "InvalidArgument", "query parameter \"path\" must be an absolute path");
   }
-  if (!put) {
-    auto data = svc.ReadFile(call.name(), path);
-    if (!data.ok()) return call.Fail(data.status());
-    return call.Raw(200, *data, "application/octet-stream");
-  }
+  if (!put) return StreamFile(call, svc, path);
   uint32_t mode = 0644;
   if (auto m = call.Query("mode")) {
     char* end = nullptr;

@@ -489,6 +489,49 @@ TEST_F(FrontDoorTest, StreamedExecToASlowReaderArrivesWhole) {
   EXPECT_NE(all.find(R"("exitCode":3)"), std::string::npos);
 }
 
+// GET .../files streams what the guest returns with the client's
+// backpressure: a big file to a client that stops reading costs the node
+// no more than a stream's queue.
+TEST_F(FrontDoorTest, FileReadToAClientThatStopsReadingIsBounded) {
+  NewSandbox("s");
+  constexpr size_t kFile = 96 * kMiB;
+  std::vector<uint8_t> big(kFile, 'f');
+  ASSERT_TRUE(fake_.WriteFile("s", "/big", big, 0644).ok());
+  big = {};
+  const size_t rss0 = RssBytes();
+  Peer p(port_, /*rcvbuf=*/4096);
+  ASSERT_TRUE(p.Send(Get("/v1/sandboxes/s/files?path=/big", kAdmin)));
+  std::string head = p.ReadHead(2s);
+  EXPECT_EQ(StatusOf(head), 200) << head;
+  EXPECT_NE(head.find("Transfer-Encoding: chunked"), std::string::npos) << head;
+  std::this_thread::sleep_for(1s);
+  // The fake copies the file once to stream it; the server may add no more
+  // than a stream's queue (buffering the file would be another 96 MiB).
+  EXPECT_LT(RssBytes() - std::min(RssBytes(), rss0), kFile + kRssBound);
+  // write_timeout later the server gives up on the client, the read stops
+  // and the request's slot is free (the client never reads again).
+  auto metric = [&](const std::string& series) {
+    std::string m;
+    Ask(Get("/metrics"), 2s, &m);
+    return m.find(series) != std::string::npos;
+  };
+  bool gave_up = false;
+  for (int i = 0; i < 50 && !gave_up; ++i) {
+    std::this_thread::sleep_for(100ms);
+    gave_up = metric(R"(kubicle_http_refused_total{reason="write_timeout"} 1)") &&
+              metric(R"(kubicle_http_in_flight{class="admin"} 0)");
+  }
+  EXPECT_TRUE(gave_up);
+  EXPECT_LT(RssBytes() - std::min(RssBytes(), rss0), kFile + kRssBound);
+}
+
+TEST_F(FrontDoorTest, FileReadErrorsBeforeDataArePlainAnswers) {
+  const std::string tok = NewSandbox("s");
+  std::string a;
+  EXPECT_EQ(Ask(Get("/v1/sandboxes/s/files?path=/none", tok), 2s, &a), 404);
+  EXPECT_NE(a.find("application/json"), std::string::npos) << a;
+}
+
 TEST_F(FrontDoorTest, PerSandboxBudgetIsConfigurable) {
   ApiServerOptions o = Options();
   o.max_in_flight_per_sandbox = 2;

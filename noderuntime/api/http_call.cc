@@ -67,6 +67,12 @@ void Call::StartStream(int code, const std::string& content_type) {
 
 bool Call::Write(std::string data) { return responder_->Write(std::move(data)); }
 
+void Call::AbortStream() {
+  if (!streaming_) return;
+  streaming_ = false;
+  responder_->Abort();
+}
+
 void Call::EndStream() {
   if (!streaming_) return;
   streaming_ = false;

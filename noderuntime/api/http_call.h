@@ -59,6 +59,8 @@ class Call {
   bool Write(std::string data);
   // Ends a streamed answer; a no-op otherwise and when already ended.
   void EndStream();
+  // Ends a streamed answer as failed (the client sees a truncated body).
+  void AbortStream();
   // Called with the status code just before a complete response is sent, so
   // metrics are recorded before the client can see the answer.
   void SetObserver(std::function<void(int code)> observer) { observer_ = std::move(observer); }

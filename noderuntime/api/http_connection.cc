@@ -75,6 +75,13 @@ class Connection final : public ConnBase,
   void StartStream(uint64_t gen, int code, const std::string& content_type);
   bool Write(uint64_t gen, std::string data);
   void EndStream(uint64_t gen);
+  void Abort(uint64_t gen) {
+    {
+      std::lock_guard l(mu_);
+      if (gen != gen_) return;
+    }
+    PostClose(nullptr);
+  }
   bool Replied(uint64_t gen) const {
     std::lock_guard l(mu_);
     return gen != gen_ || replied_;
@@ -143,6 +150,7 @@ class Reply final : public Responder {
   void StartStream(int code, const std::string& ct) override { c_->StartStream(gen_, code, ct); }
   bool Write(std::string data) override { return c_->Write(gen_, std::move(data)); }
   void EndStream() override { c_->EndStream(gen_); }
+  void Abort() override { c_->Abort(gen_); }
   bool replied() const override { return c_->Replied(gen_); }
 
  private:

@@ -81,6 +81,9 @@ class Responder {
   // Queues one chunk; blocks while more than stream_high_water bytes wait.
   virtual bool Write(std::string data) = 0;
   virtual void EndStream() = 0;
+  // Ends a streamed answer as failed: the connection is closed without the
+  // last chunk, so the client sees a truncated body, never a short one.
+  virtual void Abort() = 0;
   virtual bool replied() const = 0;
 };
 
