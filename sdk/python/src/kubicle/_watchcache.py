@@ -25,6 +25,10 @@ Objs = Dict[str, Dict[str, Any]]
 Select = Callable[[Objs], Objs]
 # How long one watch request lasts before the loop makes the next.
 WATCH_SECONDS = 60
+# A wait not done after this long makes the loop relist (once per period,
+# however many wait): a watch that went silent, or an event lost on the
+# way, costs a few seconds instead of the rest of the timeout.
+RESYNC_SECONDS = 10.0
 
 
 def int_rv(rv: Optional[str]) -> Optional[int]:
@@ -162,6 +166,8 @@ class SyncWatcher:
         self._waiters = _Waiters()
         self._thread: Optional[threading.Thread] = None
         self._stop = threading.Event()
+        self._relist = False
+        self._last_resync = time.monotonic()
         self.stopper: Any = None  # what watcher() was given, to stop a stream
 
     def close(self) -> None:
@@ -187,12 +193,27 @@ class SyncWatcher:
                         left = deadline - time.monotonic()
                         if left <= 0:
                             break
-                        self._cond.wait(left)
+                        if not self._cond.wait(min(left, RESYNC_SECONDS)) and not w.done:
+                            self._resync()
                 finally:
                     self._waiters.discard(w)
         if w.error is not None:
             raise w.error
         return (w.value if w.done else None), w.seen
+
+    def _resync(self) -> None:
+        """Ends the current watch so that the loop relists (called with the
+        lock held; at most once per RESYNC_SECONDS)."""
+        now = time.monotonic()
+        if now - self._last_resync < RESYNC_SECONDS:
+            return
+        self._last_resync = now
+        self._relist = True
+        if self.stopper is not None:
+            try:
+                self.stopper.stop()
+            except Exception:
+                pass
 
     def _start(self) -> None:
         with self._cond:
@@ -209,14 +230,15 @@ class SyncWatcher:
                     self._cache.error = None
                     self._cache.replace(items, int_rv(rv) or 0)
                     self._wake(None)
-                while not self._stop.is_set():
+                self._relist = False
+                while not self._stop.is_set() and not self._relist:
                     for ev in self._watcher(rv, WATCH_SECONDS, self):
                         obj = ev.get("object") or ev.get("raw_object") or {}
                         rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
                         with self._cond:
                             self._wake(self._cache.apply(ev.get("type", ""), obj))
-                        if self._stop.is_set():
-                            return
+                        if self._stop.is_set() or self._relist:
+                            break
             except errors.KubicleError as e:
                 if e.status_code == 410:
                     continue  # too old: relist
@@ -243,6 +265,17 @@ class AsyncWatcher:
         self._waiters = _Waiters()
         self._events: Dict[Waiter, asyncio.Event] = {}
         self._task: Optional["asyncio.Task[None]"] = None
+        self._last_resync = time.monotonic()
+
+    def _resync(self) -> None:
+        """Restarts the loop (a relist), at most once per RESYNC_SECONDS."""
+        now = time.monotonic()
+        if now - self._last_resync < RESYNC_SECONDS:
+            return
+        self._last_resync = now
+        if self._task is not None:
+            self._task.cancel()
+        self._task = asyncio.ensure_future(self._run())
 
     async def close(self) -> None:
         if self._task is not None:
@@ -258,14 +291,20 @@ class AsyncWatcher:
         if self._task is None or self._task.done():
             self._task = asyncio.ensure_future(self._run())
         w = Waiter(step, select, min_rv)
+        deadline = time.monotonic() + timeout
         if not w.check(self._cache):
             ev = asyncio.Event()
             self._events[w] = ev
             self._waiters.add(w)
             try:
-                await asyncio.wait_for(ev.wait(), timeout)
-            except asyncio.TimeoutError:
-                pass
+                while not w.done:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    try:
+                        await asyncio.wait_for(ev.wait(), min(left, RESYNC_SECONDS))
+                    except asyncio.TimeoutError:
+                        self._resync()
             finally:
                 self._waiters.discard(w)
                 self._events.pop(w, None)

@@ -109,3 +109,50 @@ def test_sweep_does_not_wait_for_the_stores_revision(kube, cluster):
     assert sorted(kube.sandboxes.delete({"run": "sw"})) == sorted(s.name for s in sbs)
     assert kube.sandboxes.delete({"run": "nothing-here"}) == []
     assert time.monotonic() - t < 5
+
+
+def test_a_silent_watch_is_resynced(monkeypatch):
+    """Events lost (a watch that went quiet): the wait relists and ends."""
+    monkeypatch.setattr(_watchcache, "RESYNC_SECONDS", 0.2)
+    state = {"lists": 0}
+
+    def lister():
+        state["lists"] += 1
+        ready = state["lists"] > 1   # the object is Ready by the second list
+        return [_obj("a", 12, ready=ready)], "12"
+
+    def silent(rv, seconds, holder):
+        class Stop:
+            def __init__(self):
+                self.ev = threading.Event()
+
+            def stop(self):
+                self.ev.set()
+        holder.stopper = Stop()
+        holder.stopper.ev.wait(30)   # nothing, ever, until stopped
+        return iter(())
+
+    sw = _watchcache.SyncWatcher(lister, silent)
+    value, _ = sw.wait(_kobj.ReadyStep("a", False), _watchcache.by_name("a"), 12, 5)
+    assert value is not None and state["lists"] >= 2
+    sw.close()
+
+
+async def test_a_silent_async_watch_is_resynced(monkeypatch):
+    import asyncio
+
+    monkeypatch.setattr(_watchcache, "RESYNC_SECONDS", 0.2)
+    state = {"lists": 0}
+
+    async def lister():
+        state["lists"] += 1
+        return [_obj("a", 12, ready=state["lists"] > 1)], "12"
+
+    async def silent(rv, seconds):
+        await asyncio.sleep(30)
+        yield {}
+
+    aw = _watchcache.AsyncWatcher(lister, silent)
+    value, _ = await aw.wait(_kobj.ReadyStep("a", False), _watchcache.by_name("a"), 12, 5)
+    assert value is not None and state["lists"] >= 2
+    await aw.close()
