@@ -1,6 +1,8 @@
-// LayeredDisk: a copy-on-write virtio-blk backend. The guest sees one disk
-// made of a read-only shared base image, a chain of frozen read-only layers
-// (bottom first) and one writable sparse overlay private to this VM.
+// LayeredDisk: a copy-on-write disk. The guest sees one disk made of a
+// read-only shared base image, a chain of frozen read-only layers (bottom
+// first) and one writable sparse overlay private to this VM. The VMM puts it
+// behind virtio-blk (an adapter to its BlockBackend, vmm/vm_disks.cc): its
+// interface here is plain byte I/O over iovecs.
 //
 //   read  cluster c: overlay if it has c, else the topmost frozen layer
 //                    that has c, else the base image.
@@ -42,11 +44,10 @@
 #include "common/unique_fd.h"
 #include "snapshot/disk_chain.h"
 #include "snapshot/layer_file.h"
-#include "vmm/devices/virtio/block_backend.h"
 
 namespace kubicle::snapshot {
 
-class LayeredDisk final : public vmm::devices::virtio::BlockBackend {
+class LayeredDisk final {
  public:
   static constexpr size_t kMaxLayers = 16;
   static constexpr size_t kFlattenThreshold = 8;
@@ -59,16 +60,17 @@ class LayeredDisk final : public vmm::devices::virtio::BlockBackend {
   // Opens chain plus an existing, never-frozen overlay (e.g. after a crash).
   static Result<std::unique_ptr<LayeredDisk>> OpenExisting(const DiskChain& chain,
                                                            const std::string& overlay_path);
-  ~LayeredDisk() override;
+  ~LayeredDisk();
+  LayeredDisk(const LayeredDisk&) = delete;
+  LayeredDisk& operator=(const LayeredDisk&) = delete;
 
-  // BlockBackend.
-  uint64_t size() const override { return size_; }
-  bool read_only() const override { return false; }
-  Status ReadV(uint64_t offset, std::span<const iovec> iov) override;
-  Status WriteV(uint64_t offset, std::span<const iovec> iov) override;
-  Status Flush() override;
-  // The frozen chain (the live overlay is private and never part of it).
-  std::optional<DiskChain> SavedChain() const override { return chain(); }
+  // The guest's view: size() bytes, read and written through iovecs (fills
+  // every byte of iov, or an error).
+  uint64_t size() const { return size_; }
+  Status ReadV(uint64_t offset, std::span<const iovec> iov);
+  Status WriteV(uint64_t offset, std::span<const iovec> iov);
+  // Overlay data durable, then its allocation map.
+  Status Flush();
 
   // Freezes the overlay into the chain and continues on a new overlay at
   // new_overlay_path. Returns the chain now under the VM (what a snapshot

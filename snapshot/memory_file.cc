@@ -96,7 +96,7 @@ Status WriteAll(int fd, const uint8_t* p, uint64_t len, uint64_t offset) {
 // Guest memory as one logical byte stream in file order.
 struct Stream {
   struct Piece {
-    uint8_t* host;
+    const uint8_t* host;
     uint64_t file_offset, size;
     PageOracle oracle;
   };
@@ -169,12 +169,12 @@ class MemoryWriter {
 
 }  // namespace
 
-Result<MemoryFileInfo> WriteMemoryFile(const vmm::GuestMemory& mem, int fd,
+Result<MemoryFileInfo> WriteMemoryFile(std::span<const MemoryRegion> regions, int fd,
                                        const MemoryWriteOptions& options) {
   std::vector<Vma> vmas = ReadMaps();
   Stream stream;
   uint64_t total = 0;
-  for (const vmm::GuestRegion& r : mem.regions()) {
+  for (const MemoryRegion& r : regions) {
     if (r.size % kPage) return Status::InvalidArgument("guest region size is not page aligned");
     stream.pieces.push_back({r.host, total, r.size, PageOracle(r.host, r.size, vmas)});
     total += r.size;
@@ -205,8 +205,8 @@ Status CheckMemoryFileSize(const std::string& path, uint64_t size, uint64_t tota
   return Status::Ok();
 }
 
-Result<std::unique_ptr<vmm::GuestMemory>> MapMemoryFile(const std::string& path,
-                                                        const std::vector<MemoryRange>& ranges) {
+Result<std::vector<MmapRegion>> MapMemoryFile(const std::string& path,
+                                              const std::vector<MemoryRange>& ranges) {
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd) return Status::FromErrno("open memory file " + path);
   struct stat st{};
@@ -214,18 +214,16 @@ Result<std::unique_ptr<vmm::GuestMemory>> MapMemoryFile(const std::string& path,
   uint64_t total = 0;
   for (const MemoryRange& r : ranges) total += r.size;
   RETURN_IF_ERROR(CheckMemoryFileSize(path, static_cast<uint64_t>(st.st_size), total));
-  std::vector<vmm::GuestMemory::Range> guest;
   std::vector<MmapRegion> maps;
   uint64_t offset = 0;
   for (const MemoryRange& r : ranges) {
     ASSIGN_OR_RETURN(MmapRegion m, MmapRegion::MapFile(fd.get(), r.size, PROT_READ | PROT_WRITE,
                                                        MAP_PRIVATE | MAP_NORESERVE,
                                                        static_cast<off_t>(offset)));
-    guest.push_back({r.guest_base, r.size});
     maps.push_back(std::move(m));
     offset += r.size;
   }
-  return vmm::GuestMemory::FromMappings(guest, std::move(maps));
+  return maps;
 }
 
 }  // namespace kubicle::snapshot

@@ -18,15 +18,23 @@
 #pragma once
 
 #include <cstdint>
-#include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "common/mmap_region.h"
 #include "common/status.h"
 #include "snapshot/state.h"
-#include "vmm/memory/guest_memory.h"
 
 namespace kubicle::snapshot {
+
+// One range of guest RAM as the host maps it: what a snapshot reads when it
+// is written (the VMM's GuestMemory regions, seen through this plain view).
+struct MemoryRegion {
+  uint64_t guest_base = 0;
+  uint64_t size = 0;
+  const uint8_t* host = nullptr;
+};
 
 struct MemoryFileInfo {
   uint64_t size = 0;        // bytes of guest memory (== file size)
@@ -38,18 +46,19 @@ struct MemoryWriteOptions {
   bool digest = true;
 };
 
-// Writes mem to fd, a new empty regular file open for writing. Does not
-// fsync (the caller decides when).
-Result<MemoryFileInfo> WriteMemoryFile(const vmm::GuestMemory& mem, int fd,
+// Writes the regions, in order, to fd, a new empty regular file open for
+// writing. Does not fsync (the caller decides when).
+Result<MemoryFileInfo> WriteMemoryFile(std::span<const MemoryRegion> regions, int fd,
                                        const MemoryWriteOptions& options = {});
 
 // DataLoss unless a memory file of file_size bytes fits guest_bytes of
 // memory exactly (shorter: truncated snapshot; longer: mismatched).
 Status CheckMemoryFileSize(const std::string& path, uint64_t file_size, uint64_t guest_bytes);
 
-// Maps path MAP_PRIVATE | MAP_NORESERVE, one mapping per range, as guest
-// memory. The file must be exactly the ranges' total size.
-Result<std::unique_ptr<vmm::GuestMemory>> MapMemoryFile(const std::string& path,
-                                                        const std::vector<MemoryRange>& ranges);
+// Maps path MAP_PRIVATE | MAP_NORESERVE, one mapping per range, in order
+// (the VMM makes guest memory of them). The file must be exactly the ranges'
+// total size.
+Result<std::vector<MmapRegion>> MapMemoryFile(const std::string& path,
+                                              const std::vector<MemoryRange>& ranges);
 
 }  // namespace kubicle::snapshot

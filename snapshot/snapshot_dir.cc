@@ -94,8 +94,7 @@ void RemoveTree(const std::string& dir) {
   ::rmdir(dir.c_str());
 }
 
-Status CheckMemoryMatches(const MachineState& state, const vmm::GuestMemory& mem) {
-  const auto& regions = mem.regions();
+Status CheckMemoryMatches(const MachineState& state, std::span<const MemoryRegion> regions) {
   bool same = regions.size() == state.config.memory.size();
   for (size_t i = 0; same && i < regions.size(); ++i) {
     same = regions[i].guest_base == state.config.memory[i].guest_base &&
@@ -119,7 +118,7 @@ Status RenameNoReplace(const std::string& from, const std::string& to) {
 
 Result<SnapshotMeta> WriteFiles(const std::string& tmp, const MachineState& state,
                                 const std::vector<DiskIndexEntry>& disks,
-                                const vmm::GuestMemory& memory, SnapshotMeta meta,
+                                std::span<const MemoryRegion> memory, SnapshotMeta meta,
                                 const SnapshotWriteOptions& options) {
   ASSIGN_OR_RETURN(std::vector<uint8_t> state_bytes, EncodeState(state));
   ASSIGN_OR_RETURN(meta.state, WriteSmallFile(tmp + "/" + kStateFileName, state_bytes.data(),
@@ -211,7 +210,8 @@ Status CheckMemoryFile(const std::string& path, const SnapshotMeta& meta,
 
 Result<SnapshotMeta> SnapshotDir::Write(const std::string& dir, const MachineState& state,
                                         const std::vector<DiskIndexEntry>& disks,
-                                        const vmm::GuestMemory& memory, const SnapshotMeta& meta,
+                                        std::span<const MemoryRegion> memory,
+                                        const SnapshotMeta& meta,
                                         const SnapshotWriteOptions& options) {
   RETURN_IF_ERROR(ValidateState(state));
   for (size_t i = 0; i < disks.size(); ++i)
@@ -262,7 +262,7 @@ Result<SnapshotDir> SnapshotDir::Open(const std::string& dir, const SnapshotOpen
   return SnapshotDir(dir, std::move(state), std::move(meta), std::move(disks));
 }
 
-Result<std::unique_ptr<vmm::GuestMemory>> SnapshotDir::MapMemory() const {
+Result<std::vector<MmapRegion>> SnapshotDir::MapMemory() const {
   return MapMemoryFile(memory_path(), state_.config.memory);
 }
 

@@ -29,10 +29,11 @@
 #include <string>
 #include <vector>
 
+#include "common/mmap_region.h"
 #include "common/status.h"
+#include "snapshot/memory_file.h"
 #include "snapshot/meta.h"
 #include "snapshot/state.h"
-#include "vmm/memory/guest_memory.h"
 
 namespace kubicle::snapshot {
 
@@ -58,7 +59,7 @@ class SnapshotDir {
   // and returned.
   static Result<SnapshotMeta> Write(const std::string& dir, const MachineState& state,
                                     const std::vector<DiskIndexEntry>& disks,
-                                    const vmm::GuestMemory& memory, const SnapshotMeta& meta,
+                                    std::span<const MemoryRegion> memory, const SnapshotMeta& meta,
                                     const SnapshotWriteOptions& options = {});
   static Result<SnapshotDir> Open(const std::string& dir, const SnapshotOpenOptions& options = {});
   // Deletes ".*.tmp-*" directories a crashed Write left in parent_dir.
@@ -70,8 +71,8 @@ class SnapshotDir {
   // The `disk` index: the disks the snapshot references.
   const std::vector<DiskIndexEntry>& disks() const { return disks_; }
   std::string memory_path() const { return dir_ + "/" + kMemoryFileName; }
-  // The memory file mapped MAP_PRIVATE at the state's memory ranges.
-  Result<std::unique_ptr<vmm::GuestMemory>> MapMemory() const;
+  // The memory file mapped MAP_PRIVATE, one mapping per state memory range.
+  Result<std::vector<MmapRegion>> MapMemory() const;
 
  private:
   SnapshotDir(std::string dir, MachineState state, SnapshotMeta meta,

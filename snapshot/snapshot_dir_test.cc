@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -48,24 +49,27 @@ void ExpectError(const Result<SnapshotDir>& r, StatusCode code, const std::strin
 class SnapshotDirTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto m = vmm::GuestMemory::CreateAnonymous({{0, 16 * kMiB}});
+    auto m = MmapRegion::Anonymous(16 * kMiB);
     ASSERT_TRUE(m.ok());
     mem_ = std::move(*m);
-    for (uint64_t gpa : {uint64_t{0}, 5 * kMiB + 4096, 16 * kMiB - 8}) {
-      ASSERT_TRUE(mem_->WriteObj<uint64_t>(gpa, 0x0123456789abcdefull ^ gpa).ok());
-    }
+    for (uint64_t gpa : {uint64_t{0}, 5 * kMiB + 4096, 16 * kMiB - 8})
+      Put(gpa, 0x0123456789abcdefull ^ gpa);
     meta_.template_name = "python";
     meta_.kernel = "/var/lib/kubicle/kernels/vmlinux";
   }
   std::string Write(const std::string& name) {
-    Result<SnapshotMeta> m =
-        SnapshotDir::Write(dir_ / name, StateFor(16 * kMiB), testing::SampleDisks(), *mem_, meta_);
+    Result<SnapshotMeta> m = SnapshotDir::Write(dir_ / name, StateFor(16 * kMiB),
+                                                testing::SampleDisks(), Memory(), meta_);
     EXPECT_TRUE(m.ok()) << m.status().ToString();
     return dir_ / name;
   }
 
   TempDir dir_;
-  std::unique_ptr<vmm::GuestMemory> mem_;
+  // Guest memory: one range at 0.
+  void Put(uint64_t gpa, uint64_t v) { std::memcpy(mem_.data() + gpa, &v, sizeof(v)); }
+  std::vector<MemoryRegion> Memory() const { return {{0, mem_.size(), mem_.data()}}; }
+
+  MmapRegion mem_;
   SnapshotMeta meta_;
 };
 
@@ -82,7 +86,10 @@ TEST_F(SnapshotDirTest, WriteThenOpenGivesStateMemoryAndMeta) {
   EXPECT_EQ(snap->meta().memory.sha256.size(), 64u);
   auto mem = snap->MapMemory();
   ASSERT_TRUE(mem.ok()) << mem.status().ToString();
-  EXPECT_EQ(*(*mem)->ReadObj<uint64_t>(5 * kMiB + 4096), 0x0123456789abcdefull ^ (5 * kMiB + 4096));
+  ASSERT_EQ(mem->size(), 1u);
+  uint64_t v = 0;
+  std::memcpy(&v, (*mem)[0].data() + 5 * kMiB + 4096, sizeof(v));
+  EXPECT_EQ(v, 0x0123456789abcdefull ^ (5 * kMiB + 4096));
   for (const char* f : {kStateFileName, kMemoryFileName, kDiskFileName, kMetaFileName}) {
     struct stat st{};
     ASSERT_EQ(::stat((path + "/" + f).c_str(), &st), 0) << f;
@@ -92,10 +99,11 @@ TEST_F(SnapshotDirTest, WriteThenOpenGivesStateMemoryAndMeta) {
 
 TEST_F(SnapshotDirTest, WriteRefusesAnExistingTargetAndMismatchedMemory) {
   std::string path = Write("snap");
-  auto again = SnapshotDir::Write(path, StateFor(16 * kMiB), testing::SampleDisks(), *mem_, meta_);
+  auto again =
+      SnapshotDir::Write(path, StateFor(16 * kMiB), testing::SampleDisks(), Memory(), meta_);
   EXPECT_EQ(again.status().code(), StatusCode::kAlreadyExists);
-  auto wrong =
-      SnapshotDir::Write(dir_ / "other", StateFor(32 * kMiB), testing::SampleDisks(), *mem_, meta_);
+  auto wrong = SnapshotDir::Write(dir_ / "other", StateFor(32 * kMiB), testing::SampleDisks(),
+                                  Memory(), meta_);
   EXPECT_EQ(wrong.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(Entries(dir_.path()), std::vector<std::string>{"snap"});
 }
@@ -110,7 +118,8 @@ TEST_F(SnapshotDirTest, FailedWriteLeavesNothingBehind) {
   rlimit small = saved;
   small.rlim_cur = 64 << 10;
   ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
-  auto r = SnapshotDir::Write(dir_ / "snap", StateFor(16 * kMiB), testing::SampleDisks(), *mem_, meta_);
+  auto r = SnapshotDir::Write(dir_ / "snap", StateFor(16 * kMiB), testing::SampleDisks(),
+                              Memory(), meta_);
   ::setrlimit(RLIMIT_FSIZE, &saved);
   ::sigaction(SIGXFSZ, &old, nullptr);
   EXPECT_FALSE(r.ok());
@@ -182,7 +191,7 @@ TEST(DiskIndexTest, RoundTripsAndRefusesBadIndexes) {
 
 TEST_F(SnapshotDirTest, MismatchedMemoryFileIsCaughtByTheDigest) {
   std::string a = Write("a");
-  ASSERT_TRUE(mem_->WriteObj<uint64_t>(4096, 42).ok());
+  Put(4096, 42);
   std::string b = Write("b");
   ASSERT_EQ(::rename((b + "/memory").c_str(), (a + "/memory").c_str()), 0);
   EXPECT_TRUE(SnapshotDir::Open(a).ok());  // sizes agree: the fast path cannot tell
@@ -201,9 +210,7 @@ TEST_F(SnapshotDirTest, RemoveStaleTempsCleansCrashedWrites) {
 // A writer killed at arbitrary points never leaves a snapshot under the
 // final name that does not open.
 TEST_F(SnapshotDirTest, KilledWriterNeverLeavesAPartialSnapshot) {
-  for (uint64_t gpa = 0; gpa < 16 * kMiB; gpa += 65536) {
-    ASSERT_TRUE(mem_->WriteObj<uint64_t>(gpa, gpa + 1).ok());
-  }
+  for (uint64_t gpa = 0; gpa < 16 * kMiB; gpa += 65536) Put(gpa, gpa + 1);
   // Spread the kills over 1.5x the time a whole write takes here (fsync
   // times vary a lot on a busy host, hence the cap).
   auto t0 = std::chrono::steady_clock::now();
@@ -218,8 +225,8 @@ TEST_F(SnapshotDirTest, KilledWriterNeverLeavesAPartialSnapshot) {
     pid_t pid = ::fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {
-      auto r =
-          SnapshotDir::Write(target, StateFor(16 * kMiB), testing::SampleDisks(), *mem_, meta_);
+      auto r = SnapshotDir::Write(target, StateFor(16 * kMiB), testing::SampleDisks(), Memory(),
+                                  meta_);
       ::_exit(r.ok() ? 0 : 1);
     }
     ::usleep(static_cast<useconds_t>(write_us * i / 8));

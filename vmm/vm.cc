@@ -4,7 +4,7 @@
 
 #include "common/log.h"
 #include "vmm/arch/x86_64/layout.h"
-#include "snapshot/vcpu_state.h"
+#include "vmm/kvm/vcpu_state.h"
 #include "vmm/devices/legacy/serial.h"
 
 namespace kubicle::vmm {
@@ -27,7 +27,7 @@ Vm::~Vm() {
 }
 
 Status Vm::SetupVcpu(int index, kvm::VcpuFd& vcpu) {
-  if (restore_state_) return snapshot::ApplyVcpu(vcpu, restore_state_->vcpus.at(index));
+  if (restore_state_) return kvm::ApplyVcpu(vcpu, restore_state_->vcpus.at(index));
   return arch::SetupVcpu(*kvm_, vcpu, static_cast<uint32_t>(index),
                          static_cast<uint32_t>(config_.vcpus), boot_, supported_cpuid_);
 }

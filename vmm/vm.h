@@ -21,20 +21,20 @@
 #include "common/event_fd.h"
 #include "common/event_loop.h"
 #include "common/status.h"
+#include "snapshot/layered_disk.h"
+#include "snapshot/snapshot_dir.h"
+#include "snapshot/state.h"
+#include "vmm/arch/x86_64/boot.h"
 #include "vmm/control_protocol.h"
 #include "vmm/control_server.h"
 #include "vmm/devices/bus.h"
-#include "vmm/arch/x86_64/boot.h"
 #include "vmm/devices/virtio/mmio_transport.h"
 #include "vmm/exit_code.h"
 #include "vmm/kvm/kvm.h"
 #include "vmm/kvm/vm_fd.h"
 #include "vmm/memory/guest_memory.h"
+#include "vmm/memory_reservation.h"
 #include "vmm/vcpu_runner.h"
-#include "snapshot/layered_disk.h"
-#include "snapshot/memory_reservation.h"
-#include "snapshot/snapshot_dir.h"
-#include "snapshot/state.h"
 #include "vmm/vmm_config.h"
 
 namespace kubicle::vmm {
@@ -166,7 +166,7 @@ class Vm {
   // Set by Restore: vCPUs start from this state instead of boot registers.
   std::unique_ptr<snapshot::MachineState> restore_state_;
   // Warm pool only, until the restore request consumes them.
-  std::unique_ptr<snapshot::MemoryReservation> reservation_;
+  std::unique_ptr<MemoryReservation> reservation_;
   std::vector<kvm::VcpuFd> pool_vcpus_;
   bool pooled_ = false;
 

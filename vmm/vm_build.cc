@@ -11,10 +11,10 @@
 // a snapshot, is made once for all four.
 #include <future>
 
-#include "snapshot/memory_reservation.h"
 #include "snapshot/snapshot_dir.h"
-#include "snapshot/vm_state.h"
 #include "vmm/arch/x86_64/layout.h"
+#include "vmm/kvm/vm_state.h"
+#include "vmm/memory_reservation.h"
 #include "vmm/vm.h"
 
 namespace kubicle::vmm {
@@ -63,7 +63,7 @@ Status Vm::BuildBase(const std::function<Status(const kvm::VmFd&)>& register_slo
 }
 
 Status Vm::AttachFromState(const snapshot::MachineState& s) {
-  RETURN_IF_ERROR(snapshot::ApplyVm(*vm_fd_, s.vm));
+  RETURN_IF_ERROR(kvm::ApplyVm(*vm_fd_, s.vm));
   RETURN_IF_ERROR(AttachSavedDevices(s));
   kernel_cmdline_ = s.config.cmdline;  // AttachVirtio appended the devices again
   // vCPUs start from this state instead of boot registers (SetupVcpu).
@@ -116,8 +116,8 @@ Status Vm::BuildRestored() {
   config_.vcpus = static_cast<int>(s.config.vcpus);
   if (config_.kernel_path.empty()) config_.kernel_path = snap.meta().kernel;
 
-  ASSIGN_OR_RETURN(snapshot::MemoryReservation reservation,
-                   snapshot::MemoryReservation::Create(s.config.memory));
+  ASSIGN_OR_RETURN(MemoryReservation reservation,
+                   MemoryReservation::Create(s.config.memory));
   RETURN_IF_ERROR(BuildBase([&](const kvm::VmFd& vm) { return reservation.RegisterWith(vm); }));
   ASSIGN_OR_RETURN(memory_, reservation.MapFile(snap.memory_path(), s.config.memory));
   RETURN_IF_ERROR(AttachFromState(s));
@@ -138,9 +138,9 @@ Result<std::unique_ptr<Vm>> Vm::CreatePooled(const VmmConfig& config) {
 Status Vm::BuildPooled() {
   pooled_ = true;
   RETURN_IF_ERROR(arch::ValidateMemorySize(config_.mem_bytes));
-  ASSIGN_OR_RETURN(snapshot::MemoryReservation reservation,
-                   snapshot::MemoryReservation::Create(SnapshotRanges(config_.mem_bytes)));
-  reservation_ = std::make_unique<snapshot::MemoryReservation>(std::move(reservation));
+  ASSIGN_OR_RETURN(MemoryReservation reservation,
+                   MemoryReservation::Create(SnapshotRanges(config_.mem_bytes)));
+  reservation_ = std::make_unique<MemoryReservation>(std::move(reservation));
   RETURN_IF_ERROR(BuildBase([this](const kvm::VmFd& vm) { return reservation_->RegisterWith(vm); }));
   for (int i = 0; i < config_.vcpus; ++i) {
     ASSIGN_OR_RETURN(kvm::VcpuFd fd, vm_fd_->CreateVcpu(static_cast<uint32_t>(i)));

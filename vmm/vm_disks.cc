@@ -32,6 +32,27 @@ std::string SafeName(const std::string& id) {
   return out.substr(0, 64);
 }
 
+// A copy-on-write disk (snapshot::LayeredDisk) as virtio-blk's backend: the
+// snapshot layer knows files and bytes, not virtio.
+class LayeredBackend final : public virtio::BlockBackend {
+ public:
+  explicit LayeredBackend(std::unique_ptr<snapshot::LayeredDisk> disk) : disk_(std::move(disk)) {}
+  uint64_t size() const override { return disk_->size(); }
+  bool read_only() const override { return false; }
+  Status ReadV(uint64_t offset, std::span<const iovec> iov) override {
+    return disk_->ReadV(offset, iov);
+  }
+  Status WriteV(uint64_t offset, std::span<const iovec> iov) override {
+    return disk_->WriteV(offset, iov);
+  }
+  Status Flush() override { return disk_->Flush(); }
+  // The frozen chain (the live overlay is private and never part of it).
+  std::optional<snapshot::DiskChain> SavedChain() const override { return disk_->chain(); }
+
+ private:
+  std::unique_ptr<snapshot::LayeredDisk> disk_;
+};
+
 }  // namespace
 
 std::string Vm::NewOverlayPath(uint32_t slot) const {
@@ -51,7 +72,7 @@ Status Vm::AttachDisk(const DiskConfig& disk) {
     snapshot::DiskChain chain{disk.path, 0, {}};
     ASSIGN_OR_RETURN(auto layered, snapshot::LayeredDisk::Create(chain, NewOverlayPath(slot)));
     d.layered = layered.get();
-    backend = std::move(layered);
+    backend = std::make_unique<LayeredBackend>(std::move(layered));
   } else {
     ASSIGN_OR_RETURN(backend, virtio::RawFileBackend::Open(disk.path, disk.read_only));
   }
@@ -78,7 +99,7 @@ Result<std::unique_ptr<virtio::BlockBackend>> Vm::OpenRestoredDisk(const virtio:
                                      "(--layer-dir, or \"layer_dir\") is required for its overlay");
     ASSIGN_OR_RETURN(auto layered, snapshot::LayeredDisk::Create(b.chain, NewOverlayPath(slot)));
     d.layered = layered.get();
-    backend = std::move(layered);
+    backend = std::make_unique<LayeredBackend>(std::move(layered));
   }
   disks_.push_back(std::move(d));
   return backend;

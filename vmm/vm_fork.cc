@@ -22,7 +22,6 @@
 #include <cstring>
 
 #include "common/log.h"
-#include "snapshot/vm_state.h"
 #include "vmm/arch/x86_64/layout.h"
 #include "vmm/fast_exit.h"
 #include "vmm/vm.h"

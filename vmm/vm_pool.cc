@@ -5,9 +5,7 @@
 // alone costs milliseconds (KVM waits for an SRCU grace period); here it is
 // paid before the request arrives.
 #include "common/log.h"
-#include "snapshot/memory_reservation.h"
 #include "snapshot/snapshot_dir.h"
-#include "snapshot/vm_state.h"
 #include "vmm/arch/x86_64/layout.h"
 #include "vmm/devices/legacy/serial.h"
 #include "vmm/vm.h"

@@ -7,18 +7,29 @@
 
 #include "common/log.h"
 #include "snapshot/snapshot_dir.h"
-#include "snapshot/vcpu_state.h"
-#include "snapshot/vm_state.h"
 #include "vmm/devices/legacy/serial.h"
 #include "vmm/devices/legacy/serial_persist.h"
 #include "vmm/devices/virtio/block.h"
 #include "vmm/devices/virtio/persist.h"
+#include "vmm/kvm/vcpu_state.h"
+#include "vmm/kvm/vm_state.h"
 #include "vmm/vm.h"
 
 namespace kubicle::vmm {
 
 namespace virtio = devices::virtio;
 namespace legacy = devices::legacy;
+
+namespace {
+
+// Guest memory as the snapshot layer reads it.
+std::vector<snapshot::MemoryRegion> MemoryView(const GuestMemory& memory) {
+  std::vector<snapshot::MemoryRegion> out;
+  for (const GuestRegion& r : memory.regions()) out.push_back({r.guest_base, r.size, r.host});
+  return out;
+}
+
+}  // namespace
 
 Result<snapshot::MachineState> Vm::CaptureState() {
   snapshot::MachineState s;
@@ -31,23 +42,23 @@ Result<snapshot::MachineState> Vm::CaptureState() {
 
   std::mutex mu;
   RETURN_IF_ERROR(vcpus_->ForEachPaused([&](int index, kvm::VcpuFd& fd) -> Status {
-    RETURN_IF_ERROR(snapshot::CompletePendingExit(fd));
+    RETURN_IF_ERROR(kvm::CompletePendingExit(fd));
     std::vector<uint32_t> list;
     {
       // Probed once per VM: the readable set depends only on the VM's CPUID.
       std::lock_guard lock(mu);
       if (!readable_msrs_) {
-        ASSIGN_OR_RETURN(std::vector<uint32_t> readable, snapshot::ReadableMsrs(*kvm_, fd));
+        ASSIGN_OR_RETURN(std::vector<uint32_t> readable, kvm::ReadableMsrs(*kvm_, fd));
         readable_msrs_ = std::move(readable);
       }
       list = *readable_msrs_;
     }
-    ASSIGN_OR_RETURN(snapshot::VcpuState vs, snapshot::CaptureVcpu(fd, list));
+    ASSIGN_OR_RETURN(snapshot::VcpuState vs, kvm::CaptureVcpu(fd, list));
     std::lock_guard lock(mu);
     s.vcpus[index] = std::move(vs);
     return Status::Ok();
   }));
-  ASSIGN_OR_RETURN(s.vm, snapshot::CaptureVm(*vm_fd_));
+  ASSIGN_OR_RETURN(s.vm, kvm::CaptureVm(*vm_fd_));
   // Copy-on-write overlays become frozen layers first: the block devices
   // save the chains they are then on.
   RETURN_IF_ERROR(FreezeDisks());
@@ -76,7 +87,7 @@ Status Vm::Snapshot(const std::string& dir, bool resume) {
     meta.template_name = config_.vm_id;
     meta.kernel = config_.kernel_path;
     Result<snapshot::SnapshotMeta> written =
-        snapshot::SnapshotDir::Write(dir, *state, DiskIndex(), *memory_, meta);
+        snapshot::SnapshotDir::Write(dir, *state, DiskIndex(), MemoryView(*memory_), meta);
     st = written.status();
     if (written.ok()) data_bytes = written->memory_data_bytes;
   }

@@ -1,10 +1,19 @@
 # The monitor: VM assembly, vCPU threads and the kubicle-vmm binary.
 add_library(kubicle_vmm_monitor vm.cc vm_build.cc vm_devices.cc vm_disks.cc vm_snapshot.cc vm_pool.cc
-  vm_fork.cc vcpu_runner.cc fast_exit.cc)
+  vm_fork.cc vcpu_runner.cc fast_exit.cc memory_reservation.cc)
 target_compile_options(kubicle_vmm_monitor PRIVATE ${KUBICLE_HOST_WARNINGS})
 target_link_libraries(kubicle_vmm_monitor PUBLIC
   kubicle_snapshot kubicle_vmm_control kubicle_vmm_arch kubicle_vmm_kvm kubicle_vmm_legacy kubicle_vmm_virtio
   kubicle_vmm_core kubicle_common)
+
+# The memory reservation of restore and the warm pool (no KVM VM needed).
+kubicle_test(vmm_reservation_test unit memory_reservation_test.cc)
+target_link_libraries(vmm_reservation_test PRIVATE kubicle_vmm_monitor)
+
+# kvm tests of vCPU/VM state capture and apply, through the snapshot
+# directory and the memory reservation, on a tiny hand-made guest.
+kubicle_test(vmm_capture_kvm_test kvm state_capture_kvm_test.cc)
+target_link_libraries(vmm_capture_kvm_test PRIVATE kubicle_vmm_monitor)
 
 add_executable(kubicle-vmm main.cc)
 target_compile_options(kubicle-vmm PRIVATE ${KUBICLE_HOST_WARNINGS})

@@ -42,28 +42,28 @@ inline std::vector<iovec> Split(uint8_t* buf, size_t len) {
   return {{buf, a}, {buf + a, b - a}, {buf + b, len - b}};
 }
 
-inline Status Read(vmm::devices::virtio::BlockBackend& d, uint64_t off, std::vector<uint8_t>& out,
+inline Status Read(LayeredDisk& d, uint64_t off, std::vector<uint8_t>& out,
                    size_t len) {
   out.assign(len, 0xee);
   std::vector<iovec> iov = Split(out.data(), len);
   return d.ReadV(off, iov);
 }
 
-inline Status Write(vmm::devices::virtio::BlockBackend& d, uint64_t off,
+inline Status Write(LayeredDisk& d, uint64_t off,
                     const std::vector<uint8_t>& data) {
   std::vector<uint8_t> copy = data;
   std::vector<iovec> iov = Split(copy.data(), copy.size());
   return d.WriteV(off, iov);
 }
 
-inline std::vector<uint8_t> ReadAll(vmm::devices::virtio::BlockBackend& d) {
+inline std::vector<uint8_t> ReadAll(LayeredDisk& d) {
   std::vector<uint8_t> out;
   if (!Read(d, 0, out, d.size()).ok()) out.clear();
   return out;
 }
 
 // Random write to both the disk and the model.
-inline Status RandomWrite(vmm::devices::virtio::BlockBackend& d, std::vector<uint8_t>& model,
+inline Status RandomWrite(LayeredDisk& d, std::vector<uint8_t>& model,
                           std::mt19937_64& rng, uint64_t max_len = 200 << 10) {
   uint64_t len = 1 + rng() % max_len;
   if (len > model.size()) len = model.size();

@@ -1,5 +1,6 @@
-// Capture and apply of the VM-wide KVM state (VmState): both PICs, the
-// IOAPIC, the PIT and the kvmclock.
+// Capture and apply of the VM-wide KVM state: both PICs, the IOAPIC, the PIT
+// and the kvmclock. The state is a plain struct of the snapshot format
+// (snapshot::VmState); reading and writing it through KVM is the VMM's.
 //
 // Contracts:
 // - CaptureVm runs with every vCPU paused. ApplyVm runs on a new VM whose
@@ -17,12 +18,12 @@
 #include "snapshot/state.h"
 #include "vmm/kvm/vm_fd.h"
 
-namespace kubicle::snapshot {
+namespace kubicle::vmm::kvm {
 
-Result<VmState> CaptureVm(const vmm::kvm::VmFd& vm);
+Result<snapshot::VmState> CaptureVm(const VmFd& vm);
 
 enum class ClockPolicy { kAdvance, kExact };
-Status ApplyVm(const vmm::kvm::VmFd& vm, const VmState& state,
+Status ApplyVm(const VmFd& vm, const snapshot::VmState& state,
                ClockPolicy clock = ClockPolicy::kAdvance);
 
 // The kvmclock value to set for a capture taken at captured_realtime_ns when
@@ -32,4 +33,4 @@ uint64_t AdvancedClock(uint64_t clock_ns, uint64_t captured_realtime_ns, uint64_
 // Host CLOCK_REALTIME in nanoseconds.
 uint64_t HostRealtimeNs();
 
-}  // namespace kubicle::snapshot
+}  // namespace kubicle::vmm::kvm

@@ -1,14 +1,12 @@
-#include "snapshot/vcpu_state.h"
+#include "vmm/kvm/vcpu_state.h"
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 
-namespace kubicle::snapshot {
+namespace kubicle::vmm::kvm {
 namespace {
-
-using vmm::kvm::VcpuFd;
 
 // KVM refuses KVM_GET/SET_MSRS with more entries than this (MAX_IO_MSRS).
 constexpr size_t kMsrChunk = 256;
@@ -67,7 +65,7 @@ Status SetMsrsInOrder(const VcpuFd& vcpu, const std::vector<kvm_msr_entry>& msrs
 
 }  // namespace
 
-Result<std::vector<uint32_t>> ReadableMsrs(const vmm::kvm::Kvm& kvm, const VcpuFd& vcpu) {
+Result<std::vector<uint32_t>> ReadableMsrs(const Kvm& kvm, const VcpuFd& vcpu) {
   ASSIGN_OR_RETURN(std::vector<uint32_t> all, kvm.MsrIndexList());
   std::vector<uint32_t> readable;
   readable.reserve(all.size());
@@ -107,8 +105,8 @@ void FixTscDeadline(std::vector<kvm_msr_entry>& msrs) {
   std::stable_partition(msrs.begin(), msrs.end(), [](const kvm_msr_entry& e) { return !IsDeferred(e); });
 }
 
-Result<VcpuState> CaptureVcpu(const VcpuFd& vcpu, std::span<const uint32_t> msrs) {
-  VcpuState s;
+Result<snapshot::VcpuState> CaptureVcpu(const VcpuFd& vcpu, std::span<const uint32_t> msrs) {
+  snapshot::VcpuState s;
   s.id = vcpu.id();
   // MP state first: KVM_GET_MP_STATE processes pending INIT/SIPI, which can
   // change the registers and LAPIC read below.
@@ -130,12 +128,12 @@ Result<VcpuState> CaptureVcpu(const VcpuFd& vcpu, std::span<const uint32_t> msrs
   return s;
 }
 
-Result<VcpuState> CaptureVcpu(const vmm::kvm::Kvm& kvm, const VcpuFd& vcpu) {
+Result<snapshot::VcpuState> CaptureVcpu(const Kvm& kvm, const VcpuFd& vcpu) {
   ASSIGN_OR_RETURN(std::vector<uint32_t> msrs, ReadableMsrs(kvm, vcpu));
   return CaptureVcpu(vcpu, msrs);
 }
 
-Status ApplyVcpu(const VcpuFd& vcpu, const VcpuState& s) {
+Status ApplyVcpu(const VcpuFd& vcpu, const snapshot::VcpuState& s) {
   if (s.id != vcpu.id()) {
     return Status::InvalidArgument("state of vcpu " + std::to_string(s.id) + " applied to vcpu " +
                                    std::to_string(vcpu.id()));
@@ -162,4 +160,4 @@ Status ApplyVcpu(const VcpuFd& vcpu, const VcpuState& s) {
   return Status::Ok();
 }
 
-}  // namespace kubicle::snapshot
+}  // namespace kubicle::vmm::kvm

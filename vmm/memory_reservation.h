@@ -31,32 +31,32 @@
 #include "vmm/kvm/vm_fd.h"
 #include "vmm/memory/guest_memory.h"
 
-namespace kubicle::snapshot {
+namespace kubicle::vmm {
 
 class MemoryReservation {
  public:
-  static Result<MemoryReservation> Create(const std::vector<MemoryRange>& ranges);
+  static Result<MemoryReservation> Create(const std::vector<snapshot::MemoryRange>& ranges);
   MemoryReservation(MemoryReservation&& o) noexcept;
   MemoryReservation& operator=(MemoryReservation&& o) noexcept;
   MemoryReservation(const MemoryReservation&) = delete;
   MemoryReservation& operator=(const MemoryReservation&) = delete;
   ~MemoryReservation();
 
-  const std::vector<MemoryRange>& ranges() const { return ranges_; }
+  const std::vector<snapshot::MemoryRange>& ranges() const { return ranges_; }
   // KVM memory slot i for range i.
-  Status RegisterWith(const vmm::kvm::VmFd& vm) const;
+  Status RegisterWith(const kvm::VmFd& vm) const;
   // The memory file mapped MAP_PRIVATE over the reserved addresses.
-  Result<std::unique_ptr<vmm::GuestMemory>> MapFile(const std::string& path,
-                                                    const std::vector<MemoryRange>& ranges);
+  Result<std::unique_ptr<GuestMemory>> MapFile(const std::string& path,
+                                               const std::vector<snapshot::MemoryRange>& ranges);
   // The reserved anonymous memory itself (a cold boot from the pool).
-  Result<std::unique_ptr<vmm::GuestMemory>> IntoAnonymous();
+  Result<std::unique_ptr<GuestMemory>> IntoAnonymous();
 
  private:
   MemoryReservation() = default;
   void Release();
 
-  std::vector<MemoryRange> ranges_;
+  std::vector<snapshot::MemoryRange> ranges_;
   std::vector<uint8_t*> hosts_;
 };
 
-}  // namespace kubicle::snapshot
+}  // namespace kubicle::vmm

@@ -1,5 +1,7 @@
-// Capture and apply of one vCPU's KVM state (VcpuState), in the order
-// Firecracker established as safe (docs/snapshot-format.md, "Restore order").
+// Capture and apply of one vCPU's KVM state, in the order Firecracker
+// established as safe (docs/snapshot-format.md, "Restore order"). The state
+// is a plain struct of the snapshot format (snapshot::VcpuState); reading and
+// writing it through KVM is the VMM's.
 //
 // Contracts:
 // - Call from the vCPU's own thread while it is not in KVM_RUN (the monitor's
@@ -24,7 +26,7 @@
 #include "vmm/kvm/kvm.h"
 #include "vmm/kvm/vcpu_fd.h"
 
-namespace kubicle::snapshot {
+namespace kubicle::vmm::kvm {
 
 inline constexpr uint32_t kMsrIa32Tsc = 0x10;
 inline constexpr uint32_t kMsrIa32TscDeadline = 0x6e0;
@@ -32,17 +34,17 @@ inline constexpr uint32_t kMsrIa32TscDeadline = 0x6e0;
 // The MSRs of Kvm::MsrIndexList that KVM_GET_MSRS can read on this vCPU, in
 // KVM's order. Compute once per VM and pass to CaptureVcpu (each unreadable
 // MSR costs one extra ioctl to discover).
-Result<std::vector<uint32_t>> ReadableMsrs(const vmm::kvm::Kvm& kvm, const vmm::kvm::VcpuFd& vcpu);
+Result<std::vector<uint32_t>> ReadableMsrs(const Kvm& kvm, const VcpuFd& vcpu);
 
 // KVM_RUN with immediate_exit set: completes a pending I/O or MMIO exit
 // without executing guest instructions. Returns OK once KVM reports EINTR.
-Status CompletePendingExit(vmm::kvm::VcpuFd& vcpu);
+Status CompletePendingExit(VcpuFd& vcpu);
 
-Result<VcpuState> CaptureVcpu(const vmm::kvm::VcpuFd& vcpu, std::span<const uint32_t> msrs);
+Result<snapshot::VcpuState> CaptureVcpu(const VcpuFd& vcpu, std::span<const uint32_t> msrs);
 // Convenience: ReadableMsrs + CaptureVcpu.
-Result<VcpuState> CaptureVcpu(const vmm::kvm::Kvm& kvm, const vmm::kvm::VcpuFd& vcpu);
+Result<snapshot::VcpuState> CaptureVcpu(const Kvm& kvm, const VcpuFd& vcpu);
 
-Status ApplyVcpu(const vmm::kvm::VcpuFd& vcpu, const VcpuState& state);
+Status ApplyVcpu(const VcpuFd& vcpu, const snapshot::VcpuState& state);
 
 // If the TSC-deadline MSR is 0 (timer disarmed at the instant of capture,
 // often with its interrupt still in flight), stores the captured TSC there
@@ -50,4 +52,4 @@ Status ApplyVcpu(const vmm::kvm::VcpuFd& vcpu, const VcpuState& state);
 // deadline MSR last, the order ApplyVcpu needs. Pure; exposed for tests.
 void FixTscDeadline(std::vector<kvm_msr_entry>& msrs);
 
-}  // namespace kubicle::snapshot
+}  // namespace kubicle::vmm::kvm

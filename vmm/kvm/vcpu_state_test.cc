@@ -1,10 +1,10 @@
-#include "snapshot/vcpu_state.h"
+#include "vmm/kvm/vcpu_state.h"
 
 #include <gtest/gtest.h>
 
-#include "snapshot/vm_state.h"
+#include "vmm/kvm/vm_state.h"
 
-namespace kubicle::snapshot {
+namespace kubicle::vmm::kvm {
 namespace {
 
 TEST(FixTscDeadlineTest, ZeroDeadlineTakesTheTscAndMovesLast) {
@@ -33,4 +33,4 @@ TEST(AdvancedClockTest, AddsElapsedWallTimeButNeverGoesBack) {
 }
 
 }  // namespace
-}  // namespace kubicle::snapshot
+}  // namespace kubicle::vmm::kvm

@@ -1,8 +1,8 @@
-#include "snapshot/vm_state.h"
+#include "vmm/kvm/vm_state.h"
 
 #include <time.h>
 
-namespace kubicle::snapshot {
+namespace kubicle::vmm::kvm {
 
 uint64_t HostRealtimeNs() {
   timespec ts{};
@@ -15,8 +15,8 @@ uint64_t AdvancedClock(uint64_t clock_ns, uint64_t captured_realtime_ns, uint64_
   return clock_ns + (now_realtime_ns - captured_realtime_ns);
 }
 
-Result<VmState> CaptureVm(const vmm::kvm::VmFd& vm) {
-  VmState s;
+Result<snapshot::VmState> CaptureVm(const VmFd& vm) {
+  snapshot::VmState s;
   ASSIGN_OR_RETURN(s.pic_master, vm.GetIrqchip(KVM_IRQCHIP_PIC_MASTER));
   ASSIGN_OR_RETURN(s.pic_slave, vm.GetIrqchip(KVM_IRQCHIP_PIC_SLAVE));
   ASSIGN_OR_RETURN(s.ioapic, vm.GetIrqchip(KVM_IRQCHIP_IOAPIC));
@@ -28,7 +28,7 @@ Result<VmState> CaptureVm(const vmm::kvm::VmFd& vm) {
   return s;
 }
 
-Status ApplyVm(const vmm::kvm::VmFd& vm, const VmState& s, ClockPolicy policy) {
+Status ApplyVm(const VmFd& vm, const snapshot::VmState& s, ClockPolicy policy) {
   RETURN_IF_ERROR(vm.SetIrqchip(s.pic_master));
   RETURN_IF_ERROR(vm.SetIrqchip(s.pic_slave));
   RETURN_IF_ERROR(vm.SetIrqchip(s.ioapic));
@@ -47,4 +47,4 @@ Status ApplyVm(const vmm::kvm::VmFd& vm, const VmState& s, ClockPolicy policy) {
   return vm.SetClock(clock);
 }
 
-}  // namespace kubicle::snapshot
+}  // namespace kubicle::vmm::kvm

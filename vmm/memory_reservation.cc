@@ -1,4 +1,4 @@
-#include "snapshot/memory_reservation.h"
+#include "vmm/memory_reservation.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -8,21 +8,23 @@
 #include "common/unique_fd.h"
 #include "snapshot/memory_file.h"
 
-namespace kubicle::snapshot {
+namespace kubicle::vmm {
 namespace {
 
-std::vector<vmm::GuestMemory::Range> GuestRanges(const std::vector<MemoryRange>& ranges) {
-  std::vector<vmm::GuestMemory::Range> out;
-  for (const MemoryRange& r : ranges) out.push_back({r.guest_base, r.size});
+std::vector<GuestMemory::Range> GuestRanges(
+    const std::vector<snapshot::MemoryRange>& ranges) {
+  std::vector<GuestMemory::Range> out;
+  for (const snapshot::MemoryRange& r : ranges) out.push_back({r.guest_base, r.size});
   return out;
 }
 
 }  // namespace
 
-Result<MemoryReservation> MemoryReservation::Create(const std::vector<MemoryRange>& ranges) {
+Result<MemoryReservation> MemoryReservation::Create(
+    const std::vector<snapshot::MemoryRange>& ranges) {
   if (ranges.empty()) return Status::InvalidArgument("no memory ranges to reserve");
   MemoryReservation r;
-  for (const MemoryRange& range : ranges) {
+  for (const snapshot::MemoryRange& range : ranges) {
     void* p = ::mmap(nullptr, range.size, PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) return Status::FromErrno("reserve guest memory");
@@ -57,7 +59,7 @@ void MemoryReservation::Release() {
   ranges_.clear();
 }
 
-Status MemoryReservation::RegisterWith(const vmm::kvm::VmFd& vm) const {
+Status MemoryReservation::RegisterWith(const kvm::VmFd& vm) const {
   for (size_t i = 0; i < ranges_.size(); ++i) {
     RETURN_IF_ERROR(vm.SetUserMemoryRegion(static_cast<uint32_t>(i), ranges_[i].guest_base,
                                            ranges_[i].size, hosts_[i]));
@@ -65,8 +67,8 @@ Status MemoryReservation::RegisterWith(const vmm::kvm::VmFd& vm) const {
   return Status::Ok();
 }
 
-Result<std::unique_ptr<vmm::GuestMemory>> MemoryReservation::MapFile(
-    const std::string& path, const std::vector<MemoryRange>& ranges) {
+Result<std::unique_ptr<GuestMemory>> MemoryReservation::MapFile(
+    const std::string& path, const std::vector<snapshot::MemoryRange>& ranges) {
   if (hosts_.empty()) return Status::FailedPrecondition("memory reservation already consumed");
   if (ranges != ranges_) {
     return Status::InvalidArgument("snapshot memory ranges differ from the reserved ones");
@@ -76,8 +78,8 @@ Result<std::unique_ptr<vmm::GuestMemory>> MemoryReservation::MapFile(
   struct stat st{};
   if (::fstat(fd.get(), &st) < 0) return Status::FromErrno("stat memory file " + path);
   uint64_t total = 0;
-  for (const MemoryRange& r : ranges) total += r.size;
-  RETURN_IF_ERROR(CheckMemoryFileSize(path, static_cast<uint64_t>(st.st_size), total));
+  for (const snapshot::MemoryRange& r : ranges) total += r.size;
+  RETURN_IF_ERROR(snapshot::CheckMemoryFileSize(path, static_cast<uint64_t>(st.st_size), total));
   // MAP_FIXED replaces the reserved pages in place. On a failure part way,
   // the ranges already replaced get fresh anonymous memory back, so the
   // reservation stays whole and still owned here.
@@ -100,17 +102,17 @@ Result<std::unique_ptr<vmm::GuestMemory>> MemoryReservation::MapFile(
   hosts_.clear();  // the GuestMemory owns the addresses now
   auto ranges_copy = GuestRanges(ranges_);
   ranges_.clear();
-  return vmm::GuestMemory::FromMappings(ranges_copy, std::move(maps));
+  return GuestMemory::FromMappings(ranges_copy, std::move(maps));
 }
 
-Result<std::unique_ptr<vmm::GuestMemory>> MemoryReservation::IntoAnonymous() {
+Result<std::unique_ptr<GuestMemory>> MemoryReservation::IntoAnonymous() {
   if (hosts_.empty()) return Status::FailedPrecondition("memory reservation already consumed");
   std::vector<MmapRegion> maps;
   for (size_t i = 0; i < hosts_.size(); ++i) maps.push_back(MmapRegion::Adopt(hosts_[i], ranges_[i].size));
   auto ranges = GuestRanges(ranges_);
   hosts_.clear();
   ranges_.clear();
-  return vmm::GuestMemory::FromMappings(ranges, std::move(maps));
+  return GuestMemory::FromMappings(ranges, std::move(maps));
 }
 
-}  // namespace kubicle::snapshot
+}  // namespace kubicle::vmm

@@ -8,20 +8,36 @@
 #include <chrono>
 #include <cstring>
 
-#include "snapshot/memory_reservation.h"
 #include "snapshot/snapshot_dir.h"
 #include "snapshot/testing/temp_dir.h"
-#include "snapshot/vcpu_state.h"
-#include "snapshot/vm_state.h"
 #include "vmm/arch/x86_64/boot.h"
 #include "vmm/arch/x86_64/layout.h"
 #include "vmm/arch/x86_64/test_images.h"
+#include "vmm/kvm/vcpu_state.h"
+#include "vmm/kvm/vm_state.h"
+#include "vmm/memory_reservation.h"
 
-namespace kubicle::snapshot {
+namespace kubicle::vmm {
 namespace {
 
-using namespace vmm;  // NOLINT
-using vmm::arch::kMiB;
+using namespace snapshot;  // NOLINT: the state structs and the snapshot directory
+using namespace kvm;       // NOLINT: capture and apply
+using arch::kMiB;
+
+std::vector<MemoryRegion> View(const GuestMemory& mem) {
+  std::vector<MemoryRegion> out;
+  for (const GuestRegion& r : mem.regions()) out.push_back({r.guest_base, r.size, r.host});
+  return out;
+}
+
+// The snapshot's memory file mapped as guest memory (what Vm::Restore does
+// over a reservation, here with plain mappings).
+Result<std::unique_ptr<GuestMemory>> MapMemory(const SnapshotDir& snap) {
+  ASSIGN_OR_RETURN(std::vector<MmapRegion> maps, snap.MapMemory());
+  std::vector<GuestMemory::Range> ranges;
+  for (const MemoryRange& r : snap.state().config.memory) ranges.push_back({r.guest_base, r.size});
+  return GuestMemory::FromMappings(ranges, std::move(maps));
+}
 
 constexpr uint64_t kGuestEntry = 0x1000000;  // 16 MiB
 constexpr uint64_t kCounterAddr = 0x3000000;
@@ -230,8 +246,8 @@ TEST_F(CaptureKvmTest, RestoresFromASnapshotDirectoryManyTimes) {
   s.config.mem_bytes = 64 * kMiB;
   s.config.vcpus = 2;
   s.config.memory = {{0, 64 * kMiB}};
-  testing::TempDir dir;
-  Result<SnapshotMeta> meta = SnapshotDir::Write(dir / "snap", s, {}, *a.mem, {});
+  snapshot::testing::TempDir dir;
+  Result<SnapshotMeta> meta = SnapshotDir::Write(dir / "snap", s, {}, View(*a.mem), {});
   ASSERT_TRUE(meta.ok()) << meta.status().ToString();
 
   std::vector<Machine> clones;
@@ -240,7 +256,7 @@ TEST_F(CaptureKvmTest, RestoresFromASnapshotDirectoryManyTimes) {
     auto t0 = std::chrono::steady_clock::now();
     Result<SnapshotDir> snap = SnapshotDir::Open(dir / "snap");
     ASSERT_TRUE(snap.ok()) << snap.status().ToString();
-    Result<std::unique_ptr<GuestMemory>> mem = snap->MapMemory();
+    Result<std::unique_ptr<GuestMemory>> mem = MapMemory(*snap);
     ASSERT_TRUE(mem.ok()) << mem.status().ToString();
     Result<kvm::VmFd> vm = kvm_->CreateVm();
     ASSERT_TRUE(vm.ok());
@@ -285,8 +301,8 @@ TEST_F(CaptureKvmTest, RestoresIntoAPreRegisteredReservation) {
   s.config.mem_bytes = 64 * kMiB;
   s.config.vcpus = 2;
   s.config.memory = {{0, 64 * kMiB}};
-  testing::TempDir dir;
-  ASSERT_TRUE(SnapshotDir::Write(dir / "snap", s, {}, *a.mem, {}).ok());
+  snapshot::testing::TempDir dir;
+  ASSERT_TRUE(SnapshotDir::Write(dir / "snap", s, {}, View(*a.mem), {}).ok());
 
   for (int clone = 0; clone < 2; ++clone) {
     // Pool time: VM, irqchip, memory slots, vCPUs.
@@ -345,4 +361,4 @@ TEST_F(CaptureKvmTest, ApplyRefusesAnotherVcpusState) {
 }
 
 }  // namespace
-}  // namespace kubicle::snapshot
+}  // namespace kubicle::vmm
