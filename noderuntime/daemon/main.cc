@@ -65,7 +65,9 @@ Result<std::unique_ptr<nodeagent::NodeAgent>> StartAgent(const ServeFlags& f, co
   c.lease_namespace = f.lease_namespace;
   c.lease_duration = std::chrono::seconds(f.lease_duration_seconds);
   c.renew_interval = std::max(std::chrono::seconds(1), c.lease_duration / 4);
-  c.capacity_sandboxes = f.capacity_sandboxes;
+  // Every VM takes at least one vCPU: never advertise more Sandboxes than
+  // the runtime will accept, or the operator places ones that fail "full".
+  c.capacity_sandboxes = std::min<uint64_t>(f.capacity_sandboxes, node.capacity_vcpus);
   c.capacity_mem_mib = node.capacity_mem_mib;
   const bool v6 = f.advertise_address.find(':') != std::string::npos;
   c.endpoint = (v6 ? "[" + f.advertise_address + "]" : f.advertise_address) + ":" + std::to_string(port);
