@@ -16,9 +16,12 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "bench/stats.h"
+#include "common/flag_args.h"
 #include "common/log.h"
 #include "e2e/harness/control_plane.h"
 #include "kube/http_kube_client.h"
@@ -292,12 +295,13 @@ int Run(int singles, const std::vector<int>& batches) {
 int main(int argc, char** argv) {
   int singles = 30;
   std::vector<int> batches = {20, 100};
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--single") && i + 1 < argc) {
-      singles = std::atoi(argv[++i]);
-    } else if (!std::strcmp(argv[i], "--batches") && i + 1 < argc) {
+  std::vector<std::string> args = kubicle::SplitFlagValues(argc, argv);  // --flag V or --flag=V
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--single" && i + 1 < args.size()) {
+      singles = std::atoi(args[++i].c_str());
+    } else if (args[i] == "--batches" && i + 1 < args.size()) {
       batches.clear();
-      for (char* tok = std::strtok(argv[++i], ","); tok; tok = std::strtok(nullptr, ","))
+      for (char* tok = std::strtok(args[++i].data(), ","); tok; tok = std::strtok(nullptr, ","))
         batches.push_back(std::atoi(tok));
     } else {
       std::fprintf(stderr, "usage: kubicle-bench-kube [--single N] [--batches 20,100]\n");

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "bench/stats.h"
+#include "common/flag_args.h"
 #include "noderuntime/cli/node_client.h"
 #include "noderuntime/daemon/daemon_process.h"
 
@@ -205,12 +206,14 @@ void IdleMemory(NodeClient& c, const Options& o) {
 
 int Main(int argc, char** argv) {
   Options o;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    int v = std::atoi(argv[i + 1]);
-    if (!std::strcmp(argv[i], "--samples")) o.samples = std::max(1, v);
-    else if (!std::strcmp(argv[i], "--hold")) o.hold = std::max(1, v);
-    else if (!std::strcmp(argv[i], "--cycle-seconds")) o.cycle_seconds = std::max(1, v);
-    else if (!std::strcmp(argv[i], "--workers")) o.workers = std::max(1, v);
+  const std::vector<std::string> args = SplitFlagValues(argc, argv);  // --flag N or --flag=N
+  for (size_t i = 0; i < args.size(); i += 2) {
+    const std::string flag = i + 1 < args.size() ? args[i] : "";  // no value: usage
+    const int v = flag.empty() ? 0 : std::atoi(args[i + 1].c_str());
+    if (flag == "--samples") o.samples = std::max(1, v);
+    else if (flag == "--hold") o.hold = std::max(1, v);
+    else if (flag == "--cycle-seconds") o.cycle_seconds = std::max(1, v);
+    else if (flag == "--workers") o.workers = std::max(1, v);
     else {
       std::fprintf(stderr, "usage: kubicle-bench-node [--samples N] [--hold N] [--cycle-seconds S] [--workers N]\n");
       return 2;

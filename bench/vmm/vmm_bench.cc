@@ -24,8 +24,10 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "bench/stats.h"
+#include "common/flag_args.h"
 #include "vmm/testing/vm_process.h"
 
 namespace {
@@ -281,11 +283,12 @@ int main(int argc, char** argv) {
   int runs = 20, pings = 1000;
   std::string fork_sizes = "128M,512M,2G";
   std::string only;  // "fork-sizes" or "shutdown": just that part
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--runs")) runs = std::atoi(argv[i + 1]);
-    if (!std::strcmp(argv[i], "--pings")) pings = std::atoi(argv[i + 1]);
-    if (!std::strcmp(argv[i], "--fork-sizes")) fork_sizes = argv[i + 1];
-    if (!std::strcmp(argv[i], "--only")) only = argv[i + 1];
+  const std::vector<std::string> args = kubicle::SplitFlagValues(argc, argv);  // --flag V or --flag=V
+  for (size_t i = 0; i + 1 < args.size(); i += 2) {
+    if (args[i] == "--runs") runs = std::atoi(args[i + 1].c_str());
+    if (args[i] == "--pings") pings = std::atoi(args[i + 1].c_str());
+    if (args[i] == "--fork-sizes") fork_sizes = args[i + 1];
+    if (args[i] == "--only") only = args[i + 1];
   }
   VmProcessOptions o;
   o.vmm_binary = KUBICLE_VMM_BIN;

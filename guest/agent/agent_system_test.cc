@@ -23,6 +23,14 @@ bool HaveCapSysAdmin() {
   return false;
 }
 
+TEST(AgentFlagsTest, ValueFlagsTakeBothForms) {
+  auto p = AgentProcess::Start({"--log-level=error", "--log-level", "warn"});
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_TRUE((*p)->Connect().ok());
+  // A flag without a value takes no "=value": the agent refuses to start.
+  EXPECT_FALSE(AgentProcess::Start({"--no-set-clock=yes"}).ok());
+}
+
 TEST_F(AgentTest, IdentityDescribesThisMachine) {
   auto id = client_->Identity();
   ASSERT_TRUE(id.ok()) << id.status().ToString();

@@ -3,6 +3,8 @@
 //   kubicle-agent [--vsock-port N] [--no-vsock] [--unix PATH] [--log-level L]
 //                 [--no-set-clock] [--no-set-hostname] [--unshare-uts]
 //
+// Value flags also take the --flag=value form (common/flag_args.h).
+//
 // In a guest it listens on vsock port 1024 (any CID). With --unix it also
 // (or, without an explicit --vsock-port, only) listens on a Unix socket, so
 // it can be tested as a plain host process. It runs until SIGTERM/SIGINT.
@@ -17,7 +19,9 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <vector>
 
+#include "common/flag_args.h"
 #include "guest/agent/agent.h"
 #include "guest/agent/agent_log.h"
 #include "guest/agent/pid1.h"
@@ -33,11 +37,12 @@ constexpr const char* kUsage =
 
 bool ParseArgs(int argc, char** argv, agent::AgentOptions* o, bool* unshare_uts) {
   bool explicit_vsock = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
+  const std::vector<std::string> args = kubicle::SplitFlagValues(argc, argv);
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
     auto value = [&](std::string* out) {
-      if (i + 1 >= argc) return false;
-      *out = argv[++i];
+      if (i + 1 >= args.size()) return false;
+      *out = args[++i];
       return true;
     };
     std::string v;

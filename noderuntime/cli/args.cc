@@ -61,4 +61,31 @@ Result<Args> ParseArgs(const std::vector<std::string>& argv,
   return a;
 }
 
+Result<GlobalFlags> ParseGlobalFlags(const std::vector<std::string>& argv) {
+  GlobalFlags g;
+  size_t i = 0;
+  for (; i < argv.size(); ++i) {
+    const std::string& a = argv[i];
+    if (a == "--help" || a == "-h" || a == "help") {
+      g.help = true;
+      continue;
+    }
+    std::string* target = nullptr;
+    std::string name = a.substr(0, a.find('='));
+    if (name == "--server") target = &g.server;
+    if (name == "--token-file") target = &g.token_file;
+    if (!target) break;  // the command
+    if (name.size() < a.size()) {
+      *target = a.substr(name.size() + 1);
+    } else if (i + 1 < argv.size()) {
+      *target = argv[++i];
+    } else {
+      return Status::InvalidArgument(name + " needs a value");
+    }
+    if (target->empty()) return Status::InvalidArgument(name + " needs a value");
+  }
+  g.command = i;
+  return g;
+}
+
 }  // namespace kubicle::noderuntime::cli

@@ -1,5 +1,6 @@
 // A small command-line parser for kubicle-nodectl: flags that take a value
-// (repeatable), boolean flags, positionals, and everything after "--".
+// (repeatable; `--flag V` or `--flag=V`), boolean flags, positionals, and
+// everything after "--".
 #pragma once
 
 #include <map>
@@ -30,5 +31,15 @@ struct Args {
 Result<Args> ParseArgs(const std::vector<std::string>& argv,
                        const std::set<std::string>& value_flags,
                        const std::set<std::string>& bool_flags);
+
+// kubicle-nodectl's own flags, before the command: --server URL and
+// --token-file FILE (each also as --flag=value), --help / -h / help.
+struct GlobalFlags {
+  std::string server;      // "" = not given
+  std::string token_file;  // "" = not given
+  bool help = false;
+  size_t command = 0;      // index of the command in argv (argv.size(): none)
+};
+Result<GlobalFlags> ParseGlobalFlags(const std::vector<std::string>& argv);
 
 }  // namespace kubicle::noderuntime::cli

@@ -26,6 +26,23 @@ TEST(Args, FlagsPositionalsAndRest) {
   EXPECT_EQ(*n->Int("--other", 7, 1, 10), 7);
 }
 
+TEST(Args, GlobalFlagsInBothForms) {
+  auto g = ParseGlobalFlags({"--server", "http://n:7070", "--token-file=/t", "ls", "--server=x"});
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  EXPECT_EQ(g->server, "http://n:7070");
+  EXPECT_EQ(g->token_file, "/t");
+  EXPECT_EQ(g->command, 3u) << "the command's own flags are its own";
+  g = ParseGlobalFlags({"--server=http://a=b", "--token-file", "/t2", "get", "x"});
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(g->server, "http://a=b");
+  EXPECT_EQ(g->token_file, "/t2");
+  EXPECT_EQ(g->command, 3u);
+  EXPECT_TRUE(ParseGlobalFlags({"--help"})->help);
+  EXPECT_EQ(ParseGlobalFlags({})->command, 0u);
+  EXPECT_EQ(ParseGlobalFlags({"--server"}).status().message(), "--server needs a value");
+  EXPECT_EQ(ParseGlobalFlags({"--token-file="}).status().message(), "--token-file needs a value");
+}
+
 TEST(Labels, ParseLabelArgs) {
   auto l = ParseLabelArgs({"a=b,c=d", "e="});
   ASSERT_TRUE(l.ok());

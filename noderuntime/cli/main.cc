@@ -4,12 +4,14 @@
 #include <fstream>
 #include <map>
 
+#include "noderuntime/cli/args.h"
 #include "noderuntime/cli/commands.h"
 
 namespace kubicle::noderuntime::cli {
 namespace {
 
 constexpr char kUsage[] = R"(usage: kubicle-nodectl [--server URL] [--token-file FILE] COMMAND ...
+(every flag also as --flag=value)
 
 Talks to a kubicle-node (docs/node.md). The server defaults to
 $KUBICLE_NODE_URL or http://127.0.0.1:7070; the token is read from
@@ -56,20 +58,20 @@ Result<std::string> ReadToken(const std::string& file) {
 int Main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   const char* env_url = std::getenv("KUBICLE_NODE_URL");
-  std::string server = env_url ? env_url : "http://127.0.0.1:7070";
-  std::string token_file;
-  size_t i = 0;
-  for (; i < args.size(); ++i) {
-    if ((args[i] == "--server" || args[i] == "--token-file") && i + 1 < args.size()) {
-      (args[i] == "--server" ? server : token_file) = args[i + 1];
-      ++i;
-    } else if (args[i] == "--help" || args[i] == "-h" || args[i] == "help") {
-      std::fputs(kUsage, stdout);
-      return kExitOk;
-    } else {
-      break;
-    }
+  auto global = ParseGlobalFlags(args);
+  if (!global.ok()) {
+    std::fprintf(stderr, "kubicle-nodectl: %s\n%s", global.status().message().c_str(), kUsage);
+    return kExitUsage;
   }
+  if (global->help) {
+    std::fputs(kUsage, stdout);
+    return kExitOk;
+  }
+  std::string server = !global->server.empty() ? global->server
+                       : env_url               ? env_url
+                                               : "http://127.0.0.1:7070";
+  const std::string& token_file = global->token_file;
+  const size_t i = global->command;
   if (i >= args.size()) {
     std::fputs(kUsage, stderr);
     return kExitUsage;
