@@ -73,7 +73,8 @@ std::string DiskIndexToJson(const std::vector<DiskIndexEntry>& disks) {
   json out = json::array();
   for (const DiskIndexEntry& d : disks) {
     json layers = json::array();
-    for (const LayerRef& l : d.chain.layers) layers.push_back({{"path", l.path}, {"id", LayerIdHex(l.id)}});
+    for (const LayerRef& l : d.chain.layers)
+      layers.push_back({{"path", l.path}, {"id", LayerIdHex(l.id)}});
     out.push_back({{"slot", d.slot},
                    {"serial", d.serial},
                    {"read_only", d.read_only},
@@ -104,7 +105,8 @@ bool ParseLayerId(const std::string& hex, LayerId* id) {
 
 Result<std::vector<DiskIndexEntry>> ParseDiskIndex(const std::string& text) {
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return Status::DataLoss("disk index is not a JSON object");
+  if (j.is_discarded() || !j.is_object())
+    return Status::DataLoss("disk index is not a JSON object");
   try {
     if (j.at("version").get<int>() != 1)
       return Status::FailedPrecondition("disk index version " + j.at("version").dump() +
@@ -125,7 +127,8 @@ Result<std::vector<DiskIndexEntry>> ParseDiskIndex(const std::string& text) {
         e.chain.layers.push_back(std::move(ref));
       }
       for (const DiskIndexEntry& other : out)
-        if (other.slot == e.slot) return Status::DataLoss("disk index: two disks in slot " + std::to_string(e.slot));
+        if (other.slot == e.slot)
+          return Status::DataLoss("disk index: two disks in slot " + std::to_string(e.slot));
       out.push_back(std::move(e));
     }
     return out;

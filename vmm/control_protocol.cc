@@ -41,8 +41,8 @@ int MaxDepth(std::string_view text) {
 Result<json> ParseObject(std::string_view line, size_t max_bytes, StatusCode code,
                          const std::string& what) {
   if (line.size() > max_bytes)
-    return Status(code, what + " is " + std::to_string(line.size()) + " bytes, above the limit of " +
-                            std::to_string(max_bytes));
+    return Status(code, what + " is " + std::to_string(line.size()) +
+                            " bytes, above the limit of " + std::to_string(max_bytes));
   if (MaxDepth(line) > kMaxDepth)
     return Status(code, what + " is nested deeper than " + std::to_string(kMaxDepth) + " levels");
   json j = json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
@@ -155,7 +155,8 @@ Status CheckString(std::string_view command, std::string_view field, const std::
     return Status::InvalidArgument(std::string(command) + " needs \"" + std::string(field) + "\"");
   if (s.size() > kMaxStringBytes)
     return Status::InvalidArgument(std::string(command) + ": \"" + std::string(field) +
-                                   "\" is longer than " + std::to_string(kMaxStringBytes) + " bytes");
+                                   "\" is longer than " + std::to_string(kMaxStringBytes) +
+                                   " bytes");
   return Status::Ok();
 }
 
@@ -172,13 +173,15 @@ Status Validate(const RestoreRequest& r) {
 }
 
 Status Validate(const ForkRequest& r) {
-  if (r.children.empty()) return Status::InvalidArgument("fork needs \"children\": a non-empty array");
+  if (r.children.empty())
+    return Status::InvalidArgument("fork needs \"children\": a non-empty array");
   if (r.children.size() > kMaxForkChildren)
     return Status::OutOfRange("fork: at most " + std::to_string(kMaxForkChildren) + " children");
   for (const ForkChild& c : r.children) {
     if (c.control.empty()) return Status::InvalidArgument("fork: every child needs \"control\"");
-    for (auto [name, field] : {std::pair{"control", &c.control}, std::pair{"vsock_uds", &c.vsock_uds},
-                               std::pair{"serial", &c.serial}, std::pair{"layer_dir", &c.layer_dir}})
+    for (auto [name, field] :
+         {std::pair{"control", &c.control}, std::pair{"vsock_uds", &c.vsock_uds},
+          std::pair{"serial", &c.serial}, std::pair{"layer_dir", &c.layer_dir}})
       RETURN_IF_ERROR(CheckString("fork", name, *field, false));
     RETURN_IF_ERROR(CheckCid(c.cid, "fork: every child's \"cid\""));
   }
@@ -251,7 +254,8 @@ Result<Request> DecodeFields(std::string_view cmd, const json& j) {
     std::optional<uint64_t> count;
     f.OptU64("count", &count);
     RETURN_IF_ERROR(f.status());
-    if (children->empty()) return Status::InvalidArgument("fork needs \"children\": a non-empty array");
+    if (children->empty())
+      return Status::InvalidArgument("fork needs \"children\": a non-empty array");
     if (count && *count != children->size())
       return Status::InvalidArgument("fork: \"count\" differs from the number of children");
     for (const json& c : *children) {
@@ -302,7 +306,8 @@ Status DecodeStatus(const json& j, VmStatus* s) {
   else return Status::DataLoss("status reply: unknown VM state '" + state.substr(0, 64) + "'");
   if (ranges == nullptr) return Status::Ok();
   for (const json& r : *ranges) {
-    if (!r.is_object()) return Status::DataLoss("status reply: a guest_memory entry is not an object");
+    if (!r.is_object())
+      return Status::DataLoss("status reply: a guest_memory entry is not an object");
     GuestMemoryRange g;
     Fields rf(r, "status reply guest_memory", StatusCode::kDataLoss);
     rf.U64("guest", &g.guest, true);
@@ -354,7 +359,8 @@ std::string Dump(const json& j) {
 Status CheckCid(uint64_t cid, std::string_view what) {
   if (ValidCid(cid)) return Status::Ok();
   return Status::InvalidArgument(std::string(what) + ": guest CIDs are " +
-                                 std::to_string(kMinGuestCid) + ".." + std::to_string(kMaxGuestCid) +
+                                 std::to_string(kMinGuestCid) + ".." +
+                                 std::to_string(kMaxGuestCid) +
                                  " (0-2 are reserved, 2^32-1 is VMADDR_CID_ANY), not " +
                                  std::to_string(cid));
 }
@@ -398,7 +404,8 @@ Result<std::string> EncodeRequest(const Request& request) {
 }
 
 Result<Request> DecodeRequest(std::string_view line) {
-  ASSIGN_OR_RETURN(json j, ParseObject(line, kMaxRequestBytes, StatusCode::kInvalidArgument, "request"));
+  ASSIGN_OR_RETURN(json j,
+                   ParseObject(line, kMaxRequestBytes, StatusCode::kInvalidArgument, "request"));
   auto cmd = j.find("cmd");
   if (cmd == j.end() || !cmd->is_string())
     return Status::InvalidArgument("request has no string field 'cmd'");
@@ -451,7 +458,8 @@ std::string EncodeError(std::string_view text) {
 template <typename Req>
 Result<typename ReplyOf<Req>::type> DecodeReply(std::string_view line) {
   const std::string cmd(CommandName(Request{Req{}}));
-  ASSIGN_OR_RETURN(json j, ParseObject(line, kMaxReplyBytes, StatusCode::kDataLoss, cmd + " reply"));
+  ASSIGN_OR_RETURN(json j,
+                   ParseObject(line, kMaxReplyBytes, StatusCode::kDataLoss, cmd + " reply"));
   auto ok = j.find("ok");
   if (ok == j.end() || !ok->is_boolean())
     return Status::DataLoss(cmd + " reply has no boolean field 'ok'");

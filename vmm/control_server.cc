@@ -23,7 +23,8 @@ Result<std::unique_ptr<ControlServer>> ControlServer::Listen(const std::string& 
   if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) < 0)
     return Status::FromErrno("bind " + path);
   if (::listen(fd, 16) < 0) return Status::FromErrno("listen " + path);
-  std::unique_ptr<ControlServer> server(new ControlServer(path, std::move(listener), loop, std::move(handler)));
+  std::unique_ptr<ControlServer> server(
+      new ControlServer(path, std::move(listener), loop, std::move(handler)));
   ControlServer* raw = server.get();
   RETURN_IF_ERROR(loop->Add(fd, [raw](uint32_t) { raw->Accept(); }));
   return server;

@@ -141,7 +141,8 @@ Status Vm::BuildPooled() {
   ASSIGN_OR_RETURN(MemoryReservation reservation,
                    MemoryReservation::Create(SnapshotRanges(config_.mem_bytes)));
   reservation_ = std::make_unique<MemoryReservation>(std::move(reservation));
-  RETURN_IF_ERROR(BuildBase([this](const kvm::VmFd& vm) { return reservation_->RegisterWith(vm); }));
+  RETURN_IF_ERROR(
+      BuildBase([this](const kvm::VmFd& vm) { return reservation_->RegisterWith(vm); }));
   for (int i = 0; i < config_.vcpus; ++i) {
     ASSIGN_OR_RETURN(kvm::VcpuFd fd, vm_fd_->CreateVcpu(static_cast<uint32_t>(i)));
     pool_vcpus_.push_back(std::move(fd));

@@ -91,7 +91,8 @@ Result<std::unique_ptr<virtio::BlockBackend>> Vm::OpenRestoredDisk(const virtio:
   if (b.read_only) {
     ASSIGN_OR_RETURN(auto raw, virtio::RawFileBackend::Open(b.chain.base_path, true));
     if (raw->size() != b.chain.size)
-      return Status::FailedPrecondition("disk image " + b.chain.base_path + " changed size since the snapshot");
+      return Status::FailedPrecondition("disk image " + b.chain.base_path +
+                                        " changed size since the snapshot");
     backend = std::move(raw);
   } else {
     if (config_.layer_dir.empty())

@@ -112,7 +112,8 @@ Status Vm::CheckSavedDevices(const snapshot::MachineState& s) {
 Status Vm::AttachSavedDevices(const snapshot::MachineState& s) {
   RETURN_IF_ERROR(AttachLegacyDevices());
   if (s.serial) {
-    ASSIGN_OR_RETURN(legacy::SerialState serial, legacy::DecodeSerialState(*s.serial, s.newer_minor));
+    ASSIGN_OR_RETURN(legacy::SerialState serial,
+                     legacy::DecodeSerialState(*s.serial, s.newer_minor));
     serial_->SetState(serial);
   }
   // The host resources devices come back on: this VM's new identity.
@@ -122,8 +123,10 @@ Status Vm::AttachSavedDevices(const snapshot::MachineState& s) {
   host.open_disk = [this](const virtio::BlockState& b) { return OpenRestoredDisk(b); };
   for (const snapshot::VirtioDeviceState& d : s.virtio) {
     if (d.slot != virtio_.size())
-      return Status::DataLoss("snapshot virtio slots are not dense (slot " + std::to_string(d.slot) + ")");
-    ASSIGN_OR_RETURN(virtio::RestoredDevice restored, virtio::RestoreDevice(d, s.newer_minor, host));
+      return Status::DataLoss("snapshot virtio slots are not dense (slot " +
+                              std::to_string(d.slot) + ")");
+    ASSIGN_OR_RETURN(virtio::RestoredDevice restored,
+                     virtio::RestoreDevice(d, s.newer_minor, host));
     RETURN_IF_ERROR(AttachVirtio(std::move(restored.device)));
     RETURN_IF_ERROR(virtio_.back()->RestoreState(restored.transport));
     virtio_.back()->device()->OnRestored();

@@ -213,10 +213,12 @@ Status Block::CheckSaved(std::span<const uint8_t> bytes, bool newer_minor) {
   return DecodeState(bytes, newer_minor).status();
 }
 
-Result<std::unique_ptr<VirtioDevice>> Block::Restore(std::span<const uint8_t> bytes, bool newer_minor,
+Result<std::unique_ptr<VirtioDevice>> Block::Restore(std::span<const uint8_t> bytes,
+                                                     bool newer_minor,
                                                      const DeviceResources& host) {
   ASSIGN_OR_RETURN(BlockState state, DecodeState(bytes, newer_minor));
-  if (!host.open_disk) return Status::FailedPrecondition("the snapshot has a disk and no disk was given");
+  if (!host.open_disk)
+    return Status::FailedPrecondition("the snapshot has a disk and no disk was given");
   ASSIGN_OR_RETURN(std::unique_ptr<BlockBackend> backend, host.open_disk(state));
   return std::unique_ptr<VirtioDevice>(std::make_unique<Block>(std::move(backend), state.serial));
 }

@@ -65,7 +65,8 @@ Result<const PersistOps*> OpsFor(const snapshot::VirtioDeviceState& record) {
   if (ops == nullptr)
     return Status::FailedPrecondition("the snapshot has a device of kind " +
                                       std::to_string(record.kind) + " (slot " +
-                                      std::to_string(record.slot) + ") that this build cannot restore");
+                                      std::to_string(record.slot) +
+                                      ") that this build cannot restore");
   return ops;
 }
 
@@ -77,7 +78,8 @@ const PersistOps* FindPersistOps(uint32_t kind) {
   return nullptr;
 }
 
-std::vector<uint8_t> EncodeRecord(const MmioTransportState& t, std::span<const uint8_t> device_state) {
+std::vector<uint8_t> EncodeRecord(const MmioTransportState& t,
+                                  std::span<const uint8_t> device_state) {
   std::vector<uint8_t> out;
   ByteWriter w(out);
   w.U32(t.status);
@@ -118,7 +120,8 @@ Status DecodeRecord(std::span<const uint8_t> record, bool newer_minor, MmioTrans
 Result<snapshot::VirtioDeviceState> SaveDevice(const MmioTransport& transport, uint32_t slot) {
   const VirtioDevice& device = *transport.device();
   if (device.persist_kind() == 0)
-    return Status::Unimplemented("no snapshot support for virtio device " + std::string(device.name()));
+    return Status::Unimplemented("no snapshot support for virtio device " +
+                                 std::string(device.name()));
   ASSIGN_OR_RETURN(std::vector<uint8_t> own, device.SaveState());
   snapshot::VirtioDeviceState record;
   record.kind = device.persist_kind();
@@ -141,8 +144,8 @@ Result<RestoredDevice> RestoreDevice(const snapshot::VirtioDeviceState& record, 
   ASSIGN_OR_RETURN(const PersistOps* ops, OpsFor(record));
   RestoredDevice out;
   std::vector<uint8_t> own;
-  RETURN_IF_ERROR(
-      DecodeRecord(record.state, newer_minor, &out.transport, &own).WithContext(RecordName(record)));
+  RETURN_IF_ERROR(DecodeRecord(record.state, newer_minor, &out.transport, &own)
+                      .WithContext(RecordName(record)));
   auto device = ops->restore(own, newer_minor, host);
   if (!device.ok()) return device.status().WithContext(RecordName(record));
   out.device = std::move(device).value();

@@ -78,7 +78,7 @@ Result<RestoredDevice> RestoreDevice(const snapshot::VirtioDeviceState& record, 
 inline constexpr size_t kMaxSavedQueues = 64;
 std::vector<uint8_t> EncodeRecord(const MmioTransportState& transport,
                                   std::span<const uint8_t> device_state);
-Status DecodeRecord(std::span<const uint8_t> record, bool newer_minor, MmioTransportState* transport,
-                    std::vector<uint8_t>* device_state);
+Status DecodeRecord(std::span<const uint8_t> record, bool newer_minor,
+                    MmioTransportState* transport, std::vector<uint8_t>* device_state);
 
 }  // namespace kubicle::vmm::devices::virtio

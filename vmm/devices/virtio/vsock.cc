@@ -185,7 +185,8 @@ Status Vsock::CheckSaved(std::span<const uint8_t> bytes, bool newer_minor) {
   return DecodeState(bytes, newer_minor).status();
 }
 
-Result<std::unique_ptr<VirtioDevice>> Vsock::Restore(std::span<const uint8_t> bytes, bool newer_minor,
+Result<std::unique_ptr<VirtioDevice>> Vsock::Restore(std::span<const uint8_t> bytes,
+                                                     bool newer_minor,
                                                      const DeviceResources& host) {
   RETURN_IF_ERROR(CheckSaved(bytes, newer_minor));
   if (host.vsock_uds.empty())
