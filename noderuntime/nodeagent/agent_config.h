@@ -18,6 +18,9 @@ struct AgentConfig {
   uint32_t capacity_sandboxes = 500;
   uint64_t capacity_mem_mib = 0;               // 0: not advertised
   std::string endpoint;                        // data plane "host:port", in status.vm.endpoint
+  // The CA (PEM) that signs the data plane's serving certificate, published
+  // as the Lease annotation kubicle.dev/serving-ca; empty: plain HTTP.
+  std::string serving_ca_pem;
   ImageResolverOptions images;                 // image roots and download cache
   int sandbox_workers = 8;                     // concurrent restores/forks/teardowns
   int template_workers = 2;                    // concurrent image resolutions/bakes

@@ -8,6 +8,8 @@ namespace kubicle::noderuntime::nodeagent {
 kube::Json LeaseHeartbeat::LeaseFor(const AgentConfig& c, kube::TimePoint now) {
   kube::Json annotations = {{"kubicle.dev/capacity-sandboxes", std::to_string(c.capacity_sandboxes)}};
   if (c.capacity_mem_mib > 0) annotations["kubicle.dev/capacity-memory-mib"] = std::to_string(c.capacity_mem_mib);
+  // Clients verify the node's TLS against this, never by skipping checks.
+  if (!c.serving_ca_pem.empty()) annotations["kubicle.dev/serving-ca"] = c.serving_ca_pem;
   return {{"apiVersion", "coordination.k8s.io/v1"},
           {"kind", "Lease"},
           {"metadata", {{"name", "kubicle-node-" + c.node_name},

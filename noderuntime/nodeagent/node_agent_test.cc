@@ -58,6 +58,10 @@ TEST(LeaseHeartbeat, LeaseCarriesHolderDurationAndCapacity) {
   c.capacity_mem_mib = 0;
   EXPECT_FALSE(LeaseHeartbeat::LeaseFor(c, now)["metadata"]["annotations"].contains(
       "kubicle.dev/capacity-memory-mib"));
+  EXPECT_FALSE(l["metadata"]["annotations"].contains("kubicle.dev/serving-ca")) << "plain HTTP";
+  c.serving_ca_pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+  EXPECT_EQ(LeaseHeartbeat::LeaseFor(c, now)["metadata"]["annotations"]["kubicle.dev/serving-ca"],
+            c.serving_ca_pem);
 }
 
 kube::Json Template() {
