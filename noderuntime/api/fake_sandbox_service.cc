@@ -136,8 +136,8 @@ Result<SandboxInfo> FakeSandboxService::AddLocked(SandboxInfo info, const std::s
 
 Result<SandboxInfo> FakeSandboxService::CreateSandbox(const SandboxSpec& spec) {
   ++calls_;
-  if (!create_error.ok()) return create_error;
   std::lock_guard l(mu_);
+  if (!create_error.ok()) return create_error;
   auto t = templates_.find(spec.template_name);
   if (t == templates_.end()) return Status::NotFound("no template " + spec.template_name);
   SandboxInfo info;

@@ -51,8 +51,13 @@ class FakeSandboxService : public SandboxService {
 
   // Set before requests arrive.
   ExecHook exec_hook;
-  // Makes CreateSandbox fail with this status (when not OK).
+  // Makes CreateSandbox fail with this status (when not OK). Set it before
+  // requests arrive, or with SetCreateError while they do.
   Status create_error;
+  void SetCreateError(Status s) {
+    std::lock_guard l(mu_);
+    create_error = std::move(s);
+  }
   size_t read_chunk_bytes = guest::protocol::kMaxChunk;
   uint64_t max_read_file_bytes = guest::client::ClientLimits{}.max_read_file_bytes;
 

@@ -250,6 +250,20 @@ TEST_F(NodeAgentWorld, ResourcesPickAVariantAndCannotShrinkMemory) {
   EXPECT_NE(VmMessage("small").find("cannot shrink"), std::string::npos) << VmMessage("small");
 }
 
+TEST_F(NodeAgentWorld, AStartThatTimesOutIsRetriedThenFailed) {
+  ReadyTemplate();
+  svc_.SetCreateError(Status::DeadlineExceeded("the agent did not answer in time"));
+  CreateSandbox("slow");
+  ASSERT_TRUE(Eventually([&] { return VmState("slow") == "Failed"; }));
+  EXPECT_NE(VmMessage("slow").find("did not answer"), std::string::npos);
+  // One timeout, then the host catches up: the Sandbox runs.
+  svc_.SetCreateError(Status::DeadlineExceeded("slow host"));
+  CreateSandbox("once");
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  svc_.SetCreateError(Status::Ok());
+  ASSERT_TRUE(Eventually([&] { return VmState("once") == "Running"; }));
+}
+
 TEST_F(NodeAgentWorld, StatusWritesRetryThroughAnApiserverOutage) {
   ReadyTemplate();
   StopAgent();

@@ -17,6 +17,7 @@ namespace {
 constexpr auto kWaitTemplate = 200ms;
 constexpr auto kWaitSource = 250ms;
 constexpr auto kWaitBusy = 200ms;
+constexpr int kStartAttempts = 3;
 
 double Since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -240,6 +241,14 @@ void SandboxSync::StartVm(const std::string& key, const Json& obj, const std::st
       return queue_.AddAfter(key, want->fork_source.empty() ? kWaitTemplate : kWaitSource);
     case StatusCode::kAlreadyExists:
       return queue_.AddAfter(key, kWaitBusy);  // a concurrent pass made it: report it next time
+    case StatusCode::kDeadlineExceeded:
+      // A start that timed out on a loaded host (it was torn down) is tried
+      // again with backoff before the Sandbox is failed.
+      if (queue_.Failures(key) < kStartAttempts - 1) {
+        log::Warn("VM start timed out; retrying", {{"sandbox", key}, {"vm", id}, {"error", st.ToString()}});
+        return queue_.AddRateLimited(key);
+      }
+      [[fallthrough]];
     default:
       log::Warn("VM start failed", {{"sandbox", key}, {"vm", id}, {"error", st.ToString()}});
       return Report(key, obj, {"Failed", "", Bounded(st.message()), 0});
