@@ -289,11 +289,17 @@ ApiServer::~ApiServer() { Stop(std::nullopt); }
 Status ApiServer::Start(const std::string& host, int port) {
   if (impl_->admin_token_empty()) return Status::InvalidArgument("the admin token is empty");
   if (impl_->http) return Status::FailedPrecondition("the API server is already started");
+  const ApiServerOptions& o = impl_->options();
+  if (o.tls_cert_pem.empty() != o.tls_key_pem.empty()) {
+    return Status::InvalidArgument("TLS needs both a certificate and its key");
+  }
+  std::optional<HttpTls> tls;
+  if (!o.tls_cert_pem.empty()) tls = HttpTls{o.tls_cert_pem, o.tls_key_pem};
   Impl* impl = impl_.get();
   // Raw pointers: the server's Stop joins its threads before the Impl goes.
   auto http = std::make_unique<HttpServer>(
-      LimitsFrom(impl_->options()), [impl](const RequestHead& h) { return impl->Decide(h); },
-      [impl](const char* reason) { impl->Refused(reason); });
+      LimitsFrom(o), [impl](const RequestHead& h) { return impl->Decide(h); },
+      [impl](const char* reason) { impl->Refused(reason); }, std::move(tls));
   Status st = http->Start(host, port);
   if (!st.ok()) return st;
   impl_->http = std::move(http);

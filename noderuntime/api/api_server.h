@@ -63,6 +63,10 @@ struct ApiServerOptions {
   size_t max_in_flight_tenants = 1024;
   size_t max_in_flight_admin = 256;
   size_t max_in_flight_health = 64;
+  // TLS (both set): the serving certificate chain and its key, PEM. Unset:
+  // plain HTTP.
+  std::string tls_cert_pem;
+  std::string tls_key_pem;
 };
 
 class ApiServer {
@@ -72,8 +76,8 @@ class ApiServer {
   ApiServer(const ApiServer&) = delete;
   ApiServer& operator=(const ApiServer&) = delete;
 
-  // Listens on http://host:port (host an IP address). Unavailable if the
-  // address cannot be bound.
+  // Listens on http(s)://host:port. Unavailable if the address cannot be
+  // bound; InvalidArgument if the TLS certificate or key is bad.
   Status Start(const std::string& host, int port);
   // Stops accepting, then waits for the requests in flight, at most `grace`
   // (forever if unset). True when none is left. The destructor waits forever.

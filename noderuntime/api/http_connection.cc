@@ -9,9 +9,11 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <type_traits>
 
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 
 #include "common/log.h"
 #include "noderuntime/api/http_server_internal.h"
@@ -22,6 +24,7 @@ namespace {
 namespace beast = boost::beast;
 namespace http = beast::http;
 using beast::error_code;
+using TlsStream = beast::ssl_stream<beast::tcp_stream>;
 
 bool IsTimeout(const error_code& ec) { return ec == beast::error::timeout; }
 // A parse error of the peer's making (not EOF or a socket error).
@@ -51,7 +54,11 @@ class Connection final : public ConnBase,
   void Start() {
     core_->Register(this, this->weak_from_this());
     net::dispatch(stream_.get_executor(), [self = this->shared_from_this()] {
-      self->WaitRequest(/*first=*/true);
+      if constexpr (kTls) {
+        self->Handshake();
+      } else {
+        self->WaitRequest(/*first=*/true);
+      }
     });
   }
 
@@ -88,6 +95,8 @@ class Connection final : public ConnBase,
   }
 
  private:
+  static constexpr bool kTls = std::is_same_v<Stream, TlsStream>;
+  void Handshake();
   void WaitRequest(bool first);
   void ReadHeader();
   void OnHeader(error_code ec);
@@ -157,6 +166,22 @@ class Reply final : public Responder {
   std::shared_ptr<Connection<Stream>> c_;
   uint64_t gen_;
 };
+
+// TLS: the handshake is held to the header deadline, like the header that
+// follows it (a client that opens a connection and stalls costs a
+// descriptor for at most that long).
+template <class Stream>
+void Connection<Stream>::Handshake() {
+  SetWaiting(true);
+  Lowest().expires_after(limits_.header_timeout);
+  if constexpr (kTls) {
+    stream_.async_handshake(net::ssl::stream_base::server,
+                            [self = this->shared_from_this()](error_code ec) {
+                              if (ec) return self->Close("tls_handshake");
+                              self->WaitRequest(/*first=*/true);
+                            });
+  }
+}
 
 template <class Stream>
 void Connection<Stream>::WaitRequest(bool first) {
@@ -468,6 +493,12 @@ void Connection<Stream>::Finish() {
   handed_off_ = false;
   admitted_ = Admitted{};
   if (keep_alive_ && !core_->stopping) return WaitRequest(/*first=*/false);
+  if constexpr (kTls) {
+    // close_notify, so the client can tell the end from a cut; bounded.
+    Lowest().expires_after(limits_.linger_timeout);
+    stream_.async_shutdown([self = this->shared_from_this()](error_code) { self->Close(nullptr); });
+    return;
+  }
   error_code ignored;
   Lowest().socket().shutdown(tcp::socket::shutdown_send, ignored);
   Close(nullptr);
@@ -515,6 +546,13 @@ void Connection<Stream>::Close(const char* reason) {
 }  // namespace
 
 void StartConnection(std::shared_ptr<HttpServer::Core> core, tcp::socket socket) {
+  if (core->ssl) {
+    net::ssl::context& ctx = *core->ssl;
+    std::make_shared<Connection<TlsStream>>(std::move(core),
+                                            TlsStream(beast::tcp_stream(std::move(socket)), ctx))
+        ->Start();
+    return;
+  }
   std::make_shared<Connection<beast::tcp_stream>>(std::move(core),
                                                   beast::tcp_stream(std::move(socket)))
       ->Start();

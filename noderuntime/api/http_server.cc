@@ -24,7 +24,32 @@ size_t HttpServer::Core::connections() const {
   return conns_.size();
 }
 
+namespace {
+
+Result<std::unique_ptr<net::ssl::context>> MakeServerContext(const HttpTls& tls) {
+  auto ctx = std::make_unique<net::ssl::context>(net::ssl::context::tls_server);
+  boost::system::error_code ec;
+  ctx->set_options(net::ssl::context::default_workarounds | net::ssl::context::no_sslv2 |
+                       net::ssl::context::no_sslv3 | net::ssl::context::no_tlsv1 |
+                       net::ssl::context::no_tlsv1_1 | net::ssl::context::single_dh_use,
+                   ec);
+  if (!ec) SSL_CTX_set_min_proto_version(ctx->native_handle(), TLS1_2_VERSION);
+  if (!ec) ctx->use_certificate_chain(net::buffer(tls.cert_chain_pem), ec);
+  if (ec) return Status::InvalidArgument("the TLS certificate does not load: " + ec.message());
+  ctx->use_private_key(net::buffer(tls.key_pem), net::ssl::context::pem, ec);
+  if (ec) return Status::InvalidArgument("the TLS private key does not load: " + ec.message());
+  if (SSL_CTX_check_private_key(ctx->native_handle()) != 1) {
+    return Status::InvalidArgument("the TLS private key does not match the certificate");
+  }
+  return ctx;
+}
+
+}  // namespace
+
 Status HttpServer::Core::Listen(const std::string& host, int port) {
+  if (tls_pem) {
+    ASSIGN_OR_RETURN(ssl, MakeServerContext(*tls_pem));
+  }
   boost::system::error_code ec;
   tcp::endpoint ep;
   auto addr = net::ip::make_address(host, ec);
@@ -173,8 +198,9 @@ void HttpServer::Core::Stop() {
   threads_.clear();
 }
 
-HttpServer::HttpServer(HttpLimits limits, Gate gate, EventSink events)
-    : core_(std::make_shared<Core>(limits, std::move(gate), std::move(events))) {}
+HttpServer::HttpServer(HttpLimits limits, Gate gate, EventSink events,
+                       std::optional<HttpTls> tls)
+    : core_(std::make_shared<Core>(limits, std::move(gate), std::move(events), std::move(tls))) {}
 
 HttpServer::~HttpServer() { Stop(); }
 

@@ -23,6 +23,9 @@
 //    reading stops the producer instead of growing the daemon.
 //  - Handlers run on a thread of their own (service calls block), unless
 //    admitted `inline_handler` (cheap, non-blocking: /healthz).
+//  - With HttpTls every connection is TLS (1.2 or later) from its first
+//    byte, the handshake within `header_timeout`; the limits above apply to
+//    what is inside.
 //
 // Start/Stop are not thread-safe with each other.
 #pragma once
@@ -52,6 +55,13 @@ struct HttpLimits {
   std::chrono::milliseconds linger_timeout{1000};
   size_t stream_high_water = 1 << 20;
   int io_threads = 2;
+};
+
+// The serving certificate (PEM: the leaf first, then any intermediates) and
+// its private key.
+struct HttpTls {
+  std::string cert_chain_pem;
+  std::string key_pem;
 };
 
 // A request as the Gate sees it: its header only.
@@ -103,18 +113,21 @@ using Decision = std::variant<Response, Admitted>;
 using Gate = std::function<Decision(const RequestHead& head)>;
 // Refusals and timeouts the server itself decides, by reason
 // ("header_too_large", "body_too_large", "bad_request", "header_timeout",
-// "body_timeout", "write_timeout", "evicted", "connection_limit").
+// "body_timeout", "write_timeout", "evicted", "connection_limit",
+// "tls_handshake").
 using EventSink = std::function<void(const char* reason)>;
 
 class HttpServer {
  public:
-  HttpServer(HttpLimits limits, Gate gate, EventSink events);
+  HttpServer(HttpLimits limits, Gate gate, EventSink events,
+             std::optional<HttpTls> tls = std::nullopt);
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
   // Binds host:port (port 0 picks one: see port()) and starts the I/O
-  // threads. Unavailable if the address cannot be bound.
+  // threads. Unavailable if the address cannot be bound; InvalidArgument if
+  // the TLS certificate or key does not load.
   Status Start(const std::string& host, int port);
   int port() const;
   // Stops accepting and closes every connection that is not answering a

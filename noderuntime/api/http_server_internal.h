@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
 
 #include "noderuntime/api/http_server.h"
 
@@ -53,12 +54,18 @@ class ConnBase {
 
 class HttpServer::Core : public std::enable_shared_from_this<HttpServer::Core> {
  public:
-  Core(HttpLimits l, Gate g, EventSink e)
-      : limits(l), gate(std::move(g)), events(std::move(e)), acceptor_(net::make_strand(ioc)) {}
+  Core(HttpLimits l, Gate g, EventSink e, std::optional<HttpTls> t)
+      : limits(l),
+        gate(std::move(g)),
+        events(std::move(e)),
+        tls_pem(std::move(t)),
+        acceptor_(net::make_strand(ioc)) {}
 
   const HttpLimits limits;
   const Gate gate;
   const EventSink events;
+  const std::optional<HttpTls> tls_pem;
+  std::unique_ptr<net::ssl::context> ssl;  // set by Listen when tls_pem is
   net::io_context ioc;
   std::atomic<bool> stopping{false};
 
@@ -91,7 +98,8 @@ class HttpServer::Core : public std::enable_shared_from_this<HttpServer::Core> {
   std::map<ConnBase*, std::weak_ptr<ConnBase>> conns_;
 };
 
-// Starts serving an accepted plain-TCP connection (http_connection.cc).
+// Starts serving an accepted connection (http_connection.cc): TLS when
+// core->ssl is set, else plain TCP.
 void StartConnection(std::shared_ptr<HttpServer::Core> core, tcp::socket socket);
 
 }  // namespace kubicle::noderuntime::api

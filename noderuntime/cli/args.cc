@@ -74,6 +74,7 @@ Result<GlobalFlags> ParseGlobalFlags(const std::vector<std::string>& argv) {
     std::string name = a.substr(0, a.find('='));
     if (name == "--server") target = &g.server;
     if (name == "--token-file") target = &g.token_file;
+    if (name == "--ca-file") target = &g.ca_file;
     if (!target) break;  // the command
     if (name.size() < a.size()) {
       *target = a.substr(name.size() + 1);

@@ -32,11 +32,13 @@ Result<Args> ParseArgs(const std::vector<std::string>& argv,
                        const std::set<std::string>& value_flags,
                        const std::set<std::string>& bool_flags);
 
-// kubicle-nodectl's own flags, before the command: --server URL and
-// --token-file FILE (each also as --flag=value), --help / -h / help.
+// kubicle-nodectl's own flags, before the command: --server URL,
+// --token-file FILE and --ca-file FILE (each also as --flag=value),
+// --help / -h / help.
 struct GlobalFlags {
   std::string server;      // "" = not given
   std::string token_file;  // "" = not given
+  std::string ca_file;     // "" = not given
   bool help = false;
   size_t command = 0;      // index of the command in argv (argv.size(): none)
 };

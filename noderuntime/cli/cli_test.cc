@@ -41,6 +41,10 @@ TEST(Args, GlobalFlagsInBothForms) {
   EXPECT_EQ(ParseGlobalFlags({})->command, 0u);
   EXPECT_EQ(ParseGlobalFlags({"--server"}).status().message(), "--server needs a value");
   EXPECT_EQ(ParseGlobalFlags({"--token-file="}).status().message(), "--token-file needs a value");
+  g = ParseGlobalFlags({"--ca-file=/ca.pem", "--server", "https://n:7443", "ls"});
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(g->ca_file, "/ca.pem");
+  EXPECT_EQ(g->command, 3u);
 }
 
 TEST(Labels, ParseLabelArgs) {

@@ -10,13 +10,16 @@
 namespace kubicle::noderuntime::cli {
 namespace {
 
-constexpr char kUsage[] = R"(usage: kubicle-nodectl [--server URL] [--token-file FILE] COMMAND ...
+constexpr char kUsage[] = R"(usage: kubicle-nodectl [--server URL] [--token-file FILE] [--ca-file FILE]
+                       COMMAND ...
 (every flag also as --flag=value)
 
 Talks to a kubicle-node (docs/node.md). The server defaults to
 $KUBICLE_NODE_URL or http://127.0.0.1:7070; the token is read from
 --token-file, else $KUBICLE_NODE_TOKEN (the token itself), else
-$KUBICLE_NODE_TOKEN_FILE.
+$KUBICLE_NODE_TOKEN_FILE. For an https:// server, --ca-file (or
+$KUBICLE_NODE_CA_FILE) is the PEM CA the node's certificate must chain to:
+its DIR/tls/ca.crt, or its Lease's kubicle.dev/serving-ca annotation.
 
 commands:
   template put NAME --kernel K [--initrd I] [--cmdline C] [--disk D]...
@@ -103,7 +106,9 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "kubicle-nodectl: no token: pass --token-file or set KUBICLE_NODE_TOKEN\n");
     return kExitUsage;
   }
-  auto client = NodeClient::Create(server, token);
+  const char* env_ca = std::getenv("KUBICLE_NODE_CA_FILE");
+  const std::string ca_file = !global->ca_file.empty() ? global->ca_file : env_ca ? env_ca : "";
+  auto client = NodeClient::Create(server, token, ca_file);
   if (!client.ok()) return Fail("server", client.status());
   int rc = it->second(**client, rest);
   std::fflush(stdout);

@@ -1,7 +1,10 @@
 #include "noderuntime/cli/node_client.h"
 
+#include <boost/asio/ssl.hpp>
 #include <cpprest/containerstream.h>
 #include <cpprest/http_client.h>
+
+#include <fstream>
 
 #include "noderuntime/api/codec.h"
 
@@ -55,11 +58,22 @@ NodeClient::NodeClient(std::string url, std::string token)
 NodeClient::~NodeClient() = default;
 
 Result<std::unique_ptr<NodeClient>> NodeClient::Create(const std::string& url,
-                                                       const std::string& token) {
+                                                       const std::string& token,
+                                                       const std::string& ca_file) {
+  if (!ca_file.empty()) {
+    std::ifstream probe(ca_file);
+    if (!probe) return Status::InvalidArgument("CA file " + ca_file + " cannot be read");
+  }
   try {
     std::unique_ptr<NodeClient> c(new NodeClient(url, token));
     http::client::http_client_config config;
     config.set_timeout(std::chrono::seconds(600));
+    if (!ca_file.empty()) {
+      config.set_ssl_context_callback([ca_file](boost::asio::ssl::context& ctx) {
+        boost::system::error_code ec;
+        ctx.load_verify_file(ca_file, ec);  // a bad file: the handshake fails, as it should
+      });
+    }
     c->http_ = std::make_unique<http::client::http_client>(url, config);
     return c;
   } catch (const std::exception& e) {

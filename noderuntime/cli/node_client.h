@@ -1,8 +1,8 @@
 // NodeClient: a C++ client for kubicle-node's HTTP API (docs/node.md), used
 // by kubicle-nodectl, kubicle-bench-node and the daemon tests.
 //
-// Contracts: never throws; cpprestsdk errors (connection refused, reset)
-// come back as Unavailable, and an API error reply as the Status its HTTP
+// Contracts: never throws; cpprestsdk errors (connection refused, reset, a
+// TLS certificate that does not verify) come back as Unavailable, and an API error reply as the Status its HTTP
 // code stands for, with "HTTP <code> <error.code>: <error.message>".
 // Thread-safe: one client may be used from many threads at once.
 #pragma once
@@ -27,9 +27,15 @@ using nlohmann::json;
 
 class NodeClient {
  public:
-  // `url` like http://127.0.0.1:7070; `token` the admin or a sandbox token.
+  // `url` like http://127.0.0.1:7070 or https://node:7443; `token` the
+  // admin or a sandbox token. `ca_file` (PEM): for https, the CA the node's
+  // serving certificate must chain to (a node's own DIR/tls/ca.crt, or its
+  // Lease's kubicle.dev/serving-ca), besides the system's; the host name or
+  // address in `url` is checked against the certificate too. Verification
+  // is never turned off.
   static Result<std::unique_ptr<NodeClient>> Create(const std::string& url,
-                                                    const std::string& token);
+                                                    const std::string& token,
+                                                    const std::string& ca_file = "");
   ~NodeClient();
 
   // One JSON request; `body` null sends none. Returns the reply's JSON.

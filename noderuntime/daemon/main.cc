@@ -3,14 +3,17 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <thread>
 
 #include "common/log.h"
 #include "noderuntime/api/api_server.h"
+#include "noderuntime/api/serving_cert.h"
 #include "noderuntime/daemon/admin_token.h"
 #include "kube/http_kube_client.h"
 #include "kube/kubeconfig.h"
@@ -55,9 +58,37 @@ Result<kube::RestConfig> ClusterConfig(const ServeFlags& f) {
 }
 
 // The node agent (--node-name): joins the cluster the kubeconfig names.
+std::string HostName() {
+  char host[256] = {};
+  return ::gethostname(host, sizeof(host) - 1) == 0 ? host : "";
+}
+
+// The data plane's TLS (--tls=on): the given pair, or the node's own CA and
+// serving certificate in <state-dir>/tls, made at first start and renewed
+// when the names clients use change.
+Result<std::optional<api::ServingTls>> SetUpTls(const ServeFlags& f) {
+  if (!f.tls) return std::optional<api::ServingTls>();
+  if (!f.tls_cert.empty()) {
+    ASSIGN_OR_RETURN(api::ServingTls t, api::LoadTlsFiles(f.tls_cert, f.tls_key));
+    return std::optional<api::ServingTls>(std::move(t));
+  }
+  std::vector<std::string> hosts = {f.advertise_address};
+  if (f.listen_host != "0.0.0.0" && f.listen_host != "::") hosts.push_back(f.listen_host);
+  for (std::string h : {std::string("localhost"), std::string("127.0.0.1"), std::string("::1"), HostName()}) {
+    hosts.push_back(h);
+  }
+  std::vector<std::string> unique;
+  for (const std::string& h : hosts) {
+    if (!h.empty() && std::find(unique.begin(), unique.end(), h) == unique.end()) unique.push_back(h);
+  }
+  const std::string name = f.node_name.empty() ? HostName() : f.node_name;
+  ASSIGN_OR_RETURN(api::ServingTls t, api::EnsureNodeTls(f.state_dir + "/tls", unique, name));
+  return std::optional<api::ServingTls>(std::move(t));
+}
+
 Result<std::unique_ptr<nodeagent::NodeAgent>> StartAgent(const ServeFlags& f, const NodeConfig& node,
                                                          SandboxService* service, metrics::Registry* registry,
-                                                         int port) {
+                                                         int port, const std::string& serving_ca) {
   ASSIGN_OR_RETURN(kube::RestConfig rest, ClusterConfig(f));
   ASSIGN_OR_RETURN(auto client, kube::HttpKubeClient::Create(rest));
   nodeagent::AgentConfig c;
@@ -71,6 +102,7 @@ Result<std::unique_ptr<nodeagent::NodeAgent>> StartAgent(const ServeFlags& f, co
   c.capacity_mem_mib = node.capacity_mem_mib;
   const bool v6 = f.advertise_address.find(':') != std::string::npos;
   c.endpoint = (v6 ? "[" + f.advertise_address + "]" : f.advertise_address) + ":" + std::to_string(port);
+  c.serving_ca_pem = serving_ca;
   c.images.roots = f.image_roots;
   c.images.cache_dir = f.state_dir + "/image-cache";  // apart from the (read-only) image roots
   std::error_code ec;
@@ -123,7 +155,19 @@ int Serve(const ServeFlags& f) {
     (*manager)->Shutdown(false);
     return kExitSetup;
   }
-  api::ApiServer server(manager->get(), &registry, api::ApiServerOptions{.admin_token = *token});
+  auto tls = SetUpTls(f);
+  if (!tls.ok()) {
+    log::Error("TLS setup failed", {{"error", tls.status().ToString()}});
+    (*manager)->Shutdown(false);
+    return kExitSetup;
+  }
+  api::ApiServerOptions api_options;
+  api_options.admin_token = *token;
+  if (*tls) {
+    api_options.tls_cert_pem = (*tls)->cert_chain_pem;
+    api_options.tls_key_pem = (*tls)->key_pem;
+  }
+  api::ApiServer server(manager->get(), &registry, std::move(api_options));
   Status st = server.Start(host, port);
   if (!st.ok()) {
     log::Error("API listener failed", {{"error", st.ToString()}});
@@ -132,7 +176,8 @@ int Serve(const ServeFlags& f) {
   }
   std::unique_ptr<nodeagent::NodeAgent> agent;
   if (!f.node_name.empty()) {
-    auto a = StartAgent(f, ConfigFrom(f), manager->get(), &registry, port);
+    auto a = StartAgent(f, ConfigFrom(f), manager->get(), &registry, port,
+                        *tls ? (*tls)->ca_pem : std::string());
     if (!a.ok()) {
       log::Error("node agent failed to start", {{"node", f.node_name}, {"error", a.status().ToString()}});
       (void)server.Stop(std::chrono::seconds(1));
@@ -141,9 +186,11 @@ int Serve(const ServeFlags& f) {
     }
     agent = std::move(*a);
   }
-  std::printf("listening on http://%s:%d\n", host.c_str(), port);
+  const char* scheme = *tls ? "https" : "http";
+  std::printf("listening on %s://%s:%d\n", scheme, host.c_str(), port);
   std::fflush(stdout);
   log::Info("kubicle-node serving", {{"address", host + ":" + std::to_string(port)},
+                                     {"scheme", scheme},
                                      {"state_dir", f.state_dir},
                                      {"token_file", f.token_file}});
   int sig = 0;

@@ -2,6 +2,7 @@
 // directory with the test-guest template, driven over HTTP.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -10,6 +11,7 @@
 
 #include "noderuntime/cli/node_client.h"
 #include "noderuntime/daemon/daemon_process.h"
+#include "noderuntime/node_util.h"
 #include "noderuntime/vmm_process.h"
 
 namespace kubicle::noderuntime::daemon {
@@ -60,8 +62,11 @@ class NodeDaemonTest : public ::testing::Test {
     std::string token;
     tf >> token;
     ASSERT_FALSE(token.empty());
-    auto c = NodeClient::Create(daemon_->url(), token);
-    ASSERT_TRUE(c.ok());
+    token_ = token;
+    // Over TLS the client verifies the node against the CA it made.
+    ca_file_ = daemon_->url().rfind("https://", 0) == 0 ? dir_ + "/state/tls/ca.crt" : "";
+    auto c = NodeClient::Create(daemon_->url(), token, ca_file_);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
     client_ = std::move(*c);
   }
 
@@ -88,6 +93,8 @@ class NodeDaemonTest : public ::testing::Test {
   std::string dir_;
   std::unique_ptr<DaemonProcess> daemon_;
   std::unique_ptr<NodeClient> client_;
+  std::string token_;
+  std::string ca_file_;
 };
 
 TEST_F(NodeDaemonTest, CreateExecFilesDeleteOverHttpAndMetricsParse) {
@@ -184,6 +191,44 @@ TEST_F(NodeDaemonTest, Kill9WithTwentySandboxesThenRestartReadoptsAll) {
   ASSERT_TRUE(swept.ok()) << swept.status().ToString();
   EXPECT_EQ((*swept)["deleted"].size(), static_cast<size_t>(kCount));
   EXPECT_EQ((*client_->Call("GET", "/v1/sandboxes"))["items"].size(), 0u);
+}
+
+// --tls=on: the node makes its CA and serving certificate at first start,
+// serves only TLS, and keeps the CA across restarts (clients trust it).
+TEST_F(NodeDaemonTest, TlsWithTheNodesOwnCaVerifiedByClients) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon({"--tls=on", "--stop-vms-on-exit"}));
+  ASSERT_EQ(daemon_->url().rfind("https://127.0.0.1:", 0), 0u) << daemon_->url();
+  struct stat st {};
+  ASSERT_EQ(::stat((dir_ + "/state/tls").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
+  ASSERT_EQ(::stat((dir_ + "/state/tls/ca.key").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  ASSERT_NO_FATAL_FAILURE(BakeTestGuest());
+  auto s = client_->Call("POST", "/v1/sandboxes", {{"template", "tg"}, {"id", "t1"}});
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(Exec("t1", {"echo", "over", "tls"})["stdout"], "over tls\n");
+  std::string streamed;
+  auto exit = client_->ExecStream("t1", {{"argv", {"echo", "streamed"}}},
+                                  [&](const std::string&, const std::string& d) { streamed += d; });
+  ASSERT_TRUE(exit.ok()) << exit.status().ToString();
+  EXPECT_EQ(streamed, "streamed\n");
+  ASSERT_TRUE(client_->PutFile("t1", "/f", "tls file", 0644).ok());
+  EXPECT_EQ(*client_->GetFile("t1", "/f"), "tls file");
+  // Without the node's CA the client refuses the node.
+  auto unverified = NodeClient::Create(daemon_->url(), token_);
+  EXPECT_EQ((*unverified)->Call("GET", "/healthz").status().code(), StatusCode::kUnavailable);
+  // Plain HTTP on the TLS port is no way in.
+  std::string plain = daemon_->url();
+  plain.replace(0, 5, "http");
+  auto http_client = NodeClient::Create(plain, token_);
+  EXPECT_FALSE((*http_client)->Call("GET", "/v1/sandboxes").ok());
+  // A restart keeps the CA: the same client file still verifies.
+  std::string ca_before = *ReadFileToString(ca_file_);
+  daemon_->Signal(SIGTERM);
+  ASSERT_EQ(daemon_->Wait(30s), std::optional<int>(0));
+  ASSERT_NO_FATAL_FAILURE(StartDaemon({"--tls=on", "--stop-vms-on-exit"}));
+  EXPECT_EQ(*ReadFileToString(ca_file_), ca_before);
+  EXPECT_TRUE(client_->Call("GET", "/healthz").ok());
 }
 
 TEST_F(NodeDaemonTest, StopVmsOnExitLeavesNothingRunning) {

@@ -18,7 +18,7 @@ Value flags are written "--flag VALUE" or "--flag=VALUE".
   --vmm PATH             the kubicle-vmm binary (default: kubicle-vmm in the
                          directory of this binary)
   --listen HOST:PORT     API address (default 127.0.0.1:7070; port 0 picks one,
-                         printed on stdout as "listening on http://HOST:PORT")
+                         printed on stdout as "listening on http(s)://HOST:PORT")
   --advertise-address HOST
                          host clients use to reach the API (default: the
                          listen host, or this host's name when that is
@@ -38,6 +38,14 @@ Value flags are written "--flag VALUE" or "--flag=VALUE".
   --log-format FORMAT    text or json log lines on stderr (default text)
   --log-json             same as --log-format=json
   --log-level LEVEL      debug, info, warn, error (default info)
+  --tls on|off           serve the API over TLS (default off for now): the
+                         node's own CA and serving certificate, made in
+                         DIR/tls at first start (clients verify with
+                         DIR/tls/ca.crt, which a cluster node publishes on
+                         its Lease), or the pair below
+  --tls-cert FILE        serving certificate chain, PEM (needs --tls=on)
+  --tls-key FILE         its private key, PEM (needs --tls=on)
+  --insecure-http        plain HTTP, only with a loopback --listen address
   --check-flags          check the flags, print "kubicle-node: flags ok" and
                          exit 0 (1 with the error when they are wrong)
   --help                 this text
@@ -103,6 +111,27 @@ bool IsDns1123Subdomain(std::string_view s) {
 }
 
 bool IsWildcardHost(const std::string& host) { return host == "0.0.0.0" || host == "::"; }
+
+bool IsLoopbackHost(const std::string& host) {
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+Status ValidateTls(const std::set<std::string>& given, const ServeFlags& f) {
+  if (given.count("--tls-cert") != given.count("--tls-key")) {
+    return Status::InvalidArgument("--tls-cert and --tls-key go together");
+  }
+  if (!f.tls && given.count("--tls-cert")) {
+    return Status::InvalidArgument("--tls-cert and --tls-key need --tls=on");
+  }
+  if (f.insecure_http && f.tls) {
+    return Status::InvalidArgument("--insecure-http and --tls=on contradict each other");
+  }
+  if (f.insecure_http && !IsLoopbackHost(f.listen_host)) {
+    return Status::InvalidArgument("--insecure-http serves plain HTTP only on a loopback address, "
+                                   "not " + f.listen_host + " (use --tls=on)");
+  }
+  return Status::Ok();
+}
 
 // A hostname or an IP address: no scheme, port or path.
 Status CheckAdvertiseAddress(const std::string& host) {
@@ -170,6 +199,8 @@ bool ApplyBoolFlag(const std::string& name, ServeFlags* f) {
     f->log_format = "json";
   } else if (name == "--check-flags") {
     f->check_flags = true;
+  } else if (name == "--insecure-http") {
+    f->insecure_http = true;
   } else {
     return false;
   }
@@ -217,6 +248,13 @@ Status ApplyValueFlag(const std::string& name, const std::string& v, ServeFlags*
     f->lease_duration_seconds = static_cast<int>(n);
   } else if (name == "--image-root") {
     f->image_roots.push_back(v);
+  } else if (name == "--tls") {
+    if (v != "on" && v != "off") return Status::InvalidArgument("--tls: \"" + v + "\" is not on or off");
+    f->tls = v == "on";
+  } else if (name == "--tls-cert") {
+    f->tls_cert = v;
+  } else if (name == "--tls-key") {
+    f->tls_key = v;
   } else {
     return Status::NotFound(name);
   }
@@ -269,6 +307,7 @@ Status Validate(const std::set<std::string>& given, ServeFlags* f) {
   } else if (given.count("--advertise-address")) {
     RETURN_IF_ERROR(CheckAdvertiseAddress(f->advertise_address));
   }
+  RETURN_IF_ERROR(ValidateTls(given, *f));
   return ValidateNodeAgent(given, f);
 }
 

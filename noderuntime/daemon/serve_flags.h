@@ -35,6 +35,14 @@ struct ServeFlags {
   std::string log_format = "text";  // "text" or "json"
   bool log_json = false;           // always log_format == "json" (--log-json is an alias)
   std::string log_level = "info";
+  // The data plane's TLS (docs/node.md, "TLS"). Off by default for now; on
+  // with --tls=on: the node's own CA and serving certificate in
+  // <state-dir>/tls, or the --tls-cert/--tls-key pair.
+  bool tls = false;
+  std::string tls_cert;
+  std::string tls_key;
+  // --insecure-http: plain HTTP said out loud; only on a loopback listen.
+  bool insecure_http = false;
   // Cluster membership (node agent). Set: the node joins a cluster under this
   // name, a DNS-1123 subdomain. The flags below need it.
   std::string node_name;

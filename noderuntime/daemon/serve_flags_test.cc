@@ -238,9 +238,45 @@ TEST(ServeFlags, UsageNamesEveryFlag) {
         "--capacity-mem", "--capacity-vcpus", "--capacity-sandboxes", "--pool-size",
         "--no-cgroups", "--stop-vms-on-exit", "--log-format", "--log-json", "--log-level",
         "--check-flags", "--help", "--node-name", "--kubeconfig", "--lease-namespace",
-        "--lease-duration-seconds", "--image-root"}) {
+        "--lease-duration-seconds", "--image-root", "--tls", "--tls-cert", "--tls-key",
+        "--insecure-http"}) {
     EXPECT_NE(std::string(kServeUsage).find(std::string("  ") + flag + " "), std::string::npos)
         << flag;
+  }
+}
+
+TEST(ServeFlags, Tls) {
+  auto off = ParseServeFlags({"--state-dir", "/s"});
+  ASSERT_TRUE(off.ok());
+  EXPECT_FALSE(off->tls) << "off by default for now";
+  auto on = ParseServeFlags({"--state-dir", "/s", "--tls=on", "--listen", "0.0.0.0:7443"});
+  ASSERT_TRUE(on.ok()) << on.status().ToString();
+  EXPECT_TRUE(on->tls);
+  auto given = ParseServeFlags({"--state-dir", "/s", "--tls", "on", "--tls-cert", "/c.pem",
+                                "--tls-key=/k.pem"});
+  ASSERT_TRUE(given.ok()) << given.status().ToString();
+  EXPECT_EQ(given->tls_cert, "/c.pem");
+  EXPECT_EQ(given->tls_key, "/k.pem");
+  auto loop = ParseServeFlags({"--state-dir", "/s", "--insecure-http", "--listen", "[::1]:1"});
+  ASSERT_TRUE(loop.ok()) << loop.status().ToString();
+  EXPECT_TRUE(loop->insecure_http);
+  struct {
+    std::vector<std::string> args;
+    const char* needle;
+  } bad[] = {
+      {{"--tls=maybe"}, "on or off"},
+      {{"--tls=on", "--tls-cert", "/c"}, "go together"},
+      {{"--tls-cert", "/c", "--tls-key", "/k"}, "need --tls=on"},
+      {{"--tls=on", "--insecure-http"}, "contradict"},
+      {{"--insecure-http", "--listen", "0.0.0.0:7070"}, "loopback"},
+      {{"--insecure-http=1"}, "takes no value"},
+  };
+  for (auto& b : bad) {
+    std::vector<std::string> args = {"--state-dir", "/s"};
+    args.insert(args.end(), b.args.begin(), b.args.end());
+    auto f = ParseServeFlags(args);
+    ASSERT_FALSE(f.ok()) << b.needle;
+    EXPECT_NE(f.status().message().find(b.needle), std::string::npos) << f.status().message();
   }
 }
 
