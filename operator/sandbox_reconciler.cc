@@ -269,10 +269,9 @@ Status SandboxReconciler::EnsureToken(const SandboxView& sbx, SandboxFacts* fact
     // says. Replacing it then would leave a node holding the old hash.
     auto fresh = ctx_.client->Get(SandboxResource(), ns, sbx.meta.name);
     if (!fresh.ok()) return fresh.status();
-    const Json& recorded = (*fresh)["status"]["tokenSha256"];
-    if ((*fresh)["metadata"].value("uid", "") == sbx.meta.uid && recorded.is_string() &&
-        !recorded.get<std::string>().empty()) {
-      facts->token_sha256 = recorded.get<std::string>();
+    const SandboxView current = SandboxView::Parse(std::move(*fresh));
+    if (current.meta.uid == sbx.meta.uid && !current.status.token_sha256.empty()) {
+      facts->token_sha256 = current.status.token_sha256;
       return Status::Ok();
     }
     Status d = ctx_.client->Delete(kube::SecretResource(), ns, facts->token_secret);
