@@ -227,7 +227,7 @@ operator_pid=$!
 
 say "starting kubicle-node --node-name=$node (state $state, images $images)"
 "$B/noderuntime/daemon/kubicle-node" serve --node-name="$node" --kubeconfig="$KUBECONFIG" \
-  --state-dir="$state" --listen=127.0.0.1:0 --advertise-address=127.0.0.1 \
+  --state-dir="$state" --listen=127.0.0.1:0 --advertise-address=127.0.0.1 --tls=on \
   --vmm="$B/vmm/kubicle-vmm" --image-root="$images" --stop-vms-on-exit >"$logs/node.log" 2>&1 &
 node_pid=$!
 deadline=$((SECONDS + 60))
@@ -240,6 +240,29 @@ until grep -q 'operator running' "$logs/operator.log" && grep -q '^listening on 
 done
 node_url=$(sed -n 's/^listening on //p' "$logs/node.log")
 say "kubicle-operator running; kubicle-node $node serving $node_url, Lease kubicle-node-lease/kubicle-node-$node"
+
+# A node's data plane is https when its Lease publishes the CA of its serving
+# certificate (kubicle.dev/serving-ca): clients verify the node against it.
+# Sets tls_scheme and tls_args (--ca-file FILE, or none for plain http) for
+# node $1, fetching its Lease once.
+declare -A node_ca_file=()
+tls_of() {
+  if [ -z "${node_ca_file[$1]:-}" ]; then
+    local ca=$scratch/serving-ca-$1.pem
+    k get lease -n kubicle-node-lease "kubicle-node-$1" \
+      -o jsonpath='{.metadata.annotations.kubicle\.dev/serving-ca}' >"$ca"
+    if [ -s "$ca" ]; then node_ca_file[$1]=$ca; else node_ca_file[$1]=-; fi
+  fi
+  if [ "${node_ca_file[$1]}" = - ]; then
+    tls_scheme=http tls_args=()
+  else
+    tls_scheme=https tls_args=(--ca-file "${node_ca_file[$1]}")
+  fi
+}
+tls_of "$node"
+[ "$tls_scheme" = https ] || die "$logs/node.log" "kubicle-node --tls=on published no kubicle.dev/serving-ca on its Lease"
+node_tls_args=("${tls_args[@]}")
+say "the node's serving CA is on its Lease (kubicle.dev/serving-ca); kubicle-nodectl verifies the node against it"
 
 alive() {
   kill -0 "$cluster_pid" 2>/dev/null || die "$logs/cluster.log" "the control plane exited"
@@ -298,7 +321,7 @@ say "$count/$count Ready in $((SECONDS - t0)) s"
 
 # --- one command in each Sandbox, through the data plane --------------------
 
-say "running '${command[*]}' in each Sandbox: POST http://<status.vm.endpoint>/v1/sandboxes/k-<uid>/exec"
+say "running '${command[*]}' in each Sandbox: POST https://<status.vm.endpoint>/v1/sandboxes/k-<uid>/exec"
 say "with the Sandbox's own token (Secret status.tokenSecretName, data.token)"
 rows=$(k get sandboxes -l "$sel" -o jsonpath='{range .items[*]}{.metadata.name} {.metadata.uid} {.status.nodeName} {.status.vm.endpoint} {.status.vm.restoreMillis} {.status.tokenSecretName}{"\n"}{end}')
 declare -A tokens=()
@@ -312,9 +335,10 @@ while read -r name uid on endpoint restore secret; do
   [ -n "$name" ] || continue
   b64=${tokens[$secret]:-$(k get secret "$secret" -o jsonpath='{.data.token}')}
   token=$(base64 -d <<<"$b64")
+  tls_of "$on"
   start=$EPOCHREALTIME
-  if out=$(KUBICLE_NODE_TOKEN=$token "$B/noderuntime/cli/kubicle-nodectl" --server "http://$endpoint" \
-             exec "k-$uid" -- "${command[@]}" 2>&1); then rc=0; else rc=$?; fi
+  if out=$(KUBICLE_NODE_TOKEN=$token "$B/noderuntime/cli/kubicle-nodectl" --server "$tls_scheme://$endpoint" \
+             "${tls_args[@]}" exec "k-$uid" -- "${command[@]}" 2>&1); then rc=0; else rc=$?; fi
   end=$EPOCHREALTIME
   exec_ms=$(awk -v a="$start" -v b="$end" 'BEGIN {printf "%.1f", (b - a) * 1000}')
   out=$(tr '\n' ' ' <<<"$out" | sed 's/ *$//')
@@ -348,7 +372,8 @@ say "kubectl get sandboxes -l $sel"
 left=$(k get sandboxes -l "$sel" -o name)
 [ -z "$left" ] || die "$logs/operator.log" "Sandboxes left after the sweep: $left"
 k get sandboxes -l "$sel" 2>&1 | sed 's/^/  /'
-on_node=$(KUBICLE_NODE_TOKEN_FILE=$state/admin-token "$B/noderuntime/cli/kubicle-nodectl" --server "$node_url" ls | tail -n +2)
+on_node=$(KUBICLE_NODE_TOKEN_FILE=$state/admin-token "$B/noderuntime/cli/kubicle-nodectl" --server "$node_url" \
+            "${node_tls_args[@]}" ls | tail -n +2)
 [ -z "$on_node" ] || die "$logs/node.log" "kubicle-node still runs sandboxes: $on_node"
 vmms=$(node_vmms | wc -w)
 pool=$(find "$state/pool" -maxdepth 1 -name 'pool-*.log' | wc -l)
