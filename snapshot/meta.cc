@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/json_number.h"
+
 namespace kubicle::snapshot {
 namespace {
 
@@ -12,7 +14,7 @@ constexpr char kFormatName[] = "kubicle-snapshot";
 json DigestJson(const FileDigest& d) { return {{"size", d.size}, {"sha256", d.sha256}}; }
 
 FileDigest DigestFrom(const json& j) {
-  return {j.at("size").get<uint64_t>(), j.at("sha256").get<std::string>()};
+  return {IntegerFromJson<uint64_t>(j.at("size")), j.at("sha256").get<std::string>()};
 }
 
 }  // namespace
@@ -54,15 +56,15 @@ Result<SnapshotMeta> ParseMeta(const std::string& text) {
     m.template_name = j.at("template").get<std::string>();
     m.kernel = j.at("kernel").get<std::string>();
     m.created_at = j.at("created_at").get<std::string>();
-    m.mem_bytes = j.at("mem_bytes").get<uint64_t>();
-    m.vcpus = j.at("vcpus").get<uint32_t>();
+    m.mem_bytes = IntegerFromJson<uint64_t>(j.at("mem_bytes"));
+    m.vcpus = IntegerFromJson<uint32_t>(j.at("vcpus"));
     const json& files = j.at("files");
     m.state = DigestFrom(files.at("state"));
     m.disk = DigestFrom(files.at("disk"));
     const json& mem = files.at("memory");
-    m.memory.size = mem.at("size").get<uint64_t>();
+    m.memory.size = IntegerFromJson<uint64_t>(mem.at("size"));
     m.memory.sha256 = mem.at("sha256_1m_chunks").get<std::string>();
-    m.memory_data_bytes = mem.at("data_bytes").get<uint64_t>();
+    m.memory_data_bytes = IntegerFromJson<uint64_t>(mem.at("data_bytes"));
     return m;
   } catch (const json::exception& e) {
     return Status::DataLoss(std::string("meta.json: ") + e.what());
@@ -108,17 +110,17 @@ Result<std::vector<DiskIndexEntry>> ParseDiskIndex(const std::string& text) {
   if (j.is_discarded() || !j.is_object())
     return Status::DataLoss("disk index is not a JSON object");
   try {
-    if (j.at("version").get<int>() != 1)
+    if (IntegerFromJson<int>(j.at("version")) != 1)
       return Status::FailedPrecondition("disk index version " + j.at("version").dump() +
                                         " is not supported (this build reads 1)");
     std::vector<DiskIndexEntry> out;
     for (const json& d : j.at("disks")) {
       DiskIndexEntry e;
-      e.slot = d.at("slot").get<uint32_t>();
+      e.slot = IntegerFromJson<uint32_t>(d.at("slot"));
       e.serial = d.at("serial").get<std::string>();
       e.read_only = d.at("read_only").get<bool>();
       e.chain.base_path = d.at("base").get<std::string>();
-      e.chain.size = d.at("size").get<uint64_t>();
+      e.chain.size = IntegerFromJson<uint64_t>(d.at("size"));
       for (const json& l : d.at("layers")) {
         LayerRef ref;
         ref.path = l.at("path").get<std::string>();

@@ -189,6 +189,29 @@ TEST(DiskIndexTest, RoundTripsAndRefusesBadIndexes) {
   EXPECT_FALSE(ParseDiskIndex(DiskIndexToJson(disks)).ok()) << "two disks in one slot";
 }
 
+// A number that is a float, negative or beyond its field is refused, not cast
+// (a cast of 1e104 to uint64_t is undefined; found by fuzz_meta).
+TEST(MetaTest, RefusesNumbersThatAreNotIntegersOfTheirField) {
+  SnapshotMeta m;
+  m.template_name = "t";
+  m.mem_bytes = 16 * kMiB;
+  m.vcpus = 2;
+  const std::string good = MetaToJson(m);
+  ASSERT_TRUE(ParseMeta(good).ok());
+  auto with = [&](const std::string& field, const std::string& value) {
+    std::string text = good;
+    const size_t at = text.find("\"" + field + "\": ");
+    EXPECT_NE(at, std::string::npos) << field;
+    const size_t begin = text.find(": ", at) + 2, end = text.find_first_of(",\n", begin);
+    return text.replace(begin, end - begin, value);
+  };
+  for (const char* value : {"1.5e104", "-1", "16.5", "\"16\"", "true"})
+    EXPECT_FALSE(ParseMeta(with("mem_bytes", value)).ok()) << value;
+  EXPECT_FALSE(ParseMeta(with("vcpus", "4294967296")).ok()) << "beyond uint32";
+  EXPECT_TRUE(ParseMeta(with("vcpus", "4294967295")).ok());
+  EXPECT_FALSE(ParseDiskIndex("{\"version\":1.0e300,\"disks\":[]}").ok());
+}
+
 TEST_F(SnapshotDirTest, MismatchedMemoryFileIsCaughtByTheDigest) {
   std::string a = Write("a");
   Put(4096, 42);

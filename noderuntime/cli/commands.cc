@@ -246,8 +246,8 @@ int CmdExec(NodeClient& c, const Argv& args) {
     return kExitExecError;
   }
   if (r->value("timedOut", false)) return 124;
-  if ((*r)["exitCode"].is_number()) return (*r)["exitCode"].get<int>() & 0xff;
-  if ((*r)["signal"].is_number()) return 128 + (*r)["signal"].get<int>();
+  if ((*r)["exitCode"].is_number_integer()) return (*r)["exitCode"].get<int>() & 0xff;
+  if ((*r)["signal"].is_number_integer()) return 128 + (*r)["signal"].get<int>();
   return kExitExecError;
 }
 

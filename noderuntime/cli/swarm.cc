@@ -68,7 +68,7 @@ void RunMember(NodeClient& c, const json& spec, const json& exec, Member* m) {
     m->status = r.status();
     return;
   }
-  m->exit_code = (*r)["exitCode"].is_number() ? (*r)["exitCode"].get<int>() : -1;
+  m->exit_code = (*r)["exitCode"].is_number_integer() ? (*r)["exitCode"].get<int>() : -1;
   m->output = Summary(*r);
 }
 
