@@ -165,11 +165,6 @@ void RunVsock(Guest& g, FuzzInput& in) {
 }  // namespace
 }  // namespace kubicle::fuzz
 
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  kubicle::fuzz::QuietLogs();
-  return 0;
-}
-
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace kubicle::fuzz;
   static Buffers* buffers = new Buffers;

@@ -68,11 +68,6 @@ void Routes(std::string_view text) {
 }  // namespace
 }  // namespace kubicle::fuzz
 
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  kubicle::fuzz::QuietLogs();
-  return 0;
-}
-
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace kubicle::fuzz;
   const std::string_view text(reinterpret_cast<const char*>(data), size);

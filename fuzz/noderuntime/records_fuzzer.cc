@@ -11,11 +11,6 @@
 #include "fuzz/common/fuzz_input.h"
 #include "noderuntime/records.h"
 
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  kubicle::fuzz::QuietLogs();
-  return 0;
-}
-
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   namespace n = kubicle::noderuntime;
   const std::string text(reinterpret_cast<const char*>(data), size);

@@ -91,11 +91,6 @@ void CheckOpened(const s::LayerFile& l, uint64_t file_size) {
 }  // namespace
 }  // namespace kubicle::fuzz
 
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  kubicle::fuzz::QuietLogs();
-  return 0;
-}
-
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace kubicle::fuzz;
   FuzzInput in(data, size);

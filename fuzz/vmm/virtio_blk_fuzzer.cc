@@ -93,11 +93,6 @@ struct PostedChain {
 }  // namespace
 }  // namespace kubicle::fuzz
 
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  kubicle::fuzz::QuietLogs();
-  return 0;
-}
-
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace kubicle::fuzz;
   GuestMemory& mem = Memory();

@@ -203,12 +203,6 @@ void Send(int fd, FuzzInput& in, uint8_t n) {
 }  // namespace
 }  // namespace kubicle::fuzz
 
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  kubicle::fuzz::QuietLogs();
-  kubicle::fuzz::TheWorld();
-  return 0;
-}
-
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace kubicle::fuzz;
   World& w = TheWorld();
