@@ -33,9 +33,22 @@ int64_t IntAt(const Json& obj, std::initializer_list<std::string_view> path, int
   return IsInt64(v) ? v.get<int64_t>() : def;
 }
 
+double NumAt(const Json& obj, std::initializer_list<std::string_view> path, double def) {
+  const Json& v = At(obj, path);
+  return v.is_number() ? v.get<double>() : def;
+}
+
 bool BoolAt(const Json& obj, std::initializer_list<std::string_view> path, bool def) {
   const Json& v = At(obj, path);
   return v.is_boolean() ? v.get<bool>() : def;
+}
+
+std::string Bounded(std::string s, size_t max) {
+  if (s.size() <= max) return s;
+  size_t cut = max;
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+  s.resize(cut);
+  return s + "...";
 }
 
 }  // namespace kubicle::kube

@@ -7,6 +7,7 @@
 // hostile client must not take a controller down.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <string>
@@ -24,9 +25,14 @@ const Json& At(const Json& obj, std::initializer_list<std::string_view> path);
 std::string StrAt(const Json& obj, std::initializer_list<std::string_view> path);
 // The integer at `path` (a JSON integer that fits int64), else `def`.
 int64_t IntAt(const Json& obj, std::initializer_list<std::string_view> path, int64_t def = 0);
+// The number at `path` (integer or float), else `def`.
+double NumAt(const Json& obj, std::initializer_list<std::string_view> path, double def = 0);
 // The boolean at `path`, else `def`.
 bool BoolAt(const Json& obj, std::initializer_list<std::string_view> path, bool def = false);
 // True when `v` is a JSON integer that fits int64 (unsigned ones may not).
 bool IsInt64(const Json& v);
+// At most `max` bytes of `s`, cut on a UTF-8 boundary and marked "...": a
+// status message or an Event built from a guest's or a node's words.
+std::string Bounded(std::string s, size_t max = 1024);
 
 }  // namespace kubicle::kube

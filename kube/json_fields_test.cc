@@ -30,6 +30,16 @@ TEST(JsonFieldsTest, ReadsPathsAndDefaultsOnEveryWrongShape) {
   EXPECT_EQ(StrAt(Json("text"), {"metadata"}), "");
   EXPECT_EQ(IntAt(Json(), {"a"}, 5), 5);
   EXPECT_EQ(StrAt(Json::array(), {"a"}), "");
+  EXPECT_EQ(NumAt(obj, {"spec", "f"}), 1.5);
+  EXPECT_EQ(NumAt(obj, {"spec", "n"}), 7.0);
+  EXPECT_EQ(NumAt(obj, {"spec", "s"}, -1), -1);
+}
+
+TEST(JsonFieldsTest, BoundedCutsOnAUtf8Boundary) {
+  EXPECT_EQ(Bounded("short", 10), "short");
+  EXPECT_EQ(Bounded("abcdef", 3), "abc...");
+  // "é" is two bytes: a cut inside it steps back before it.
+  EXPECT_EQ(Bounded("ab\xc3\xa9z", 3), "ab...");
 }
 
 }  // namespace

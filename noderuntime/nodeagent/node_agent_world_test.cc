@@ -11,7 +11,7 @@
 #include "kube/fake_kube_client.h"
 #include "noderuntime/api/fake_sandbox_service.h"
 #include "noderuntime/node_util.h"
-#include "noderuntime/nodeagent/json_fields.h"
+#include "kube/json_fields.h"
 #include "noderuntime/nodeagent/node_names.h"
 #include "noderuntime/nodeagent/sandbox_sync.h"
 #include "noderuntime/nodeagent/template_sync.h"
@@ -21,6 +21,8 @@ namespace {
 
 namespace fs = std::filesystem;
 using kube::Json;
+using kube::NumAt;
+using kube::StrAt;
 
 constexpr char kNs[] = "team";
 constexpr char kToken[] = "the-token";

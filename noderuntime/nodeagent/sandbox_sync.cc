@@ -5,10 +5,17 @@
 #include "common/log.h"
 #include "guest/protocol/messages.h"
 #include "kube/time_format.h"
-#include "noderuntime/nodeagent/json_fields.h"
+#include "kube/json_fields.h"
 #include "noderuntime/nodeagent/node_names.h"
 
 namespace kubicle::noderuntime::nodeagent {
+
+using kube::Json;
+using kube::At;
+using kube::Bounded;
+using kube::IntAt;
+using kube::NumAt;
+using kube::StrAt;
 
 using namespace std::chrono_literals;
 
