@@ -1,6 +1,7 @@
 #include "kube/fake_kube_client.h"
 
 #include <chrono>
+#include <cstdint>
 
 #include "kube/label_selector.h"
 #include "kube/time_format.h"
@@ -14,6 +15,37 @@ bool HasFinalizers(const Json& obj) {
 }
 
 bool IsDeleting(const Json& obj) { return obj["metadata"].contains("deletionTimestamp"); }
+
+std::string Base64(const std::string& in) {
+  static constexpr char kAlphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  size_t i = 0;
+  for (; i + 2 < in.size(); i += 3) {
+    uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8) | uint8_t(in[i + 2]);
+    for (int s = 18; s >= 0; s -= 6) out += kAlphabet[(v >> s) & 63];
+  }
+  if (i + 1 == in.size()) {
+    uint32_t v = uint8_t(in[i]) << 16;
+    out += {kAlphabet[(v >> 18) & 63], kAlphabet[(v >> 12) & 63], '=', '='};
+  } else if (i + 2 == in.size()) {
+    uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8);
+    out += {kAlphabet[(v >> 18) & 63], kAlphabet[(v >> 12) & 63], kAlphabet[(v >> 6) & 63], '='};
+  }
+  return out;
+}
+
+// As the apiserver stores a Secret: stringData is write-only, folded into
+// data (base64) over any key of the same name.
+void FoldStringData(const Resource& r, Json* obj) {
+  if (!r.group.empty() || r.plural != "secrets" || !obj->contains("stringData")) return;
+  const Json sd = (*obj)["stringData"];
+  obj->erase("stringData");
+  if (!sd.is_object()) return;
+  for (const auto& [k, v] : sd.items()) {
+    if (v.is_string()) (*obj)["data"][k] = Base64(v.get<std::string>());
+  }
+}
 
 Json WithoutStatusAndMeta(const Json& obj) {
   Json j = obj;
@@ -120,6 +152,7 @@ Result<Json> FakeKubeClient::Create(const Resource& r, std::string_view ns, cons
     return Status::AlreadyExists(r.GroupResource() + " \"" + key.name + "\" already exists");
   }
   if (HasStatusSubresource(r)) obj.erase("status");
+  FoldStringData(r, &obj);
   obj["apiVersion"] = r.ApiVersion();
   obj["kind"] = r.kind;
   if (r.namespaced) md["namespace"] = std::string(ns);

@@ -12,6 +12,7 @@
 #include "kube/clock.h"
 #include "kube/event_recorder.h"
 #include "kube/kube_client.h"
+#include "operator/nodes.h"
 #include "operator/scheduler.h"
 
 namespace kubicle::op {
@@ -56,6 +57,8 @@ struct Context {
   Scheduler* scheduler;
   kube::EventRecorder* events = nullptr;  // optional
   OperatorConfig config;
+  // Shared by every pass: when each node was first seen without a Lease.
+  LeaseAbsence* lease_absence = nullptr;
 
   void Event(const Json& obj, std::string_view type, std::string_view reason,
              std::string_view message) const {

@@ -20,7 +20,7 @@ Controller::Controller(kube::KubeClient* client, const kube::Clock* clock,
       templates_(client, kube::SandboxTemplateResource()),
       leases_(client, kube::LeaseResource(), options_.config.node_lease_namespace,
               std::string(kLabelNode)) {
-  Context ctx{client_, this, clock_, &scheduler_, &events_, options_.config};
+  Context ctx{client_, this, clock_, &scheduler_, &events_, options_.config, &lease_absence_};
   reconcilers_["Sandbox"] = std::make_unique<SandboxReconciler>(ctx);
   reconcilers_["SandboxFork"] = std::make_unique<ForkReconciler>(ctx);
   reconcilers_["SandboxTemplate"] = std::make_unique<TemplateReconciler>(ctx);

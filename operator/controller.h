@@ -65,6 +65,7 @@ class Controller : private ObjectLister {
   const kube::Clock* clock_;
   ControllerOptions options_;
   Scheduler scheduler_;
+  LeaseAbsence lease_absence_;
   kube::EventRecorder events_;
   kube::WorkQueue queue_;
   kube::Informer sandboxes_, forks_, templates_, leases_;

@@ -54,4 +54,30 @@ std::vector<std::string> TemplateReadyNodes(const SandboxTemplateView& tmpl) {
   return out;
 }
 
+kube::TimePoint LeaseAbsence::MissingSince(const std::string& node, kube::TimePoint now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return missing_since_.try_emplace(node, now).first->second;
+}
+
+void LeaseAbsence::Seen(const std::string& node) {
+  std::lock_guard<std::mutex> lock(mu_);
+  missing_since_.erase(node);
+}
+
+NodeStanding StandingOf(const std::string& node, const std::map<std::string, NodeInfo>& nodes,
+                        LeaseAbsence* absence, kube::TimePoint now, kube::Duration grace) {
+  NodeStanding st;
+  auto it = nodes.find(node);
+  if (it != nodes.end()) {
+    absence->Seen(node);
+    st.has_lease = true;
+    st.alive = it->second.alive;
+    st.expired_at = it->second.expires;
+  } else {
+    st.expired_at = absence->MissingSince(node, now);
+  }
+  st.gone_at = st.expired_at + grace;
+  return st;
+}
+
 }  // namespace kubicle::op

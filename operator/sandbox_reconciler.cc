@@ -1,11 +1,13 @@
 #include "operator/sandbox_reconciler.h"
 
+#include <openssl/evp.h>
 #include <openssl/rand.h>
 #include <openssl/sha.h>
 
 #include <cstdio>
 
 #include "common/log.h"
+#include "kube/json_fields.h"
 #include "kube/resource.h"
 #include "kube/time_format.h"
 
@@ -49,7 +51,56 @@ Json WithFinalizer(const ObjectMeta& meta) {
   return finalizers;
 }
 
+// Strict base64 (RFC 4648 with padding), as the apiserver stores Secret data;
+// nullopt for anything else.
+std::optional<std::string> DecodeBase64(const std::string& in) {
+  if (in.size() % 4 != 0) return std::nullopt;
+  std::string out(in.size() / 4 * 3, '\0');
+  const int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                                reinterpret_cast<const unsigned char*>(in.data()),
+                                static_cast<int>(in.size()));
+  if (n < 0) return std::nullopt;
+  size_t pad = 0;
+  if (!in.empty() && in.back() == '=') pad = in.size() >= 2 && in[in.size() - 2] == '=' ? 2 : 1;
+  out.resize(static_cast<size_t>(n) - pad);  // EVP_DecodeBlock counts padding as zero bytes
+  return out;
+}
+
 }  // namespace
+
+TokenSecretCheck CheckTokenSecret(const Json& secret, const std::string& sandbox_name,
+                                  const std::string& sandbox_uid) {
+  const std::string name = Name(secret);
+  TokenSecretCheck c;
+  if (IsControlledBy(secret, sandbox_uid)) {
+    auto token = DecodeBase64(kube::StrAt(secret, {"data", "token"}));
+    if (token && !token->empty()) {
+      c.token = *token;
+      return c;
+    }
+    c.reason = "TokenSecretInvalid";
+    c.problem = "Secret " + name + " is this Sandbox's but holds no token in data.token; "
+                "delete it and the operator makes a new one";
+    return c;
+  }
+  const Json& refs = kube::At(secret, {"metadata", "ownerReferences"});
+  if (refs.is_array()) {
+    for (const Json& ref : refs) {
+      if (kube::StrAt(ref, {"kind"}) == "Sandbox" && kube::StrAt(ref, {"name"}) == sandbox_name &&
+          kube::BoolAt(ref, {"controller"})) {
+        c.reason = "TokenSecretPendingDeletion";
+        c.problem = "Secret " + name + " belongs to an earlier Sandbox of this name (uid " +
+                    kube::StrAt(ref, {"uid"}) + "); waiting for it to be garbage-collected";
+        return c;
+      }
+    }
+  }
+  c.reason = "TokenSecretConflict";
+  c.problem = "Secret " + name + " already exists and is not owned by this Sandbox; the operator "
+              "never deletes or overwrites a Secret it does not own: delete or rename it, or "
+              "rename the Sandbox";
+  return c;
+}
 
 std::string TokenSecretName(const std::string& sandbox_name) {
   return BoundedName(sandbox_name, "-token");
@@ -73,8 +124,8 @@ Result<Outcome> SandboxReconciler::Reconcile(const std::string& key) {
   // Sandboxes that are already placed or cannot be placed yet.
   RETURN_IF_ERROR(EnsurePlacement(&sbx, &facts));
   RETURN_IF_ERROR(EnsureFinalizer(&sbx));
-  RETURN_IF_ERROR(EnsureToken(sbx, &facts));
   Outcome out;
+  RETURN_IF_ERROR(EnsureToken(sbx, &facts, &out));
   CheckNode(sbx, &facts, &out);
   Json desired = ComputeSandboxStatus(sbx, facts, ctx_.clock->Now());
   ASSIGN_OR_RETURN(bool wrote, WriteStatusIfChanged(ctx_, SandboxResource(), sbx.object, desired));
@@ -87,6 +138,9 @@ Result<Outcome> SandboxReconciler::Reconcile(const std::string& key) {
   // Events last: they are best effort and must not delay what clients wait for.
   if (facts.placed_now) ctx_.Event(sbx.object, "Normal", "Scheduled", "placed on node " + facts.node);
   if (!facts.node_lost.empty() && wrote) ctx_.Event(sbx.object, "Warning", "NodeLost", facts.node_lost);
+  if (!facts.token_problem.empty() && wrote) {
+    ctx_.Event(sbx.object, "Warning", facts.token_problem_reason, facts.token_problem);
+  }
   if (facts.expires) out.RequeueWithin(*facts.expires - ctx_.clock->Now());
   if (facts.node.empty()) out.RequeueWithin(ctx_.config.unschedulable_retry);
   return out;
@@ -100,20 +154,26 @@ void SandboxReconciler::CheckNode(const SandboxView& sbx, SandboxFacts* facts, O
   const std::string& vm = sbx.status.vm_state;
   if (vm == "Failed" || vm == "Terminated") return;  // the node said how it ended
   const kube::TimePoint now = ctx_.clock->Now();
-  auto nodes = NodesFromLeases(ctx_.lister->List(kube::LeaseResource()), now);
-  auto it = nodes.find(facts->node);
-  if (it != nodes.end() && it->second.alive) return;
-  if (it != nodes.end() && now < it->second.expires + ctx_.config.node_gone_grace) {
-    out->RequeueWithin(it->second.expires + ctx_.config.node_gone_grace - now);
+  const NodeStanding st = Standing(facts->node, now);
+  if (st.alive) return;
+  if (now < st.gone_at) {
+    out->RequeueWithin(st.gone_at - now);
     return;
   }
-  facts->node_lost = it == nodes.end()
-                         ? "node " + facts->node + " has no heartbeat Lease: its VM is lost"
+  const std::string grace = " (grace " +
+                            std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
+                                               ctx_.config.node_gone_grace).count()) +
+                            " s): its VM is lost";
+  facts->node_lost = !st.has_lease
+                         ? "node " + facts->node + " has had no heartbeat Lease since " +
+                               kube::FormatTime(st.expired_at) + grace
                          : "node " + facts->node + " has not renewed its Lease since " +
-                               kube::FormatTime(it->second.expires) + " (grace " +
-                               std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
-                                                  ctx_.config.node_gone_grace).count()) +
-                               " s): its VM is lost";
+                               kube::FormatTime(st.expired_at) + grace;
+}
+
+NodeStanding SandboxReconciler::Standing(const std::string& node, kube::TimePoint now) {
+  return StandingOf(node, NodesFromLeases(ctx_.lister->List(kube::LeaseResource()), now),
+                    ctx_.lease_absence, now, ctx_.config.node_gone_grace);
 }
 
 Status SandboxReconciler::EnsureFinalizer(SandboxView* sbx) {
@@ -246,12 +306,10 @@ Status SandboxReconciler::EnsurePlacement(SandboxView* sbx, SandboxFacts* facts)
   return Status::Ok();
 }
 
-Status SandboxReconciler::EnsureToken(const SandboxView& sbx, SandboxFacts* facts) {
+Status SandboxReconciler::EnsureToken(const SandboxView& sbx, SandboxFacts* facts, Outcome* out) {
   facts->token_secret = TokenSecretName(sbx.meta.name);
   facts->token_sha256 = sbx.status.token_sha256;
   if (!facts->token_sha256.empty()) return Status::Ok();
-  // The operator may only create Secrets (never read them): if one exists
-  // whose hash was never recorded, its token is unknown, so replace it.
   ASSIGN_OR_RETURN(std::string token, NewToken());
   Json labels = Json::object();
   for (std::string_view l : {kLabelRun, kLabelAgent}) {
@@ -259,27 +317,43 @@ Status SandboxReconciler::EnsureToken(const SandboxView& sbx, SandboxFacts* fact
   }
   Json secret = {{"metadata", {{"name", facts->token_secret}, {"labels", labels},
                                {"ownerReferences", Json::array({ControllerRef(sbx.object)})}}},
-                 {"type", "kubicle.dev/sandbox-token"},
+                 {"type", std::string(kTokenSecretType)},
                  {"stringData", {{"token", token}}}};
-  const std::string& ns = sbx.meta.ns;
-  auto created = ctx_.client->Create(kube::SecretResource(), ns, secret);
-  if (!created.ok() && kube::IsAlreadyExists(created.status())) {
-    // Usually an earlier pass made it and recorded its hash, and this pass
-    // read a cache that does not show the record yet: the apiserver's copy
-    // says. Replacing it then would leave a node holding the old hash.
-    auto fresh = ctx_.client->Get(SandboxResource(), ns, sbx.meta.name);
-    if (!fresh.ok()) return fresh.status();
-    const SandboxView current = SandboxView::Parse(std::move(*fresh));
-    if (current.meta.uid == sbx.meta.uid && !current.status.token_sha256.empty()) {
-      facts->token_sha256 = current.status.token_sha256;
-      return Status::Ok();
-    }
-    Status d = ctx_.client->Delete(kube::SecretResource(), ns, facts->token_secret);
-    if (!d.ok() && !kube::IsNotFound(d)) return d;
-    created = ctx_.client->Create(kube::SecretResource(), ns, secret);
+  auto created = ctx_.client->Create(kube::SecretResource(), sbx.meta.ns, secret);
+  if (created.ok()) {
+    facts->token_sha256 = Sha256Hex(token);
+    return Status::Ok();
   }
-  if (!created.ok()) return created.status();
-  facts->token_sha256 = Sha256Hex(token);
+  if (!kube::IsAlreadyExists(created.status())) return created.status();
+  return AdoptTokenSecret(sbx, facts, out);
+}
+
+// The name is taken. Either this Sandbox's own Secret whose hash was never
+// recorded (the operator died between the create and the status write, or
+// this pass read a cache that does not show the record yet): its token is
+// read back and its hash recomputed, the same hash any node may already
+// hold. Or a Secret of someone else: never deleted or overwritten; the
+// Sandbox fails saying so, and is looked at again in case it goes (one left
+// by an earlier Sandbox of the same name goes with its owner).
+Status SandboxReconciler::AdoptTokenSecret(const SandboxView& sbx, SandboxFacts* facts, Outcome* out) {
+  const std::string& name = facts->token_secret;
+  auto got = ctx_.client->Get(kube::SecretResource(), sbx.meta.ns, name);
+  if (!got.ok()) {
+    // Gone since the create: the next pass creates it.
+    return kube::IsNotFound(got.status())
+               ? Status::Unavailable("token Secret " + name + " vanished during the pass")
+               : got.status();
+  }
+  const TokenSecretCheck check = CheckTokenSecret(*got, sbx.meta.name, sbx.meta.uid);
+  if (check.problem.empty()) {
+    facts->token_sha256 = Sha256Hex(check.token);
+    log::Info("sandbox token recovered", {{"sandbox", sbx.meta.Key()}, {"secret", name}});
+    return Status::Ok();
+  }
+  facts->token_problem_reason = check.reason;
+  facts->token_problem = check.problem;
+  out->RequeueWithin(check.reason == "TokenSecretPendingDeletion" ? ctx_.config.unschedulable_retry
+                                                                  : std::chrono::seconds(60));
   return Status::Ok();
 }
 
@@ -288,21 +362,18 @@ Result<Outcome> SandboxReconciler::Finalize(const SandboxView& sbx) {
   if (!sbx.meta.HasFinalizer(kFinalizer)) return Outcome{};
   const std::string node = sbx.meta.Label(kLabelNode);
   const kube::TimePoint now = ctx_.clock->Now();
-  auto nodes = NodesFromLeases(ctx_.lister->List(kube::LeaseResource()), now);
-  auto it = nodes.find(node);
   std::string why;
   Outcome out;
   if (node.empty()) {
     why = "NeverScheduled";
   } else if (sbx.status.vm_state == "Terminated") {
     why = "TornDown";
-  } else if (it == nodes.end() ||
-             (!it->second.alive && now >= it->second.expires + ctx_.config.node_gone_grace)) {
-    why = "NodeGone";
-  } else if (!it->second.alive) {
-    out.RequeueWithin(it->second.expires + ctx_.config.node_gone_grace - now);
-  } else {
+  } else if (const NodeStanding st = Standing(node, now); st.alive) {
     out.RequeueWithin(std::chrono::seconds(30));  // the node's status write wakes us sooner
+  } else if (now >= st.gone_at) {
+    why = "NodeGone";  // a missing Lease too, but only after the same grace
+  } else {
+    out.RequeueWithin(st.gone_at - now);
   }
   if (why.empty()) {
     SandboxFacts facts{node, "", "", std::nullopt, false, sbx.status.token_secret_name,

@@ -4,7 +4,9 @@
 //   deleting? -> Finalize (remove the finalizer once the node reports
 //                teardown, or the node is gone past the grace period)
 //   EnsureFinalizer -> ExpireIfDue (delete at expiry) -> EnsurePlacement
-//   (label kubicle.dev/node) -> EnsureToken (owned Secret) -> status
+//   (label kubicle.dev/node) -> EnsureToken (owned Secret; never deletes
+//   one: an owned one whose hash was not recorded is read back, a foreign
+//   one fails the Sandbox) -> status
 // Status is recomputed from the world and written only when it changed. A
 // spec the view cannot read (views.h) is not placed: Scheduled False
 // InvalidSpec names the fields.
@@ -26,9 +28,12 @@ class SandboxReconciler final : public Reconciler {
   Result<Outcome> Finalize(const SandboxView& sbx);
   Status EnsureFinalizer(SandboxView* sbx);
   void CheckNode(const SandboxView& sbx, SandboxFacts* facts, Outcome* out);
+  // The node's Lease (or how long it has been missing) against the grace.
+  NodeStanding Standing(const std::string& node, kube::TimePoint now);
   Result<bool> ExpireIfDue(const SandboxView& sbx, const SandboxFacts& facts);
   Status EnsurePlacement(SandboxView* sbx, SandboxFacts* facts);
-  Status EnsureToken(const SandboxView& sbx, SandboxFacts* facts);
+  Status EnsureToken(const SandboxView& sbx, SandboxFacts* facts, Outcome* out);
+  Status AdoptTokenSecret(const SandboxView& sbx, SandboxFacts* facts, Outcome* out);
   std::map<std::string, NodeLoad> CurrentLoad(std::vector<std::string>* placed_keys);
   // Memory of a Sandbox without spec.resources.memoryMiB: its template's
   // ("ns/name"), memoized in `memo`.
@@ -39,5 +44,16 @@ class SandboxReconciler final : public Reconciler {
 
 // Name of a Sandbox's token Secret.
 std::string TokenSecretName(const std::string& sandbox_name);
+inline constexpr std::string_view kTokenSecretType = "kubicle.dev/sandbox-token";
+
+// Whether an existing Secret named like a Sandbox's token Secret is that
+// Sandbox's (controller ownerReference to its UID) and holds a token. Pure.
+struct TokenSecretCheck {
+  std::string token;    // decoded data.token when usable
+  std::string reason;   // "" when usable; TokenSecretConflict, TokenSecretPendingDeletion, TokenSecretInvalid
+  std::string problem;  // the message for the Ready condition
+};
+TokenSecretCheck CheckTokenSecret(const Json& secret, const std::string& sandbox_name,
+                                  const std::string& sandbox_uid);
 
 }  // namespace kubicle::op

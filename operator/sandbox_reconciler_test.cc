@@ -264,15 +264,156 @@ TEST_F(SandboxReconcilerTest, AStaleCacheDoesNotReplaceARecordedToken) {
   (void)before;
 }
 
-TEST_F(SandboxReconcilerTest, LostTokenSecretIsReplaced) {
-  // A Secret of that name exists but its hash was never recorded.
-  Json secret = {{"metadata", {{"name", "s-token"}}}, {"stringData", {{"token", "old"}}}};
-  ASSERT_TRUE(w.client.Create(kube::SecretResource(), kNs, secret).ok());
+// A token Secret as the apiserver stores it: data base64.
+Json TokenSecret(const std::string& name, const std::string& token_b64, const Json& owner_refs) {
+  Json s = {{"metadata", {{"name", name}}}, {"type", "kubicle.dev/sandbox-token"},
+            {"data", {{"token", token_b64}}}};
+  if (!owner_refs.is_null()) s["metadata"]["ownerReferences"] = owner_refs;
+  return s;
+}
+
+TEST_F(SandboxReconcilerTest, AnOwnedSecretWhoseHashWasNeverRecordedIsReadBack) {
+  // The operator died between creating the Secret and the status write.
   ASSERT_TRUE(w.client.Create(kube::SandboxResource(), kNs, NewSandbox("s", "py")).ok());
+  Json sbx = w.Sandbox("s");
+  // "token-one" in base64; its SHA-256 below.
+  ASSERT_TRUE(w.client.Create(kube::SecretResource(), kNs,
+                              TokenSecret("s-token", "dG9rZW4tb25l",
+                                          Json::array({ControllerRef(sbx)}))).ok());
+  w.client.ClearActions();
   ASSERT_TRUE(Reconcile("s").ok());
-  auto got = w.client.Get(kube::SecretResource(), kNs, "s-token");
-  ASSERT_TRUE(got.ok());
-  EXPECT_NE((*got)["stringData"]["token"], "old");
+  Json s = w.Sandbox("s");
+  EXPECT_EQ(s["status"]["tokenSha256"], "75c5c10f256c75b650c6ffc2e83c6588af02766efd2de28f4de34547006e8d1a");  // sha256("token-one")
+  EXPECT_EQ(s["status"]["phase"], "Scheduled");
+  for (const std::string& a : w.client.Actions()) {
+    EXPECT_EQ(a.find("delete"), std::string::npos) << a;
+  }
+  auto secret = w.client.Get(kube::SecretResource(), kNs, "s-token");
+  ASSERT_TRUE(secret.ok());
+  EXPECT_EQ((*secret)["data"]["token"], "dG9rZW4tb25l") << "the Secret is never replaced";
+}
+
+TEST_F(SandboxReconcilerTest, AForeignSecretFailsTheSandboxAndIsNeverTouched) {
+  Json user = TokenSecret("s-token", "dXNlcg==", nullptr);
+  user["type"] = "Opaque";
+  ASSERT_TRUE(w.client.Create(kube::SecretResource(), kNs, user).ok());
+  ASSERT_TRUE(w.client.Create(kube::SandboxResource(), kNs, NewSandbox("s", "py")).ok());
+  auto out = Reconcile("s");
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  Json s = w.Sandbox("s");
+  EXPECT_EQ(s["status"]["phase"], "Failed");
+  EXPECT_FALSE(s["status"].contains("tokenSha256")) << "no token a node could check";
+  auto ready = FindCondition(s, "Ready");
+  ASSERT_TRUE(ready);
+  EXPECT_EQ(ready->value("reason", ""), "TokenSecretConflict");
+  EXPECT_NE(ready->value("message", "").find("s-token"), std::string::npos);
+  ASSERT_TRUE(out->requeue_after.has_value()) << "looked at again in case the Secret goes";
+  auto secret = w.client.Get(kube::SecretResource(), kNs, "s-token");
+  ASSERT_TRUE(secret.ok());
+  EXPECT_EQ((*secret)["data"]["token"], "dXNlcg==");
+  EXPECT_EQ((*secret)["type"], "Opaque");
+
+  // The user removes it: the next pass makes the Sandbox's own.
+  ASSERT_TRUE(w.client.Delete(kube::SecretResource(), kNs, "s-token").ok());
+  ASSERT_TRUE(Reconcile("s").ok());
+  s = w.Sandbox("s");
+  EXPECT_EQ(s["status"]["phase"], "Scheduled");
+  EXPECT_EQ(s["status"]["tokenSha256"].get<std::string>().size(), 64u);
+  secret = w.client.Get(kube::SecretResource(), kNs, "s-token");
+  ASSERT_TRUE(secret.ok());
+  EXPECT_TRUE(IsControlledBy(*secret, Uid(s)));
+}
+
+TEST_F(SandboxReconcilerTest, ASecretOfAnEarlierSandboxOfTheSameNameIsWaitedFor) {
+  Json ref = {{"apiVersion", "kubicle.dev/v1alpha1"}, {"kind", "Sandbox"}, {"name", "s"},
+              {"uid", "uid-of-the-old-one"}, {"controller", true}};
+  ASSERT_TRUE(w.client.Create(kube::SecretResource(), kNs,
+                              TokenSecret("s-token", "b2xk", Json::array({ref}))).ok());
+  ASSERT_TRUE(w.client.Create(kube::SandboxResource(), kNs, NewSandbox("s", "py")).ok());
+  auto out = Reconcile("s");
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ(FindCondition(w.Sandbox("s"), "Ready")->value("reason", ""), "TokenSecretPendingDeletion");
+  EXPECT_EQ(*out->requeue_after, std::chrono::seconds(5));
+  EXPECT_TRUE(w.client.Get(kube::SecretResource(), kNs, "s-token").ok());
+}
+
+TEST_F(SandboxReconcilerTest, AnOwnedSecretWithoutATokenIsInvalid) {
+  ASSERT_TRUE(w.client.Create(kube::SandboxResource(), kNs, NewSandbox("s", "py")).ok());
+  ASSERT_TRUE(w.client.Create(kube::SecretResource(), kNs,
+                              TokenSecret("s-token", "not base64!",
+                                          Json::array({ControllerRef(w.Sandbox("s"))}))).ok());
+  ASSERT_TRUE(Reconcile("s").ok());
+  EXPECT_EQ(FindCondition(w.Sandbox("s"), "Ready")->value("reason", ""), "TokenSecretInvalid");
+}
+
+TEST(CheckTokenSecret, DecodesPaddedBase64) {
+  Json s = TokenSecret("x-token", "YWI=", Json::array({Json{{"uid", "u"}, {"controller", true}}}));
+  EXPECT_EQ(CheckTokenSecret(s, "x", "u").token, "ab");
+  s["data"]["token"] = "YQ==";
+  EXPECT_EQ(CheckTokenSecret(s, "x", "u").token, "a");
+  s["data"]["token"] = "YWJj";
+  EXPECT_EQ(CheckTokenSecret(s, "x", "u").token, "abc");
+  EXPECT_EQ(CheckTokenSecret(s, "x", "other").reason, "TokenSecretConflict");
+}
+
+// ---- A missing Lease counts as an expired one ------------------------------
+
+TEST_F(SandboxReconcilerTest, ADeletedLeaseHoldsTheFinalizerForTheGrace) {
+  ASSERT_TRUE(w.client.Create(kube::SandboxResource(), kNs, NewSandbox("g", "py")).ok());
+  ASSERT_TRUE(Reconcile("g").ok());
+  w.ReportVm("g", "Running");
+  ASSERT_TRUE(w.client.Delete(kube::SandboxResource(), kNs, "g").ok());
+  ASSERT_TRUE(w.client.Delete(kube::LeaseResource(), testing::kLeaseNs, "kubicle-node-node-a").ok());
+  auto out = Reconcile("g");
+  ASSERT_TRUE(out.ok());
+  EXPECT_TRUE(HasFinalizer(w.Sandbox("g"), kFinalizer)) << "a live VM may still run there";
+  EXPECT_EQ(*out->requeue_after, std::chrono::seconds(120));
+  w.clock.Advance(std::chrono::seconds(119));
+  out = Reconcile("g");
+  ASSERT_TRUE(out.ok());
+  EXPECT_TRUE(HasFinalizer(w.Sandbox("g"), kFinalizer));
+  EXPECT_EQ(*out->requeue_after, std::chrono::seconds(1));
+  w.clock.Advance(std::chrono::seconds(1));
+  ASSERT_TRUE(Reconcile("g").ok());
+  EXPECT_TRUE(kube::IsNotFound(w.client.Get(kube::SandboxResource(), kNs, "g").status()));
+}
+
+TEST_F(SandboxReconcilerTest, AMislabelledLeaseFailsTheSandboxOnlyAfterTheGrace) {
+  ASSERT_TRUE(w.client.Create(kube::SandboxResource(), kNs, NewSandbox("n", "py")).ok());
+  ASSERT_TRUE(Reconcile("n").ok());
+  w.ReportVm("n", "Running");
+  ASSERT_TRUE(Reconcile("n").ok());
+  // The Lease now names another node: node-a has none.
+  ASSERT_TRUE(w.client.Patch(kube::LeaseResource(), testing::kLeaseNs, "kubicle-node-node-a",
+                             kube::PatchType::kMerge,
+                             Json{{"metadata", {{"labels", {{"kubicle.dev/node", "node-z"}}}}}}).ok());
+  auto out = Reconcile("n");
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ(w.Sandbox("n")["status"]["phase"], "Running");
+  EXPECT_EQ(*out->requeue_after, std::chrono::seconds(120));
+  w.clock.Advance(std::chrono::seconds(120));
+  ASSERT_TRUE(Reconcile("n").ok());
+  Json lost = w.Sandbox("n");
+  EXPECT_EQ(lost["status"]["phase"], "Failed");
+  EXPECT_NE(FindCondition(lost, "Ready")->value("message", "").find("no heartbeat Lease"),
+            std::string::npos);
+}
+
+TEST_F(SandboxReconcilerTest, ALeaseThatComesBackRestartsTheGrace) {
+  ASSERT_TRUE(w.client.Create(kube::SandboxResource(), kNs, NewSandbox("g", "py")).ok());
+  ASSERT_TRUE(Reconcile("g").ok());
+  ASSERT_TRUE(w.client.Delete(kube::SandboxResource(), kNs, "g").ok());
+  ASSERT_TRUE(w.client.Delete(kube::LeaseResource(), testing::kLeaseNs, "kubicle-node-node-a").ok());
+  ASSERT_TRUE(Reconcile("g").ok());
+  w.clock.Advance(std::chrono::seconds(100));
+  w.Heartbeat("node-a", 10);
+  ASSERT_TRUE(Reconcile("g").ok());
+  ASSERT_TRUE(w.client.Delete(kube::LeaseResource(), testing::kLeaseNs, "kubicle-node-node-a").ok());
+  w.clock.Advance(std::chrono::seconds(30));
+  auto out = Reconcile("g");
+  ASSERT_TRUE(out.ok());
+  EXPECT_TRUE(HasFinalizer(w.Sandbox("g"), kFinalizer)) << "missing again for 0 s, not 130 s";
+  EXPECT_EQ(*out->requeue_after, std::chrono::seconds(120));
 }
 
 }  // namespace

@@ -30,9 +30,12 @@ std::string ComputePhase(const SandboxView& sbx, const std::string& node, bool n
 
 namespace {
 
-Condition ReadyCondition(const std::string& phase, const SandboxView& sbx,
-                         const std::string& node_lost) {
+Condition ReadyCondition(const std::string& phase, const SandboxView& sbx, const SandboxFacts& f) {
+  const std::string& node_lost = f.node_lost;
   if (phase == "Failed" && !node_lost.empty()) return {"Ready", "False", "NodeLost", node_lost};
+  if (phase == "Failed" && !f.token_problem.empty()) {
+    return {"Ready", "False", f.token_problem_reason, f.token_problem};
+  }
   const std::string& vm_message = sbx.status.vm_message;
   if (phase == "Running") return {"Ready", "True", "Running", "the VM is running"};
   if (phase == "Pending") return {"Ready", "False", "Unscheduled", "waiting for a node"};
@@ -46,14 +49,15 @@ Condition ReadyCondition(const std::string& phase, const SandboxView& sbx,
 
 Json ComputeSandboxStatus(const SandboxView& sbx, const SandboxFacts& f, kube::TimePoint now) {
   const int64_t gen = sbx.meta.generation;
-  const std::string phase = ComputePhase(sbx, f.node, !f.node_lost.empty());
+  std::string phase = ComputePhase(sbx, f.node, !f.node_lost.empty());
+  if (!f.token_problem.empty() && !sbx.meta.deleting) phase = "Failed";
   Json conds = sbx.status.conditions;
   Condition sched = f.node.empty()
                         ? Condition{"Scheduled", "False", f.schedule_reason, f.schedule_message}
                         : Condition{"Scheduled", "True", "Scheduled", "placed on node " + f.node};
   if (sched.reason.empty()) sched.reason = "Pending";
   conds = SetCondition(conds, sched, gen, now);
-  conds = SetCondition(conds, ReadyCondition(phase, sbx, f.node_lost), gen, now);
+  conds = SetCondition(conds, ReadyCondition(phase, sbx, f), gen, now);
   Condition exp = f.expired ? Condition{"Expired", "True", "TTLExpired", "the Sandbox reached its expiry"}
                   : f.expires ? Condition{"Expired", "False", "NotExpired", "expires at " + kube::FormatTime(*f.expires)}
                               : Condition{"Expired", "False", "NoExpiry", "the Sandbox does not expire"};

@@ -28,6 +28,12 @@ struct SandboxFacts {
   // Set when the node's Lease is gone or expired beyond the grace period:
   // the VM cannot be reached (or torn down) any more, so the Sandbox fails.
   std::string node_lost;
+  // Set when the token Secret's name is taken by a Secret this Sandbox does
+  // not own (or one it owns without a token): no token can be published, so
+  // the Sandbox fails with Ready False <token_problem_reason> until it is
+  // resolved (the operator never deletes or overwrites such a Secret).
+  std::string token_problem_reason;
+  std::string token_problem;
 };
 
 // {observedGeneration, phase, nodeName, expiresAt, tokenSecretName,

@@ -18,7 +18,7 @@ inline constexpr const char* kLeaseNs = "kubicle-node-lease";
 class World {
  public:
   World() : client(&clock), lister(&client, kLeaseNs) {
-    ctx = Context{&client, &lister, &clock, &scheduler, nullptr, OperatorConfig{}};
+    ctx = Context{&client, &lister, &clock, &scheduler, nullptr, OperatorConfig{}, &lease_absence};
     ctx.config.node_lease_namespace = kLeaseNs;
   }
 
@@ -72,6 +72,7 @@ class World {
   kube::FakeKubeClient client;
   ClientLister lister;
   Scheduler scheduler;
+  LeaseAbsence lease_absence;
   Context ctx;
 };
 
