@@ -60,6 +60,7 @@ Status SandboxManager::Init() {
   po.dir = config_.state_dir + "/pool";
   po.sock_dir = config_.state_dir + "/sock";
   po.per_shape = config_.pool_size_per_shape;
+  po.vmm_flags = SerialFlags(config_.console);
   po.reserve = [this](const VmShape& s) { return capacity_->TryReserve(s); };
   po.release = [this](const VmShape& s) { capacity_->Release(s); };
   po.on_change = [this] { UpdatePoolGauge(); };

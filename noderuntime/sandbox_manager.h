@@ -41,6 +41,14 @@
 
 namespace kubicle::noderuntime {
 
+// Disk and rate bounds of a VM's console log (kubicle-vmm's defaults).
+struct ConsoleLimits {
+  uint64_t max_file_bytes = 1 << 20;     // rotated at this size
+  uint32_t rotated_files = 1;            // serial.log.1 .. .N kept
+  uint64_t rate_bytes_per_sec = 64 << 10;
+  uint64_t burst_bytes = 256 << 10;
+};
+
 struct NodeConfig {
   std::string state_dir;               // absolute; created if missing
   std::string vmm_binary;              // path to kubicle-vmm
@@ -61,7 +69,14 @@ struct NodeConfig {
   // Host-side caps on what a guest's agent returns (docs/node.md, "Limits").
   guest::client::ClientLimits agent_limits;
   std::chrono::milliseconds file_stream_timeout{3600000};  // one whole ReadFileStream
+  // The guest console's log (<sandbox>/serial.log), passed to every
+  // kubicle-vmm as --serial-max-bytes/-files/-rate/-burst (console_log.h):
+  // what ReadConsole serves is bounded by these, whatever the guest writes.
+  ConsoleLimits console;
 };
+
+// kubicle-vmm's --serial-* flags for `limits`.
+std::vector<std::string> SerialFlags(const ConsoleLimits& limits);
 
 class SandboxManager final : public SandboxService {
  public:
@@ -95,6 +110,10 @@ class SandboxManager final : public SandboxService {
   Result<guest::protocol::Bytes> ReadFile(const std::string& id, const std::string& path) override;
   Status ReadFileStream(const std::string& id, const std::string& path,
                         const guest::client::FileChunkFn& on_chunk) override;
+  // sandbox_manager_observe.cc: the console log and the cgroup's figures.
+  Result<ConsoleRead> ReadConsole(const std::string& id, uint64_t offset,
+                                  size_t max_bytes) override;
+  Result<SandboxStats> GetSandboxStats(const std::string& id) override;
 
   // Deletes sandboxes whose TTL passed (the sweeper thread calls it every
   // sweep_interval; tests call it with a fake clock). Returns their ids.

@@ -123,6 +123,29 @@ struct ExecOptions {
   std::chrono::milliseconds timeout{60000};
 };
 
+// A piece of a sandbox's serial console: the log kubicle-vmm writes
+// (<sandbox>/serial.log), bounded on disk by the VMM's --serial-* limits
+// (rotated at NodeConfig::console.max_file_bytes), so a read is bounded too.
+struct ConsoleRead {
+  guest::protocol::Bytes data;  // from `offset`, at most the asked bytes
+  uint64_t offset = 0;          // where `data` starts: the asked offset, or 0
+                                // when the log was rotated below it
+  uint64_t size = 0;            // the log's size when read
+  bool running = false;         // the VM runs: more may come
+};
+
+// What a sandbox's VM uses now, read from its cgroup (the VMM and its
+// helpers) or, without cgroups, from /proc of the VMM process.
+struct SandboxStats {
+  uint64_t cpu_usage_ns = 0;        // CPU time used since the VM started
+  uint64_t memory_bytes = 0;        // resident memory (cgroup usage or VmRSS)
+  uint64_t memory_limit_bytes = 0;  // the cgroup's limit; 0 when none
+  uint64_t pids = 0;                // processes in the group
+  uint64_t mem_mib = 0;             // the guest's RAM
+  uint32_t vcpus = 0;
+  std::string source;               // "cgroup" or "proc"
+};
+
 class SandboxService {
  public:
   virtual ~SandboxService() = default;
@@ -165,6 +188,14 @@ class SandboxService {
   // exec output: on_chunk may block on a slow client, not forever.
   virtual Status ReadFileStream(const std::string& id, const std::string& path,
                                 const guest::client::FileChunkFn& on_chunk) = 0;
+
+  // Up to `max_bytes` of the console log from `offset` (see ConsoleRead).
+  // NotFound for no such sandbox; a sandbox whose VM has not written yet
+  // reads as empty.
+  virtual Result<ConsoleRead> ReadConsole(const std::string& id, uint64_t offset,
+                                          size_t max_bytes) = 0;
+  // FailedPrecondition unless the sandbox is Running.
+  virtual Result<SandboxStats> GetSandboxStats(const std::string& id) = 0;
 };
 
 const char* TemplateStateName(TemplateState s);

@@ -215,6 +215,7 @@ Status SandboxManager::BakeSteps(const std::shared_ptr<Template>& t) {
                                    "--vsock-uds", vsock, "--control", control,
                                    "--serial", bake_dir + "/serial.log",
                                    "--cid", std::to_string(cid), "--id", "bake-" + spec.name};
+  for (std::string& f : SerialFlags(config_.console)) argv.push_back(std::move(f));
   if (!spec.initrd.empty()) argv.insert(argv.end(), {"--initrd", spec.initrd});
   for (const std::string& d : spec.disks) argv.insert(argv.end(), {"--disk", d});
   // Writable disks become copy-on-write: the bake's overlay is frozen into a

@@ -150,11 +150,12 @@ Result<PoolVm> WarmPool::Launch(const VmShape& shape) {
   vm.shape = shape;
   vm.control_path = options_.sock_dir + "/" + vm.name + ".ctl";
   vm.log_path = options_.dir + "/" + vm.name + ".log";
-  ASSIGN_OR_RETURN(vm.handle,
-                   SpawnDetached({options_.vmm_binary, "pool", "--mem", std::to_string(shape.mem_mib) + "M",
-                                  "--vcpus", std::to_string(shape.vcpus), "--control", vm.control_path,
-                                  "--id", vm.name},
-                                 vm.log_path));
+  std::vector<std::string> argv = {options_.vmm_binary, "pool", "--mem",
+                                   std::to_string(shape.mem_mib) + "M", "--vcpus",
+                                   std::to_string(shape.vcpus), "--control", vm.control_path,
+                                   "--id", vm.name};
+  argv.insert(argv.end(), options_.vmm_flags.begin(), options_.vmm_flags.end());
+  ASSIGN_OR_RETURN(vm.handle, SpawnDetached(argv, vm.log_path));
   return vm;
 }
 

@@ -50,6 +50,7 @@ class WarmPool {
     std::string dir;       // logs
     std::string sock_dir;  // control sockets
     uint32_t per_shape = 2;
+    std::vector<std::string> vmm_flags;  // appended to every `kubicle-vmm pool`
     std::function<bool(const VmShape&)> reserve;  // false: no capacity now
     std::function<void(const VmShape&)> release;
     std::function<void()> on_change;  // pool size changed (metrics)

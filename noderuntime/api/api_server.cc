@@ -78,6 +78,8 @@ class ApiServer::Impl : public std::enable_shared_from_this<ApiServer::Impl> {
   const ApiServerOptions& options() const { return opts_; }
   Admission& admission() { return admission_; }
   std::unique_ptr<HttpServer> http;
+  // Set by Stop: long-lived answers (a followed console) end on it.
+  std::atomic<bool> stopping{false};
 
  private:
   // Nullopt when the caller may use the route (*cls, *tenant say whose
@@ -275,6 +277,8 @@ void ApiServer::Impl::Dispatch(Call& call) {
     case Route::kFork: return HandleFork(call, *svc_, opts_);
     case Route::kExec: return HandleExec(call, *svc_, opts_);
     case Route::kFiles: return HandleFiles(call, *svc_, opts_);
+    case Route::kConsole: return HandleConsole(call, *svc_, opts_, stopping);
+    case Route::kStats: return HandleStats(call, *svc_, opts_);
   }
 }
 
@@ -307,6 +311,7 @@ Status ApiServer::Start(const std::string& host, int port) {
 }
 
 bool ApiServer::Stop(std::optional<std::chrono::milliseconds> grace) {
+  impl_->stopping = true;
   if (!impl_->http) return impl_->admission().WaitIdle(grace);
   impl_->http->StopAccepting();
   bool drained = impl_->admission().WaitIdle(grace);

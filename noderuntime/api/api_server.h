@@ -57,6 +57,10 @@ struct ApiServerOptions {
   std::chrono::milliseconds body_timeout{60000};    // a whole body
   std::chrono::milliseconds write_timeout{30000};   // an answer making no progress
   size_t stream_high_water = 1 << 20;          // streamed exec bytes queued per request
+  // GET .../console?follow=true: how often the log is looked at, and the
+  // idle time after which a {"offset"} line shows the client it is alive.
+  std::chrono::milliseconds console_poll_interval{200};
+  std::chrono::milliseconds console_heartbeat{10000};
   int io_threads = 2;
   // Requests in flight (admission.h).
   size_t max_in_flight_per_sandbox = 8;

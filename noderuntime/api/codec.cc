@@ -368,6 +368,17 @@ json ToJson(const SandboxInfo& info, bool with_token) {
   return j;
 }
 
+json StatsToJson(const std::string& id, const SandboxStats& s) {
+  return {{"id", id},
+          {"cpuUsageNanos", s.cpu_usage_ns},
+          {"memoryBytes", s.memory_bytes},
+          {"memoryLimitBytes", s.memory_limit_bytes},
+          {"pids", s.pids},
+          {"memMib", s.mem_mib},
+          {"vcpus", s.vcpus},
+          {"source", s.source}};
+}
+
 json ExecResultToJson(const guest::client::ExecResult& r) {
   json j{{"exitCode", r.exit_code ? json(*r.exit_code) : json(nullptr)},
          {"signal", r.signal ? json(*r.signal) : json(nullptr)},

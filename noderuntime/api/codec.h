@@ -49,6 +49,9 @@ json ToJson(const SandboxInfo& info, bool with_token);
 // exitCode/signal/timedOut/truncated plus stdout and stderr: UTF-8 text when
 // both are valid UTF-8 ("encoding": "utf-8"), else both base64 ("base64").
 json ExecResultToJson(const guest::client::ExecResult& result);
+// GET .../stats: {"id", "cpuUsageNanos", "memoryBytes", "memoryLimitBytes",
+// "pids", "memMib", "vcpus", "source"}.
+json StatsToJson(const std::string& id, const SandboxStats& stats);
 
 // Limits the API enforces on its own.
 inline constexpr uint32_t kMaxForkCount = 64;

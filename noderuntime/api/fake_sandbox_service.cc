@@ -297,6 +297,61 @@ Status FakeSandboxService::ReadFileStream(const std::string& id, const std::stri
   return Status::Ok();
 }
 
+Result<ConsoleRead> FakeSandboxService::ReadConsole(const std::string& id, uint64_t offset,
+                                                   size_t max_bytes) {
+  ++calls_;
+  std::lock_guard l(mu_);
+  auto it = sandboxes_.find(id);
+  if (it == sandboxes_.end()) return Status::NotFound("sandbox " + id + " not found");
+  const std::string& log = it->second.console;
+  ConsoleRead r;
+  r.size = log.size();
+  r.offset = offset > log.size() ? 0 : offset;
+  size_t n = std::min<size_t>(max_bytes, log.size() - r.offset);
+  r.data.assign(log.begin() + static_cast<std::ptrdiff_t>(r.offset),
+                log.begin() + static_cast<std::ptrdiff_t>(r.offset + n));
+  r.running = it->second.info.state == SandboxState::kRunning;
+  return r;
+}
+
+Result<SandboxStats> FakeSandboxService::GetSandboxStats(const std::string& id) {
+  ++calls_;
+  std::lock_guard l(mu_);
+  auto it = sandboxes_.find(id);
+  if (it == sandboxes_.end()) return Status::NotFound("sandbox " + id + " not found");
+  if (it->second.info.state != SandboxState::kRunning) {
+    return Status::FailedPrecondition("sandbox " + id + " is not running");
+  }
+  SandboxStats s = it->second.stats;
+  s.mem_mib = it->second.info.mem_mib;
+  s.vcpus = it->second.info.vcpus;
+  if (s.source.empty()) s.source = "cgroup";
+  return s;
+}
+
+void FakeSandboxService::AppendConsole(const std::string& id, const std::string& bytes) {
+  std::lock_guard l(mu_);
+  if (auto it = sandboxes_.find(id); it != sandboxes_.end()) it->second.console += bytes;
+}
+
+void FakeSandboxService::RotateConsole(const std::string& id) {
+  std::lock_guard l(mu_);
+  if (auto it = sandboxes_.find(id); it != sandboxes_.end()) it->second.console.clear();
+}
+
+void FakeSandboxService::SetStats(const std::string& id, const SandboxStats& stats) {
+  std::lock_guard l(mu_);
+  if (auto it = sandboxes_.find(id); it != sandboxes_.end()) it->second.stats = stats;
+}
+
+void FakeSandboxService::FailSandbox(const std::string& id, const std::string& message) {
+  std::lock_guard l(mu_);
+  if (auto it = sandboxes_.find(id); it != sandboxes_.end()) {
+    it->second.info.state = SandboxState::kFailed;
+    it->second.info.message = message;
+  }
+}
+
 size_t FakeSandboxService::sandbox_count() const {
   std::lock_guard l(mu_);
   return sandboxes_.size();

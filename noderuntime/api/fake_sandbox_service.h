@@ -48,6 +48,16 @@ class FakeSandboxService : public SandboxService {
   // max_read_file_bytes are refused by ReadFile as the manager does.
   Status ReadFileStream(const std::string& id, const std::string& path,
                         const guest::client::FileChunkFn& on_chunk) override;
+  // The console is what AppendConsole wrote (rotated by RotateConsole);
+  // stats are fixed figures per sandbox (SetStats), zero until set.
+  Result<ConsoleRead> ReadConsole(const std::string& id, uint64_t offset,
+                                  size_t max_bytes) override;
+  Result<SandboxStats> GetSandboxStats(const std::string& id) override;
+  void AppendConsole(const std::string& id, const std::string& bytes);
+  void RotateConsole(const std::string& id);
+  void SetStats(const std::string& id, const SandboxStats& stats);
+  // Marks a sandbox Failed (its console reads as not running).
+  void FailSandbox(const std::string& id, const std::string& message);
 
   // Set before requests arrive.
   ExecHook exec_hook;
@@ -71,6 +81,8 @@ class FakeSandboxService : public SandboxService {
     SandboxInfo info;  // info.token always empty
     std::string token_sha256;
     std::map<std::string, std::pair<guest::protocol::Bytes, uint32_t>> files;
+    std::string console;
+    SandboxStats stats;
   };
   Result<SandboxInfo> NewLocked(SandboxInfo info);
   Result<guest::protocol::Bytes> FileLocked(const std::string& id, const std::string& path);

@@ -4,6 +4,7 @@
 // has already read the body within the route's limit and checked auth.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -90,5 +91,9 @@ void HandleSandbox(Call& call, SandboxService& svc, const ApiServerOptions& opts
 void HandleFork(Call& call, SandboxService& svc, const ApiServerOptions& opts);
 void HandleExec(Call& call, SandboxService& svc, const ApiServerOptions& opts);
 void HandleFiles(Call& call, SandboxService& svc, const ApiServerOptions& opts);
+// console_stats.cc. A followed console ends once `stopping` is set.
+void HandleConsole(Call& call, SandboxService& svc, const ApiServerOptions& opts,
+                   const std::atomic<bool>& stopping);
+void HandleStats(Call& call, SandboxService& svc, const ApiServerOptions& opts);
 
 }  // namespace kubicle::noderuntime::api

@@ -31,6 +31,8 @@ const char* Pattern(Route r) {
     case Route::kFork: return "/v1/sandboxes/{id}/fork";
     case Route::kExec: return "/v1/sandboxes/{id}/exec";
     case Route::kFiles: return "/v1/sandboxes/{id}/files";
+    case Route::kConsole: return "/v1/sandboxes/{id}/console";
+    case Route::kStats: return "/v1/sandboxes/{id}/stats";
   }
   return "?";
 }
@@ -58,6 +60,8 @@ std::optional<RouteMatch> MatchRoute(std::string_view path) {
   if (p[3] == "fork") return RouteMatch{Route::kFork, id};
   if (p[3] == "exec") return RouteMatch{Route::kExec, id};
   if (p[3] == "files") return RouteMatch{Route::kFiles, id};
+  if (p[3] == "console") return RouteMatch{Route::kConsole, id};
+  if (p[3] == "stats") return RouteMatch{Route::kStats, id};
   return std::nullopt;
 }
 
@@ -65,7 +69,9 @@ std::string AllowedMethods(Route r) {
   switch (r) {
     case Route::kHealthz:
     case Route::kMetrics:
-    case Route::kTemplates: return "GET";
+    case Route::kTemplates:
+    case Route::kConsole:
+    case Route::kStats: return "GET";
     case Route::kTemplate: return "GET, PUT, DELETE";
     case Route::kSandboxes: return "GET, POST, DELETE";
     case Route::kSandbox: return "GET, DELETE";
@@ -94,7 +100,9 @@ Access RouteAccess(Route r, std::string_view method) {
     case Route::kHealthz:
     case Route::kMetrics: return Access::kPublic;
     case Route::kExec:
-    case Route::kFiles: return Access::kAdminOrSandbox;
+    case Route::kFiles:
+    case Route::kConsole:
+    case Route::kStats: return Access::kAdminOrSandbox;
     case Route::kSandbox: return method == "GET" ? Access::kAdminOrSandbox : Access::kAdmin;
     default: return Access::kAdmin;
   }

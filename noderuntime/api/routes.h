@@ -22,6 +22,8 @@ enum class Route {
   kFork,        // POST /v1/sandboxes/{id}/fork
   kExec,        // POST /v1/sandboxes/{id}/exec
   kFiles,       // GET|PUT /v1/sandboxes/{id}/files
+  kConsole,     // GET /v1/sandboxes/{id}/console
+  kStats,       // GET /v1/sandboxes/{id}/stats
 };
 
 struct RouteMatch {

@@ -20,6 +20,10 @@ TEST(Routes, MatchesEveryRoute) {
   EXPECT_EQ(e->name, "s1");
   EXPECT_EQ(MatchRoute("/v1/sandboxes/s1/fork")->route, Route::kFork);
   EXPECT_EQ(MatchRoute("/v1/sandboxes/s1/files")->route, Route::kFiles);
+  auto c = MatchRoute("/v1/sandboxes/s1/console");
+  EXPECT_EQ(c->route, Route::kConsole);
+  EXPECT_EQ(c->name, "s1");
+  EXPECT_EQ(MatchRoute("/v1/sandboxes/s1/stats")->route, Route::kStats);
 }
 
 TEST(Routes, UnknownPaths) {
@@ -43,6 +47,13 @@ TEST(Routes, MethodsAndAccess) {
   EXPECT_EQ(RouteAccess(Route::kFork, "POST"), Access::kAdmin);
   EXPECT_EQ(RouteAccess(Route::kExec, "POST"), Access::kAdminOrSandbox);
   EXPECT_EQ(RouteLabel(Route::kExec, "POST"), "POST /v1/sandboxes/{id}/exec");
+  // The console and the stats are the sandbox's own, read-only.
+  for (Route r : {Route::kConsole, Route::kStats}) {
+    EXPECT_EQ(AllowedMethods(r), "GET");
+    EXPECT_EQ(RouteAccess(r, "GET"), Access::kAdminOrSandbox);
+    EXPECT_EQ(RouteBody(r, "GET"), BodyKind::kNone);
+  }
+  EXPECT_EQ(RouteLabel(Route::kConsole, "GET"), "GET /v1/sandboxes/{id}/console");
 }
 
 TEST(Auth, BearerAndConstantTimeCompare) {

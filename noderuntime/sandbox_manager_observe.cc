@@ -1,0 +1,76 @@
+// Reads of a sandbox that need no VM call: its console log and what its VM
+// uses (sandbox_service.h, ConsoleRead and SandboxStats).
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/unique_fd.h"
+#include "noderuntime/sandbox_manager.h"
+#include "noderuntime/sandbox_manager_internal.h"
+#include "noderuntime/vm_stats.h"
+
+namespace kubicle::noderuntime {
+
+std::vector<std::string> SerialFlags(const ConsoleLimits& l) {
+  return {"--serial-max-bytes", std::to_string(l.max_file_bytes),
+          "--serial-files",     std::to_string(l.rotated_files),
+          "--serial-rate",      std::to_string(l.rate_bytes_per_sec),
+          "--serial-burst",     std::to_string(l.burst_bytes)};
+}
+
+Result<ConsoleRead> SandboxManager::ReadConsole(const std::string& id, uint64_t offset,
+                                                size_t max_bytes) {
+  ASSIGN_OR_RETURN(auto sb, Find(id));
+  std::string path;
+  ConsoleRead r;
+  {
+    std::lock_guard l(sb->mu);
+    path = sb->dir + "/serial.log";
+    r.running = sb->rec.info.state == SandboxState::kRunning && !sb->exited;
+  }
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) {
+    if (errno == ENOENT) return r;  // nothing written yet
+    return Status::FromErrno("open " + path);
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return Status::FromErrno("fstat " + path);
+  r.size = static_cast<uint64_t>(st.st_size);
+  // kubicle-vmm rotated the log (path -> path.1) below the reader: start over.
+  r.offset = offset > r.size ? 0 : offset;
+  const size_t n = static_cast<size_t>(std::min<uint64_t>(max_bytes, r.size - r.offset));
+  r.data.resize(n);
+  size_t got = 0;
+  while (got < n) {
+    ssize_t k = ::pread(fd.get(), r.data.data() + got, n - got, static_cast<off_t>(r.offset + got));
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0) return Status::FromErrno("read " + path);
+    if (k == 0) break;
+    got += static_cast<size_t>(k);
+  }
+  r.data.resize(got);
+  return r;
+}
+
+Result<SandboxStats> SandboxManager::GetSandboxStats(const std::string& id) {
+  ASSIGN_OR_RETURN(auto sb, Find(id));
+  pid_t pid = 0;
+  SandboxStats base;
+  {
+    std::lock_guard l(sb->mu);
+    const SandboxInfo& info = sb->rec.info;
+    if (info.state != SandboxState::kRunning || sb->exited) {
+      return Status::FailedPrecondition("sandbox " + id + " is " + SandboxStateName(info.state) +
+                                        (info.message.empty() ? "" : ": " + info.message));
+    }
+    pid = info.vmm_pid;
+    base.mem_mib = info.mem_mib;
+    base.vcpus = info.vcpus;
+  }
+  ASSIGN_OR_RETURN(SandboxStats s, ReadVmStats(cgroups_, id, pid));
+  s.mem_mib = base.mem_mib;
+  s.vcpus = base.vcpus;
+  return s;
+}
+
+}  // namespace kubicle::noderuntime
