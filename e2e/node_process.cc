@@ -173,7 +173,7 @@ std::string NodeProcess::CgroupParent() const {
   // As daemon/main.cc names it: one parent per state directory.
   std::error_code ec;
   std::string abs = fs::weakly_canonical(state_dir_, ec).string();
-  return "kubicle-" + noderuntime::Sha256Hex(ec ? state_dir_ : abs).substr(0, 12);
+  return "kubicle-" + Sha256Hex(ec ? state_dir_ : abs).substr(0, 12);
 }
 
 std::map<pid_t, std::string> NodeProcess::VmmGroups() const {

@@ -6,6 +6,7 @@
 #include <cpprest/containerstream.h>
 #include <cpprest/http_client.h>
 
+#include "common/file_io.h"
 #include "common/log.h"
 
 namespace kubicle::kube {

@@ -1,11 +1,11 @@
 #include "kube/kubeconfig.h"
 
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 
 #include <cpprest/asyncrt_utils.h>
 #include <yaml-cpp/yaml.h>
+
+#include "common/file_io.h"
 
 namespace kubicle::kube {
 namespace {
@@ -77,14 +77,6 @@ Result<RestConfig> ParseKubeconfigOrThrow(const std::string& text, const std::st
 }
 
 }  // namespace
-
-Result<std::string> ReadFileToString(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::NotFound("cannot read " + path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 Result<RestConfig> ParseKubeconfig(const std::string& yaml_text, const std::string& dir,
                                    const std::string& context) {

@@ -32,6 +32,4 @@ Result<RestConfig> ParseKubeconfig(const std::string& yaml_text, const std::stri
 Result<RestConfig> InClusterConfig(
     const std::string& root = "/var/run/secrets/kubernetes.io/serviceaccount");
 
-Result<std::string> ReadFileToString(const std::string& path);
-
 }  // namespace kubicle::kube

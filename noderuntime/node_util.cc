@@ -1,8 +1,6 @@
 #include "noderuntime/node_util.h"
 
 #include <fcntl.h>
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "common/hex.h"
 #include "common/unique_fd.h"
 
 namespace kubicle::noderuntime {
@@ -107,40 +106,11 @@ guest::protocol::Bytes RandomBytes(size_t n) {
   return out;
 }
 
-std::string RandomHex(size_t bytes) {
-  static const char kHex[] = "0123456789abcdef";
-  std::string s;
-  for (uint8_t b : RandomBytes(bytes)) {
-    s.push_back(kHex[b >> 4]);
-    s.push_back(kHex[b & 15]);
-  }
-  return s;
-}
-
-namespace {
-std::string Hex(const unsigned char* d, unsigned n) {
-  static const char kHex[] = "0123456789abcdef";
-  std::string s;
-  for (unsigned i = 0; i < n; ++i) {
-    s.push_back(kHex[d[i] >> 4]);
-    s.push_back(kHex[d[i] & 15]);
-  }
-  return s;
-}
-}  // namespace
-
-std::string Sha256Hex(std::string_view data) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned n = 0;
-  EVP_Digest(data.data(), data.size(), md, &n, EVP_sha256(), nullptr);
-  return Hex(md, n);
-}
+std::string RandomHex(size_t bytes) { return HexEncode(RandomBytes(bytes)); }
 
 Result<std::string> Sha256Files(const std::vector<std::string>& paths) {
-  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
-  if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1)
-    return Status::Internal("EVP_DigestInit failed");
-  std::vector<char> buf(1 << 20);
+  Sha256 h;
+  std::vector<uint8_t> buf(1 << 20);
   for (const std::string& p : paths) {
     UniqueFd fd(::open(p.c_str(), O_RDONLY | O_CLOEXEC));
     if (!fd) return Status::FromErrno("open " + p);
@@ -149,18 +119,10 @@ Result<std::string> Sha256Files(const std::vector<std::string>& paths) {
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) return Status::FromErrno("read " + p);
       if (n == 0) break;
-      EVP_DigestUpdate(ctx.get(), buf.data(), static_cast<size_t>(n));
+      h.Update({buf.data(), static_cast<size_t>(n)});
     }
   }
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned n = 0;
-  EVP_DigestFinal_ex(ctx.get(), md, &n);
-  return "sha256:" + Hex(md, n);
-}
-
-bool ConstantTimeEqual(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+  return "sha256:" + h.FinalHex();
 }
 
 Status AtomicWriteFile(const std::string& path, std::string_view content) {
@@ -193,21 +155,6 @@ Status AtomicWriteFile(const std::string& path, std::string_view content) {
     return s;
   }
   return FsyncPath(dir, O_RDONLY | O_DIRECTORY);
-}
-
-Result<std::string> ReadFileToString(const std::string& path) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd) return Status::FromErrno("open " + path);
-  std::string out;
-  char buf[8192];
-  for (;;) {
-    ssize_t n = ::read(fd.get(), buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Status::FromErrno("read " + path);
-    if (n == 0) break;
-    out.append(buf, static_cast<size_t>(n));
-  }
-  return out;
 }
 
 std::string TailOfFile(const std::string& path, size_t max_bytes) {

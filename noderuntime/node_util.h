@@ -15,6 +15,8 @@
 #include <string_view>
 #include <vector>
 
+#include "common/file_io.h"  // ReadFileToString, for the runtime's callers
+#include "common/sha256.h"   // Sha256Hex, ConstantTimeEqual, likewise
 #include "common/status.h"
 #include "noderuntime/sandbox_service.h"
 
@@ -30,14 +32,10 @@ std::vector<std::string> MergedEnv(const Env& sandbox_env, const std::vector<std
 
 guest::protocol::Bytes RandomBytes(size_t n);
 std::string RandomHex(size_t bytes);
-std::string Sha256Hex(std::string_view data);
 // SHA-256 over the concatenated contents of `paths`, as "sha256:<hex>".
 Result<std::string> Sha256Files(const std::vector<std::string>& paths);
-// Compares in time that depends only on the lengths.
-bool ConstantTimeEqual(std::string_view a, std::string_view b);
 
 Status AtomicWriteFile(const std::string& path, std::string_view content);
-Result<std::string> ReadFileToString(const std::string& path);
 // The last `max_bytes` of a file ("" when it cannot be read).
 std::string TailOfFile(const std::string& path, size_t max_bytes);
 Status MakeDirs(const std::string& path);

@@ -15,7 +15,7 @@
 #include <cpprest/http_client.h>
 #include <cpprest/streams.h>
 
-#include "noderuntime/nodeagent/sha256.h"
+#include "common/sha256.h"
 
 namespace kubicle::noderuntime::nodeagent {
 namespace {
@@ -51,7 +51,7 @@ class FdSink : public streams::details::streambuf_state_manager<uint8_t> {
   uint64_t bytes() const { return bytes_; }
   std::string HexDigest() {
     std::lock_guard<std::mutex> l(mu_);
-    return hash_.HexDigest();
+    return hash_.FinalHex();
   }
   std::optional<Status> error() const {
     std::lock_guard<std::mutex> l(mu_);
@@ -127,7 +127,7 @@ class FdSink : public streams::details::streambuf_state_manager<uint8_t> {
         }
         off += static_cast<size_t>(w);
       }
-      hash_.Update(p, n);
+      hash_.Update({p, n});
       bytes_ += n;
     }
     if (progress_) {

@@ -16,7 +16,7 @@
 #include "common/log.h"
 #include "common/unique_fd.h"
 #include "noderuntime/nodeagent/http_download.h"
-#include "noderuntime/nodeagent/sha256.h"
+#include "common/sha256.h"
 
 namespace kubicle::noderuntime::nodeagent {
 namespace {
@@ -261,7 +261,7 @@ Result<std::string> ImageResolver::ResolveLocal(const ImageSource& src,
                                    FileTypeName(st.st_mode) + ")");
   }
   if (!src.sha256.empty()) {
-    Result<std::string> digest = Sha256OfFile(*real);
+    Result<std::string> digest = Sha256FileHex(*real);
     if (!digest.ok()) return digest.status().WithContext(what);
     if (*digest != src.sha256) {
       return Status::FailedPrecondition(what + ": sha256 mismatch: expected " + src.sha256 +

@@ -20,7 +20,7 @@
 #include <gtest/gtest.h>
 
 #include "common/unique_fd.h"
-#include "noderuntime/nodeagent/sha256.h"
+#include "common/sha256.h"
 
 namespace kubicle::noderuntime::nodeagent {
 namespace {
@@ -30,9 +30,7 @@ using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
 std::string HexOf(const std::string& data) {
-  Sha256 h;
-  h.Update(data.data(), data.size());
-  return h.HexDigest();
+  return Sha256Hex(data);
 }
 
 void WriteFile(const std::string& path, const std::string& content) {
