@@ -1,49 +1,15 @@
 #include "snapshot/digest.h"
 
-#include <openssl/evp.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <vector>
 
+#include "common/file_io.h"
+#include "common/hex.h"
+
 namespace kubicle::snapshot {
-
-struct Sha256::Ctx {
-  EVP_MD_CTX* md = EVP_MD_CTX_new();
-  ~Ctx() { EVP_MD_CTX_free(md); }
-};
-
-Sha256::Sha256() : ctx_(std::make_unique<Ctx>()) { EVP_DigestInit_ex(ctx_->md, EVP_sha256(), nullptr); }
-Sha256::~Sha256() = default;
-
-void Sha256::Update(std::span<const uint8_t> data) { EVP_DigestUpdate(ctx_->md, data.data(), data.size()); }
-
-Sha256Digest Sha256::Final() {
-  Sha256Digest d{};
-  unsigned int len = 0;
-  EVP_DigestFinal_ex(ctx_->md, d.data(), &len);
-  EVP_DigestInit_ex(ctx_->md, EVP_sha256(), nullptr);  // reusable
-  return d;
-}
-
-Sha256Digest Sha256Of(std::span<const uint8_t> data) {
-  Sha256Digest d{};
-  unsigned int len = 0;
-  EVP_Digest(data.data(), data.size(), d.data(), &len, EVP_sha256(), nullptr);
-  return d;
-}
-
-std::string DigestHex(const Sha256Digest& d) {
-  static const char kDigits[] = "0123456789abcdef";
-  std::string s;
-  s.reserve(64);
-  for (uint8_t b : d) {
-    s += kDigits[b >> 4];
-    s += kDigits[b & 15];
-  }
-  return s;
-}
 
 void ChunkedDigest::AddZeroChunk(uint64_t size) {
   static const Sha256Digest kFullZeroLeaf = [] {
@@ -61,16 +27,8 @@ void ChunkedDigest::AddZeroChunk(uint64_t size) {
 namespace {
 
 Status ReadFull(int fd, uint8_t* buf, size_t len, uint64_t offset) {
-  while (len > 0) {
-    ssize_t n = ::pread(fd, buf, len, static_cast<off_t>(offset));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Status::FromErrno("pread");
-    if (n == 0) return Status::DataLoss("file shorter than its size while hashing");
-    buf += n;
-    len -= static_cast<size_t>(n);
-    offset += static_cast<uint64_t>(n);
-  }
-  return Status::Ok();
+  const iovec v{buf, len};
+  return TransferAll(fd, offset, {&v, 1}, /*write=*/false, "file shorter than its size while hashing");
 }
 
 // True when [offset, offset + len) has no data extent (it is a hole).
@@ -94,7 +52,7 @@ Result<std::string> Sha256FileHex(int fd) {
     sha.Update({buf.data(), static_cast<size_t>(n)});
     offset += static_cast<uint64_t>(n);
   }
-  return DigestHex(sha.Final());
+  return HexEncode(sha.Final());
 }
 
 Result<std::string> ChunkedDigestOfFile(int fd) {

@@ -16,29 +16,15 @@
 #include <span>
 #include <string>
 
+#include "common/sha256.h"
 #include "common/status.h"
 
 namespace kubicle::snapshot {
 
-using Sha256Digest = std::array<uint8_t, 32>;
+using ::kubicle::Sha256;
+using ::kubicle::Sha256Digest;
+using ::kubicle::Sha256Of;
 inline constexpr uint64_t kDigestChunkBytes = 1ull << 20;
-
-class Sha256 {
- public:
-  Sha256();
-  ~Sha256();
-  Sha256(const Sha256&) = delete;
-  Sha256& operator=(const Sha256&) = delete;
-  void Update(std::span<const uint8_t> data);
-  Sha256Digest Final();
-
- private:
-  struct Ctx;
-  std::unique_ptr<Ctx> ctx_;
-};
-
-Sha256Digest Sha256Of(std::span<const uint8_t> data);
-std::string DigestHex(const Sha256Digest& d);
 
 // Incremental chunked digest. Feed chunks in file order; each but the last
 // must be kDigestChunkBytes long.
@@ -49,7 +35,7 @@ class ChunkedDigest {
   void AddLeaf(const Sha256Digest& leaf) { outer_.Update(leaf); }
   // A chunk of `size` zero bytes, without hashing them (cached leaf).
   void AddZeroChunk(uint64_t size);
-  std::string FinalHex() { return DigestHex(outer_.Final()); }
+  std::string FinalHex() { return outer_.FinalHex(); }
 
  private:
   Sha256 outer_;

@@ -10,10 +10,13 @@
 #include <climits>
 #include <cstring>
 
+#include "common/file_io.h"
 #include "snapshot/crc32c.h"
 
 namespace kubicle::snapshot {
 namespace {
+
+constexpr char kShortLayer[] = "disk layer file shorter than its header says";
 
 constexpr char kLayerMagic[8] = {'K', 'B', 'L', 'L', 'A', 'Y', 'E', 'R'};
 constexpr char kMapMagic[8] = {'K', 'B', 'L', 'M', 'A', 'P', 0, 0};
@@ -63,11 +66,11 @@ bool GeometryFits(uint64_t map_offset, uint64_t map_slot_size, uint64_t data_off
 
 Status PwriteAll(int fd, const void* p, size_t len, uint64_t off) {
   iovec iov{const_cast<void*>(p), len};
-  return TransferAll(fd, off, {&iov, 1}, true);
+  return TransferAll(fd, off, {&iov, 1}, true, kShortLayer);
 }
 Status PreadAll(int fd, void* p, size_t len, uint64_t off) {
   iovec iov{p, len};
-  return TransferAll(fd, off, {&iov, 1}, false);
+  return TransferAll(fd, off, {&iov, 1}, false, kShortLayer);
 }
 
 Status FsyncParentDir(const std::string& path) {
@@ -89,31 +92,6 @@ LayerId NewLayerId() {
     if (n > 0) got += static_cast<size_t>(n);
   }
   return id;
-}
-
-Status TransferAll(int fd, uint64_t offset, std::span<const iovec> iov, bool write) {
-  std::vector<iovec> rest(iov.begin(), iov.end());
-  size_t first = 0;
-  while (first < rest.size()) {
-    if (rest[first].iov_len == 0) {
-      ++first;
-      continue;
-    }
-    int cnt = static_cast<int>(std::min<size_t>(rest.size() - first, IOV_MAX));
-    ssize_t n = write ? ::pwritev(fd, &rest[first], cnt, static_cast<off_t>(offset))
-                      : ::preadv(fd, &rest[first], cnt, static_cast<off_t>(offset));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Status::FromErrno(write ? "pwritev" : "preadv");
-    if (n == 0) return Status::DataLoss("disk layer file shorter than its header says");
-    offset += static_cast<uint64_t>(n);
-    auto left = static_cast<size_t>(n);
-    while (first < rest.size() && left >= rest[first].iov_len) left -= rest[first++].iov_len;
-    if (left > 0) {
-      rest[first].iov_base = static_cast<uint8_t*>(rest[first].iov_base) + left;
-      rest[first].iov_len -= left;
-    }
-  }
-  return Status::Ok();
 }
 
 Result<std::unique_ptr<LayerFile>> LayerFile::Create(const std::string& path, uint64_t virtual_size,
@@ -258,13 +236,13 @@ uint64_t LayerFile::allocated_count() const {
 }
 
 Status LayerFile::Read(uint64_t offset, std::span<const iovec> iov) const {
-  return TransferAll(fd_.get(), data_offset_ + offset, iov, false);
+  return TransferAll(fd_.get(), data_offset_ + offset, iov, false, kShortLayer);
 }
 
 Status LayerFile::Write(uint64_t offset, std::span<const iovec> iov) {
   if (!writable_) return Status::PermissionDenied("disk layer " + path_ + " is frozen");
   data_dirty_ = true;
-  return TransferAll(fd_.get(), data_offset_ + offset, iov, true);
+  return TransferAll(fd_.get(), data_offset_ + offset, iov, true, kShortLayer);
 }
 
 void LayerFile::MarkAllocated(uint64_t cluster) {

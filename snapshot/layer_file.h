@@ -114,7 +114,4 @@ class LayerFile {
 // Random 16 bytes (getrandom).
 LayerId NewLayerId();
 
-// preadv/pwritev of a whole iovec list, retrying short transfers.
-Status TransferAll(int fd, uint64_t offset, std::span<const iovec> iov, bool write);
-
 }  // namespace kubicle::snapshot

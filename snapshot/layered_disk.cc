@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/file_io.h"
 #include "snapshot/iov_cursor.h"
 
 namespace kubicle::snapshot {
@@ -132,7 +133,7 @@ LayeredDisk::Source LayeredDisk::SourceOf(uint64_t cluster) const {
 
 Status LayeredDisk::ReadFrom(const Source& src, uint64_t offset, std::span<const iovec> iov) const {
   if (src.where == Source::kOverlay) return overlay_->Read(offset, iov);
-  if (src.where == Source::kBase) return TransferAll(base_.get(), offset, iov, false);
+  if (src.where == Source::kBase) return TransferAll(base_.get(), offset, iov, false, "base image shorter than the disk");
   return frozen_[static_cast<size_t>(src.where)]->Read(offset, iov);
 }
 

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/hex.h"
 #include "common/json_number.h"
 
 namespace kubicle::snapshot {
@@ -87,24 +88,6 @@ std::string DiskIndexToJson(const std::vector<DiskIndexEntry>& disks) {
   return json{{"version", 1}, {"disks", out}}.dump(2) + "\n";
 }
 
-namespace {
-
-bool ParseLayerId(const std::string& hex, LayerId* id) {
-  if (hex.size() != id->size() * 2) return false;
-  for (size_t i = 0; i < id->size(); ++i) {
-    unsigned v = 0;
-    for (char c : hex.substr(i * 2, 2)) {
-      int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-      if (d < 0) return false;
-      v = v * 16 + static_cast<unsigned>(d);
-    }
-    (*id)[i] = static_cast<uint8_t>(v);
-  }
-  return true;
-}
-
-}  // namespace
-
 Result<std::vector<DiskIndexEntry>> ParseDiskIndex(const std::string& text) {
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object())
@@ -124,7 +107,7 @@ Result<std::vector<DiskIndexEntry>> ParseDiskIndex(const std::string& text) {
       for (const json& l : d.at("layers")) {
         LayerRef ref;
         ref.path = l.at("path").get<std::string>();
-        if (!ParseLayerId(l.at("id").get<std::string>(), &ref.id))
+        if (!HexDecode(l.at("id").get<std::string>(), ref.id))
           return Status::DataLoss("disk index: layer id is not 32 lower-case hex digits");
         e.chain.layers.push_back(std::move(ref));
       }

@@ -11,6 +11,7 @@
 #include <ctime>
 #include <vector>
 
+#include "common/hex.h"
 #include "common/unique_fd.h"
 #include "snapshot/digest.h"
 #include "snapshot/memory_file.h"
@@ -71,7 +72,7 @@ Result<FileDigest> WriteSmallFile(const std::string& path, const void* data, siz
   ASSIGN_OR_RETURN(UniqueFd fd, CreateFile(path));
   RETURN_IF_ERROR(WriteAll(fd.get(), data, len, path));
   RETURN_IF_ERROR(Seal(fd.get(), path));
-  return FileDigest{len, DigestHex(Sha256Of({static_cast<const uint8_t*>(data), len}))};
+  return FileDigest{len, HexEncode(Sha256Of({static_cast<const uint8_t*>(data), len}))};
 }
 
 Status FsyncDir(const std::string& dir) {
@@ -171,7 +172,7 @@ Status CheckSmallFile(const std::string& name, const std::string& data, const Fi
     return Status::DataLoss(name + " is " + std::to_string(data.size()) +
                             " bytes, meta.json says " + std::to_string(want.size));
   }
-  std::string got = DigestHex(Sha256Of({reinterpret_cast<const uint8_t*>(data.data()), data.size()}));
+  std::string got = HexEncode(Sha256Of({reinterpret_cast<const uint8_t*>(data.data()), data.size()}));
   if (got != want.sha256) return Status::DataLoss(name + " does not match its SHA-256 in meta.json");
   return Status::Ok();
 }

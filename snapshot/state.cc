@@ -3,6 +3,7 @@
 #include <cstring>
 #include <set>
 
+#include "common/hex.h"
 #include "snapshot/disk_chain.h"
 
 namespace kubicle::snapshot {
@@ -104,15 +105,7 @@ std::string DeviceKindName(DeviceKind kind) {
   return "device kind " + std::to_string(kind);
 }
 
-std::string LayerIdHex(const LayerId& id) {
-  static const char kDigits[] = "0123456789abcdef";
-  std::string s;
-  for (uint8_t b : id) {
-    s += kDigits[b >> 4];
-    s += kDigits[b & 15];
-  }
-  return s;
-}
+std::string LayerIdHex(const LayerId& id) { return HexEncode(id); }
 
 bool operator==(const VcpuState& a, const VcpuState& b) {
   return a.id == b.id && SameBytes(a.regs, b.regs) && SameBytes(a.sregs, b.sregs) &&

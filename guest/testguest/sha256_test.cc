@@ -1,5 +1,6 @@
 // The test guest's freestanding SHA-256 against FIPS 180-4 vectors and
 // against OpenSSL (snapshot::Sha256Of) for every length across block edges.
+#include "common/hex.h"
 #include "guest/testguest/sha256.h"
 
 #include <gtest/gtest.h>
@@ -19,7 +20,7 @@ std::string Hex(const std::string& data) {
   h.Final(d);
   snapshot::Sha256Digest out;
   std::copy(d, d + sizeof(d), out.begin());
-  return snapshot::DigestHex(out);
+  return HexEncode(out);
 }
 
 TEST(TestGuestSha256, KnownVectors) {

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/hex.h"
 #include "guest/protocol/tlv.h"
 #include "snapshot/digest.h"
 #include "vmm/testing/vm_process.h"
@@ -210,7 +211,7 @@ TEST_F(TestGuestKvm, BuiltInExecThroughAgentClient) {
   EXPECT_EQ(run({"cat", "/etc/motd"}).stdout_data, ImagePattern(40000, 4));
   const Bytes motd = ImagePattern(40000, 4);
   EXPECT_EQ(str(run({"sha256sum", "/etc/motd"}).stdout_data),
-            snapshot::DigestHex(snapshot::Sha256Of(motd)) + "  /etc/motd\n");
+            HexEncode(snapshot::Sha256Of(motd)) + "  /etc/motd\n");
   EXPECT_EQ(str(run({"hostname"}).stdout_data), "kubicle-testguest\n");
   protocol::PostRestoreRequest pr;
   pr.hostname = "sandbox-1";

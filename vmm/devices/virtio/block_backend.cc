@@ -6,6 +6,8 @@
 
 #include <vector>
 
+#include "common/file_io.h"
+
 namespace kubicle::vmm::devices::virtio {
 
 Result<std::unique_ptr<RawFileBackend>> RawFileBackend::Open(const std::string& path,
@@ -21,24 +23,7 @@ Result<std::unique_ptr<RawFileBackend>> RawFileBackend::Open(const std::string& 
 }
 
 Status RawFileBackend::Transfer(uint64_t offset, std::span<const iovec> iov, bool write) {
-  std::vector<iovec> rest(iov.begin(), iov.end());
-  size_t first = 0;
-  while (first < rest.size()) {
-    int cnt = static_cast<int>(std::min<size_t>(rest.size() - first, IOV_MAX));
-    ssize_t n = write ? ::pwritev(fd_.get(), &rest[first], cnt, static_cast<off_t>(offset))
-                      : ::preadv(fd_.get(), &rest[first], cnt, static_cast<off_t>(offset));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Status::FromErrno(write ? "pwritev" : "preadv");
-    if (n == 0) return Status::DataLoss("disk image shorter than expected");
-    offset += static_cast<uint64_t>(n);
-    auto left = static_cast<size_t>(n);
-    while (first < rest.size() && left >= rest[first].iov_len) left -= rest[first++].iov_len;
-    if (left > 0) {
-      rest[first].iov_base = static_cast<uint8_t*>(rest[first].iov_base) + left;
-      rest[first].iov_len -= left;
-    }
-  }
-  return Status::Ok();
+  return TransferAll(fd_.get(), offset, iov, write, "disk image shorter than expected");
 }
 
 Status RawFileBackend::ReadV(uint64_t offset, std::span<const iovec> iov) {
