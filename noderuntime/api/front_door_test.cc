@@ -301,6 +301,52 @@ TEST_F(FrontDoorTest, RefusedRequestClosesTheConnection) {
   EXPECT_TRUE(p.ClosedWithin(3s));
 }
 
+// After a refusal the server reads and discards for at most linger_timeout
+// (1 s), whatever the client keeps sending: a thousand refused clients that
+// trickle on forever are all closed, cost no buffers, and lock nobody out.
+TEST_F(FrontDoorTest, LingeringRefusalsEndAtTheirDeadline) {
+  const size_t rss0 = RssBytes();
+  const std::string refused = "POST /v1/sandboxes HTTP/1.1\r\nContent-Length: 100000000\r\n\r\n";
+  std::vector<std::unique_ptr<Peer>> peers;
+  for (int i = 0; i < 1000; ++i) {
+    peers.push_back(std::make_unique<Peer>(port_));
+    ASSERT_TRUE(peers.back()->connected()) << i;
+    ASSERT_TRUE(peers.back()->Send(refused)) << i;
+  }
+  EXPECT_EQ(StatusOf(peers.front()->ReadHead(3s)), 401);
+  // Each open peer sends 1 KiB every 50 ms (far below the 4 MiB discard
+  // cap) until the server has closed it. The answer ends in EOF (the server
+  // stops sending at once); the close shows as a reset, on read or send.
+  const std::string trickle(1024, 'x');
+  std::vector<bool> closed(peers.size(), false);
+  size_t open = peers.size();
+  char buf[4096];
+  for (int round = 0; round < 400 && open > 0; ++round) {  // up to 20 s
+    for (size_t i = 0; i < peers.size(); ++i) {
+      if (closed[i]) continue;
+      const int fd = peers[i]->fd();
+      ssize_t n;
+      while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) {
+      }
+      const bool gone = (n < 0 && errno != EAGAIN) ||
+                        (::send(fd, trickle.data(), trickle.size(), MSG_NOSIGNAL) < 0 &&
+                         errno != EAGAIN);
+      if (gone) {
+        closed[i] = true;
+        --open;
+      }
+    }
+    if (round == 5) {
+      EXPECT_EQ(Ask(Get("/healthz")), 200) << "while 1,000 refused clients linger";
+      EXPECT_LT(RssBytes() - std::min(RssBytes(), rss0), kRssBound);
+    }
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_EQ(open, 0u) << "lingering connections outlived linger_timeout";
+  EXPECT_EQ(Ask(Get("/healthz")), 200);
+  EXPECT_LT(RssBytes() - std::min(RssBytes(), rss0), kRssBound);
+}
+
 TEST_F(FrontDoorTest, KeepAliveAndPipeliningStillWork) {
   Peer p(port_);
   ASSERT_TRUE(p.Send(Get("/healthz") + Get("/v1/templates", kAdmin)));

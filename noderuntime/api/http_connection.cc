@@ -2,7 +2,9 @@
 // guarantees). Every member without a lock is touched only on the
 // connection's strand; the answer state shared with handler threads is
 // under mu_.
-#include <array>
+#include <sys/socket.h>
+
+#include <cerrno>
 #include <condition_variable>
 #include <deque>
 #include <limits>
@@ -133,7 +135,7 @@ class Connection final : public ConnBase,
   bool keep_alive_ = false;
   bool handed_off_ = false;  // given to a handler, until its answer is written
   bool closed_ = false;
-  std::unique_ptr<std::array<char, 16384>> discard_;
+  std::optional<net::steady_timer> linger_timer_;
 
   // Shared with handler threads.
   mutable std::mutex mu_;
@@ -506,25 +508,45 @@ void Connection<Stream>::Finish() {
 
 // After a refusal: stop sending, then read and discard what the client is
 // still sending for a short while (at most linger_timeout and 4 MiB), so it
-// reads the answer before the close resets the connection.
+// reads the answer before the close resets the connection. Nothing read
+// so far is needed again: the parsers and the read buffer go now, so a
+// lingering connection holds a descriptor and a timer, no bytes.
 template <class Stream>
 void Connection<Stream>::Linger() {
   handed_off_ = false;
   admitted_ = Admitted{};
+  head_.reset();
+  body_.reset();
+  buffer_.clear();
+  buffer_.shrink_to_fit();
   error_code ignored;
   Lowest().socket().shutdown(tcp::socket::shutdown_send, ignored);
-  Lowest().expires_after(limits_.linger_timeout);
+  Lowest().expires_never();
+  linger_timer_.emplace(stream_.get_executor(), limits_.linger_timeout);
+  linger_timer_->async_wait([self = this->shared_from_this()](error_code ec) {
+    if (ec != net::error::operation_aborted) self->Close(nullptr);
+  });
   LingerRead(4u << 20);
 }
 
+// Discards with MSG_TRUNC (the kernel drops the bytes, nothing is copied):
+// a thousand lingering connections cost no buffers.
 template <class Stream>
 void Connection<Stream>::LingerRead(size_t left) {
-  if (!discard_) discard_ = std::make_unique<std::array<char, 16384>>();
-  Lowest().async_read_some(net::buffer(*discard_),
-                           [self = this->shared_from_this(), left](error_code ec, size_t n) {
-                             if (ec || n >= left) return self->Close(nullptr);
-                             self->LingerRead(left - n);
-                           });
+  Lowest().socket().async_wait(
+      tcp::socket::wait_read, [self = this->shared_from_this(), left](error_code ec) mutable {
+        if (self->closed_) return;
+        if (ec) return self->Close(nullptr);
+        const int fd = self->Lowest().socket().native_handle();
+        for (;;) {
+          ssize_t n = ::recv(fd, nullptr, left, MSG_TRUNC | MSG_DONTWAIT);
+          if (n < 0 && errno == EINTR) continue;
+          if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+          if (n <= 0 || static_cast<size_t>(n) >= left) return self->Close(nullptr);
+          left -= static_cast<size_t>(n);
+        }
+        self->LingerRead(left);
+      });
 }
 
 template <class Stream>
@@ -541,6 +563,7 @@ void Connection<Stream>::Close(const char* reason) {
   admitted_ = Admitted{};
   head_.reset();
   body_.reset();
+  if (linger_timer_) linger_timer_->cancel();
 }
 
 }  // namespace

@@ -34,6 +34,9 @@ Result<std::unique_ptr<net::ssl::context>> MakeServerContext(const HttpTls& tls)
                        net::ssl::context::no_tlsv1_1 | net::ssl::context::single_dh_use,
                    ec);
   if (!ec) SSL_CTX_set_min_proto_version(ctx->native_handle(), TLS1_2_VERSION);
+  // OpenSSL frees a connection's record buffers while it is idle: a
+  // thousand stalled TLS connections then cost far less.
+  SSL_CTX_set_mode(ctx->native_handle(), SSL_MODE_RELEASE_BUFFERS);
   if (!ec) ctx->use_certificate_chain(net::buffer(tls.cert_chain_pem), ec);
   if (ec) return Status::InvalidArgument("the TLS certificate does not load: " + ec.message());
   ctx->use_private_key(net::buffer(tls.key_pem), net::ssl::context::pem, ec);

@@ -1,6 +1,9 @@
 // kubicle-nodectl's pieces against the API server over FakeSandboxService.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <future>
+
 #include "noderuntime/api/api_server.h"
 #include "noderuntime/api/fake_sandbox_service.h"
 #include "noderuntime/cli/args.h"
@@ -110,6 +113,39 @@ TEST_F(ClientTest, FilesAndStreamedExec) {
   ASSERT_TRUE(exit.ok()) << exit.status().ToString();
   EXPECT_EQ((*exit)["exitCode"], 0);
   EXPECT_EQ(out, "hi\n");
+}
+
+// ExecStream hands each line over as it arrives (kubicle-nodectl exec
+// shows output live), and a big stream arrives whole.
+TEST_F(ClientTest, ExecStreamDeliversLinesAsTheyArrive) {
+  ASSERT_TRUE(client_->Call("POST", "/v1/sandboxes", {{"template", "tg"}, {"id", "s"}}).ok());
+  std::promise<void> seen;
+  auto seen_future = seen.get_future().share();
+  std::atomic<bool> waited_out{false};
+  const std::string big(100000, 'b');
+  fake_.exec_hook = [&](const std::string&, const noderuntime::ExecOptions& o) {
+    auto out = [&](const std::string& s) {
+      o.io.on_output(guest::protocol::OutputStream::kStdout,
+                     guest::protocol::ByteSpan(reinterpret_cast<const uint8_t*>(s.data()), s.size()));
+    };
+    out("first\n");
+    if (seen_future.wait_for(std::chrono::seconds(20)) != std::future_status::ready) waited_out = true;
+    for (int i = 0; i < 50; ++i) out(big);
+    guest::client::ExecResult r;
+    r.exit_code = 0;
+    return Result<guest::client::ExecResult>(r);
+  };
+  size_t bytes = 0;
+  bool first = true;
+  auto exit = client_->ExecStream("s", {{"argv", {"x"}}},
+                                  [&](const std::string&, const std::string& d) {
+                                    if (first) seen.set_value();
+                                    first = false;
+                                    bytes += d.size();
+                                  });
+  ASSERT_TRUE(exit.ok()) << exit.status().ToString();
+  EXPECT_FALSE(waited_out) << "the first line reached the callback only with the rest";
+  EXPECT_EQ(bytes, 6 + 50 * big.size());
 }
 
 TEST_F(ClientTest, SwarmCreatesRunsAndSweeps) {

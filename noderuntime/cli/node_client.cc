@@ -1,10 +1,11 @@
 #include "noderuntime/cli/node_client.h"
 
 #include <boost/asio/ssl.hpp>
-#include <cpprest/containerstream.h>
 #include <cpprest/http_client.h>
 
+#include <algorithm>
 #include <fstream>
+#include <optional>
 
 #include "noderuntime/api/codec.h"
 
@@ -35,6 +36,60 @@ http::http_request MakeRequest(const std::string& method, const std::string& pat
   req.headers().add(http::header_names::authorization, "Bearer " + token);
   return req;
 }
+
+// The lines of an NDJSON body, read in large pieces and split here:
+// cpprestsdk's read_line goes a byte at a time, which capped a stream at
+// ~12 MiB/s. A line is bounded, so a peer that never sends a newline costs
+// at most kMaxLine bytes.
+class LineReader {
+ public:
+  static constexpr size_t kMaxLine = 16u << 20;
+  explicit LineReader(concurrency::streams::istream body) : body_(std::move(body)) {}
+
+  // The next line without its newline; nullopt once the body has ended.
+  Result<std::optional<std::string>> Next() {
+    while (true) {
+      size_t nl = buf_.find('\n', scanned_);
+      if (nl != std::string::npos) return Take(nl, nl + 1);
+      scanned_ = buf_.size();
+      if (eof_) {
+        if (start_ == buf_.size()) return std::optional<std::string>();
+        return Take(buf_.size(), buf_.size());  // a last line without its newline
+      }
+      if (buf_.size() - start_ > kMaxLine) {
+        return Status::DataLoss("a stream line exceeds " + std::to_string(kMaxLine) + " bytes");
+      }
+      Fill();
+    }
+  }
+
+ private:
+  std::optional<std::string> Take(size_t end, size_t next) {
+    std::string line = buf_.substr(start_, end - start_);
+    start_ = scanned_ = next;
+    return line;
+  }
+  // getn(n) waits for n bytes: ask for what is there, or for one byte,
+  // which waits for the next to arrive.
+  void Fill() {
+    buf_.erase(0, start_);  // once per read, not once per line
+    scanned_ -= start_;
+    start_ = 0;
+    const size_t avail = body_.streambuf().in_avail();
+    const size_t want = avail > 0 ? std::min<size_t>(avail, 256 * 1024) : 1;
+    const size_t old = buf_.size();
+    buf_.resize(old + want);
+    const size_t n = body_.streambuf().getn(reinterpret_cast<uint8_t*>(buf_.data()) + old, want).get();
+    buf_.resize(old + n);
+    if (n == 0) eof_ = true;
+  }
+
+  concurrency::streams::istream body_;
+  std::string buf_;
+  size_t start_ = 0;    // where the next line begins
+  size_t scanned_ = 0;  // buf_[start_, scanned_) holds no newline
+  bool eof_ = false;
+};
 
 std::string BodyString(http::http_response& resp) {
   auto v = resp.extract_vector().get();
@@ -136,15 +191,15 @@ Result<json> NodeClient::ExecStream(
     req.set_body(request.dump(), "application/json");
     auto resp = http_->request(req).get();
     if (resp.status_code() >= 300) return StatusFromHttp(resp.status_code(), BodyString(resp));
-    auto body = resp.body();
+    LineReader lines(resp.body());
     while (true) {
-      concurrency::streams::container_buffer<std::string> line;
-      size_t n = body.read_line(line).get();
-      const std::string& text = line.collection();
-      if (n == 0 && text.empty() && body.is_eof()) break;
+      auto next = lines.Next();
+      if (!next.ok()) return next.status();
+      if (!*next) break;
+      const std::string& text = **next;
       if (text.empty()) continue;
       json j = json::parse(text, nullptr, false);
-      if (!j.is_object()) return Status::DataLoss("bad stream line: " + text);
+      if (!j.is_object()) return Status::DataLoss("bad stream line: " + text.substr(0, 200));
       if (j.contains("exit")) return j["exit"];
       if (j.contains("error")) {
         return Status(StatusCode::kInternal, "exec failed: " + j["error"].value("code", "") +
