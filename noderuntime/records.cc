@@ -1,5 +1,9 @@
 #include "noderuntime/records.h"
 
+#include <type_traits>
+
+#include "common/json_number.h"
+
 namespace kubicle::noderuntime {
 namespace {
 
@@ -23,7 +27,11 @@ class Reader {
       return;
     }
     try {
-      *out = it->template get<T>();
+      if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+        *out = IntegerFromJson<T>(*it);  // a float or out-of-range number is no cast
+      } else {
+        *out = it->template get<T>();
+      }
     } catch (const json::exception&) {
       status_ = Status::DataLoss(std::string("record: bad \"") + key + "\"");
     }
@@ -39,7 +47,8 @@ class Reader {
 Result<json> ParseObject(const std::string& text) {
   json j = json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return Status::DataLoss("record is not a JSON object");
-  if (j.value("version", 0) != 1) return Status::DataLoss("record: unknown version");
+  auto version = j.find("version");
+  if (version == j.end() || *version != 1) return Status::DataLoss("record: unknown version");
   return j;
 }
 

@@ -92,6 +92,16 @@ TEST(RecordsTest, BadSandboxRecordsAreDataLoss) {
   auto r = DecodeSandboxRecord(s);
   EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
   EXPECT_NE(r.status().message().find("cid"), std::string::npos);
+  // A float, a negative or an out-of-range number is refused, not cast
+  // (5.5e31 -> uint64 is undefined; found by fuzz_records).
+  for (const char* cid : {"5.5e31", "-7", "7.5", "4294967296"}) {
+    s = kGolden;
+    s.replace(s.find("\"cid\": 7"), 8, std::string("\"cid\": ") + cid);
+    EXPECT_EQ(DecodeSandboxRecord(s).status().code(), StatusCode::kDataLoss) << cid;
+  }
+  s = kGolden;
+  s.replace(s.find("\"version\": 1"), 12, "\"version\": 1e300");
+  EXPECT_EQ(DecodeSandboxRecord(s).status().code(), StatusCode::kDataLoss);
 }
 
 TEST(RecordsTest, TemplateRecordRoundTrip) {
