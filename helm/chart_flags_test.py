@@ -11,7 +11,8 @@ operator Deployment, expands the `$(VAR)` references the way the kubelet does
 `/usr/bin/kubicle-*` with the built binary, appends `--check-flags` and runs
 it: it must exit 0 and print "<binary>: flags ok". It also checks the shape
 the values ask for (`--capacity-mem` only when set, one `--image-root` and one
-read-only hostPath mount per image root, no separate node metrics port).
+read-only hostPath mount per image root, no separate node metrics port, the
+data plane on TLS with an HTTPS liveness probe).
 
 Before the chart it checks that a bad flag makes `--check-flags` fail, so the
 test cannot pass because the binaries accept anything.
@@ -167,8 +168,12 @@ def check_node_shape(container, values, argv):
     ports = [p["name"] for p in container.get("ports", [])]
     if ports != ["data-plane"]:
         raise Failure(f"node ports {ports}: want only data-plane (it serves /metrics)")
-    if container["livenessProbe"]["httpGet"] != {"path": "/healthz", "port": "data-plane"}:
-        raise Failure(f"node liveness probe {container['livenessProbe']}")
+    # The data plane is TLS in a cluster (the binary's default there too).
+    if "--tls=on" not in argv or "--insecure-http" in argv or "--tls=off" in argv:
+        raise Failure(f"the node must serve its data plane with --tls=on: {argv}")
+    want_probe = {"path": "/healthz", "port": "data-plane", "scheme": "HTTPS"}
+    if container["livenessProbe"]["httpGet"] != want_probe:
+        raise Failure(f"node liveness probe {container['livenessProbe']}, want httpGet {want_probe}")
 
 
 def check_host_paths(pod_spec, container):

@@ -38,11 +38,12 @@ Value flags are written "--flag VALUE" or "--flag=VALUE".
   --log-format FORMAT    text or json log lines on stderr (default text)
   --log-json             same as --log-format=json
   --log-level LEVEL      debug, info, warn, error (default info)
-  --tls on|off           serve the API over TLS (default off for now): the
-                         node's own CA and serving certificate, made in
-                         DIR/tls at first start (clients verify with
-                         DIR/tls/ca.crt, which a cluster node publishes on
-                         its Lease), or the pair below
+  --tls on|off           serve the API over TLS (default: on for a cluster
+                         node, off standalone): the node's own CA and serving
+                         certificate, made in DIR/tls at first start (clients
+                         verify with DIR/tls/ca.crt, which a cluster node
+                         publishes on its Lease), or the pair below; a
+                         cluster node serves plain HTTP only on loopback
   --tls-cert FILE        serving certificate chain, PEM (needs --tls=on)
   --tls-key FILE         its private key, PEM (needs --tls=on)
   --insecure-http        plain HTTP, only with a loopback --listen address
@@ -306,6 +307,14 @@ Status Validate(const std::set<std::string>& given, ServeFlags* f) {
     f->advertise_address = f->listen_host;  // main fills in the hostname for a wildcard
   } else if (given.count("--advertise-address")) {
     RETURN_IF_ERROR(CheckAdvertiseAddress(f->advertise_address));
+  }
+  // A cluster node's data plane carries bearer tokens to a hostPort: TLS
+  // unless said otherwise, and plain HTTP only on loopback.
+  if (!f->node_name.empty() && !given.count("--tls") && !f->insecure_http) f->tls = true;
+  if (!f->node_name.empty() && !f->tls && !IsLoopbackHost(f->listen_host)) {
+    return Status::InvalidArgument("a cluster node (--node-name) serves its data plane over TLS: "
+                                   "plain HTTP only on a loopback --listen address, not " +
+                                   f->listen_host);
   }
   RETURN_IF_ERROR(ValidateTls(given, *f));
   return ValidateNodeAgent(given, f);

@@ -35,9 +35,11 @@ struct ServeFlags {
   std::string log_format = "text";  // "text" or "json"
   bool log_json = false;           // always log_format == "json" (--log-json is an alias)
   std::string log_level = "info";
-  // The data plane's TLS (docs/node.md, "TLS"). Off by default for now; on
-  // with --tls=on: the node's own CA and serving certificate in
-  // <state-dir>/tls, or the --tls-cert/--tls-key pair.
+  // The data plane's TLS (docs/node.md, "TLS"): the node's own CA and
+  // serving certificate in <state-dir>/tls, or the --tls-cert/--tls-key
+  // pair. On by default for a cluster node (--node-name), which serves plain
+  // HTTP (--tls=off, --insecure-http) only on a loopback listen; off by
+  // default standalone.
   bool tls = false;
   std::string tls_cert;
   std::string tls_key;

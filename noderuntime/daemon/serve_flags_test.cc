@@ -248,7 +248,7 @@ TEST(ServeFlags, UsageNamesEveryFlag) {
 TEST(ServeFlags, Tls) {
   auto off = ParseServeFlags({"--state-dir", "/s"});
   ASSERT_TRUE(off.ok());
-  EXPECT_FALSE(off->tls) << "off by default for now";
+  EXPECT_FALSE(off->tls) << "standalone: off by default";
   auto on = ParseServeFlags({"--state-dir", "/s", "--tls=on", "--listen", "0.0.0.0:7443"});
   ASSERT_TRUE(on.ok()) << on.status().ToString();
   EXPECT_TRUE(on->tls);
@@ -277,6 +277,27 @@ TEST(ServeFlags, Tls) {
     auto f = ParseServeFlags(args);
     ASSERT_FALSE(f.ok()) << b.needle;
     EXPECT_NE(f.status().message().find(b.needle), std::string::npos) << f.status().message();
+  }
+}
+
+TEST(ServeFlags, AClusterNodeServesTlsByDefault) {
+  auto node = ParseServeFlags({"--state-dir", "/s", "--node-name", "n1", "--listen", "0.0.0.0:7443"});
+  ASSERT_TRUE(node.ok()) << node.status().ToString();
+  EXPECT_TRUE(node->tls);
+  auto pair = ParseServeFlags({"--state-dir", "/s", "--node-name=n1", "--tls-cert=/c", "--tls-key=/k"});
+  ASSERT_TRUE(pair.ok()) << pair.status().ToString();
+  EXPECT_TRUE(pair->tls);
+  // Plain HTTP said out loud, on loopback only.
+  auto off = ParseServeFlags({"--state-dir", "/s", "--node-name=n1", "--tls=off"});
+  ASSERT_TRUE(off.ok()) << off.status().ToString();
+  EXPECT_FALSE(off->tls);
+  auto insecure = ParseServeFlags({"--state-dir", "/s", "--node-name=n1", "--insecure-http"});
+  ASSERT_TRUE(insecure.ok()) << insecure.status().ToString();
+  EXPECT_FALSE(insecure->tls);
+  for (const char* plain : {"--tls=off", "--insecure-http"}) {
+    auto wide = ParseServeFlags({"--state-dir", "/s", "--node-name=n1", plain, "--listen=0.0.0.0:7443"});
+    ASSERT_FALSE(wide.ok()) << plain;
+    EXPECT_NE(wide.status().message().find("loopback"), std::string::npos) << wide.status().message();
   }
 }
 
