@@ -11,6 +11,7 @@
 // kubicle_common.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,31 @@ inline std::vector<std::string> SplitFlagValues(const std::vector<std::string>& 
     }
     out.push_back(a.substr(0, eq));
     out.push_back(a.substr(eq + 1));
+  }
+  return out;
+}
+
+// For parsers whose values may start with "--" (a kernel command line): a
+// value-taking flag's next argument is kept whole; only arguments in a flag's
+// place are split. `is_boolean(name)` tells the flags that take no value.
+template <typename IsBoolean>
+std::vector<std::string> SplitFlagValues(const std::vector<std::string>& args, IsBoolean is_boolean) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--") {
+      out.insert(out.end(), args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
+      break;
+    }
+    const size_t eq = a.find('=');
+    if (a.size() >= 3 && a.compare(0, 2, "--") == 0 && eq != std::string::npos) {
+      out.push_back(a.substr(0, eq));
+      out.push_back(a.substr(eq + 1));
+    } else {
+      out.push_back(a);
+      const bool takes_value = a.compare(0, 2, "--") == 0 && !is_boolean(a);
+      if (takes_value && i + 1 < args.size()) out.push_back(args[++i]);
+    }
   }
   return out;
 }

@@ -20,5 +20,17 @@ TEST(FlagArgsTest, SplitsInlineValuesOnly) {
   EXPECT_TRUE(SplitFlagValues(0, argv).empty());
 }
 
+TEST(FlagArgsTest, KeepsTheValueOfAValueTakingFlagWhole) {
+  auto is_boolean = [](const std::string& f) { return f == "--no-rng"; };
+  EXPECT_EQ(SplitFlagValues(Args{"--cmdline", "--init=/sbin/x", "--mem=1G", "--no-rng", "--id=a"},
+                            is_boolean),
+            (Args{"--cmdline", "--init=/sbin/x", "--mem", "1G", "--no-rng", "--id", "a"}));
+  EXPECT_EQ(SplitFlagValues(Args{"--cmdline=a=b c", "--disk", "/x,ro"}, is_boolean),
+            (Args{"--cmdline", "a=b c", "--disk", "/x,ro"}));
+  EXPECT_EQ(SplitFlagValues(Args{"--kernel"}, is_boolean), (Args{"--kernel"}))
+      << "a missing value is the parser's to report";
+  EXPECT_EQ(SplitFlagValues(Args{"--", "--x=1"}, is_boolean), (Args{"--", "--x=1"}));
+}
+
 }  // namespace
 }  // namespace kubicle

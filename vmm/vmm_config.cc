@@ -4,6 +4,7 @@
 
 #include <charconv>
 
+#include "common/flag_args.h"
 #include "vmm/arch/x86_64/layout.h"
 #include "vmm/control_protocol.h"
 
@@ -66,6 +67,12 @@ Status Validate(const VmmConfig& cfg) {
   return Status::Ok();
 }
 
+// --flag=value and --flag value alike; a value (a --cmdline) may itself
+// start with "--".
+std::vector<std::string> SplitFlags(const std::vector<std::string>& args) {
+  return SplitFlagValues(args, [](const std::string& f) { return f == "--json-log" || f == "--no-rng"; });
+}
+
 }  // namespace
 
 Result<uint64_t> ParseSize(const std::string& text) {
@@ -85,7 +92,8 @@ Result<uint64_t> ParseSize(const std::string& text) {
   return v << shift;
 }
 
-Result<VmmConfig> ParseRunArgs(const std::vector<std::string>& args) {
+Result<VmmConfig> ParseRunArgs(const std::vector<std::string>& raw_args) {
+  const std::vector<std::string> args = SplitFlags(raw_args);
   VmmConfig cfg;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& flag = args[i];
@@ -133,7 +141,8 @@ Result<VmmConfig> ParseRunArgs(const std::vector<std::string>& args) {
   return cfg;
 }
 
-Result<VmmConfig> ParseRestoreArgs(const std::vector<std::string>& args) {
+Result<VmmConfig> ParseRestoreArgs(const std::vector<std::string>& raw_args) {
+  const std::vector<std::string> args = SplitFlags(raw_args);
   for (const std::string& a : args) {
     if (a == "--kernel" || a == "--initrd" || a == "--mem" || a == "--vcpus" || a == "--disk" ||
         a == "--cmdline" || a == "--no-rng")
@@ -159,7 +168,8 @@ Result<VmmConfig> ParseRestoreArgs(const std::vector<std::string>& args) {
   return cfg;
 }
 
-Result<VmmConfig> ParsePoolArgs(const std::vector<std::string>& args) {
+Result<VmmConfig> ParsePoolArgs(const std::vector<std::string>& raw_args) {
+  const std::vector<std::string> args = SplitFlags(raw_args);
   for (const std::string& a : args) {
     if (a == "--kernel" || a == "--initrd" || a == "--disk" || a == "--cmdline" ||
         a == "--no-rng" || a == "--snapshot")
@@ -186,6 +196,7 @@ Usage:
                    [--serial-* ...] [--layer-dir D]
                        (warm pool: waits for {"cmd":"restore","snapshot":DIR,...})
   kubicle-vmm --help
+Every flag takes its value as --flag VALUE or --flag=VALUE.
 
 Options for run:
   --kernel PATH        guest kernel: ELF vmlinux (64-bit entry or PVH note) or bzImage

@@ -42,6 +42,28 @@ TEST_F(VmmConfigTest, ParsesFullCommandLine) {
   EXPECT_EQ(cfg->cmdline, "console=ttyS0");
 }
 
+TEST_F(VmmConfigTest, TakesFlagEqualsValueAndKeepsACmdlineThatLooksLikeAFlag) {
+  auto cfg = ParseRunArgs({"--kernel=" + kernel_, "--mem=512M", "--vcpus", "2", "--cid=7",
+                           "--cmdline", "--init=/x console=ttyS0", "--no-rng"});
+  ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+  EXPECT_EQ(cfg->kernel_path, kernel_);
+  EXPECT_EQ(cfg->mem_bytes, 512ull << 20);
+  EXPECT_EQ(cfg->guest_cid, 7u);
+  EXPECT_EQ(cfg->cmdline, "--init=/x console=ttyS0");
+  EXPECT_FALSE(cfg->rng);
+  auto eq = ParseRunArgs({"--kernel", kernel_, "--cmdline=a=b c"});
+  ASSERT_TRUE(eq.ok()) << eq.status().ToString();
+  EXPECT_EQ(eq->cmdline, "a=b c");
+  EXPECT_EQ(ParseRunArgs({"--kernel", kernel_, "--no-rng=yes"}).status().code(),
+            StatusCode::kInvalidArgument);
+  auto pool = ParsePoolArgs({"--mem=64M", "--control=/tmp/c.sock"});
+  ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+  EXPECT_EQ(pool->control_path, "/tmp/c.sock");
+  EXPECT_EQ(ParseRestoreArgs({"--snapshot=/s", "--mem=1G"}).status().code(),
+            StatusCode::kInvalidArgument)
+      << "restore refuses the shape in either form";
+}
+
 TEST_F(VmmConfigTest, ClearErrors) {
   auto missing = ParseRunArgs({"--kernel", "/nonexistent/vmlinux"});
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
