@@ -38,8 +38,9 @@ Result<std::unique_ptr<SandboxManager>> SandboxManager::Open(NodeConfig config,
   // Unix socket paths are limited to 107 bytes: <state>/sock/<cid>.vsock must fit.
   if (config.state_dir.size() > 80)
     return Status::InvalidArgument("state_dir is too long for Unix socket paths (max 80 bytes)");
-  if (::access(config.vmm_binary.c_str(), X_OK) != 0)
-    return Status::InvalidArgument("vmm_binary '" + config.vmm_binary + "' is not executable");
+  if (!config.launcher) {
+    ASSIGN_OR_RETURN(config.launcher, ProcessVmmLauncher::Create(config.vmm_binary));
+  }
   if (config.capacity_mem_mib == 0 || config.capacity_vcpus == 0)
     return Status::InvalidArgument("capacity_mem_mib and capacity_vcpus must be positive");
   std::unique_ptr<SandboxManager> m(new SandboxManager(std::move(config), metrics));
@@ -56,7 +57,7 @@ Status SandboxManager::Init() {
   RETURN_IF_ERROR(watcher_.Start());
   RegisterMetrics();
   WarmPool::Options po;
-  po.vmm_binary = config_.vmm_binary;
+  po.launcher = config_.launcher.get();
   po.dir = config_.state_dir + "/pool";
   po.sock_dir = config_.state_dir + "/sock";
   po.per_shape = config_.pool_size_per_shape;
@@ -67,7 +68,7 @@ Status SandboxManager::Init() {
   if (cgroups_.enabled()) {
     po.prepare = [this](const PoolVm& vm) {
       Status s = cgroups_.Create(vm.name, LimitsFor(vm.shape));
-      if (s.ok()) s = cgroups_.AddProcess(vm.name, vm.handle.pid);
+      if (s.ok()) s = cgroups_.AddProcess(vm.name, vm.vmm->pid());
       if (!s.ok()) log::Warn("pool vm cgroup", {{"vm", vm.name}, {"error", s.ToString()}});
     };
     po.discard = [this](const PoolVm& vm) { RemoveCgroupSoon(vm.name); };
@@ -137,7 +138,7 @@ void SandboxManager::Shutdown(bool stop_vms) {
     if (key) watcher_.Unwatch(key);
     std::lock_guard l(sb->mu);
     sb->agent.reset();
-    sb->pidfd.reset();
+    sb->vmm.reset();
   }
   RetryCgroupRemovals(100);
   if (stop_vms) {
@@ -176,8 +177,8 @@ Status SandboxManager::Persist(Sandbox& sb) {
 Status SandboxManager::Watch(const std::shared_ptr<Sandbox>& sb) {
   std::weak_ptr<Sandbox> weak = sb;
   std::lock_guard l(sb->mu);
-  if (!sb->pidfd) return Status::FailedPrecondition("no process to watch");
-  ASSIGN_OR_RETURN(sb->watch_key, watcher_.Watch(sb->pidfd.get(), [this, weak](std::optional<int> code) {
+  if (!sb->vmm) return Status::FailedPrecondition("no process to watch");
+  ASSIGN_OR_RETURN(sb->watch_key, watcher_.Watch(sb->vmm->exit_fd(), [this, weak](std::optional<int> code) {
                      if (auto s = weak.lock()) OnVmmExit(s, code);
                    }));
   return Status::Ok();
@@ -185,6 +186,9 @@ Status SandboxManager::Watch(const std::shared_ptr<Sandbox>& sb) {
 
 void SandboxManager::OnVmmExit(const std::shared_ptr<Sandbox>& sb, std::optional<int> code) {
   std::lock_guard l(sb->mu);
+  // The watcher reaps our own children; a VMM it could not reap may still
+  // tell its code through the launcher (a fake one does).
+  if (!code && sb->vmm) code = sb->vmm->Reap();
   sb->exited = true;
   sb->watch_key = 0;
   sb->cv.notify_all();
@@ -217,22 +221,22 @@ void SandboxManager::FreeResources(Sandbox& sb) {
   sb.holds_cgroup = false;
   if (!sb.rec.control_path.empty()) ::unlink(sb.rec.control_path.c_str());
   if (!sb.rec.vsock_path.empty()) ::unlink(sb.rec.vsock_path.c_str());
-  sb.pidfd.reset();
+  sb.vmm.reset();
 }
 
 void SandboxManager::StopVm(Sandbox& sb) {
-  int pidfd;
+  VmmProcess* vmm;
   std::string control;
   {
     std::lock_guard l(sb.mu);
-    if (sb.exited || !sb.pidfd) return;
-    pidfd = sb.pidfd.get();  // stays open: only Teardown/FreeResources close it
+    if (sb.exited || !sb.vmm) return;
+    vmm = sb.vmm.get();  // stays: only Teardown/FreeResources let it go
     control = sb.rec.control_path;
   }
   Status r = vmm::control::ControlClient(control).Shutdown(500ms);
-  if (!r.ok() || !WaitExited(pidfd, config_.delete_grace)) {
-    (void)PidfdKill(pidfd, SIGKILL);
-    WaitExited(pidfd, 10s);
+  if (!r.ok() || !WaitExited(vmm->exit_fd(), config_.delete_grace)) {
+    (void)vmm->Signal(SIGKILL);
+    WaitExited(vmm->exit_fd(), 10s);
   }
 }
 
@@ -256,7 +260,7 @@ Status SandboxManager::Teardown(const std::shared_ptr<Sandbox>& sb) {
   if (key) watcher_.Unwatch(key);  // the callback is not running after this
   {
     std::lock_guard l(sb->mu);
-    if (sb->pidfd) ReapIfChild(sb->pidfd.get());
+    if (sb->vmm) sb->vmm->Reap();
     sb->exited = true;
     FreeResources(*sb);
     if (!sb->dir.empty()) {
@@ -308,8 +312,8 @@ Status SandboxManager::DeleteSandbox(const std::string& id) {
     // A create in flight holds op_mu: killing its VM makes it fail fast.
     std::lock_guard l(sb->mu);
     sb->delete_requested = true;
-    if (sb->rec.info.state == SandboxState::kCreating && sb->pidfd)
-      (void)PidfdKill(sb->pidfd.get(), SIGKILL);
+    if (sb->rec.info.state == SandboxState::kCreating && sb->vmm)
+      (void)sb->vmm->Signal(SIGKILL);
   }
   std::lock_guard op(sb->op_mu);
   Status s = Teardown(sb);

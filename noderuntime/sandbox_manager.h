@@ -18,6 +18,9 @@
 //    never exceed NodeConfig's; creates and forks beyond it are refused with
 //    ResourceExhausted (idle pool VMs of other shapes are evicted first).
 //  - One manager per state directory and per metrics registry at a time.
+//  - Every VMM is started, attached, signalled and found through
+//    NodeConfig::launcher (vmm_launcher.h): kubicle-vmm processes by default,
+//    FakeVmmLauncher in unit tests.
 #pragma once
 
 #include <atomic>
@@ -36,6 +39,7 @@
 #include "noderuntime/process_watcher.h"
 #include "noderuntime/records.h"
 #include "noderuntime/sandbox_service.h"
+#include "noderuntime/vmm_launcher.h"
 #include "noderuntime/warm_pool.h"
 #include "vmm/control_protocol.h"
 
@@ -52,6 +56,10 @@ struct ConsoleLimits {
 struct NodeConfig {
   std::string state_dir;               // absolute; created if missing
   std::string vmm_binary;              // path to kubicle-vmm
+  // How VMMs are started and found; null: ProcessVmmLauncher over
+  // vmm_binary. Shared so that it can outlive the manager (a test's fake
+  // keeps its VMs across a reopen, as real VMMs outlive the daemon).
+  std::shared_ptr<VmmLauncher> launcher;
   uint64_t capacity_mem_mib = 0;       // guest RAM of sandboxes + pool
   uint32_t capacity_vcpus = 0;
   uint32_t pool_size_per_shape = 2;    // idle pool VMs kept per template shape
@@ -181,7 +189,7 @@ class SandboxManager final : public SandboxService {
   // Templates (template_baker.cc).
   void Bake(std::shared_ptr<Template> t);
   Status BakeSteps(const std::shared_ptr<Template>& t);
-  Status BakeInVm(const std::shared_ptr<Template>& t, const TemplateSpec& spec, int pidfd,
+  Status BakeInVm(const std::shared_ptr<Template>& t, const TemplateSpec& spec, int exit_fd,
                   const std::string& control, const std::string& vsock, const std::string& snapshot_dir);
   void SetTemplateProgress(const std::shared_ptr<Template>& t, const std::string& message);
   Status PersistTemplate(const Template& t);  // requires t's lock

@@ -28,6 +28,13 @@ std::vector<std::string> SubDirs(const std::string& dir) {
   return out;
 }
 
+// SIGKILL, then up to 5 s for it to go, reaped if ours.
+void KillAndWait(VmmProcess& vmm) {
+  (void)vmm.Signal(SIGKILL);
+  WaitExited(vmm.exit_fd(), 5s);
+  vmm.Reap();
+}
+
 }  // namespace
 
 Status SandboxManager::LoadTemplates() {
@@ -85,15 +92,12 @@ void SandboxManager::AdoptOne(SandboxRecord record) {
     next_generation_ = std::max(next_generation_, sb->rec.generation + 1);
     next_cid_ = std::max(next_cid_, info.cid + 1);
   }
-  auto handle = info.vmm_pid > 0 ? AttachProcess(info.vmm_pid, sb->rec.pid_start_time)
-                                 : Result<VmmHandle>(Status::NotFound("no VMM was started"));
+  auto handle = info.vmm_pid > 0
+                    ? config_.launcher->Attach(info.vmm_pid, sb->rec.pid_start_time)
+                    : Result<std::unique_ptr<VmmProcess>>(Status::NotFound("no VMM was started"));
   if (info.state == SandboxState::kCreating || info.state == SandboxState::kDeleting) {
     // A create never answered (or a delete never finished): finish the job.
-    if (handle.ok()) {
-      (void)PidfdKill(handle->pidfd.get(), SIGKILL);
-      WaitExited(handle->pidfd.get(), 5s);
-      ReapIfChild(handle->pidfd.get());
-    }
+    if (handle.ok()) KillAndWait(**handle);
     RemoveCgroupSoon(info.id);
     ::unlink(sb->rec.control_path.c_str());
     ::unlink(sb->rec.vsock_path.c_str());
@@ -103,7 +107,7 @@ void SandboxManager::AdoptOne(SandboxRecord record) {
   }
   Status st = info.state == SandboxState::kFailed ? Status::Ok() : handle.status();
   if (info.state == SandboxState::kRunning && st.ok()) {
-    sb->pidfd = std::move(handle->pidfd);
+    sb->vmm = std::move(handle).value();
     auto status = vmm::control::ControlClient(sb->rec.control_path).GetStatus(2s);
     st = status.status();
     if (st.ok()) {
@@ -116,16 +120,12 @@ void SandboxManager::AdoptOne(SandboxRecord record) {
     // Sockets a daemon before 0600 was enforced left looser.
     if (st.ok()) st = SetExactMode(sb->rec.control_path, 0600);
     if (st.ok()) st = SetExactMode(sb->rec.vsock_path, 0600);
-    if (!st.ok()) {
-      (void)PidfdKill(sb->pidfd.get(), SIGKILL);
-      WaitExited(sb->pidfd.get(), 5s);
-      ReapIfChild(sb->pidfd.get());
-    }
+    if (!st.ok()) KillAndWait(*sb->vmm);
   }
   if (info.state == SandboxState::kRunning && !st.ok()) {
     info.state = SandboxState::kFailed;
     info.message = "lost while the node daemon was down: " + st.message();
-    sb->pidfd.reset();
+    sb->vmm.reset();
     sb->holds_cgroup = true;  // FreeResources removes what is left
     FreeResources(*sb);
     (void)Persist(*sb);
@@ -160,20 +160,18 @@ void SandboxManager::KillOrphans() {
     for (auto& sb : all) {
       const std::string& id = sb->rec.info.id;
       std::lock_guard sl(sb->mu);
-      if (!sb->pidfd) continue;
+      if (!sb->vmm) continue;
       owned.insert(sb->rec.info.vmm_pid);
       sockets.insert(fs::path(sb->rec.control_path).filename().string());
       sockets.insert(fs::path(sb->rec.vsock_path).filename().string());
       groups.insert(id);
     }
   }
-  for (pid_t pid : FindVmmProcesses(config_.vmm_binary, config_.state_dir)) {
+  for (pid_t pid : config_.launcher->FindVmms(config_.state_dir)) {
     if (owned.count(pid)) continue;
-    auto h = AttachProcess(pid, std::nullopt);
+    auto h = config_.launcher->Attach(pid, std::nullopt);
     if (!h.ok()) continue;
-    (void)PidfdKill(h->pidfd.get(), SIGKILL);
-    WaitExited(h->pidfd.get(), 5s);
-    ReapIfChild(h->pidfd.get());
+    KillAndWait(**h);
     log::Warn("killed orphan kubicle-vmm", {{"pid", pid}});
   }
   std::error_code ec;
@@ -202,12 +200,13 @@ size_t SandboxManager::SweepOrphans(std::chrono::seconds min_age) {
   }
   for (pid_t p : pool_->idle_pids()) owned.insert(p);
   size_t killed = 0;
-  for (pid_t pid : FindVmmProcesses(config_.vmm_binary, config_.state_dir)) {
+  for (pid_t pid : config_.launcher->FindVmms(config_.state_dir)) {
     // Young ones may be a pool VM starting or a fork child being adopted.
-    if (owned.count(pid) || ProcessAgeSeconds(pid) < static_cast<double>(min_age.count())) continue;
-    auto h = AttachProcess(pid, std::nullopt);
+    if (owned.count(pid) || config_.launcher->AgeSeconds(pid) < static_cast<double>(min_age.count()))
+      continue;
+    auto h = config_.launcher->Attach(pid, std::nullopt);
     if (!h.ok()) continue;
-    (void)PidfdKill(h->pidfd.get(), SIGKILL);
+    (void)(*h)->Signal(SIGKILL);
     ++killed;
     log::Warn("killed orphan kubicle-vmm", {{"pid", pid}});
   }

@@ -243,9 +243,9 @@ Status SandboxManager::RunCreate(const std::shared_ptr<Sandbox>& sb, const std::
   }
   {
     std::lock_guard l(sb->mu);
-    sb->pidfd = std::move(vm->handle.pidfd);
-    sb->rec.info.vmm_pid = vm->handle.pid;
-    sb->rec.pid_start_time = vm->handle.start_time;
+    sb->rec.info.vmm_pid = vm->vmm->pid();
+    sb->rec.pid_start_time = vm->vmm->start_time();
+    sb->vmm = std::move(vm->vmm);
     if (sb->delete_requested) return Status::FailedPrecondition("deleted");
   }
   steps->Mark("files");
@@ -410,15 +410,15 @@ Status SandboxManager::AttachForkChildren(const std::vector<std::shared_ptr<Sand
                             std::to_string(kids.size()) + " children");
   Status attached;
   for (size_t i = 0; i < kids.size(); ++i) {
-    auto h = AttachProcess(static_cast<pid_t>(pids[i]), std::nullopt);
+    auto h = config_.launcher->Attach(static_cast<pid_t>(pids[i]), std::nullopt);
     if (!h.ok()) {
       if (attached.ok()) attached = h.status().WithContext("fork child");
       continue;
     }
     std::lock_guard l(kids[i]->mu);
-    kids[i]->pidfd = std::move(h->pidfd);
-    kids[i]->rec.info.vmm_pid = h->pid;
-    kids[i]->rec.pid_start_time = h->start_time;
+    kids[i]->rec.info.vmm_pid = (*h)->pid();
+    kids[i]->rec.pid_start_time = (*h)->start_time();
+    kids[i]->vmm = std::move(h).value();
   }
   return attached;
 }

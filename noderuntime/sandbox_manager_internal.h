@@ -10,6 +10,7 @@
 #include "common/unique_fd.h"
 #include "guest/client/agent_client.h"
 #include "noderuntime/sandbox_manager.h"
+#include "noderuntime/vmm_process.h"
 
 namespace kubicle::noderuntime {
 
@@ -23,7 +24,7 @@ struct SandboxManager::Sandbox {
   VmShape shape;
   std::string dir;
   std::string log_path;
-  UniqueFd pidfd;
+  std::unique_ptr<VmmProcess> vmm;  // null once the VMM is gone or let go
   uint64_t watch_key = 0;
   bool exited = false;
   bool delete_requested = false;

@@ -208,7 +208,7 @@ Status SandboxManager::BakeSteps(const std::shared_ptr<Template>& t) {
     cid = AllocateCid();
   }
   const std::string control = SockPath(cid, "ctl"), vsock = SockPath(cid, "vsock");
-  std::vector<std::string> argv = {config_.vmm_binary, "run", "--kernel", spec.kernel,
+  std::vector<std::string> argv = {"run", "--kernel", spec.kernel,
                                    "--cmdline", spec.cmdline.empty() ? "console=ttyS0" : spec.cmdline,
                                    "--mem", std::to_string(spec.mem_mib) + "M",
                                    "--vcpus", std::to_string(spec.vcpus),
@@ -225,31 +225,32 @@ Status SandboxManager::BakeSteps(const std::shared_ptr<Template>& t) {
     argv.insert(argv.end(), {"--layer-dir", dir + "/layers"});
   }
   SetTemplateProgress(t, "booting");
-  auto vm = SpawnDetached(argv, bake_dir + "/vmm.log");
+  auto vm = config_.launcher->Spawn(argv, bake_dir + "/vmm.log");
   Status st = vm.status();
   if (st.ok()) {
     std::lock_guard l(mu_);
-    bake_pids_.insert(vm->pid);
+    bake_pids_.insert((*vm)->pid());
   }
   if (st.ok()) {
-    st = BakeInVm(t, spec, vm->pidfd.get(), control, vsock, snapshot_dir);
+    const int exit_fd = (*vm)->exit_fd();
+    st = BakeInVm(t, spec, exit_fd, control, vsock, snapshot_dir);
     if (!st.ok()) {
       std::string tail = TailOfFile(bake_dir + "/vmm.log", 300);
       if (!tail.empty()) st = st.WithContext("vmm.log: " + tail);
     }
-    if (!WaitExited(vm->pidfd.get(), 0ms)) {
+    if (!WaitExited(exit_fd, 0ms)) {
       Status r = vmm::control::ControlClient(control).Shutdown(1s);
-      if (!r.ok() || !WaitExited(vm->pidfd.get(), 5s)) (void)PidfdKill(vm->pidfd.get(), SIGKILL);
-      WaitExited(vm->pidfd.get(), 5s);
+      if (!r.ok() || !WaitExited(exit_fd, 5s)) (void)(*vm)->Signal(SIGKILL);
+      WaitExited(exit_fd, 5s);
     }
-    ReapIfChild(vm->pidfd.get());
+    (*vm)->Reap();
   }
   ::unlink(control.c_str());
   ::unlink(vsock.c_str());
   {
     std::lock_guard l(mu_);
     cids_.erase(cid);
-    if (vm.ok()) bake_pids_.erase(vm->pid);
+    if (vm.ok()) bake_pids_.erase((*vm)->pid());
   }
   if (st.ok()) {
     SetTemplateProgress(t, "computing digest");
@@ -265,17 +266,17 @@ Status SandboxManager::BakeSteps(const std::shared_ptr<Template>& t) {
   return st;
 }
 
-Status SandboxManager::BakeInVm(const std::shared_ptr<Template>& t, const TemplateSpec& spec, int pidfd,
+Status SandboxManager::BakeInVm(const std::shared_ptr<Template>& t, const TemplateSpec& spec, int exit_fd,
                                 const std::string& control, const std::string& vsock,
                                 const std::string& snapshot_dir) {
-  RETURN_IF_ERROR(WaitForControl(control, pidfd, 30s));
+  RETURN_IF_ERROR(WaitForControl(control, exit_fd, 30s));
   RETURN_IF_ERROR(SetExactMode(control, 0600));
   SetTemplateProgress(t, "waiting for the agent");
   const auto deadline = guest::client::DeadlineIn(config_.bake_boot_timeout);
   std::unique_ptr<AgentClient> agent;
   for (;;) {
     if (stopping_) return Status::Unavailable("node runtime shutting down");
-    if (WaitExited(pidfd, 0ms)) return Status::Unavailable("kubicle-vmm exited during boot");
+    if (WaitExited(exit_fd, 0ms)) return Status::Unavailable("kubicle-vmm exited during boot");
     auto now = guest::client::Clock::now();
     auto c = AgentClient::ConnectVsock(vsock, guest::protocol::kAgentVsockPort, AgentOptions(),
                                        std::min(deadline, now + 1s));

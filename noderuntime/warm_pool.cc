@@ -5,6 +5,7 @@
 
 #include "common/log.h"
 #include "noderuntime/node_util.h"
+#include "noderuntime/vmm_process.h"
 #include "vmm/control_client.h"
 
 namespace kubicle::noderuntime {
@@ -59,11 +60,11 @@ void WarmPool::Unwant(const VmShape& shape) {
 }
 
 void WarmPool::Destroy(PoolVm& vm) {
-  if (vm.handle.pidfd) {
-    (void)PidfdKill(vm.handle.pidfd.get(), SIGKILL);
-    WaitExited(vm.handle.pidfd.get(), 5s);
-    ReapIfChild(vm.handle.pidfd.get());
-    vm.handle.pidfd.reset();
+  if (vm.vmm) {
+    (void)vm.vmm->Signal(SIGKILL);
+    WaitExited(vm.vmm->exit_fd(), 5s);
+    vm.vmm->Reap();
+    vm.vmm.reset();
   }
   if (!vm.control_path.empty()) ::unlink(vm.control_path.c_str());
   if (!vm.log_path.empty()) ::unlink(vm.log_path.c_str());
@@ -73,11 +74,11 @@ void WarmPool::Destroy(PoolVm& vm) {
 void WarmPool::DropDead() {
   for (auto& [shape, vms] : idle_) {
     for (size_t i = 0; i < vms.size();) {
-      if (!WaitExited(vms[i].handle.pidfd.get(), 0ms)) {
+      if (!WaitExited(vms[i].vmm->exit_fd(), 0ms)) {
         ++i;
         continue;
       }
-      std::optional<int> code = ReapIfChild(vms[i].handle.pidfd.get());
+      std::optional<int> code = vms[i].vmm->Reap();
       log::Warn("pool vm exited", {{"vm", vms[i].name},
                                    {"status", code ? DescribeExit(*code) : "unknown"},
                                    {"log", TailOfFile(vms[i].log_path, 300)}});
@@ -140,7 +141,7 @@ std::vector<pid_t> WarmPool::idle_pids() const {
   std::lock_guard l(mu_);
   std::vector<pid_t> out;
   for (const auto& [s, vms] : idle_)
-    for (const PoolVm& vm : vms) out.push_back(vm.handle.pid);
+    for (const PoolVm& vm : vms) out.push_back(vm.vmm->pid());
   return out;
 }
 
@@ -150,12 +151,11 @@ Result<PoolVm> WarmPool::Launch(const VmShape& shape) {
   vm.shape = shape;
   vm.control_path = options_.sock_dir + "/" + vm.name + ".ctl";
   vm.log_path = options_.dir + "/" + vm.name + ".log";
-  std::vector<std::string> argv = {options_.vmm_binary, "pool", "--mem",
-                                   std::to_string(shape.mem_mib) + "M", "--vcpus",
-                                   std::to_string(shape.vcpus), "--control", vm.control_path,
-                                   "--id", vm.name};
-  argv.insert(argv.end(), options_.vmm_flags.begin(), options_.vmm_flags.end());
-  ASSIGN_OR_RETURN(vm.handle, SpawnDetached(argv, vm.log_path));
+  std::vector<std::string> args = {"pool", "--mem", std::to_string(shape.mem_mib) + "M",
+                                   "--vcpus", std::to_string(shape.vcpus), "--control",
+                                   vm.control_path, "--id", vm.name};
+  args.insert(args.end(), options_.vmm_flags.begin(), options_.vmm_flags.end());
+  ASSIGN_OR_RETURN(vm.vmm, options_.launcher->Spawn(args, vm.log_path));
   return vm;
 }
 
@@ -167,7 +167,7 @@ Status WarmPool::Failed(PoolVm& vm, Status why) {
 
 Result<PoolVm> WarmPool::StartNow(const VmShape& shape) {
   ASSIGN_OR_RETURN(PoolVm vm, Launch(shape));
-  Status ready = WaitForControl(vm.control_path, vm.handle.pidfd.get(), 30s);
+  Status ready = WaitForControl(vm.control_path, vm.vmm->exit_fd(), 30s);
   if (ready.ok()) ready = SetExactMode(vm.control_path, 0600);
   if (!ready.ok()) return Failed(vm, ready);
   if (options_.prepare) options_.prepare(vm);
@@ -197,8 +197,8 @@ bool WarmPool::PollLaunching() {
   for (size_t i = 0; i < launching_.size();) {
     PoolVm& vm = launching_[i];
     Status failed;
-    if (WaitExited(vm.handle.pidfd.get(), 0ms)) {
-      ReapIfChild(vm.handle.pidfd.get());
+    if (WaitExited(vm.vmm->exit_fd(), 0ms)) {
+      vm.vmm->Reap();
       failed = Status::Unavailable("exited before its control socket answered");
     } else if (std::chrono::steady_clock::now() - vm.started > 60s) {
       failed = Status::DeadlineExceeded("control socket did not answer in 60 s");

@@ -7,7 +7,8 @@
 // Options::reserve before it starts; Take hands that reservation to the
 // caller with the VM (the caller releases it when the sandbox goes); Evict
 // and Stop release it. A pool VM's files are <dir>/<name>.log and its
-// control socket <sock_dir>/<name>.ctl; the taker renames them.
+// control socket <sock_dir>/<name>.ctl; the taker renames them. VMMs are
+// started through Options::launcher (vmm_launcher.h), which outlives the pool.
 #pragma once
 
 #include <atomic>
@@ -17,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -24,7 +26,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "noderuntime/vmm_process.h"
+#include "noderuntime/vmm_launcher.h"
 
 namespace kubicle::noderuntime {
 
@@ -37,7 +39,7 @@ struct VmShape {
 struct PoolVm {
   std::string name;
   VmShape shape;
-  VmmHandle handle;
+  std::unique_ptr<VmmProcess> vmm;
   std::string control_path;
   std::string log_path;
   std::chrono::steady_clock::time_point started;
@@ -46,7 +48,7 @@ struct PoolVm {
 class WarmPool {
  public:
   struct Options {
-    std::string vmm_binary;
+    VmmLauncher* launcher = nullptr;  // not owned
     std::string dir;       // logs
     std::string sock_dir;  // control sockets
     uint32_t per_shape = 2;
