@@ -96,9 +96,13 @@ struct Extension {
   std::string value;
 };
 
-// A certificate for `key` named `cn`, signed by `issuer` (itself when null).
-Result<Ptr<X509>> Sign(EVP_PKEY* key, const std::string& cn, X509* issuer, EVP_PKEY* issuer_key,
+// A certificate for `key` named `label`, signed by `issuer` (itself when
+// null). The common name is only a label (clients check the SANs), cut to
+// RFC 5280's 64 characters: node names and host names may be longer.
+Result<Ptr<X509>> Sign(EVP_PKEY* key, const std::string& label, X509* issuer, EVP_PKEY* issuer_key,
                        std::chrono::hours validity, const std::vector<Extension>& exts) {
+  constexpr size_t kMaxCommonName = 64;  // ub-common-name
+  const std::string cn = label.substr(0, kMaxCommonName);
   Ptr<X509> x(X509_new());
   Ptr<BIGNUM> serial(BN_new());
   Ptr<X509_NAME> name(X509_NAME_new());

@@ -74,6 +74,18 @@ TEST_F(ServingCertTest, NodeTlsIsMadeOnceAndRenewedOnlyWhenNeeded) {
   EXPECT_EQ(e.status().code(), StatusCode::kFailedPrecondition) << e.status().ToString();
 }
 
+TEST_F(ServingCertTest, LongNodeAndHostNamesFitTheCommonName) {
+  // A node name may have 253 characters, the CN only 64: the e2e tier's
+  // node names (test names) found it.
+  const std::string node(253, 'n');
+  const std::string host = std::string(60, 'h') + ".example";
+  auto tls = EnsureNodeTls(dir_ + "/tls", {host, "127.0.0.1"}, node);
+  ASSERT_TRUE(tls.ok()) << tls.status().ToString();
+  auto leaf = MakeServingCert(*MakeCa("kubicle-node " + node + " serving CA", 24h), {host}, 24h);
+  ASSERT_TRUE(leaf.ok()) << leaf.status().ToString();
+  EXPECT_EQ(InspectCert(leaf->cert_pem)->hosts, std::vector<std::string>{host});
+}
+
 TEST_F(ServingCertTest, GivenFilesMustMatch) {
   auto ca = MakeCa("given CA", 24h);
   auto leaf = MakeServingCert(*ca, {"127.0.0.1"}, 24h);
