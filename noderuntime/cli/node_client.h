@@ -36,6 +36,11 @@ class NodeClient {
   static Result<std::unique_ptr<NodeClient>> Create(const std::string& url,
                                                     const std::string& token,
                                                     const std::string& ca_file = "");
+  // The same with the CA as PEM text (a Lease's kubicle.dev/serving-ca)
+  // instead of a file; empty `ca_pem`: the system's roots only.
+  static Result<std::unique_ptr<NodeClient>> CreateWithCaPem(const std::string& url,
+                                                             const std::string& token,
+                                                             const std::string& ca_pem);
   ~NodeClient();
 
   // One JSON request; `body` null sends none. Returns the reply's JSON.
@@ -51,6 +56,15 @@ class NodeClient {
   Result<json> ExecStream(const std::string& id, const json& request,
                           const std::function<void(const std::string& stream,
                                                    const std::string& data)>& on_output);
+
+  // node_client_stream.cc. GET `path`: the body as it is (a file, the
+  // console).
+  Result<std::string> GetRaw(const std::string& path);
+  // GET `path` answered as NDJSON (a followed console): on_line gets each
+  // line parsed, as it arrives, until the body ends (OK) or on_line returns
+  // false (OK, the connection is dropped). DataLoss for a line that is not
+  // a JSON object.
+  Status GetLines(const std::string& path, const std::function<bool(const json& line)>& on_line);
 
   const std::string& url() const { return url_; }
 

@@ -1,0 +1,83 @@
+#include "plugin/sandbox_access.h"
+
+#include <gtest/gtest.h>
+
+#include "kube/fake_kube_client.h"
+#include "kube/json_fields.h"
+#include "kube/resource.h"
+
+namespace kubicle::plugin {
+namespace {
+
+Json Sandbox(const std::string& endpoint = "10.0.0.5:7443") {
+  return {{"metadata", {{"name", "sbx"}, {"uid", "0f1e"}, {"labels", {{"kubicle.dev/node", "n1"}}}}},
+          {"status", {{"phase", "Running"}, {"tokenSecretName", "sbx-token"},
+                      {"vm", {{"endpoint", endpoint}}}}}};
+}
+Json Secret(const std::string& b64 = "c2VjcmV0") {  // "secret"
+  return {{"metadata", {{"name", "sbx-token"}}}, {"data", {{"token", b64}}}};
+}
+Json Lease(const std::string& ca) {
+  Json l{{"metadata", {{"name", "kubicle-node-n1"}}}};
+  if (!ca.empty()) l["metadata"]["annotations"] = {{"kubicle.dev/serving-ca", ca}};
+  return l;
+}
+constexpr char kCa[] = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+
+TEST(SandboxAccess, TlsWhenTheLeasePublishesACa) {
+  auto dp = DataPlaneFrom(Sandbox(), Secret(), Lease(kCa));
+  ASSERT_TRUE(dp.ok()) << dp.status().ToString();
+  EXPECT_EQ(dp->url, "https://10.0.0.5:7443");
+  EXPECT_EQ(dp->ca_pem, kCa);
+  EXPECT_EQ(dp->vm_id, "k-0f1e");
+  EXPECT_EQ(dp->Path("/exec"), "/v1/sandboxes/k-0f1e/exec");
+  EXPECT_EQ(dp->token, "secret");
+  EXPECT_EQ(dp->node, "n1");
+}
+
+TEST(SandboxAccess, PlainHttpOnlyWithoutACa) {
+  auto dp = DataPlaneFrom(Sandbox(), Secret(), Lease(""));
+  ASSERT_TRUE(dp.ok());
+  EXPECT_EQ(dp->url, "http://10.0.0.5:7443");
+  EXPECT_TRUE(dp->ca_pem.empty());
+}
+
+TEST(SandboxAccess, SaysWhatIsMissing) {
+  auto no_endpoint = DataPlaneFrom(Sandbox(""), Secret(), Lease(""));
+  EXPECT_EQ(no_endpoint.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(no_endpoint.status().message().find("no VM endpoint yet (phase Running)"), std::string::npos);
+  EXPECT_FALSE(DataPlaneFrom(Sandbox("h:1/evil"), Secret(), Lease("")).ok());
+  EXPECT_NE(DataPlaneFrom(Sandbox(), Secret(""), Lease("")).status().message().find("no data.token"),
+            std::string::npos);
+  EXPECT_FALSE(DataPlaneFrom(Sandbox(), Secret("!!"), Lease("")).ok());
+  EXPECT_FALSE(DataPlaneFrom(Sandbox(), Json::object(), Lease("")).ok());
+  // Hostile shapes read as absent, never throw.
+  Json weird = Sandbox();
+  weird["status"]["vm"] = "nope";
+  EXPECT_FALSE(DataPlaneFrom(weird, Secret(), Json(42)).ok());
+}
+
+TEST(SandboxAccess, ResolveReadsTheThreeObjects) {
+  kube::FakeKubeClient kube;
+  ASSERT_TRUE(kube.Create(kube::SecretResource(), "ns", Secret()).ok());
+  Json s = Sandbox();
+  s["metadata"].erase("uid");
+  auto created = kube.Create(kube::SandboxResource(), "ns", s);
+  ASSERT_TRUE(created.ok());
+  ASSERT_TRUE(kube.Patch(kube::SandboxResource(), "ns", "sbx", kube::PatchType::kMerge,
+                         {{"status", Sandbox()["status"]}}, "status").ok());
+  auto no_lease = ResolveDataPlane(kube, "ns", "sbx", "leases");
+  EXPECT_EQ(no_lease.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(no_lease.status().message().find("node n1"), std::string::npos);
+  ASSERT_TRUE(kube.Create(kube::LeaseResource(), "leases", Lease(kCa)).ok());
+  auto dp = ResolveDataPlane(kube, "ns", "sbx", "leases");
+  ASSERT_TRUE(dp.ok()) << dp.status().ToString();
+  EXPECT_EQ(dp->vm_id, "k-" + kube::StrAt(*created, {"metadata", "uid"}));
+  EXPECT_EQ(dp->url, "https://10.0.0.5:7443");
+  auto missing = ResolveDataPlane(kube, "ns", "nope", "leases");
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(missing.status().message().find("not found in namespace ns"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kubicle::plugin

@@ -1,0 +1,339 @@
+// The verbs against an in-memory apiserver (FakeKubeClient) and a real
+// node API listener over FakeSandboxService: what a user sees (output,
+// exit codes) and what each verb changes.
+#include "plugin/verbs.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "kube/fake_kube_client.h"
+#include "kube/json_fields.h"
+#include "kube/resource.h"
+#include "noderuntime/api/api_server.h"
+#include "noderuntime/api/codec.h"
+#include "noderuntime/api/fake_sandbox_service.h"
+
+namespace kubicle::plugin {
+namespace {
+
+using kube::Json;
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+class VerbsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    noderuntime::api::ApiServerOptions opts;
+    opts.admin_token = "admin";
+    opts.console_poll_interval = 10ms;
+    opts.console_heartbeat = 100ms;
+    server_ = std::make_unique<noderuntime::api::ApiServer>(&node_, &registry_, opts);
+    Status st = Status::Unavailable("no attempt");
+    for (int i = 0; i < 5 && !st.ok(); ++i) {
+      auto port = noderuntime::api::PickFreePort();
+      ASSERT_TRUE(port.ok());
+      endpoint_ = "127.0.0.1:" + std::to_string(*port);
+      st = server_->Start("127.0.0.1", *port);
+    }
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    ASSERT_TRUE(node_.PutTemplate({.name = "tg", .kernel = "/guest", .mem_mib = 64}).ok());
+    ASSERT_TRUE(kube_.Create(kube::LeaseResource(), "kubicle-node-lease",
+                             {{"metadata", {{"name", "kubicle-node-n1"}}}}).ok());
+    env_.kube = &kube_;
+    env_.ns = "ns";
+    env_.in = &in_;
+    env_.out = &out_;
+    env_.err = &err_;
+  }
+  void TearDown() override { server_->Stop(); }
+
+  // A Running Sandbox `name` with its VM on the fake node and its Secret.
+  std::string AddSandbox(const std::string& name, const Json& labels = Json::object()) {
+    auto obj = kube_.Create(kube::SandboxResource(), "ns",
+                            {{"metadata", {{"name", name}, {"labels", labels}}},
+                             {"spec", {{"templateRef", {{"name", "tg"}}}}}});
+    EXPECT_TRUE(obj.ok());
+    const std::string vm = "k-" + kube::StrAt(*obj, {"metadata", "uid"});
+    noderuntime::SandboxSpec spec;
+    spec.id = vm;
+    spec.template_name = "tg";
+    auto sb = node_.CreateSandbox(spec);
+    EXPECT_TRUE(sb.ok()) << sb.status().ToString();
+    const auto* t = reinterpret_cast<const uint8_t*>(sb->token.data());
+    EXPECT_TRUE(kube_.Create(kube::SecretResource(), "ns",
+                             {{"metadata", {{"name", name + "-token"}}},
+                              {"data", {{"token", noderuntime::api::Base64Encode({t, sb->token.size()})}}}})
+                    .ok());
+    Json status{{"phase", "Running"},
+                {"nodeName", "n1"},
+                {"tokenSecretName", name + "-token"},
+                {"vm", {{"state", "Running"}, {"endpoint", endpoint_}}},
+                {"conditions", {{{"type", "Ready"}, {"status", "True"}, {"reason", "Running"}}}}};
+    EXPECT_TRUE(kube_.Patch(kube::SandboxResource(), "ns", name, kube::PatchType::kMerge,
+                            {{"status", status}}, "status").ok());
+    return vm;
+  }
+
+  int Run(const std::vector<std::string>& args) {
+    out_.str("");
+    err_.str("");
+    auto inv = ParseArgs(args);
+    EXPECT_TRUE(inv.ok()) << inv.status().ToString();
+    return inv.ok() ? RunVerb(*inv, env_) : -1;
+  }
+
+  noderuntime::api::FakeSandboxService node_;
+  metrics::Registry registry_;
+  std::unique_ptr<noderuntime::api::ApiServer> server_;
+  std::string endpoint_;
+  kube::FakeKubeClient kube_;
+  std::istringstream in_;
+  std::ostringstream out_, err_;
+  Env env_;
+};
+
+TEST_F(VerbsTest, ExecStreamsAndExitsWithTheCommandsCode) {
+  AddSandbox("a");
+  EXPECT_EQ(Run({"exec", "a", "--", "echo", "hello", "world"}), 0) << err_.str();
+  EXPECT_EQ(out_.str(), "hello world\n");
+  EXPECT_EQ(Run({"exec", "a", "--", "fail", "7"}), 7);
+  EXPECT_EQ(Run({"exec", "a", "--", "no-such-command"}), 127);
+  // -i: our stdin reaches the command; env and cwd go with it.
+  node_.exec_hook = [](const std::string&, const noderuntime::ExecOptions& o) {
+    guest::client::ExecResult r;
+    o.io.on_output(guest::protocol::OutputStream::kStdout, o.request.stdin_data);
+    for (const auto& e : o.request.env) {
+      o.io.on_output(guest::protocol::OutputStream::kStderr,
+                     guest::protocol::ByteSpan(reinterpret_cast<const uint8_t*>(e.data()), e.size()));
+    }
+    r.exit_code = o.request.cwd == "/work" ? 3 : 4;
+    return Result<guest::client::ExecResult>(r);
+  };
+  in_.str("from stdin");
+  EXPECT_EQ(Run({"exec", "a", "-i", "-e", "K=V", "--cwd", "/work", "--", "cat"}), 3);
+  EXPECT_EQ(out_.str(), "from stdin");
+  EXPECT_EQ(err_.str(), "K=V");
+  node_.exec_hook = [](const std::string&, const noderuntime::ExecOptions&) {
+    guest::client::ExecResult r;
+    r.timed_out = true;
+    return Result<guest::client::ExecResult>(r);
+  };
+  EXPECT_EQ(Run({"exec", "a", "--timeout", "2s", "--", "sleep"}), 124);
+  node_.exec_hook = [](const std::string&, const noderuntime::ExecOptions&) {
+    guest::client::ExecResult r;
+    r.signal = 9;
+    return Result<guest::client::ExecResult>(r);
+  };
+  EXPECT_EQ(Run({"exec", "a", "--", "x"}), 137);
+}
+
+TEST_F(VerbsTest, ExecRefusalsAndItsOwnFailures) {
+  AddSandbox("a");
+  EXPECT_EQ(Run({"exec", "a", "echo"}), kExitUsage);  // no --
+  EXPECT_NE(err_.str().find("after --"), std::string::npos);
+  EXPECT_EQ(Run({"exec", "a", "-t", "--", "echo"}), kExitUsage);
+  EXPECT_EQ(Run({"exec", "a", "-e", "novalue", "--", "echo"}), kExitUsage);
+  EXPECT_EQ(Run({"exec", "nope", "--", "echo"}), kExecFailed);
+  EXPECT_NE(err_.str().find("\"nope\" not found in namespace ns"), std::string::npos) << err_.str();
+  // A wrong token in the Secret: the node refuses it.
+  ASSERT_TRUE(kube_.Patch(kube::SecretResource(), "ns", "a-token", kube::PatchType::kMerge,
+                          {{"data", {{"token", "d3Jvbmc="}}}}).ok());
+  EXPECT_EQ(Run({"exec", "a", "--", "echo"}), kExecFailed);
+  EXPECT_NE(err_.str().find("401"), std::string::npos) << err_.str();
+}
+
+TEST_F(VerbsTest, CpBothWays) {
+  AddSandbox("a");
+  const fs::path dir = fs::temp_directory_path() / ("plugin-cp-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "in.txt") << "payload\n";
+  fs::permissions(dir / "in.txt", fs::perms(0600));
+  EXPECT_EQ(Run({"cp", (dir / "in.txt").string(), "a:/work/in.txt"}), 0) << err_.str();
+  const std::string vm = "k-" + kube::StrAt(*kube_.Get(kube::SandboxResource(), "ns", "a"), {"metadata", "uid"});
+  EXPECT_EQ(node_.file_mode(vm, "/work/in.txt"), 0600u);
+  EXPECT_EQ(Run({"cp", "a:/work/in.txt", (dir / "out.txt").string()}), 0) << err_.str();
+  std::ifstream back(dir / "out.txt");
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(back), {}), "payload\n");
+  // Into a directory: its base name; "-" is stdout.
+  EXPECT_EQ(Run({"cp", "a:/work/in.txt", dir.string()}), 0);
+  EXPECT_TRUE(fs::exists(dir / "in.txt"));
+  EXPECT_EQ(Run({"cp", "a:/work/in.txt", "-"}), 0);
+  EXPECT_EQ(out_.str(), "payload\n");
+  in_.str("from stdin");
+  EXPECT_EQ(Run({"cp", "-", "a:/x"}), 0);
+  EXPECT_EQ(Run({"cp", "a:/x", "-"}), 0);
+  EXPECT_EQ(out_.str(), "from stdin");
+  EXPECT_EQ(Run({"cp", "a:/missing", "-"}), kExitFailed);
+  EXPECT_NE(err_.str().find("404"), std::string::npos) << err_.str();
+  EXPECT_EQ(Run({"cp", "a:/x", "a:/y"}), kExitUsage);
+  EXPECT_EQ(Run({"cp", "a:relative", "-"}), kExitUsage);
+  EXPECT_EQ(Run({"cp", dir.string(), "a:/d"}), kExitFailed);  // a directory
+  fs::remove_all(dir);
+}
+
+TEST_F(VerbsTest, LogsPrintsAndFollowsTheConsole) {
+  const std::string vm = AddSandbox("a");
+  node_.AppendConsole(vm, "boot\n");
+  EXPECT_EQ(Run({"logs", "a"}), 0) << err_.str();
+  EXPECT_EQ(out_.str(), "boot\n");
+  std::thread writer([&] {
+    std::this_thread::sleep_for(150ms);
+    node_.AppendConsole(vm, "later\n");
+    std::this_thread::sleep_for(150ms);
+    node_.FailSandbox(vm, "kubicle-vmm exit code 3");
+  });
+  EXPECT_EQ(Run({"logs", "a", "-f"}), 0) << err_.str();
+  writer.join();
+  EXPECT_EQ(out_.str(), "boot\nlater\n");
+  EXPECT_NE(err_.str().find("no longer running (Failed: kubicle-vmm exit code 3)"), std::string::npos)
+      << err_.str();
+}
+
+TEST_F(VerbsTest, TopShowsEachRunningSandbox) {
+  const std::string a = AddSandbox("a", {{"kubicle.dev/run", "r"}});
+  AddSandbox("b");
+  std::atomic<bool> stop{false};
+  // CPU time moving at half a core while top samples.
+  std::thread burner([&] {
+    auto t0 = std::chrono::steady_clock::now();
+    while (!stop) {
+      noderuntime::SandboxStats s;
+      s.cpu_usage_ns = static_cast<uint64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count() / 2);
+      s.memory_bytes = 70u << 20;
+      s.memory_limit_bytes = 128u << 20;
+      node_.SetStats(a, s);
+      std::this_thread::sleep_for(5ms);
+    }
+  });
+  EXPECT_EQ(Run({"top", "-l", "kubicle.dev/run=r", "--interval", "300ms"}), 0) << err_.str();
+  stop = true;
+  burner.join();
+  std::istringstream lines(out_.str());
+  std::string header, row, extra;
+  std::getline(lines, header);
+  std::getline(lines, row);
+  EXPECT_FALSE(std::getline(lines, extra)) << out_.str();  // b is not in the run
+  EXPECT_NE(header.find("CPU(cores)"), std::string::npos);
+  std::istringstream cols(row);
+  std::string name, node, cpu, mem, limit, vcpus, guest;
+  cols >> name >> node >> cpu >> mem >> limit >> vcpus >> guest;
+  EXPECT_EQ(name, "a");
+  EXPECT_EQ(node, "n1");
+  const int milli = std::stoi(cpu);
+  EXPECT_GT(milli, 300) << row;  // ~500m, whatever the machine's load
+  EXPECT_LT(milli, 700) << row;
+  EXPECT_EQ(mem, "70Mi");
+  EXPECT_EQ(limit, "128Mi");
+  EXPECT_EQ(vcpus, "1");
+  EXPECT_EQ(guest, "64Mi");
+  EXPECT_EQ(FormatMillicores(0, 250000000, 1s), "250m");
+  EXPECT_EQ(FormatMebibytes(3u << 20), "3Mi");
+}
+
+TEST_F(VerbsTest, WaitForReadyAndForDelete) {
+  AddSandbox("a");
+  EXPECT_EQ(Run({"wait", "a", "--for=ready"}), 0) << err_.str();
+  EXPECT_EQ(out_.str(), "sandbox.kubicle.dev/a condition met\n");
+  EXPECT_EQ(Run({"wait", "nope", "--for=ready", "--timeout=2s"}), kExitFailed);
+  EXPECT_NE(err_.str().find("not found"), std::string::npos);
+  // Becomes Ready later: the watch sees it.
+  ASSERT_TRUE(kube_.Create(kube::SandboxResource(), "ns", {{"metadata", {{"name", "late"}}}}).ok());
+  std::thread later([&] {
+    std::this_thread::sleep_for(200ms);
+    (void)kube_.Patch(kube::SandboxResource(), "ns", "late", kube::PatchType::kMerge,
+                      {{"status", {{"phase", "Running"},
+                                   {"conditions", {{{"type", "Ready"}, {"status", "True"}}}}}}},
+                      "status");
+  });
+  EXPECT_EQ(Run({"wait", "late", "--for=ready", "--timeout=20s"}), 0) << err_.str();
+  later.join();
+  // A failed Sandbox ends the wait with its reason.
+  ASSERT_TRUE(kube_.Patch(kube::SandboxResource(), "ns", "late", kube::PatchType::kMerge,
+                          {{"status", {{"phase", "Failed"},
+                                       {"conditions", {{{"type", "Ready"}, {"status", "False"},
+                                                        {"reason", "VMFailed"}, {"message", "boom"}}}}}}},
+                          "status").ok());
+  EXPECT_EQ(Run({"wait", "late", "--for=ready"}), kExitFailed);
+  EXPECT_NE(err_.str().find("VMFailed: boom"), std::string::npos) << err_.str();
+  EXPECT_EQ(Run({"wait", "late", "--for=sleepy"}), kExitUsage);
+  ASSERT_TRUE(kube_.Delete(kube::SandboxResource(), "ns", "late").ok());
+  EXPECT_EQ(Run({"wait", "late", "--for=delete", "--timeout=5s"}), 0) << err_.str();
+}
+
+TEST_F(VerbsTest, ForkCreatesASandboxForkAndWaitsForItsChildren) {
+  AddSandbox("src", {{"kubicle.dev/run", "r1"}, {"kubicle.dev/agent", "a0"}, {"other", "x"}});
+  // What the operator would do: children labelled fork-of, Ready one by one.
+  std::thread op([&] {
+    for (int i = 0; i < 200; ++i) {
+      if (kube_.Get(kube::SandboxForkResource(), "ns", "f1").ok()) break;
+      std::this_thread::sleep_for(10ms);
+    }
+    for (int i = 0; i < 3; ++i) {
+      const std::string n = "f1-" + std::to_string(i);
+      (void)kube_.Create(kube::SandboxResource(), "ns",
+                         {{"metadata", {{"name", n}, {"labels", {{"kubicle.dev/fork-of", "f1"}}}}}});
+      std::this_thread::sleep_for(50ms);
+      (void)kube_.Patch(kube::SandboxResource(), "ns", n, kube::PatchType::kMerge,
+                        {{"status", {{"conditions", {{{"type", "Ready"}, {"status", "True"}}}}}}},
+                        "status");
+    }
+  });
+  EXPECT_EQ(Run({"fork", "src", "--replicas", "3", "--wait", "--name", "f1", "-l", "tier=b",
+                 "--timeout", "30s"}), 0)
+      << err_.str();
+  op.join();
+  EXPECT_EQ(out_.str(),
+            "sandboxfork.kubicle.dev/f1 created\nsandbox.kubicle.dev/f1-0 ready\n"
+            "sandbox.kubicle.dev/f1-1 ready\nsandbox.kubicle.dev/f1-2 ready\n");
+  auto fork = kube_.Get(kube::SandboxForkResource(), "ns", "f1");
+  ASSERT_TRUE(fork.ok());
+  EXPECT_EQ((*fork)["spec"]["sourceRef"]["name"], "src");
+  EXPECT_EQ((*fork)["spec"]["replicas"], 3);
+  EXPECT_EQ((*fork)["spec"]["childMetadata"]["labels"]["tier"], "b");
+  EXPECT_EQ((*fork)["metadata"]["labels"], (Json{{"kubicle.dev/run", "r1"}, {"kubicle.dev/agent", "a0"}}));
+  // Without --wait it returns at once, with a generated name.
+  EXPECT_EQ(Run({"fork", "src", "--replicas=1"}), 0);
+  EXPECT_EQ(out_.str().rfind("sandboxfork.kubicle.dev/src-f", 0), 0u) << out_.str();
+  EXPECT_EQ(Run({"fork", "src", "--replicas=0"}), kExitUsage);
+  EXPECT_EQ(Run({"fork", "src"}), kExitUsage);
+  EXPECT_EQ(Run({"fork", "nope", "--replicas=1"}), kExitFailed);
+}
+
+TEST_F(VerbsTest, SweepDeletesTheRunAndWaitsUntilEveryOneIsGone) {
+  AddSandbox("r-0", {{"kubicle.dev/run", "r1"}});
+  AddSandbox("r-1", {{"kubicle.dev/run", "r1"}});
+  AddSandbox("keep", {{"kubicle.dev/run", "r2"}});
+  ASSERT_TRUE(kube_.Create(kube::SandboxForkResource(), "ns",
+                           {{"metadata", {{"name", "f"}, {"labels", {{"kubicle.dev/run", "r1"}}}}},
+                            {"spec", {{"sourceRef", {{"name", "r-0"}}}, {"replicas", 1}}}}).ok());
+  // r-1's VM takes a while to go: the finalizer is held until the node is done.
+  ASSERT_TRUE(kube_.Patch(kube::SandboxResource(), "ns", "r-1", kube::PatchType::kMerge,
+                          {{"metadata", {{"finalizers", {"kubicle.dev/vm-teardown"}}}}}).ok());
+  std::thread node([&] {
+    std::this_thread::sleep_for(300ms);
+    (void)kube_.Patch(kube::SandboxResource(), "ns", "r-1", kube::PatchType::kMerge,
+                      {{"metadata", {{"finalizers", Json::array()}}}});
+  });
+  EXPECT_EQ(Run({"sweep", "--run", "r1", "--timeout", "30s"}), 0) << err_.str();
+  node.join();
+  EXPECT_EQ(out_.str(), "run r1: 2 Sandboxes deleted, every VM gone\n");
+  EXPECT_FALSE(kube_.Get(kube::SandboxResource(), "ns", "r-1").ok());
+  EXPECT_FALSE(kube_.Get(kube::SandboxForkResource(), "ns", "f").ok());
+  EXPECT_TRUE(kube_.Get(kube::SandboxResource(), "ns", "keep").ok());
+  EXPECT_EQ(Run({"sweep"}), kExitUsage);
+  EXPECT_EQ(Run({"sweep", "--run", "a,b"}), kExitUsage);
+  // A VM that never goes: the timeout names what is left.
+  ASSERT_TRUE(kube_.Patch(kube::SandboxResource(), "ns", "keep", kube::PatchType::kMerge,
+                          {{"metadata", {{"finalizers", {"kubicle.dev/vm-teardown"}}}}}).ok());
+  EXPECT_EQ(Run({"sweep", "--run", "r2", "--timeout", "1s"}), kExitFailed);
+  EXPECT_NE(err_.str().find("keep"), std::string::npos) << err_.str();
+}
+
+}  // namespace
+}  // namespace kubicle::plugin
