@@ -1,7 +1,8 @@
 // SandboxManager: opening and shutting down, supervision (VMM exits),
 // teardown, and the per-sandbox calls (get, list, delete, exec, files).
 // Creation and fork are in sandbox_manager_create.cc, re-adoption in
-// sandbox_manager_adopt.cc, templates in template_baker.cc.
+// sandbox_manager_adopt.cc, templates in sandbox_manager_templates.cc (the
+// bake itself: TemplateBaker, template_baker.h).
 #include "noderuntime/sandbox_manager.h"
 
 #include <signal.h>
@@ -74,6 +75,21 @@ Status SandboxManager::Init() {
     po.discard = [this](const PoolVm& vm) { RemoveCgroupSoon(vm.name); };
   }
   pool_ = std::make_unique<WarmPool>(std::move(po));
+  TemplateBaker::Options bo;
+  bo.launcher = config_.launcher.get();
+  bo.sock_dir = config_.state_dir + "/sock";
+  bo.vmm_flags = SerialFlags(config_.console);
+  bo.boot_timeout = config_.bake_boot_timeout;
+  bo.agent_options = AgentOptions();
+  bo.allocate_cid = [this] {
+    std::lock_guard l(mu_);
+    return AllocateCid();
+  };
+  bo.release_cid = [this](uint32_t cid) {
+    std::lock_guard l(mu_);
+    cids_.erase(cid);
+  };
+  baker_ = std::make_unique<TemplateBaker>(std::move(bo));
 
   RETURN_IF_ERROR(LoadTemplates());
   RETURN_IF_ERROR(AdoptSandboxes());
@@ -109,6 +125,7 @@ void SandboxManager::Shutdown(bool stop_vms) {
     shut_down_ = true;
   }
   stopping_ = true;
+  if (baker_) baker_->Stop();
   sweep_cv_.notify_all();
   if (sweeper_.joinable()) sweeper_.join();
   {

@@ -39,6 +39,7 @@
 #include "noderuntime/process_watcher.h"
 #include "noderuntime/records.h"
 #include "noderuntime/sandbox_service.h"
+#include "noderuntime/template_baker.h"
 #include "noderuntime/vmm_launcher.h"
 #include "noderuntime/warm_pool.h"
 #include "vmm/control_protocol.h"
@@ -186,11 +187,8 @@ class SandboxManager final : public SandboxService {
   uint32_t AllocateCid();  // requires mu_
   std::string SandboxDir(const std::string& id) const;
   std::string SockPath(uint32_t cid, const char* kind) const;
-  // Templates (template_baker.cc).
+  // Templates (sandbox_manager_templates.cc); the bake itself is baker_'s.
   void Bake(std::shared_ptr<Template> t);
-  Status BakeSteps(const std::shared_ptr<Template>& t);
-  Status BakeInVm(const std::shared_ptr<Template>& t, const TemplateSpec& spec, int exit_fd,
-                  const std::string& control, const std::string& vsock, const std::string& snapshot_dir);
   void SetTemplateProgress(const std::shared_ptr<Template>& t, const std::string& message);
   Status PersistTemplate(const Template& t);  // requires t's lock
   std::string TemplateDir(const std::string& name) const;
@@ -220,6 +218,7 @@ class SandboxManager final : public SandboxService {
   std::unique_ptr<Capacity> capacity_;
   ProcessWatcher watcher_;
   std::unique_ptr<WarmPool> pool_;
+  std::unique_ptr<TemplateBaker> baker_;
 
   mutable std::mutex mu_;  // guards the maps and sets below
   std::map<std::string, std::shared_ptr<Sandbox>> sandboxes_;
@@ -234,7 +233,6 @@ class SandboxManager final : public SandboxService {
   mutable std::mutex sweep_mu_;
   std::condition_variable sweep_cv_;
   std::set<std::string> pending_cgroups_;  // guarded by sweep_mu_
-  std::set<pid_t> bake_pids_;              // guarded by mu_
   std::atomic<bool> stopping_{false};
   bool shut_down_ = false;
 };

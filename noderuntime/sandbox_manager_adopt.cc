@@ -192,8 +192,8 @@ size_t SandboxManager::SweepOrphans(std::chrono::seconds min_age) {
   {
     std::lock_guard l(mu_);
     for (auto& [id, sb] : sandboxes_) all.push_back(sb);
-    owned.insert(bake_pids_.begin(), bake_pids_.end());
   }
+  for (pid_t p : baker_->pids()) owned.insert(p);
   for (auto& sb : all) {
     std::lock_guard l(sb->mu);
     if (sb->rec.info.vmm_pid > 0) owned.insert(sb->rec.info.vmm_pid);
