@@ -1,12 +1,13 @@
 #include "operator/sandbox_reconciler.h"
 
-#include <openssl/evp.h>
 #include <openssl/rand.h>
-#include <openssl/sha.h>
 
-#include <cstdio>
+#include <span>
 
+#include "common/base64.h"
+#include "common/hex.h"
 #include "common/log.h"
+#include "common/sha256.h"
 #include "kube/json_fields.h"
 #include "kube/resource.h"
 #include "kube/time_format.h"
@@ -17,26 +18,10 @@ using kube::SandboxResource;
 
 namespace {
 
-std::string Hex(const unsigned char* p, size_t n) {
-  std::string out;
-  char b[3];
-  for (size_t i = 0; i < n; ++i) {
-    std::snprintf(b, sizeof(b), "%02x", p[i]);
-    out += b;
-  }
-  return out;
-}
-
 Result<std::string> NewToken() {
   unsigned char raw[32];
   if (RAND_bytes(raw, sizeof(raw)) != 1) return Status::Internal("RAND_bytes failed");
-  return Hex(raw, sizeof(raw));
-}
-
-std::string Sha256Hex(const std::string& s) {
-  unsigned char d[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(s.data()), s.size(), d);
-  return Hex(d, sizeof(d));
+  return HexEncode(std::span<const uint8_t>(raw, sizeof(raw)));
 }
 
 // Metadata patch guarded by the resourceVersion we read.
@@ -51,21 +36,6 @@ Json WithFinalizer(const ObjectMeta& meta) {
   return finalizers;
 }
 
-// Strict base64 (RFC 4648 with padding), as the apiserver stores Secret data;
-// nullopt for anything else.
-std::optional<std::string> DecodeBase64(const std::string& in) {
-  if (in.size() % 4 != 0) return std::nullopt;
-  std::string out(in.size() / 4 * 3, '\0');
-  const int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                                reinterpret_cast<const unsigned char*>(in.data()),
-                                static_cast<int>(in.size()));
-  if (n < 0) return std::nullopt;
-  size_t pad = 0;
-  if (!in.empty() && in.back() == '=') pad = in.size() >= 2 && in[in.size() - 2] == '=' ? 2 : 1;
-  out.resize(static_cast<size_t>(n) - pad);  // EVP_DecodeBlock counts padding as zero bytes
-  return out;
-}
-
 }  // namespace
 
 TokenSecretCheck CheckTokenSecret(const Json& secret, const std::string& sandbox_name,
@@ -73,9 +43,10 @@ TokenSecretCheck CheckTokenSecret(const Json& secret, const std::string& sandbox
   const std::string name = Name(secret);
   TokenSecretCheck c;
   if (IsControlledBy(secret, sandbox_uid)) {
-    auto token = DecodeBase64(kube::StrAt(secret, {"data", "token"}));
-    if (token && !token->empty()) {
-      c.token = *token;
+    // Strict base64, as the apiserver stores Secret data.
+    auto token = Base64Decode(kube::StrAt(secret, {"data", "token"}));
+    if (token.ok() && !token->empty()) {
+      c.token.assign(token->begin(), token->end());
       return c;
     }
     c.reason = "TokenSecretInvalid";

@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/base64.h"
 #include "common/status.h"
 #include "noderuntime/sandbox_service.h"
 
@@ -20,9 +21,8 @@ namespace kubicle::noderuntime::api {
 
 using nlohmann::json;
 
-std::string Base64Encode(guest::protocol::ByteSpan data);
-// Strict standard base64 (padding required, no whitespace).
-Result<guest::protocol::Bytes> Base64Decode(std::string_view text);
+using ::kubicle::Base64Decode;  // common/base64.h: bodies carry bytes as base64
+using ::kubicle::Base64Encode;
 bool IsValidUtf8(guest::protocol::ByteSpan data);
 
 // A DNS-1123 label: [a-z0-9]([-a-z0-9]*[a-z0-9])?, at most 63 characters.
