@@ -5,17 +5,10 @@
 #include "common/log.h"
 #include "guest/protocol/messages.h"
 #include "kube/time_format.h"
-#include "kube/json_fields.h"
 #include "noderuntime/nodeagent/node_names.h"
+#include "noderuntime/nodeagent/object_fields.h"
 
 namespace kubicle::noderuntime::nodeagent {
-
-using kube::Json;
-using kube::At;
-using kube::Bounded;
-using kube::IntAt;
-using kube::NumAt;
-using kube::StrAt;
 
 using namespace std::chrono_literals;
 

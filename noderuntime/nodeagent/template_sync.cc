@@ -2,16 +2,9 @@
 
 #include "common/log.h"
 #include "kube/time_format.h"
-#include "kube/json_fields.h"
+#include "noderuntime/nodeagent/object_fields.h"
 
 namespace kubicle::noderuntime::nodeagent {
-
-using kube::Json;
-using kube::At;
-using kube::Bounded;
-using kube::IntAt;
-using kube::NumAt;
-using kube::StrAt;
 
 using namespace std::chrono_literals;
 
