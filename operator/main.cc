@@ -13,6 +13,7 @@
 #include <string>
 
 #include "common/log.h"
+#include "common/stop_signals.h"
 #include "operator/controller.h"
 #include "operator/flags.h"
 #include "kube/http_kube_client.h"
@@ -61,7 +62,7 @@ kube::LeaderElectionConfig ElectionConfigFrom(const Flags& f, const std::string&
 
 // Runs the controller (behind leader election when asked) until SIGINT or
 // SIGTERM, or until leadership is lost; returns the exit status.
-int Run(const Flags& flags, kube::KubeClient* client, const sigset_t& sigs) {
+int Run(const Flags& flags, kube::KubeClient* client, const kubicle::StopSignals& stop) {
   std::string identity = flags.Get("identity").empty() ? DefaultIdentity() : flags.Get("identity");
   kubicle::metrics::Registry registry;
   auto& leader_gauge =
@@ -99,8 +100,7 @@ int Run(const Flags& flags, kube::KubeClient* client, const sigset_t& sigs) {
     lead();
   }
   kubicle::log::Info("operator running", {{"identity", identity}});
-  timespec tick{0, 200 * 1000 * 1000};
-  while (!failed.load() && sigtimedwait(&sigs, nullptr, &tick) < 0) {
+  while (!failed.load() && stop.WaitFor(std::chrono::milliseconds(200)) == 0) {
   }
   cancel.Cancel();
   if (election.joinable()) election.join();
@@ -130,11 +130,7 @@ int main(int argc, char** argv) {
   }
   kubicle::log::Init("kubicle-operator", flags.Get("log-format") == "json",
                      kubicle::log::ParseLevel(flags.Get("log-level")));
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);  // before any thread starts
+  const kubicle::StopSignals stop;  // before any thread starts
   auto cfg = LoadConfig(flags);
   if (!cfg.ok()) {
     kubicle::log::Error("no cluster config", {{"error", cfg.status().ToString()}});
@@ -145,5 +141,5 @@ int main(int argc, char** argv) {
     kubicle::log::Error("client", {{"error", client.status().ToString()}});
     return 1;
   }
-  return Run(flags, client->get(), sigs);
+  return Run(flags, client->get(), stop);
 }

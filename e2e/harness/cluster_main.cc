@@ -8,6 +8,7 @@
 #include <iostream>
 #include <thread>
 
+#include "common/stop_signals.h"
 #include "e2e/harness/control_plane.h"
 
 int main(int argc, char** argv) {
@@ -17,11 +18,7 @@ int main(int argc, char** argv) {
     std::cerr << "control plane binaries missing: run e2e/control-plane/build.sh\n";
     return 2;
   }
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  const kubicle::StopSignals stop;
   kubicle::e2e::ControlPlaneOptions opts;
   opts.bin_dir = *bin;
   if (crds) opts.crd_dir = std::string(KUBICLE_SOURCE_DIR) + "/crds";
@@ -31,7 +28,6 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::cout << "KUBECONFIG=" << (*cp)->kubeconfig_path() << std::endl;
-  int sig = 0;
-  sigwait(&set, &sig);
+  stop.Wait();
   return 0;
 }

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "common/log.h"
+#include "common/stop_signals.h"
 #include "noderuntime/api/api_server.h"
 #include "noderuntime/api/serving_cert.h"
 #include "noderuntime/daemon/admin_token.h"
@@ -112,13 +113,9 @@ Result<std::unique_ptr<nodeagent::NodeAgent>> StartAgent(const ServeFlags& f, co
 }
 
 int Serve(const ServeFlags& f) {
-  // Signals are taken synchronously by sigwait below; every thread started
-  // from here on inherits the mask.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGTERM);
-  sigaddset(&stop_signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // Taken synchronously below; every thread started from here on inherits
+  // the mask.
+  const StopSignals stop_signals;
   ::signal(SIGPIPE, SIG_IGN);
   // Every API connection and VM holds descriptors; the soft limit is often
   // 1,024. The API's connection cap is half of what this leaves.
@@ -193,9 +190,7 @@ int Serve(const ServeFlags& f) {
                                      {"scheme", scheme},
                                      {"state_dir", f.state_dir},
                                      {"token_file", f.token_file}});
-  int sig = 0;
-  while (sigwait(&stop_signals, &sig) != 0) {
-  }
+  const int sig = stop_signals.Wait();
   log::Info(f.stop_vms_on_exit ? "stopping; deleting every sandbox"
                                 : "stopping; sandbox VMs keep running for the next start",
             {{"signal", sig}});

@@ -1,0 +1,26 @@
+// SIGINT and SIGTERM taken synchronously, the way every long-running binary
+// here stops: block them before the first thread starts (threads inherit the
+// mask, so none is interrupted), then wait for one on the main thread.
+#pragma once
+
+#include <signal.h>
+
+#include <chrono>
+
+namespace kubicle {
+
+class StopSignals {
+ public:
+  // Blocks SIGINT and SIGTERM in the calling thread. Construct before any
+  // thread starts.
+  StopSignals();
+  // The signal that arrived: 0 when `timeout` passed first.
+  int WaitFor(std::chrono::milliseconds timeout) const;
+  // Waits for one, however long it takes.
+  int Wait() const;
+
+ private:
+  sigset_t set_;
+};
+
+}  // namespace kubicle
