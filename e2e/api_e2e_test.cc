@@ -1,7 +1,8 @@
 // e2e against the real apiserver, no operator: the CRDs refuse invalid
 // objects with clear messages (schema and CEL), the Helm chart lints and its
 // manifests pass server-side dry-run, and the C++ client's conflict, 410
-// Gone, watch and leader-election paths behave as documented.
+// Gone, watch and leader-election paths behave as documented; the chart's
+// RBAC and node admission policy keep each identity to its own writes.
 #include <gtest/gtest.h>
 
 #include "e2e/e2e_env.h"
@@ -191,6 +192,148 @@ TEST(ApiE2E, DeleteCollectionByLabel) {
   auto left = c->List(kube::SandboxResource(), ns, {});
   ASSERT_EQ((*left)["items"].size(), 1u);
   EXPECT_EQ((*left)["items"][0]["metadata"]["name"], "d2");
+}
+
+// ---- Trust boundaries: the chart's RBAC and node admission policy ----------
+
+class TrustE2E : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    KUBICLE_REQUIRE_CLUSTER();
+    admin = NewClient();
+    ns = TestNamespace(admin.get());
+    for (const char* n : {"trust-node-a", "trust-node-b"}) {
+      auto kc = NodeKubeconfig(n);
+      ASSERT_TRUE(kc.ok()) << kc.status().ToString();
+      auto c = NewClientAs(*kc);
+      ASSERT_TRUE(c.ok()) << c.status().ToString();
+      (n == std::string("trust-node-a") ? node_a : node_b) = std::move(*c);
+    }
+    ASSERT_TRUE(admin->Create(kube::SandboxTemplateResource(), ns,
+                              Json{{"metadata", {{"name", "t"}}},
+                                   {"spec", {{"kernel", "/k"}, {"rootfs", "/r"}}}}).ok());
+    for (const char* node : {"trust-node-a", "trust-node-b"}) {
+      ASSERT_TRUE(admin->Create(kube::SandboxResource(), ns,
+                                SandboxManifest(std::string("on-") + node, "t",
+                                                {{"kubicle.dev/node", node}})).ok());
+    }
+    ASSERT_TRUE(admin->Create(kube::SecretResource(), ns,
+                              Json{{"metadata", {{"name", "user-secret"}}},
+                                   {"stringData", {{"k", "v"}}}}).ok());
+  }
+  // A node's report of its VM, as SandboxSync writes it.
+  Status ReportVm(kube::KubeClient* as, const std::string& sandbox, const Json& status) {
+    return as->Patch(kube::SandboxResource(), ns, sandbox, kube::PatchType::kMerge,
+                     Json{{"status", status}}, "status").status();
+  }
+  Json Lease(const std::string& name, const std::string& label, const std::string& holder) {
+    return {{"metadata", {{"name", name}, {"labels", {{"kubicle.dev/node", label}}}}},
+            {"spec", {{"holderIdentity", holder}, {"leaseDurationSeconds", 40}}}};
+  }
+  std::unique_ptr<kube::HttpKubeClient> admin, node_a, node_b;
+  std::string ns;
+};
+
+#define EXPECT_REFUSED(expr)                                                         \
+  do {                                                                               \
+    Status s_ = (expr);                                                              \
+    EXPECT_EQ(s_.code(), StatusCode::kPermissionDenied) << #expr << ": " << s_.ToString(); \
+  } while (0)
+
+TEST_F(TrustE2E, ANodeNeverReadsSecretsNorWritesOutsideStatus) {
+  EXPECT_REFUSED(node_a->Get(kube::SecretResource(), ns, "user-secret").status());
+  EXPECT_REFUSED(node_a->List(kube::SecretResource(), ns, {}).status());
+  EXPECT_REFUSED(node_a->Create(kube::SecretResource(), ns,
+                                Json{{"metadata", {{"name", "n"}}}, {"stringData", {{"k", "v"}}}}).status());
+  EXPECT_REFUSED(node_a->Patch(kube::SandboxResource(), ns, "on-trust-node-a", kube::PatchType::kMerge,
+                               Json{{"metadata", {{"labels", {{"kubicle.dev/node", "trust-node-b"}}}}}})
+                     .status());
+  EXPECT_REFUSED(node_a->Delete(kube::SandboxResource(), ns, "on-trust-node-a"));
+  // What it may do: read Sandboxes and templates.
+  EXPECT_TRUE(node_a->List(kube::SandboxResource(), ns, {}).ok());
+  EXPECT_TRUE(node_a->Get(kube::SandboxTemplateResource(), ns, "t").ok());
+}
+
+TEST_F(TrustE2E, ANodeWritesStatusVmOnlyOfItsOwnSandboxes) {
+  const Json vm = {{"vm", {{"state", "Running"}, {"endpoint", "127.0.0.1:1"}}}};
+  EXPECT_TRUE(ReportVm(node_a.get(), "on-trust-node-a", vm).ok());
+  EXPECT_REFUSED(ReportVm(node_a.get(), "on-trust-node-b", vm));
+  EXPECT_TRUE(ReportVm(node_b.get(), "on-trust-node-b", vm).ok());
+  auto b = admin->Get(kube::SandboxResource(), ns, "on-trust-node-b");
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(VmState(*b), "Running");
+  // Its own Sandbox, but the operator's fields: a node cannot publish a
+  // token hash of its choosing or move the phase.
+  EXPECT_REFUSED(ReportVm(node_a.get(), "on-trust-node-a", Json{{"tokenSha256", std::string(64, 'a')}}));
+  EXPECT_REFUSED(ReportVm(node_a.get(), "on-trust-node-a", Json{{"phase", "Running"}}));
+  // The refusal names the rule.
+  Status s = ReportVm(node_a.get(), "on-trust-node-b", vm);
+  EXPECT_NE(s.message().find("placed on node trust-node-b"), std::string::npos) << s.ToString();
+}
+
+TEST_F(TrustE2E, ANodeWritesOnlyItsOwnTemplateEntry) {
+  kube::PatchOptions a{"kubicle-node/trust-node-a", true};
+  auto entry = [](const std::string& node) {
+    return Json{{"nodeName", node}, {"phase", "Ready"}, {"observedGeneration", 1}};
+  };
+  auto apply = [&](kube::KubeClient* as, const kube::PatchOptions& o, const Json& nodes) {
+    Json body = {{"apiVersion", "kubicle.dev/v1alpha1"}, {"kind", "SandboxTemplate"},
+                 {"metadata", {{"name", "t"}}}, {"status", {{"nodes", nodes}}}};
+    return as->Patch(kube::SandboxTemplateResource(), ns, "t", kube::PatchType::kApply, body, "status", o)
+        .status();
+  };
+  EXPECT_TRUE(apply(node_a.get(), a, Json::array({entry("trust-node-a")})).ok());
+  EXPECT_REFUSED(apply(node_a.get(), a, Json::array({entry("trust-node-a"), entry("trust-node-b")})));
+  kube::PatchOptions b{"kubicle-node/trust-node-b", true};
+  EXPECT_TRUE(apply(node_b.get(), b, Json::array({entry("trust-node-b")})).ok());
+  // node-a rewriting node-b's entry through a merge patch of the whole list.
+  Json failed_b = entry("trust-node-b");
+  failed_b["phase"] = "Failed";
+  EXPECT_REFUSED(node_a->Patch(kube::SandboxTemplateResource(), ns, "t", kube::PatchType::kMerge,
+                               Json{{"status", {{"nodes", Json::array({entry("trust-node-a"), failed_b})}}}},
+                               "status").status());
+  EXPECT_REFUSED(node_a->Patch(kube::SandboxTemplateResource(), ns, "t", kube::PatchType::kMerge,
+                               Json{{"status", {{"phase", "Ready"}}}}, "status").status());
+  auto t = admin->Get(kube::SandboxTemplateResource(), ns, "t");
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(TemplateNodeEntry(*t, "trust-node-b").value("phase", ""), "Ready");
+  EXPECT_EQ(TemplateNodeEntry(*t, "trust-node-a").value("phase", ""), "Ready");
+}
+
+TEST_F(TrustE2E, ANodeWritesOnlyItsOwnLease) {
+  const auto& leases = kube::LeaseResource();
+  (void)admin->Delete(leases, kLeaseNs, "kubicle-node-trust-node-a");
+  auto own = node_a->Create(leases, kLeaseNs, Lease("kubicle-node-trust-node-a", "trust-node-a", "trust-node-a"));
+  ASSERT_TRUE(own.ok()) << own.status().ToString();
+  EXPECT_REFUSED(node_a->Create(leases, kLeaseNs,
+                                Lease("kubicle-node-trust-node-b", "trust-node-b", "trust-node-b")).status());
+  // Its own Lease relabelled for another node, or held by one.
+  EXPECT_REFUSED(node_a->Patch(leases, kLeaseNs, "kubicle-node-trust-node-a", kube::PatchType::kMerge,
+                               Json{{"metadata", {{"labels", {{"kubicle.dev/node", "trust-node-b"}}}}}}).status());
+  EXPECT_REFUSED(node_a->Patch(leases, kLeaseNs, "kubicle-node-trust-node-a", kube::PatchType::kMerge,
+                               Json{{"spec", {{"holderIdentity", "trust-node-b"}}}}).status());
+  EXPECT_TRUE(node_a->Patch(leases, kLeaseNs, "kubicle-node-trust-node-a", kube::PatchType::kMerge,
+                            Json{{"metadata", {{"annotations", {{"kubicle.dev/capacity-sandboxes", "3"}}}}}})
+                  .ok());
+  EXPECT_REFUSED(node_a->Delete(leases, kLeaseNs, "kubicle-node-trust-node-a"));
+  // Leases elsewhere (the operator's leader Lease) are out of reach.
+  EXPECT_REFUSED(node_a->Create(leases, kSystemNs, Lease("kubicle-operator-leader", "x", "x")).status());
+  (void)admin->Delete(leases, kLeaseNs, "kubicle-node-trust-node-a");
+}
+
+TEST_F(TrustE2E, TheOperatorGetsSecretsByNameButNeverListsOrDeletesThem) {
+  auto kc = OperatorKubeconfig("kubicle-operator-leader");
+  ASSERT_TRUE(kc.ok()) << kc.status().ToString();
+  auto op = NewClientAs(*kc);
+  ASSERT_TRUE(op.ok()) << op.status().ToString();
+  EXPECT_TRUE((*op)->Get(kube::SecretResource(), ns, "user-secret").ok());
+  EXPECT_REFUSED((*op)->List(kube::SecretResource(), ns, {}).status());
+  EXPECT_REFUSED((*op)->Delete(kube::SecretResource(), ns, "user-secret"));
+  EXPECT_REFUSED((*op)->Patch(kube::SecretResource(), ns, "user-secret", kube::PatchType::kMerge,
+                              Json{{"stringData", {{"k", "w"}}}}).status());
+  // The node policy does not apply to it: it writes the operator's fields.
+  EXPECT_TRUE((*op)->Patch(kube::SandboxResource(), ns, "on-trust-node-a", kube::PatchType::kMerge,
+                           Json{{"status", {{"phase", "Scheduled"}}}}, "status").ok());
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cstdlib>
 #include <filesystem>
@@ -39,6 +40,10 @@ class ClusterEnvironment : public ::testing::Environment {
       auto r = g_cluster->Kubectl({"create", "namespace", ns});
       ASSERT_TRUE(r.ok() && r->exit_code == 0) << (r.ok() ? r->output : r.status().ToString());
     }
+    Status rbac = ApplyChartRbac();
+    ASSERT_TRUE(rbac.ok()) << rbac.ToString();
+    Status policy = WaitForNodePolicy();
+    ASSERT_TRUE(policy.ok()) << policy.ToString();
     Status images = WriteTestGuestImages(ImageRoot());
     ASSERT_TRUE(images.ok()) << images.ToString();
   }
@@ -110,8 +115,8 @@ Result<std::unique_ptr<OperatorProcess>> OperatorProcess::Start(const std::strin
                                                                 const std::string& extra_flag) {
   auto op = std::make_unique<OperatorProcess>();
   op->log_path = g_cluster->work_dir() + "/operator-" + lease + ".log";
-  std::vector<std::string> argv = {OperatorBin(),
-                                   "--kubeconfig=" + g_cluster->kubeconfig_path(),
+  ASSIGN_OR_RETURN(std::string kubeconfig, OperatorKubeconfig(lease));
+  std::vector<std::string> argv = {OperatorBin(), "--kubeconfig=" + kubeconfig,
                                    "--leader-election-namespace=" + std::string(kSystemNs),
                                    "--leader-election-lease=" + lease,
                                    "--lease-duration-seconds=20", "--renew-deadline-seconds=15",
@@ -250,6 +255,26 @@ std::string Base64Decode(const std::string& in) {
 
 }  // namespace
 
+Result<std::string> ServingCaFile(kube::KubeClient* c, const std::string& node) {
+  if (node.empty()) return Status::FailedPrecondition("the Sandbox is on no node");
+  ASSIGN_OR_RETURN(Json lease, c->Get(kube::LeaseResource(), kLeaseNs, "kubicle-node-" + node));
+  const Json& ann = lease["metadata"].value("annotations", Json::object());
+  const std::string pem = ann.is_object() ? ann.value("kubicle.dev/serving-ca", "") : "";
+  if (pem.find("-----BEGIN CERTIFICATE-----") == std::string::npos) {
+    return Status::FailedPrecondition("the Lease of node " + node +
+                                      " publishes no kubicle.dev/serving-ca: a cluster node serves TLS");
+  }
+  // Each call writes a file of its own: tests open data planes in parallel.
+  static std::atomic<uint64_t> seq{0};
+  const std::string path = g_cluster->work_dir() + "/serving-ca-" + node + "-" +
+                           std::to_string(seq.fetch_add(1)) + ".pem";
+  std::ofstream out(path, std::ios::trunc);
+  out << pem;
+  out.close();
+  if (!out) return Status::Internal("cannot write " + path);
+  return path;
+}
+
 SandboxDataPlane::~SandboxDataPlane() = default;
 
 Result<std::unique_ptr<SandboxDataPlane>> SandboxDataPlane::Open(kube::KubeClient* c, const std::string& ns,
@@ -263,9 +288,11 @@ Result<std::unique_ptr<SandboxDataPlane>> SandboxDataPlane::Open(kube::KubeClien
   }
   ASSIGN_OR_RETURN(Json sec, c->Get(kube::SecretResource(), ns, secret));
   const std::string token = Base64Decode(sec.value("data", Json::object()).value("token", ""));
+  ASSIGN_OR_RETURN(std::string ca_file, ServingCaFile(c, LabelOf(s, "kubicle.dev/node")));
   std::unique_ptr<SandboxDataPlane> dp(new SandboxDataPlane());
   dp->id_ = VmId(s);
-  ASSIGN_OR_RETURN(dp->client_, noderuntime::cli::NodeClient::Create("http://" + endpoint, token));
+  ASSIGN_OR_RETURN(dp->client_,
+                   noderuntime::cli::NodeClient::Create("https://" + endpoint, token, ca_file));
   return dp;
 }
 

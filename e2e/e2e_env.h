@@ -6,7 +6,13 @@
 // tiny test guest as the template image (docs/testguest.md), and looks at
 // what it leaves on the host (VMM processes, sockets, sandbox directories,
 // cgroups). SandboxDataPlane execs in a Sandbox the way a client does:
-// status.vm.endpoint, node id k-<uid>, the token from its Secret.
+// status.vm.endpoint over TLS verified with the CA on the node's Lease,
+// node id k-<uid>, the token from its Secret.
+// Identities: the operator and every node run with the Helm chart's own
+// RBAC and admission policy (rendered by the real helm, applied with
+// kubectl) and a ServiceAccount token each, never as cluster admin, so an
+// RBAC gap or a policy refusal fails the tests. The tests' own client
+// (NewClient) is the admin: it plays the user.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -68,6 +74,29 @@ bool Eventually(const std::function<bool()>& cond,
 // Creates a namespace (and returns its name) unique to the calling test.
 std::string TestNamespace(kube::KubeClient* c);
 
+// ---- Identities: the chart's own RBAC -----------------------------------------
+
+// The chart is rendered as release "kubicle" in kubicle-system.
+inline constexpr const char* kOperatorServiceAccount = "kubicle-operator";
+inline constexpr const char* kNodeServiceAccount = "kubicle-node";
+// Renders the chart's ServiceAccounts, (Cluster)Roles and bindings and its
+// node admission policy with the real helm (leader election Lease
+// `leader_lease`: the chart's Role names one) and applies them.
+Status ApplyChartRbac(const std::string& leader_lease = "kubicle-operator-leader");
+// Waits until the apiserver enforces the chart's node admission policy.
+Status WaitForNodePolicy();
+// A kubeconfig (path) with a fresh token of the operator's ServiceAccount,
+// after applying the chart's RBAC for `leader_lease`. Tests run one
+// operator at a time, each with a Lease of its own: the chart's leader Role
+// then names that one.
+Result<std::string> OperatorKubeconfig(const std::string& leader_lease);
+// A kubeconfig (path) with a token of the node ServiceAccount bound to the
+// Node object `node` (created when missing): the apiserver names the node
+// in the request's user info (authentication.kubernetes.io/node-name), as
+// for the DaemonSet pod's token, and the chart's policy keys on it.
+Result<std::string> NodeKubeconfig(const std::string& node);
+Result<std::unique_ptr<kube::HttpKubeClient>> NewClientAs(const std::string& kubeconfig);
+
 class OperatorProcess {
  public:
   // Leader election on, in kubicle-system, with a Lease unique to `lease`.
@@ -115,8 +144,10 @@ std::string LabelOf(const Json& obj, const std::string& key);
 std::string VmId(const Json& sandbox);
 
 // One Sandbox's data plane, as a client reaches it: POST
-// http://<status.vm.endpoint>/v1/sandboxes/k-<uid>/exec (and /files) with
-// the bearer token of the Secret in status.tokenSecretName.
+// https://<status.vm.endpoint>/v1/sandboxes/k-<uid>/exec (and /files) with
+// the bearer token of the Secret in status.tokenSecretName, verifying the
+// node against the CA its Lease publishes (kubicle.dev/serving-ca). A node
+// whose Lease publishes none is an error: cluster nodes serve TLS.
 class SandboxDataPlane {
  public:
   // FailedPrecondition until the Sandbox reports an endpoint and a token.
@@ -134,6 +165,10 @@ class SandboxDataPlane {
   std::string id_;
   std::unique_ptr<noderuntime::cli::NodeClient> client_;
 };
+// The CA the Lease of `node` publishes (kubicle.dev/serving-ca), written
+// to a file under the work directory for NodeClient; FailedPrecondition
+// when it publishes none.
+Result<std::string> ServingCaFile(kube::KubeClient* c, const std::string& node);
 // Open + Exec in one call.
 Result<Json> ExecInSandbox(kube::KubeClient* c, const std::string& ns, const std::string& name,
                            const std::vector<std::string>& argv);
@@ -190,6 +225,11 @@ class NodeProcess {
   const std::string& state_dir() const { return state_dir_; }
   const std::string& log_path() const { return log_path_; }
   std::string endpoint() const { return "127.0.0.1:" + std::to_string(port_); }
+  // The node's data-plane URL (https) and the CA it verifies against.
+  std::string url() const { return "https://" + endpoint(); }
+  std::string ca_file() const { return state_dir_ + "/tls/ca.crt"; }
+  // Its identity's kubeconfig (NodeKubeconfig).
+  const std::string& kubeconfig() const { return kubeconfig_; }
   // The last `bytes` of the log, for failure messages.
   std::string LogTail(size_t bytes = 6000) const;
 
@@ -216,7 +256,7 @@ class NodeProcess {
 
   std::string name_;
   NodeOptions opts_;
-  std::string dir_, state_dir_, log_path_;
+  std::string dir_, state_dir_, log_path_, kubeconfig_;
   int port_ = 0;
   ChildProcess proc_;
 };

@@ -90,6 +90,7 @@ Result<std::unique_ptr<NodeProcess>> NodeProcess::Start(const std::string& name,
   n->state_dir_ = n->dir_ + "/state";
   n->log_path_ = Cluster()->work_dir() + "/node-" + name + ".log";
   ASSIGN_OR_RETURN(n->port_, FreePort());
+  ASSIGN_OR_RETURN(n->kubeconfig_, NodeKubeconfig(name));
   RETURN_IF_ERROR(n->Spawn());
   return n;
 }
@@ -100,7 +101,7 @@ Status NodeProcess::Spawn() {
   const std::string before = LeaseVersion(c.get(), name_);
   std::vector<std::string> argv = {
       NodeBin(), "serve", "--node-name=" + name_,
-      "--kubeconfig=" + Cluster()->kubeconfig_path(), "--vmm=" + VmmBin(),
+      "--kubeconfig=" + kubeconfig_, "--vmm=" + VmmBin(),
       "--state-dir=" + state_dir_, "--listen=" + endpoint(), "--advertise-address=127.0.0.1",
       "--lease-namespace=" + std::string(kLeaseNs),
       "--lease-duration-seconds=" + std::to_string(kLeaseDurationSeconds),
@@ -228,7 +229,7 @@ NodeLeftovers NodeProcess::Leftovers() const {
 Result<Json> NodeProcess::Admin(const std::string& method, const std::string& path) {
   std::string token = ReadFile(state_dir_ + "/admin-token");
   while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) token.pop_back();
-  ASSIGN_OR_RETURN(auto client, noderuntime::cli::NodeClient::Create("http://" + endpoint(), token));
+  ASSIGN_OR_RETURN(auto client, noderuntime::cli::NodeClient::Create(url(), token, ca_file()));
   return client->Call(method, path);
 }
 

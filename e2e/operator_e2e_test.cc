@@ -112,6 +112,40 @@ TEST_F(OperatorE2E, TtlExpiryDeletesTheSandboxAndItsSecret) {
       << "the garbage collector deletes the owned Secret";
 }
 
+// The operator (with the chart's RBAC: create and get on Secrets, never
+// delete) leaves a user's Secret of the token's name alone and says so;
+// once the user removes it, the Sandbox gets its own and runs.
+TEST_F(OperatorE2E, AUsersSecretOfTheTokenNameFailsTheSandboxAndIsKept) {
+  ASSERT_TRUE(c->Create(kube::SecretResource(), ns,
+                        Json{{"metadata", {{"name", "mine-token"}}}, {"stringData", {{"token", "users"}}}}).ok());
+  ASSERT_TRUE(c->Create(kube::SandboxResource(), ns, SandboxManifest("mine", "py")).ok());
+  auto ready_reason = [&] {
+    auto s = Get(kube::SandboxResource(), "mine");
+    if (!s) return std::string();
+    for (const Json& cond : s->value("status", Json::object()).value("conditions", Json::array())) {
+      if (cond.value("type", "") == "Ready") return cond.value("reason", "");
+    }
+    return std::string();
+  };
+  ASSERT_TRUE(Eventually([&] { return ready_reason() == "TokenSecretConflict"; }))
+      << ready_reason() << "; see " << operator_->log_path;
+  Json s = *Get(kube::SandboxResource(), "mine");
+  EXPECT_EQ(Status_(s, "phase"), "Failed");
+  EXPECT_EQ(Status_(s, "tokenSha256"), "");
+  auto secret = Get(kube::SecretResource(), "mine-token");
+  ASSERT_TRUE(secret.has_value());
+  EXPECT_FALSE((*secret)["metadata"].contains("ownerReferences"));
+  EXPECT_EQ((*secret)["data"]["token"], "dXNlcnM=") << "untouched";
+  ASSERT_TRUE(c->Delete(kube::SecretResource(), ns, "mine-token").ok());
+  EXPECT_TRUE(Eventually([&] {
+    auto x = Get(kube::SandboxResource(), "mine");
+    return x && Status_(*x, "phase") == "Running";
+  }, std::chrono::seconds(180))) << ready_reason();
+  auto own = Get(kube::SecretResource(), "mine-token");
+  ASSERT_TRUE(own.has_value());
+  EXPECT_EQ((*own)["metadata"]["ownerReferences"][0]["uid"], (*Get(kube::SandboxResource(), "mine"))["metadata"]["uid"]);
+}
+
 TEST_F(OperatorE2E, DeletingAForkGarbageCollectsItsChildren) {
   ASSERT_TRUE(c->Create(kube::SandboxResource(), ns,
                         SandboxManifest("src", "py", {{"kubicle.dev/run", "r9"}})).ok());
