@@ -1,7 +1,6 @@
 #include "common/sha256.h"
 
 #include <fcntl.h>
-#include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <unistd.h>
 
@@ -78,11 +77,6 @@ Result<std::string> Sha256FileHex(const std::string& path) {
 bool IsSha256Hex(std::string_view s) {
   Sha256Digest ignored;
   return HexDecode(s, ignored);
-}
-
-bool ConstantTimeEqual(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
 }  // namespace kubicle

@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/constant_time.h"  // secrets are compared with it
 #include "common/status.h"
 
 namespace kubicle {
@@ -43,8 +44,5 @@ std::string Sha256Hex(std::string_view data);
 Result<std::string> Sha256FileHex(const std::string& path);
 // True for exactly 64 lower-case hex digits.
 bool IsSha256Hex(std::string_view s);
-
-// Compares in time that depends only on the lengths (tokens, token hashes).
-bool ConstantTimeEqual(std::string_view a, std::string_view b);
 
 }  // namespace kubicle

@@ -220,7 +220,7 @@ std::optional<Response> ApiServer::Impl::Authorize(const RouteMatch& m, const st
     return ErrorResponse(401, "Unauthenticated",
                          "the Authorization header is not \"Bearer <token>\"");
   }
-  if (ConstantTimeEquals(*token, opts_.admin_token)) {
+  if (ConstantTimeEqual(*token, opts_.admin_token)) {
     *cls = Admission::Class::kAdmin;
     return std::nullopt;
   }
@@ -279,6 +279,8 @@ void ApiServer::Impl::Dispatch(Call& call) {
     case Route::kFiles: return HandleFiles(call, *svc_, opts_);
     case Route::kConsole: return HandleConsole(call, *svc_, opts_, stopping);
     case Route::kStats: return HandleStats(call, *svc_, opts_);
+    case Route::kStat: return HandleStat(call, *svc_, opts_);
+    case Route::kList: return HandleList(call, *svc_, opts_);
   }
 }
 

@@ -33,6 +33,8 @@ const char* Pattern(Route r) {
     case Route::kFiles: return "/v1/sandboxes/{id}/files";
     case Route::kConsole: return "/v1/sandboxes/{id}/console";
     case Route::kStats: return "/v1/sandboxes/{id}/stats";
+    case Route::kStat: return "/v1/sandboxes/{id}/stat";
+    case Route::kList: return "/v1/sandboxes/{id}/ls";
   }
   return "?";
 }
@@ -62,6 +64,8 @@ std::optional<RouteMatch> MatchRoute(std::string_view path) {
   if (p[3] == "files") return RouteMatch{Route::kFiles, id};
   if (p[3] == "console") return RouteMatch{Route::kConsole, id};
   if (p[3] == "stats") return RouteMatch{Route::kStats, id};
+  if (p[3] == "stat") return RouteMatch{Route::kStat, id};
+  if (p[3] == "ls") return RouteMatch{Route::kList, id};
   return std::nullopt;
 }
 
@@ -71,13 +75,15 @@ std::string AllowedMethods(Route r) {
     case Route::kMetrics:
     case Route::kTemplates:
     case Route::kConsole:
-    case Route::kStats: return "GET";
+    case Route::kStats:
+    case Route::kStat:
+    case Route::kList: return "GET";
     case Route::kTemplate: return "GET, PUT, DELETE";
     case Route::kSandboxes: return "GET, POST, DELETE";
     case Route::kSandbox: return "GET, DELETE";
     case Route::kFork:
     case Route::kExec: return "POST";
-    case Route::kFiles: return "GET, PUT";
+    case Route::kFiles: return "GET, PUT, DELETE";
   }
   return "";
 }
@@ -102,7 +108,9 @@ Access RouteAccess(Route r, std::string_view method) {
     case Route::kExec:
     case Route::kFiles:
     case Route::kConsole:
-    case Route::kStats: return Access::kAdminOrSandbox;
+    case Route::kStats:
+    case Route::kStat:
+    case Route::kList: return Access::kAdminOrSandbox;
     case Route::kSandbox: return method == "GET" ? Access::kAdminOrSandbox : Access::kAdmin;
     default: return Access::kAdmin;
   }
@@ -164,18 +172,6 @@ std::optional<Target> ParseTarget(std::string_view target) {
     t.query[*key] = std::move(*value);
   }
   return t;
-}
-
-bool ConstantTimeEquals(std::string_view a, std::string_view b) {
-  // Runs over the longer input so the time depends on lengths only.
-  size_t n = std::max(a.size(), b.size());
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < n; ++i) {
-    unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
-    unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
-    diff |= x ^ y;
-  }
-  return diff == 0;
 }
 
 std::optional<std::string> ParseBearer(std::string_view h) {

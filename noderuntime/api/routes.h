@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/constant_time.h"
 #include "common/status.h"
 
 namespace kubicle::noderuntime::api {
@@ -21,9 +22,11 @@ enum class Route {
   kSandbox,     // GET|DELETE /v1/sandboxes/{id}
   kFork,        // POST /v1/sandboxes/{id}/fork
   kExec,        // POST /v1/sandboxes/{id}/exec
-  kFiles,       // GET|PUT /v1/sandboxes/{id}/files
+  kFiles,       // GET|PUT|DELETE /v1/sandboxes/{id}/files
   kConsole,     // GET /v1/sandboxes/{id}/console
   kStats,       // GET /v1/sandboxes/{id}/stats
+  kStat,        // GET /v1/sandboxes/{id}/stat?path=   (one file's metadata)
+  kList,        // GET /v1/sandboxes/{id}/ls?path=     (a directory's entries)
 };
 
 struct RouteMatch {
@@ -60,8 +63,7 @@ std::optional<Target> ParseTarget(std::string_view target);
 // Percent-decoding; nullopt when a '%' is not followed by two hex digits.
 std::optional<std::string> PercentDecode(std::string_view s);
 
-// Compares secrets without an early exit on the first differing byte.
-bool ConstantTimeEquals(std::string_view a, std::string_view b);
+using ::kubicle::ConstantTimeEqual;  // common/constant_time.h
 // The token of an "Authorization: Bearer <token>" header; nullopt if the
 // header is not of that form.
 std::optional<std::string> ParseBearer(std::string_view header);

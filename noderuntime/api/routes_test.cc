@@ -24,6 +24,8 @@ TEST(Routes, MatchesEveryRoute) {
   EXPECT_EQ(c->route, Route::kConsole);
   EXPECT_EQ(c->name, "s1");
   EXPECT_EQ(MatchRoute("/v1/sandboxes/s1/stats")->route, Route::kStats);
+  EXPECT_EQ(MatchRoute("/v1/sandboxes/s1/stat")->route, Route::kStat);
+  EXPECT_EQ(MatchRoute("/v1/sandboxes/s1/ls")->route, Route::kList);
 }
 
 TEST(Routes, UnknownPaths) {
@@ -48,7 +50,10 @@ TEST(Routes, MethodsAndAccess) {
   EXPECT_EQ(RouteAccess(Route::kExec, "POST"), Access::kAdminOrSandbox);
   EXPECT_EQ(RouteLabel(Route::kExec, "POST"), "POST /v1/sandboxes/{id}/exec");
   // The console and the stats are the sandbox's own, read-only.
-  for (Route r : {Route::kConsole, Route::kStats}) {
+  EXPECT_EQ(AllowedMethods(Route::kFiles), "GET, PUT, DELETE");
+  EXPECT_EQ(RouteAccess(Route::kFiles, "DELETE"), Access::kAdminOrSandbox);
+  EXPECT_EQ(RouteBody(Route::kFiles, "DELETE"), BodyKind::kNone);
+  for (Route r : {Route::kConsole, Route::kStats, Route::kStat, Route::kList}) {
     EXPECT_EQ(AllowedMethods(r), "GET");
     EXPECT_EQ(RouteAccess(r, "GET"), Access::kAdminOrSandbox);
     EXPECT_EQ(RouteBody(r, "GET"), BodyKind::kNone);
@@ -62,10 +67,10 @@ TEST(Auth, BearerAndConstantTimeCompare) {
   EXPECT_FALSE(ParseBearer("Basic abc").has_value());
   EXPECT_FALSE(ParseBearer("Bearer ").has_value());
   EXPECT_FALSE(ParseBearer("Bearer a b").has_value());
-  EXPECT_TRUE(ConstantTimeEquals("abc", "abc"));
-  EXPECT_FALSE(ConstantTimeEquals("abc", "abd"));
-  EXPECT_FALSE(ConstantTimeEquals("abc", "abcd"));
-  EXPECT_FALSE(ConstantTimeEquals("", "a"));
+  EXPECT_TRUE(ConstantTimeEqual("abc", "abc"));
+  EXPECT_FALSE(ConstantTimeEqual("abc", "abd"));
+  EXPECT_FALSE(ConstantTimeEqual("abc", "abcd"));
+  EXPECT_FALSE(ConstantTimeEqual("", "a"));
 }
 
 TEST(Routes, ParseTargetDecodesPathAndQuery) {
