@@ -22,10 +22,14 @@ def add_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--namespace", help="namespace (default: the context's)")
     g.add_argument("--node-url", help="a standalone kubicle-node instead of Kubernetes")
     g.add_argument("--token", help="the node's admin token (default $KUBICLE_NODE_TOKEN)")
+    g.add_argument("--ca-file", help="the CA a standalone https node is verified against "
+                                     "(default $KUBICLE_NODE_CA_FILE; with Kubernetes each "
+                                     "node's CA comes from its Lease)")
 
 
 def client(args: argparse.Namespace) -> "kubicle.Kubicle":
     if args.node_url:
-        return kubicle.Kubicle(node_url=args.node_url, token=args.token)
+        return kubicle.Kubicle(node_url=args.node_url, token=args.token,
+                               verify=args.ca_file or True)
     return kubicle.Kubicle(kubeconfig=args.kubeconfig, context=args.context,
                            namespace=args.namespace)

@@ -1,15 +1,22 @@
-"""The data plane's transport: one pooled httpx client per Kubicle client.
+"""The data plane's transport: pooled httpx clients.
 
-Today the node's data plane is plain http. TLS plugs in here: pass
-``verify=`` (a CA bundle path, an ``ssl.SSLContext``, or False) and
-``data_plane_scheme="https"``; nothing else in the SDK builds URLs or
-connections."""
+A cluster node serves its data plane over TLS with a CA of its own, which
+it publishes on its heartbeat Lease (annotation ``kubicle.dev/serving-ca``,
+docs/operator.md). The Kubernetes backends read it and reach that node
+through a pooled client verifying against exactly that CA (``TlsPool``:
+one client per distinct CA); a node whose Lease publishes none is plain
+http, as the protocol says. Verification is never turned off by the SDK.
+The client's own ``verify=`` (a CA bundle path or an ``ssl.SSLContext``)
+and ``data_plane_scheme=`` serve a standalone node and override the Lease
+when given."""
 
 from __future__ import annotations
 
+import dataclasses
 import ssl
+import threading
 from dataclasses import dataclass
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, List, Optional, Union
 
 import httpx
 
@@ -44,6 +51,37 @@ def sync_client(cfg: TransportConfig) -> httpx.Client:
 
 def async_client(cfg: TransportConfig) -> httpx.AsyncClient:
     return httpx.AsyncClient(**cfg.httpx_kwargs())
+
+
+def tls_context(ca_pem: str) -> ssl.SSLContext:
+    """Verifies the chain against `ca_pem` only, and the host name or
+    address in the URL against the certificate."""
+    ctx = ssl.create_default_context(purpose=ssl.Purpose.SERVER_AUTH, cadata=ca_pem)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    return ctx
+
+
+class TlsPool:
+    """One pooled client per node CA, made on first use, closed with the
+    pool. `make` builds a client from a TransportConfig (sync or async)."""
+
+    def __init__(self, cfg: TransportConfig, make: Any) -> None:
+        self._cfg, self._make = cfg, make
+        self._lock = threading.Lock()
+        self._by_ca: Dict[str, Any] = {}
+
+    def client(self, ca_pem: str) -> Any:
+        with self._lock:
+            c = self._by_ca.get(ca_pem)
+            if c is None:
+                cfg = dataclasses.replace(self._cfg, scheme="https", verify=tls_context(ca_pem))
+                c = self._by_ca[ca_pem] = self._make(cfg)
+            return c
+
+    def take_all(self) -> List[Any]:
+        with self._lock:
+            out, self._by_ca = list(self._by_ca.values()), {}
+            return out
 
 
 def auth(token: str) -> Dict[str, str]:

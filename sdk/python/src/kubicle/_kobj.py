@@ -102,6 +102,32 @@ def conditions(obj: Mapping[str, Any]) -> Dict[str, Mapping[str, Any]]:
             if isinstance(c, Mapping)}
 
 
+NODE_LEASE_NAMESPACE = "kubicle-node-lease"
+SERVING_CA = "kubicle.dev/serving-ca"
+
+
+def node_of(obj: Mapping[str, Any]) -> str:
+    """The node a Sandbox is placed on (its label, the source of truth)."""
+    return (_get(obj, "metadata", "labels", NODE) or _get(obj, "status", "nodeName") or "")
+
+
+def lease_name(node: str) -> str:
+    return f"kubicle-node-{node}"
+
+
+def serving_ca(annotations: Optional[Mapping[str, str]]) -> Optional[str]:
+    """The PEM CA a node's Lease publishes, or None (a plain-http node)."""
+    pem = (annotations or {}).get(SERVING_CA) or ""
+    return pem if "-----BEGIN CERTIFICATE-----" in pem else None
+
+
+def lease_error(e: Any, node: str, lease_ns: str, sandbox: str) -> errors.KubicleError:
+    """Why the node's Lease (its serving CA) could not be read."""
+    err = api_error(e, what=f"read Lease {lease_name(node)} in {lease_ns} (the node's serving CA; "
+                            f"the client needs get on leases there)", sandbox=sandbox)
+    return err
+
+
 def node_id(obj: Mapping[str, Any]) -> str:
     uid = _get(obj, "metadata", "uid") or ""
     return f"k-{uid}" if uid else ""
@@ -326,7 +352,7 @@ def check_token(http: Any, ref: Any) -> None:
     from . import _http
 
     try:
-        resp = http.get(ref.base, headers=_http.auth(ref.token))
+        resp = (ref.http or http).get(ref.base, headers=_http.auth(ref.token))
     except httpx.TransportError as e:
         raise _http.transport_error(e, op="get", sandbox=ref.info.name) from e
     _http.raise_for(resp, resp.content, op="get", sandbox=ref.info.name)
@@ -338,7 +364,7 @@ async def check_token_async(http: Any, ref: Any) -> None:
     from . import _http
 
     try:
-        resp = await http.get(ref.base, headers=_http.auth(ref.token))
+        resp = await (ref.http or http).get(ref.base, headers=_http.auth(ref.token))
     except httpx.TransportError as e:
         raise _http.transport_error(e, op="get", sandbox=ref.info.name) from e
     _http.raise_for(resp, resp.content, op="get", sandbox=ref.info.name)

@@ -10,7 +10,7 @@ import os
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, TypeVar
 
-from . import _kobj, _watchcache, errors
+from . import _http, _kobj, _watchcache, errors
 from ._labels import FORK_OF
 from ._ref import Ref
 
@@ -48,10 +48,15 @@ def use_incluster(kubeconfig: Optional[str]) -> bool:
 
 class KubeBackend:
     def __init__(self, *, namespace: Optional[str], kubeconfig: Optional[str],
-                 context: Optional[str], scheme: str, pool_size: int, http: Any) -> None:
+                 context: Optional[str], scheme: str, pool_size: int, http: Any,
+                 transport: Optional[_http.TransportConfig] = None,
+                 node_lease_namespace: str = _kobj.NODE_LEASE_NAMESPACE) -> None:
         from kubernetes import client, config
 
         self._http = http
+        self._transport = transport or _http.TransportConfig(scheme=scheme)
+        self._tls = _http.TlsPool(self._transport, _http.sync_client)
+        self._lease_ns = node_lease_namespace
         cfg = client.Configuration()
         if use_incluster(kubeconfig):
             config.load_incluster_config(client_configuration=cfg)
@@ -67,6 +72,7 @@ class KubeBackend:
         self._api = client.ApiClient(cfg)
         self._co = client.CustomObjectsApi(self._api)
         self._core = client.CoreV1Api(self._api)
+        self._coord = client.CoordinationV1Api(self._api)
         import threading
 
         self._watcher: Optional[_watchcache.SyncWatcher] = None
@@ -75,6 +81,8 @@ class KubeBackend:
     def close(self) -> None:
         if self._watcher is not None:
             self._watcher.close()
+        for c in self._tls.take_all():
+            c.close()
         self._api.close()
 
     # --- the shared watch (kubicle/_watchcache.py) --------------------------
@@ -257,12 +265,27 @@ class KubeBackend:
         if not _kobj.is_ready(obj):
             obj = self.get(ref.info.name).raw
             ref.raw, ref.info = obj, _kobj.sandbox_info(obj)
-        base = _kobj.data_plane_url(self._scheme, obj)
+        ca = self._serving_ca(_kobj.node_of(obj), ref.info.name)
+        base = _kobj.data_plane_url("https" if ca else self._scheme, obj)
         secret = obj["status"]["tokenSecretName"]
         s = self._do(self._core.read_namespaced_secret, secret, self.namespace,
                      what=f"read token Secret {secret}", sandbox=ref.info.name)
         ref.token = _kobj.token_from_secret(s.data, secret)
+        # The client's own verify= wins when given; else exactly the node's CA.
+        ref.http = self._tls.client(ca) if ca and self._transport.verify is True else None
         ref.base = base
+
+    def _serving_ca(self, node: str, sandbox: str) -> Optional[str]:
+        """The CA the node's Lease publishes; None for a node without one."""
+        from kubernetes.client.rest import ApiException
+
+        try:
+            lease = self._coord.read_namespaced_lease(_kobj.lease_name(node), self._lease_ns)
+        except ApiException as e:
+            if e.status == 404:
+                return None  # the node is gone: the data plane call will say so
+            raise _kobj.lease_error(e, node, self._lease_ns, sandbox) from e
+        return _kobj.serving_ca(lease.metadata.annotations if lease.metadata else None)
 
     def delete(self, name: str, *, wait: bool, timeout: float) -> None:
         gone = self._delete(_kobj.SANDBOXES, name, "Background")

@@ -8,7 +8,7 @@ import asyncio
 import time
 from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Tuple, TypeVar
 
-from . import _kobj, _watchcache, errors
+from . import _http, _kobj, _watchcache, errors
 from ._kube import (REPLACED_MESSAGE, TOKEN_RETRIES, incluster_namespace, kubeconfig_namespace,
                     log, use_incluster)
 from ._labels import FORK_OF
@@ -43,8 +43,13 @@ def _shared_watch(api_client: Any) -> Any:
 
 class AsyncKubeBackend:
     def __init__(self, *, namespace: Optional[str], kubeconfig: Optional[str],
-                 context: Optional[str], scheme: str, pool_size: int, http: Any) -> None:
+                 context: Optional[str], scheme: str, pool_size: int, http: Any,
+                 transport: Optional[_http.TransportConfig] = None,
+                 node_lease_namespace: str = _kobj.NODE_LEASE_NAMESPACE) -> None:
         self._http = http
+        self._transport = transport or _http.TransportConfig(scheme=scheme)
+        self._tls = _http.TlsPool(self._transport, _http.async_client)
+        self._lease_ns = node_lease_namespace
         self._want_ns, self._kubeconfig, self._context = namespace, kubeconfig, context
         self._scheme, self._pool = scheme, pool_size
         self.namespace = namespace or ""
@@ -75,11 +80,14 @@ class AsyncKubeBackend:
             self._api = client.ApiClient(cfg)
             self._co = client.CustomObjectsApi(self._api)
             self._core = client.CoreV1Api(self._api)
+            self._coord = client.CoordinationV1Api(self._api)
 
     async def close(self) -> None:
         self._closed = True
         if self._watcher is not None:
             await self._watcher.close()
+        for c in self._tls.take_all():
+            await c.aclose()
         if self._api is not None:
             await self._api.close()
             self._api = None
@@ -253,12 +261,25 @@ class AsyncKubeBackend:
         if not _kobj.is_ready(obj):
             obj = (await self.get(ref.info.name)).raw
             ref.raw, ref.info = obj, _kobj.sandbox_info(obj)
-        base = _kobj.data_plane_url(self._scheme, obj)
+        ca = await self._serving_ca(_kobj.node_of(obj), ref.info.name)
+        base = _kobj.data_plane_url("https" if ca else self._scheme, obj)
         secret = obj["status"]["tokenSecretName"]
         s = await self._do(self._core.read_namespaced_secret, secret, self.namespace,
                            what=f"read token Secret {secret}", sandbox=ref.info.name)
         ref.token = _kobj.token_from_secret(s.data, secret)
+        ref.http = self._tls.client(ca) if ca and self._transport.verify is True else None
         ref.base = base
+
+    async def _serving_ca(self, node: str, sandbox: str) -> Optional[str]:
+        from kubernetes_asyncio.client.rest import ApiException
+
+        try:
+            lease = await self._coord.read_namespaced_lease(_kobj.lease_name(node), self._lease_ns)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise _kobj.lease_error(e, node, self._lease_ns, sandbox) from e
+        return _kobj.serving_ca(lease.metadata.annotations if lease.metadata else None)
 
     async def delete(self, name: str, *, wait: bool, timeout: float) -> None:
         gone = await self._delete(_kobj.SANDBOXES, name, "Background")

@@ -15,6 +15,9 @@ class Ref:
     raw: Dict[str, Any]
     base: Optional[str] = None     # <scheme>://<node>/v1/sandboxes/<id>
     token: Optional[str] = None    # the data-plane bearer token
+    # The pooled client that verifies this sandbox's node (its Lease's CA);
+    # None: the Kubicle client's own.
+    http: Any = None
     # Standalone node only: the create's env, sent with every exec (the
     # node's create API takes none).
     env: Dict[str, str] = field(default_factory=dict)

@@ -104,7 +104,8 @@ class AsyncSandbox:
     async def _dp(self) -> AsyncDataPlane:
         await self._client._backend.resolve(self._ref)
         assert self._ref.base and self._ref.token
-        return AsyncDataPlane(self._client._http, self._ref.base, self._ref.token, self.name)
+        return AsyncDataPlane(self._ref.http or self._client._http, self._ref.base, self._ref.token,
+                              self.name)
 
     async def exec(self, cmd: Union[str, Sequence[str]], *, timeout_seconds: Optional[float] = 60,
                    env: Optional[Mapping[str, str]] = None, cwd: Optional[str] = None,
@@ -189,7 +190,10 @@ class AsyncKubicle:
                  context: Optional[str] = None, node_url: Optional[str] = None,
                  token: Optional[str] = None, verify: _http.Verify = True,
                  data_plane_scheme: str = "http", request_timeout: float = 30.0,
-                 max_connections: int = 1024) -> None:
+                 max_connections: int = 1024,
+                 node_lease_namespace: str = "kubicle-node-lease") -> None:
+        if node_url and verify is True and os.environ.get("KUBICLE_NODE_CA_FILE"):
+            verify = os.environ["KUBICLE_NODE_CA_FILE"]  # as kubicle-nodectl reads it
         self._transport = _http.TransportConfig(scheme=data_plane_scheme, verify=verify,
                                                 request_timeout=request_timeout,
                                                 max_connections=max_connections)
@@ -208,7 +212,9 @@ class AsyncKubicle:
 
             self._backend = AsyncKubeBackend(namespace=namespace, kubeconfig=kubeconfig,
                                              context=context, scheme=data_plane_scheme,
-                                             pool_size=max_connections, http=self._http)
+                                             pool_size=max_connections, http=self._http,
+                                             transport=self._transport,
+                                             node_lease_namespace=node_lease_namespace)
         self.sandboxes = AsyncSandboxes(self)
 
     @property

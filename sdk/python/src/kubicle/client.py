@@ -140,7 +140,8 @@ class Sandbox:
     def _dp(self) -> DataPlane:
         self._client._backend.resolve(self._ref)
         assert self._ref.base and self._ref.token
-        return DataPlane(self._client._http, self._ref.base, self._ref.token, self.name)
+        return DataPlane(self._ref.http or self._client._http, self._ref.base, self._ref.token,
+                         self.name)
 
     # --- commands ---------------------------------------------------------
     def exec(self, cmd: Union[str, Sequence[str]], *, timeout_seconds: Optional[float] = 60,
@@ -240,14 +241,23 @@ class Kubicle:
     ``Kubicle(node_url=..., token=...)`` talks to one kubicle-node with its
     admin token (``$KUBICLE_NODE_TOKEN`` when not given).
 
-    ``verify`` (True, a CA bundle path, an ssl.SSLContext, or False) and
-    ``data_plane_scheme`` are for the data plane's TLS."""
+    The data plane: with Kubernetes, each node is reached over https and
+    verified against the CA its Lease publishes (``kubicle.dev/serving-ca``
+    in ``node_lease_namespace``; plain http for a node publishing none), so
+    the client needs ``get`` on Leases there. ``verify`` (a CA bundle path
+    or an ssl.SSLContext; ``$KUBICLE_NODE_CA_FILE`` for a standalone node
+    when not given) and ``data_plane_scheme`` are for a standalone node, and
+    override the Lease's CA when given."""
 
     def __init__(self, *, namespace: Optional[str] = None, kubeconfig: Optional[str] = None,
                  context: Optional[str] = None, node_url: Optional[str] = None,
                  token: Optional[str] = None, verify: _http.Verify = True,
                  data_plane_scheme: str = "http", request_timeout: float = 30.0,
-                 max_connections: int = 1024) -> None:
+                 max_connections: int = 1024,
+                 node_lease_namespace: str = "kubicle-node-lease") -> None:
+        self._lease_ns = node_lease_namespace
+        if node_url and verify is True and os.environ.get("KUBICLE_NODE_CA_FILE"):
+            verify = os.environ["KUBICLE_NODE_CA_FILE"]  # as kubicle-nodectl reads it
         self._transport = _http.TransportConfig(scheme=data_plane_scheme, verify=verify,
                                                 request_timeout=request_timeout,
                                                 max_connections=max_connections)
@@ -275,7 +285,8 @@ class Kubicle:
 
         return KubeBackend(namespace=namespace, kubeconfig=kubeconfig, context=context,
                            scheme=self._transport.scheme, pool_size=min(pool, 256),
-                           http=self._http)
+                           http=self._http, transport=self._transport,
+                           node_lease_namespace=self._lease_ns)
 
     @property
     def namespace(self) -> str:

@@ -138,6 +138,8 @@ class Stack:
             f"--state-dir={self.state}", "--listen=127.0.0.1:0", "--advertise-address=127.0.0.1",
             f"--image-root={self.images}", "--stop-vms-on-exit", *self.node_args])
         self.node_url = self._wait_log("node", self.node, "listening on ", 60)
+        if not self.node_url.startswith("https://"):
+            raise StackError(f"a cluster node serves TLS by default, yet it listens on {self.node_url}")
         from kubernetes import client
 
         coord = client.CoordinationV1Api(self.api)
@@ -184,6 +186,16 @@ class Stack:
             if p is not None and p.poll() is not None:
                 raise StackError(f"{name} exited {p.returncode}:\n" +
                                  _tail(os.path.join(self.logs, name + ".log")))
+
+    @property
+    def ca_file(self) -> str:
+        """The node's own CA (also on its Lease, kubicle.dev/serving-ca)."""
+        return os.path.join(self.state, "tls", "ca.crt")
+
+    def node_tls(self) -> "ssl.SSLContext":
+        import ssl
+
+        return ssl.create_default_context(cafile=self.ca_file)
 
     def admin_token(self) -> str:
         # Standalone mode against the same node: its admin token file.

@@ -37,7 +37,7 @@ def test_create_exec_files_delete(stack, kube):
     assert obj["metadata"]["labels"]["kubicle.dev/run"] == run
     assert obj["metadata"]["labels"]["kubicle.dev/agent"] == "a0"
     assert sb.id == "k-" + obj["metadata"]["uid"]
-    assert sb.info.endpoint == stack.node_url.replace("http://", "")
+    assert sb.info.endpoint == stack.node_url.split("://", 1)[1]
     # The token is the Secret's, base64-decoded.
     secret = client.CoreV1Api(stack.api).read_namespaced_secret(
         obj["status"]["tokenSecretName"], "default")
@@ -144,7 +144,7 @@ def test_sweep_waits_until_gone(stack, kube):
     assert kube.sandboxes.list(metadata={"run": run}) == []
     # Gone on the node too: no VM with those ids.
     token = stack.admin_token()
-    ids = [s["id"] for s in httpx.get(f"{stack.node_url}/v1/sandboxes",
+    ids = [s["id"] for s in httpx.get(f"{stack.node_url}/v1/sandboxes", verify=stack.node_tls(),
                                       headers={"Authorization": f"Bearer {token}"}).json()["items"]]
     assert not set(ids) & {s.id for s in made}
 
@@ -167,11 +167,11 @@ async def test_async_fan_out(akube):
 
 def test_standalone_mode_on_the_same_node(stack):
     token = stack.admin_token()
-    tmpl = [t["name"] for t in httpx.get(f"{stack.node_url}/v1/templates",
+    tmpl = [t["name"] for t in httpx.get(f"{stack.node_url}/v1/templates", verify=stack.node_tls(),
                                          headers={"Authorization": f"Bearer {token}"}).json()["items"]
             if t["state"] == "Ready"][0]
     run = run_id()
-    with kubicle.Kubicle(node_url=stack.node_url, token=token) as k:
+    with kubicle.Kubicle(node_url=stack.node_url, token=token, verify=stack.ca_file) as k:
         with k.sandboxes.create(tmpl, metadata={"run": run}, env={"E": "1"}) as sb:
             assert sb.exec(["printenv", "E"]).stdout == "1\n"
             sb.filesystem.write("/x", "y")
@@ -199,11 +199,11 @@ def test_example_swarm(stack, kube):
 
 def test_example_swarm_standalone(stack):
     token = stack.admin_token()
-    tmpl = [t["name"] for t in httpx.get(f"{stack.node_url}/v1/templates",
+    tmpl = [t["name"] for t in httpx.get(f"{stack.node_url}/v1/templates", verify=stack.node_tls(),
                                          headers={"Authorization": f"Bearer {token}"}).json()["items"]
             if t["state"] == "Ready"][0]
     env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "sdk", "python", "src"),
-               KUBICLE_NODE_TOKEN=token)
+               KUBICLE_NODE_TOKEN=token, KUBICLE_NODE_CA_FILE=stack.ca_file)
     p = subprocess.run([sys.executable, os.path.join(REPO, "examples", "python", "swarm.py"),
                         "--node-url", stack.node_url, "--template", tmpl, "--count", "4",
                         "--", "hostname"], capture_output=True, text=True, timeout=300, env=env)

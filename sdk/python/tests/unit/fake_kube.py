@@ -357,6 +357,9 @@ users:
                 ns, plural, name = p[4], p[5], (p[6] if len(p) > 6 else None)
             elif p[:2] == ["api", "v1"] and len(p) == 6 and p[4] == "secrets":
                 ns, plural, name = p[3], "secrets", p[5]
+            elif p[:4] == ["apis", "coordination.k8s.io", "v1", "namespaces"] and len(p) == 7 \
+                    and p[5] == "leases" and method == "GET":
+                ns, plural, name = p[4], "leases", p[6]
             else:
                 raise _ApiFail(404, "NotFound", f"no route {u.path}")
             self._serve(h, method, ns, plural, name, q, body)

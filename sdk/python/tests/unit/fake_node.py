@@ -9,6 +9,7 @@ import base64
 import itertools
 import json
 import secrets
+import ssl
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -45,7 +46,8 @@ class FakeSandbox:
 
 
 class FakeNode:
-    def __init__(self, admin_token: str = "admin-token", shell: bool = False) -> None:
+    def __init__(self, admin_token: str = "admin-token", shell: bool = False,
+                 tls: Optional[Tuple[str, str]] = None) -> None:
         self.admin_token = admin_token
         self.shell = shell                   # False: "shell" is Unimplemented (the test guest)
         self.templates: Dict[str, str] = {"tg": "Ready"}
@@ -76,6 +78,12 @@ class FakeNode:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
+        self.scheme = "http"
+        if tls:  # (certificate chain file, key file): serve https as kubicle-node --tls=on
+            ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            ctx.load_cert_chain(*tls)
+            self.server.socket = ctx.wrap_socket(self.server.socket, server_side=True)
+            self.scheme = "https"
         self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
         self.thread.start()
 
@@ -85,7 +93,7 @@ class FakeNode:
 
     @property
     def url(self) -> str:
-        return f"http://{self.address}"
+        return f"{self.scheme}://{self.address}"
 
     def close(self) -> None:
         self.server.shutdown()
