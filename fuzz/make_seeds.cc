@@ -177,6 +177,39 @@ void MmioSeeds() {
   Write("vmm", "mmio", "out-of-order", o.bytes());
 }
 
+// device_persist: u8 selector (0 serial, 1 blk, 2 rng, 3 vsock; +4 newer
+// minor), u16 record length, the record, then guest memory from address 0.
+void DevicePersistSeeds() {
+  auto seed = [](uint8_t selector, const Bytes& record, const Bytes& ram = {}) {
+    FuzzOutput o;
+    o.U8(selector).U16(uint16_t(record.size())).Bytes(record).Bytes(ram);
+    return o.bytes();
+  };
+  const snapshot::MachineState s = snapshot::testing::SampleState();
+  if (s.serial) Write("vmm", "device_persist", "sample-serial", seed(0, *s.serial));
+  for (const snapshot::VirtioDeviceState& d : s.virtio) {
+    const uint8_t selector = d.kind == snapshot::testing::kSampleBlockKind  ? 1
+                             : d.kind == snapshot::testing::kSampleRngKind ? 2
+                                                                           : 3;
+    static const char* const kNames[] = {"", "sample-blk", "sample-rng", "sample-vsock"};
+    Write("vmm", "device_persist", kNames[selector], seed(selector, d.state));
+  }
+  // A running virtio-rng (DRIVER_OK, VERSION_1) whose one 16-entry queue is
+  // in guest memory with a chain of one writable buffer waiting: the restore
+  // activates it and the kick fills the buffer.
+  FuzzOutput rec;
+  rec.U32(0xf).U32(0).U32(0).U64(1ull << 32).U32(0).U32(0).U32(1);  // transport
+  rec.U32(1);                                                        // one queue
+  rec.U16(16).U8(1).U64(0x1000).U64(0x2000).U64(0x3000).U16(0).U16(0).U8(0).U16(0).U8(0);
+  rec.U32(0);  // no device bytes
+  FuzzOutput ram;
+  ram.Bytes(Bytes(0x1000, 0));
+  ram.U64(0x8000).U32(64).U16(2).U16(0);  // desc[0]: 64 bytes, VIRTQ_DESC_F_WRITE
+  ram.Bytes(Bytes(0x1000 - 16, 0));
+  ram.U16(0).U16(1).U16(0);  // avail: flags 0, idx 1, ring[0] = 0
+  Write("vmm", "device_persist", "rng-running-one-chain", seed(2, rec.bytes(), ram.bytes()));
+}
+
 void VsockTx(FuzzOutput& o, uint16_t op, uint32_t src_port, const std::string& payload,
              uint32_t buf_alloc = 65536) {
   o.U8(0).U8(0).U32(src_port).U16(op).U32(0).U32(buf_alloc).U32(0);
@@ -408,6 +441,15 @@ void NodeSeeds() {
   WriteText("noderuntime", "node_api_codec", "path-template", "/v1/templates/python/");
   WriteText("noderuntime", "node_api_codec", "bearer", "Bearer abcdef0123456789");
   WriteText("noderuntime", "node_api_codec", "base64", "aGVsbG8gd29ybGQ=");
+
+  WriteText("noderuntime", "request_target", "list-selector",
+            "/v1/sandboxes?labelSelector=kubicle.dev%2Frun%3Dr1,tier+in+(a,b),!gone");
+  WriteText("noderuntime", "request_target", "sweep-notin",
+            "/v1/sandboxes?labelSelector=app!%3Ddemo,tier%20notin%20(x)&x=1#frag");
+  WriteText("noderuntime", "request_target", "files-path",
+            "/v1/sandboxes/sb-1/files?path=%2Ftmp%2Fa%20b.txt&mode=0644");
+  WriteText("noderuntime", "request_target", "exec-stream", "/v1/sandboxes/sb-1/exec?stream=true");
+  WriteText("noderuntime", "request_target", "bad-escape", "/v1/templates/%zz?%=&&=");
 }
 
 }  // namespace
@@ -424,6 +466,7 @@ int main(int argc, char** argv) {
   BlkSeeds();
   MmioSeeds();
   VsockSeeds();
+  DevicePersistSeeds();
   AgentProtocolSeeds();
   TestguestSeeds();
   SnapshotSeeds(g_root + "/..");

@@ -21,6 +21,7 @@
 
 #include "fuzz/common/fuzz_input.h"
 #include "fuzz/vmm/virtio_driver.h"
+#include "fuzz/vmm/zero_disk.h"
 #include "vmm/devices/virtio/block.h"
 #include "vmm/devices/virtio/rng.h"
 
@@ -37,28 +38,6 @@ GuestMemory& Memory() {
   }();
   return *mem;
 }
-
-class ZeroDisk final : public virtio::BlockBackend {
- public:
-  uint64_t size() const override { return 64 * 512; }
-  bool read_only() const override { return false; }
-  Status ReadV(uint64_t offset, std::span<const iovec> iov) override {
-    uint64_t total = 0;
-    for (const iovec& v : iov) {
-      std::memset(v.iov_base, 0, v.iov_len);
-      total += v.iov_len;
-    }
-    FUZZ_CHECK(offset <= size() && total <= size() - offset);
-    return Status::Ok();
-  }
-  Status WriteV(uint64_t offset, std::span<const iovec> iov) override {
-    uint64_t total = 0;
-    for (const iovec& v : iov) total += v.iov_len;
-    FUZZ_CHECK(offset <= size() && total <= size() - offset);
-    return Status::Ok();
-  }
-  Status Flush() override { return Status::Ok(); }
-};
 
 uint64_t Offset(FuzzInput& in, uint8_t* width) {
   const uint16_t off = in.U16();
