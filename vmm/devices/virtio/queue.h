@@ -113,6 +113,9 @@ class Queue {
   // the last call that returned true. Call once per batch, after AddUsed.
   bool NeedsInterrupt(const GuestMemory& mem);
 
+  // Marks the queue broken for a reason the device found (DrainQueue's
+  // bound), exactly as a failed Pop would; returns `why`.
+  Status Break(Status why) { return Fail(std::move(why)); }
   bool broken() const { return broken_; }
   // Why the queue broke (the first error), for the transport's log line.
   const std::string& broken_reason() const { return broken_reason_; }

@@ -80,5 +80,40 @@ TEST_F(RngTest, ReadOnlyBufferGetsNothing) {
   EXPECT_EQ(NonZero(0x10000, 64), 0u);
 }
 
+// The used ring over the avail ring, the used index one ahead: each used
+// entry the device adds moves the avail index on, the zeroed entries it
+// writes name head 0 again, and a drain used to go on for ever under the
+// transport's lock (device_persist_fuzzer, input in
+// fuzz/vmm/corpus/device_persist/regress-used-ring-feeds-avail). The
+// queue breaks instead. A guest can set this up through the queue
+// registers; the restore path is the shortest way to it.
+TEST(RngHostileTest, UsedRingOverTheAvailRingBreaksTheQueue) {
+  auto m = GuestMemory::CreateAnonymous({{0, 1 << 20}});
+  ASSERT_TRUE(m.ok());
+  auto irq = std::make_shared<CountingInterrupt>();
+  auto t = MmioTransport::Create(std::make_unique<Rng>(), **m, irq);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  // desc[0] at 0x1000 is all zeros: a readable buffer of 0 bytes, so the
+  // device writes nothing and every used entry it adds is {id 0, len 0}.
+  ASSERT_TRUE((*m)->StoreRelease16(0x2002, 1).ok());  // avail idx = used idx = 1
+  MmioTransportState st;
+  st.status = kStatusAcknowledge | kStatusDriver | kStatusFeaturesOk | kStatusDriverOk;
+  st.driver_features = uint64_t{1} << 32;  // VIRTIO_F_VERSION_1
+  QueueState q;
+  q.size = 16;
+  q.ready = true;
+  q.desc_table = 0x1000;
+  q.avail_ring = 0x2000;
+  q.used_ring = 0x2000;
+  q.next_avail = 0;
+  q.next_used = 1;
+  st.queues = {q};
+  ASSERT_TRUE((*t)->RestoreState(st).ok());
+  (*t)->NotifyQueue(0);  // returns
+  EXPECT_NE((*t)->status() & kStatusDeviceNeedsReset, 0u);
+  const QueueState after = (*t)->SaveState().queues.at(0);
+  EXPECT_LE(after.next_avail, kDrainRingsBound * q.size + 1);
+}
+
 }  // namespace
 }  // namespace kubicle::vmm::devices::virtio

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <mutex>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -56,6 +57,10 @@ class DeviceContext {
  protected:
   ~DeviceContext() = default;
 };
+
+// VirtioDevice::DrainQueue completes at most this many rings' worth of
+// chains in one drain (why: at DrainQueue).
+inline constexpr uint32_t kDrainRingsBound = 4;
 
 class VirtioDevice {
  public:
@@ -114,14 +119,29 @@ class VirtioDevice {
   // which returns the bytes written into it, then signals once for the batch.
   // Stops at a ring error (the transport reports the broken queue). `chain` is
   // reused storage owned by the device.
+  //
+  // Bounded: the used entries of a drain are signalled at its end, so a
+  // driver cannot recycle descriptors during one and offers at most a ring's
+  // worth. Many more means the device's own writes keep feeding the ring
+  // (the used ring over the avail ring, or a buffer over either: the used
+  // index then keeps moving the avail index), which would hold the
+  // transport's lock forever; the queue breaks instead (found by fuzzing
+  // restored device records; a guest reaches it through the registers).
   template <typename Complete>
   void DrainQueue(uint16_t index, DescriptorChain* chain, Complete&& complete) {
     Queue& q = context_->queue(index);
     const GuestMemory& mem = context_->memory();
+    const uint32_t bound = kDrainRingsBound * uint32_t{q.state().size};
     bool any = false;
-    while (true) {
+    for (uint32_t done = 0;;) {
       auto popped = q.Pop(mem, chain);
       if (!popped.ok() || !*popped) break;
+      if (++done > bound) {
+        (void)q.Break(Status::ResourceExhausted(
+            "more than " + std::to_string(bound) +
+            " chains in one drain: the device's writes are feeding the avail ring"));
+        break;
+      }
       uint32_t written = complete(*chain);
       if (!q.AddUsed(mem, chain->head, written).ok()) break;
       any = true;
