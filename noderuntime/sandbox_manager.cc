@@ -23,7 +23,8 @@ SandboxManager::SandboxManager(NodeConfig config, metrics::Registry* metrics)
     : config_(std::move(config)),
       metrics_(metrics),
       cgroups_(config_.cgroup_root, config_.use_cgroups, config_.cgroup_parent),
-      capacity_(std::make_unique<Capacity>(config_.capacity_mem_mib, config_.capacity_vcpus)) {
+      capacity_(std::make_unique<Capacity>(config_.capacity_mem_mib, config_.capacity_vcpus)),
+      table_(std::make_unique<Table>()) {
   if (metrics_ == nullptr) {
     own_metrics_ = std::make_unique<metrics::Registry>();
     metrics_ = own_metrics_.get();
@@ -81,14 +82,8 @@ Status SandboxManager::Init() {
   bo.vmm_flags = SerialFlags(config_.console);
   bo.boot_timeout = config_.bake_boot_timeout;
   bo.agent_options = AgentOptions();
-  bo.allocate_cid = [this] {
-    std::lock_guard l(mu_);
-    return AllocateCid();
-  };
-  bo.release_cid = [this](uint32_t cid) {
-    std::lock_guard l(mu_);
-    cids_.erase(cid);
-  };
+  bo.allocate_cid = [this] { return table_->AllocateCid(); };
+  bo.release_cid = [this](uint32_t cid) { table_->ReleaseCid(cid); };
   baker_ = std::make_unique<TemplateBaker>(std::move(bo));
 
   RETURN_IF_ERROR(LoadTemplates());
@@ -110,7 +105,7 @@ Status SandboxManager::Init() {
   pool_->Start();
   sweeper_ = std::thread([this] { SweeperLoop(); });
   log::Info("node runtime started", {{"state_dir", config_.state_dir},
-                                     {"sandboxes", sandboxes_.size()},
+                                     {"sandboxes", table_->size()},
                                      {"templates", templates_.size()},
                                      {"cgroups", !cgroups_.enabled() ? "off" : cgroups_.v2() ? "v2" : "v1"}});
   return Status::Ok();
@@ -135,11 +130,7 @@ void SandboxManager::Shutdown(bool stop_vms) {
     bakers_.clear();
   }
   if (pool_) pool_->Stop();
-  std::vector<std::shared_ptr<Sandbox>> all;
-  {
-    std::lock_guard l(mu_);
-    for (auto& [id, sb] : sandboxes_) all.push_back(sb);
-  }
+  const std::vector<std::shared_ptr<Sandbox>> all = table_->All();
   for (auto& sb : all) {
     std::lock_guard op(sb->op_mu);  // waits for creates and deletes in flight
     if (stop_vms) {
@@ -176,15 +167,6 @@ std::string SandboxManager::SandboxDir(const std::string& id) const {
 
 std::string SandboxManager::SockPath(uint32_t cid, const char* kind) const {
   return config_.state_dir + "/sock/" + std::to_string(cid) + "." + kind;
-}
-
-uint32_t SandboxManager::AllocateCid() {
-  // CIDs 0-2 are reserved by vsock; wrap well below 2^32 - 1 (VMADDR_CID_ANY).
-  for (;;) {
-    uint32_t cid = next_cid_++;
-    if (next_cid_ >= 0x7fffffff) next_cid_ = 3;
-    if (cids_.insert(cid).second) return cid;
-  }
 }
 
 Status SandboxManager::Persist(Sandbox& sb) {
@@ -229,10 +211,7 @@ void SandboxManager::OnVmmExit(const std::shared_ptr<Sandbox>& sb, std::optional
 void SandboxManager::FreeResources(Sandbox& sb) {
   if (sb.holds_capacity) capacity_->Release(sb.shape);
   sb.holds_capacity = false;
-  if (sb.holds_cid) {
-    std::lock_guard l(mu_);
-    cids_.erase(sb.rec.info.cid);
-  }
+  if (sb.holds_cid) table_->ReleaseCid(sb.rec.info.cid);
   sb.holds_cid = false;
   if (sb.holds_cgroup) RemoveCgroupSoon(sb.rec.info.id);
   sb.holds_cgroup = false;
@@ -286,19 +265,19 @@ Status SandboxManager::Teardown(const std::shared_ptr<Sandbox>& sb) {
     }
     sb->removed = true;
   }
-  std::lock_guard l(mu_);
-  auto it = sandboxes_.find(sb->rec.info.id);
-  if (it != sandboxes_.end() && it->second == sb) sandboxes_.erase(it);
+  table_->Remove(sb);
   return Status::Ok();
 }
 
 Result<std::shared_ptr<SandboxManager::Sandbox>> SandboxManager::Find(const std::string& id) {
   RETURN_IF_ERROR(ValidateId(id, "sandbox id"));
-  std::lock_guard l(mu_);
-  if (shut_down_) return Status::Unavailable("the node runtime is shutting down");
-  auto it = sandboxes_.find(id);
-  if (it == sandboxes_.end()) return Status::NotFound("no sandbox '" + id + "'");
-  return it->second;
+  {
+    std::lock_guard l(mu_);
+    if (shut_down_) return Status::Unavailable("the node runtime is shutting down");
+  }
+  auto sb = table_->Find(id);
+  if (!sb) return Status::NotFound("no sandbox '" + id + "'");
+  return sb;
 }
 
 Result<SandboxInfo> SandboxManager::GetSandbox(const std::string& id) {
@@ -310,11 +289,7 @@ Result<SandboxInfo> SandboxManager::GetSandbox(const std::string& id) {
 Result<std::vector<SandboxInfo>> SandboxManager::ListSandboxes(const std::string& selector) {
   auto sel = kube::LabelSelector::Parse(selector);
   if (!sel.ok()) return Status::InvalidArgument("bad label selector: " + sel.status().message());
-  std::vector<std::shared_ptr<Sandbox>> all;
-  {
-    std::lock_guard l(mu_);
-    for (auto& [id, sb] : sandboxes_) all.push_back(sb);
-  }
+  const std::vector<std::shared_ptr<Sandbox>> all = table_->All();
   std::vector<SandboxInfo> out;
   for (auto& sb : all) {
     std::lock_guard l(sb->mu);
@@ -424,11 +399,7 @@ Status SandboxManager::ReadFileStream(const std::string& id, const std::string& 
 
 std::vector<std::string> SandboxManager::SweepExpired() {
   WallTime now = config_.clock();
-  std::vector<std::shared_ptr<Sandbox>> all;
-  {
-    std::lock_guard l(mu_);  // never held while taking a sandbox's mu
-    for (auto& [id, sb] : sandboxes_) all.push_back(sb);
-  }
+  const std::vector<std::shared_ptr<Sandbox>> all = table_->All();
   std::vector<std::string> expired;
   for (auto& sb : all) {
     std::lock_guard sl(sb->mu);

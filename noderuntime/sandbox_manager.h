@@ -123,6 +123,11 @@ class SandboxManager final : public SandboxService {
   Result<ConsoleRead> ReadConsole(const std::string& id, uint64_t offset,
                                   size_t max_bytes) override;
   Result<SandboxStats> GetSandboxStats(const std::string& id) override;
+  Result<guest::protocol::StatReply> StatFile(const std::string& id,
+                                              const std::string& path) override;
+  Result<std::vector<guest::protocol::DirEntry>> ListFiles(const std::string& id,
+                                                           const std::string& path) override;
+  Status RemoveFile(const std::string& id, const std::string& path, bool recursive) override;
 
   // Deletes sandboxes whose TTL passed (the sweeper thread calls it every
   // sweep_interval; tests call it with a fake clock). Returns their ids.
@@ -145,6 +150,7 @@ class SandboxManager final : public SandboxService {
   struct Sandbox;
   struct Template;
   class Capacity;
+  class Table;  // sandbox_manager_internal.h
 
   SandboxManager(NodeConfig config, metrics::Registry* metrics);
   Status Init();
@@ -184,7 +190,6 @@ class SandboxManager final : public SandboxService {
   std::shared_ptr<guest::client::AgentClient> AgentOf(Sandbox& sb, Status* why);
   // Every agent connection's options: the node's caps on what guests return.
   guest::client::ClientOptions AgentOptions() const;
-  uint32_t AllocateCid();  // requires mu_
   std::string SandboxDir(const std::string& id) const;
   std::string SockPath(uint32_t cid, const char* kind) const;
   // Templates (sandbox_manager_templates.cc); the bake itself is baker_'s.
@@ -216,16 +221,15 @@ class SandboxManager final : public SandboxService {
 
   Cgroups cgroups_;
   std::unique_ptr<Capacity> capacity_;
+  std::unique_ptr<Table> table_;
   ProcessWatcher watcher_;
   std::unique_ptr<WarmPool> pool_;
   std::unique_ptr<TemplateBaker> baker_;
 
-  mutable std::mutex mu_;  // guards the maps and sets below
-  std::map<std::string, std::shared_ptr<Sandbox>> sandboxes_;
+  // Guards templates_ and shut_down_. A template's mu and table_'s lock
+  // nest inside it; it is never held while taking a sandbox's mu.
+  mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<Template>> templates_;
-  std::set<uint32_t> cids_;
-  uint32_t next_cid_ = 3;
-  uint64_t next_generation_ = 1;
 
   std::mutex bake_mu_;
   std::vector<std::thread> bakers_;

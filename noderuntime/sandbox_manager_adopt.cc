@@ -87,11 +87,7 @@ void SandboxManager::AdoptOne(SandboxRecord record) {
   sb->dir = SandboxDir(info.id);
   sb->log_path = sb->dir + "/vmm.log";
   sb->shape = {info.mem_mib, info.vcpus};
-  {
-    std::lock_guard l(mu_);
-    next_generation_ = std::max(next_generation_, sb->rec.generation + 1);
-    next_cid_ = std::max(next_cid_, info.cid + 1);
-  }
+  table_->SkipPast(info.cid, sb->rec.generation);
   auto handle = info.vmm_pid > 0
                     ? config_.launcher->Attach(info.vmm_pid, sb->rec.pid_start_time)
                     : Result<std::unique_ptr<VmmProcess>>(Status::NotFound("no VMM was started"));
@@ -135,27 +131,18 @@ void SandboxManager::AdoptOne(SandboxRecord record) {
     capacity_->ForceReserve(sb->shape);
     sb->holds_capacity = true;
     sb->holds_cgroup = cgroups_.enabled();
-    {
-      std::lock_guard l(mu_);
-      cids_.insert(info.cid);
-    }
     sb->holds_cid = true;
     Status w = Watch(sb);
     if (!w.ok()) log::Error("cannot watch re-adopted VMM", {{"sandbox", info.id}, {"error", w.ToString()}});
     log::Info("sandbox re-adopted", {{"sandbox", info.id}, {"pid", info.vmm_pid}});
   }
-  std::lock_guard l(mu_);
-  sandboxes_[info.id] = sb;
+  table_->Readopt(sb, sb->holds_cid);
 }
 
 void SandboxManager::KillOrphans() {
   std::set<pid_t> owned;
   std::set<std::string> sockets, groups;
-  std::vector<std::shared_ptr<Sandbox>> all;
-  {
-    std::lock_guard l(mu_);  // never held while taking a sandbox's mu
-    for (auto& [id, sb] : sandboxes_) all.push_back(sb);
-  }
+  const std::vector<std::shared_ptr<Sandbox>> all = table_->All();
   {
     for (auto& sb : all) {
       const std::string& id = sb->rec.info.id;
@@ -188,11 +175,7 @@ namespace kubicle::noderuntime {
 
 size_t SandboxManager::SweepOrphans(std::chrono::seconds min_age) {
   std::set<pid_t> owned;
-  std::vector<std::shared_ptr<Sandbox>> all;
-  {
-    std::lock_guard l(mu_);
-    for (auto& [id, sb] : sandboxes_) all.push_back(sb);
-  }
+  const std::vector<std::shared_ptr<Sandbox>> all = table_->All();
   for (pid_t p : baker_->pids()) owned.insert(p);
   for (auto& sb : all) {
     std::lock_guard l(sb->mu);

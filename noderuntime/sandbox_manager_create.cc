@@ -154,12 +154,7 @@ Status SandboxManager::RegisterSandbox(const std::shared_ptr<Sandbox>& sb, std::
     *snapshot_dir = ti.snapshot_dir;
     sb->shape = {ti.spec.mem_mib, ti.spec.vcpus};
   }
-  if (sandboxes_.count(info.id)) return Status::AlreadyExists("sandbox '" + info.id + "' exists");
-  info.cid = AllocateCid();
-  sb->holds_cid = true;
-  sb->rec.generation = next_generation_++;
-  sandboxes_[info.id] = sb;
-  return Status::Ok();
+  return table_->Add(sb);  // under mu_: no DeleteTemplate in between
 }
 
 Result<SandboxInfo> SandboxManager::CreateSandbox(const SandboxSpec& spec) {
@@ -386,13 +381,11 @@ Result<std::shared_ptr<SandboxManager::Sandbox>> SandboxManager::NewForkChild(
 Status SandboxManager::ReserveForkChild(const std::shared_ptr<Sandbox>& k) {
   SandboxInfo& ki = k->rec.info;
   {
+    // Under mu_, so a Shutdown either refuses it or sees it in the table.
     std::lock_guard l(mu_);
     if (shut_down_) return Status::Unavailable("the node runtime is shutting down");
-    if (sandboxes_.count(ki.id)) return Status::Internal("sandbox id collision");
-    ki.cid = AllocateCid();
-    k->holds_cid = true;
-    k->rec.generation = next_generation_++;
-    sandboxes_[ki.id] = k;
+    if (Status added = table_->Add(k); !added.ok())
+      return added.code() == StatusCode::kAlreadyExists ? Status::Internal("sandbox id collision") : added;
   }
   k->rec.control_path = SockPath(ki.cid, "ctl");
   k->rec.vsock_path = SockPath(ki.cid, "vsock");

@@ -3,9 +3,12 @@
 #pragma once
 
 #include <condition_variable>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "common/unique_fd.h"
 #include "guest/client/agent_client.h"
@@ -72,6 +75,41 @@ class SandboxManager::Capacity {
   mutable std::mutex mu_;
   uint64_t mem_total_, mem_used_ = 0;
   uint32_t vcpus_total_, vcpus_used_ = 0;
+};
+
+// The sandbox table: every sandbox of the node by id, and the vsock CIDs
+// and restore generations handed out (sandbox_table.cc). Its lock is a leaf:
+// no other lock is taken while it is held, so callers may hold a sandbox's
+// mu or the manager's mu_ when they call it, and entries are handed out as
+// shared_ptrs that callers lock themselves.
+class SandboxManager::Table {
+ public:
+  // Adds `sb` under its id with a fresh CID (rec.info.cid, holds_cid) and
+  // generation (rec.generation). AlreadyExists if the id is taken.
+  Status Add(const std::shared_ptr<Sandbox>& sb);
+  // Re-adoption: a recorded sandbox goes in as it is. Its CID and generation
+  // are never handed out again; `holds_cid` also keeps its CID taken.
+  void Readopt(const std::shared_ptr<Sandbox>& sb, bool holds_cid);
+  // Records of sandboxes that are gone still used these (their VMM may be
+  // an orphan until it is killed): new ones start above.
+  void SkipPast(uint32_t cid, uint64_t generation);
+  std::shared_ptr<Sandbox> Find(const std::string& id) const;
+  std::vector<std::shared_ptr<Sandbox>> All() const;
+  // Removes `sb`'s id if it still names `sb` (not a newer one of the id).
+  void Remove(const std::shared_ptr<Sandbox>& sb);
+  size_t size() const;
+  // CIDs 3 .. 2^31-2, wrapping, never one in use.
+  uint32_t AllocateCid();
+  void ReleaseCid(uint32_t cid);
+
+ private:
+  uint32_t AllocateCidLocked();
+
+  mutable std::mutex mu_;
+  std::map<std::string, std::shared_ptr<Sandbox>> sandboxes_;
+  std::set<uint32_t> cids_;
+  uint32_t next_cid_ = 3;
+  uint64_t next_generation_ = 1;
 };
 
 inline double SecondsSince(std::chrono::steady_clock::time_point t0) {

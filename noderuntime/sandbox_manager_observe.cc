@@ -1,5 +1,6 @@
-// Reads of a sandbox that need no VM call: its console log and what its VM
-// uses (sandbox_service.h, ConsoleRead and SandboxStats).
+// The sandbox calls beyond create/exec/read/write: its console log and what
+// its VM uses (sandbox_service.h, ConsoleRead and SandboxStats), read on the
+// host, and the guest's file stat, list and remove through its agent.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -71,6 +72,37 @@ Result<SandboxStats> SandboxManager::GetSandboxStats(const std::string& id) {
   s.mem_mib = base.mem_mib;
   s.vcpus = base.vcpus;
   return s;
+}
+
+namespace {
+// One file call through the agent; the guest answers these at once.
+constexpr std::chrono::seconds kFileOpTimeout{30};
+}  // namespace
+
+Result<guest::protocol::StatReply> SandboxManager::StatFile(const std::string& id,
+                                                            const std::string& path) {
+  ASSIGN_OR_RETURN(auto sb, Find(id));
+  Status why;
+  auto agent = AgentOf(*sb, &why);
+  if (!agent) return why;
+  return agent->Stat(path, guest::client::DeadlineIn(kFileOpTimeout));
+}
+
+Result<std::vector<guest::protocol::DirEntry>> SandboxManager::ListFiles(const std::string& id,
+                                                                         const std::string& path) {
+  ASSIGN_OR_RETURN(auto sb, Find(id));
+  Status why;
+  auto agent = AgentOf(*sb, &why);
+  if (!agent) return why;
+  return agent->List(path, guest::client::DeadlineIn(kFileOpTimeout));
+}
+
+Status SandboxManager::RemoveFile(const std::string& id, const std::string& path, bool recursive) {
+  ASSIGN_OR_RETURN(auto sb, Find(id));
+  Status why;
+  auto agent = AgentOf(*sb, &why);
+  if (!agent) return why;
+  return agent->Remove(path, recursive, guest::client::DeadlineIn(kFileOpTimeout));
 }
 
 }  // namespace kubicle::noderuntime

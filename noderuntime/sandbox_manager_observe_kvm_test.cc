@@ -90,5 +90,27 @@ TEST_F(SandboxObserveKvmTest, StatsOfTheVm) {
   EXPECT_EQ(m_->GetSandboxStats("a").status().code(), StatusCode::kNotFound);
 }
 
+// stat, list and remove through the test guest's agent.
+TEST_F(SandboxObserveKvmTest, FileStatListRemove) {
+  OpenAndBake();
+  auto a = Create("a");
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  const std::string data = "twelve bytes";
+  const auto* p = reinterpret_cast<const uint8_t*>(data.data());
+  ASSERT_TRUE(m_->WriteFile("a", "/d/f.txt", {p, data.size()}, 0600).ok());
+  auto st = m_->StatFile("a", "/d/f.txt");
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_EQ(st->type, guest::protocol::FileType::kFile);
+  EXPECT_EQ(st->size, data.size());
+  auto ls = m_->ListFiles("a", "/d");
+  ASSERT_TRUE(ls.ok()) << ls.status().ToString();
+  bool found = false;
+  for (const auto& e : *ls) found = found || e.name == "f.txt";
+  EXPECT_TRUE(found);
+  ASSERT_TRUE(m_->RemoveFile("a", "/d/f.txt", false).ok());
+  EXPECT_EQ(m_->StatFile("a", "/d/f.txt").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(m_->RemoveFile("nope", "/d", true).code(), StatusCode::kNotFound);
+}
+
 }  // namespace
 }  // namespace kubicle::noderuntime

@@ -120,7 +120,7 @@ Status SandboxManager::DeleteTemplate(const std::string& name) {
     // Sandboxes map the snapshot's memory file: it must outlive them all.
     // Checked under mu_ so no create can start from this template meanwhile.
     size_t users = 0;
-    for (auto& [id, sb] : sandboxes_)
+    for (const auto& sb : table_->All())
       if (sb->rec.info.template_name == name) ++users;  // immutable after creation
     if (users > 0)
       return Status::FailedPrecondition("template '" + name + "' is used by " + std::to_string(users) +

@@ -196,6 +196,16 @@ class SandboxService {
                                           size_t max_bytes) = 0;
   // FailedPrecondition unless the sandbox is Running.
   virtual Result<SandboxStats> GetSandboxStats(const std::string& id) = 0;
+
+  // The guest's files beyond read and write, through the agent (STAT,
+  // LIST, REMOVE): NotFound for a missing path. ListFiles gives the entries
+  // of a directory (FailedPrecondition for a file); RemoveFile removes a
+  // file, an empty directory, or with `recursive` a whole tree.
+  virtual Result<guest::protocol::StatReply> StatFile(const std::string& id,
+                                                      const std::string& path) = 0;
+  virtual Result<std::vector<guest::protocol::DirEntry>> ListFiles(const std::string& id,
+                                                                   const std::string& path) = 0;
+  virtual Status RemoveFile(const std::string& id, const std::string& path, bool recursive) = 0;
 };
 
 const char* TemplateStateName(TemplateState s);

@@ -203,5 +203,64 @@ TEST_F(ConsoleStatsTest, StatsOfARunningSandbox) {
   EXPECT_EQ(Get("/v1/sandboxes/s/stats").status_code(), 409);
 }
 
+http::http_response Delete(http::client::http_client& c, const std::string& path,
+                           const std::string& token) {
+  http::http_request req(http::methods::DEL);
+  req.set_request_uri(path);
+  req.headers().add("Authorization", "Bearer " + token);
+  return c.request(req).get();
+}
+
+// stat, ls and DELETE of files: what the SDK's filesystem needs beyond
+// read and write, with the sandbox's own token.
+TEST_F(ConsoleStatsTest, FileStatListAndRemove) {
+  auto put = [&](const std::string& path, const std::string& data) {
+    const auto* p = reinterpret_cast<const uint8_t*>(data.data());
+    ASSERT_TRUE(fake_.WriteFile("s", path, {p, data.size()}, 0640).ok());
+  };
+  put("/work/a.txt", "hello");
+  put("/work/sub/b.txt", "x");
+  auto st = Get("/v1/sandboxes/s/stat?path=/work/a.txt", token_);
+  ASSERT_EQ(st.status_code(), 200);
+  json j = json::parse(Body(st));
+  EXPECT_EQ(j["path"], "/work/a.txt");
+  EXPECT_EQ(j["type"], "file");
+  EXPECT_EQ(j["size"], 5);
+  EXPECT_EQ(j["mode"], 0640);
+  EXPECT_EQ(json::parse(Body(Get("/v1/sandboxes/s/stat?path=/work", token_)))["type"], "dir");
+  EXPECT_EQ(Get("/v1/sandboxes/s/stat?path=/nope", token_).status_code(), 404);
+
+  auto ls = Get("/v1/sandboxes/s/ls?path=/work", token_);
+  ASSERT_EQ(ls.status_code(), 200);
+  json items = json::parse(Body(ls))["items"];
+  ASSERT_EQ(items.size(), 2u);
+  EXPECT_EQ(items[0]["name"], "a.txt");
+  EXPECT_EQ(items[0]["path"], "/work/a.txt");
+  EXPECT_EQ(items[0]["type"], "file");
+  EXPECT_EQ(items[1]["name"], "sub");
+  EXPECT_EQ(items[1]["type"], "dir");
+  EXPECT_EQ(Get("/v1/sandboxes/s/ls?path=/work/a.txt", token_).status_code(), 409);
+  EXPECT_EQ(Get("/v1/sandboxes/s/ls?path=/none", token_).status_code(), 404);
+
+  // A non-empty directory needs recursive=true; a file goes at once.
+  EXPECT_EQ(Delete(*client_, "/v1/sandboxes/s/files?path=/work/sub", token_).status_code(), 409);
+  auto rm = Delete(*client_, "/v1/sandboxes/s/files?path=/work/sub&recursive=true", token_);
+  ASSERT_EQ(rm.status_code(), 200);
+  EXPECT_EQ(json::parse(Body(rm))["removed"], "/work/sub");
+  EXPECT_EQ(Delete(*client_, "/v1/sandboxes/s/files?path=/work/a.txt", token_).status_code(), 200);
+  EXPECT_EQ(Get("/v1/sandboxes/s/stat?path=/work/a.txt", token_).status_code(), 404);
+  EXPECT_EQ(Delete(*client_, "/v1/sandboxes/s/files?path=/work/a.txt", token_).status_code(), 404);
+
+  // Bad input never reaches the service (asked with the admin token: a
+  // sandbox token is itself checked through the service).
+  const int before = fake_.calls();
+  EXPECT_EQ(Get("/v1/sandboxes/s/stat?path=relative").status_code(), 400);
+  EXPECT_EQ(Get("/v1/sandboxes/s/ls").status_code(), 400);
+  EXPECT_EQ(Delete(*client_, "/v1/sandboxes/s/files?path=/x&recursive=yes", kAdmin).status_code(), 400);
+  EXPECT_EQ(Delete(*client_, "/v1/sandboxes/s/files?path=/x&mode=0644", kAdmin).status_code(), 400);
+  EXPECT_EQ(fake_.calls(), before);
+  EXPECT_EQ(Get("/v1/sandboxes/s/ls?path=/", "wrong").status_code(), 401);
+}
+
 }  // namespace
 }  // namespace kubicle::noderuntime::api

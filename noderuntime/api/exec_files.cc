@@ -70,6 +70,43 @@ void StreamFile(Call& call, SandboxService& svc, const std::string& path) {
   call.EndStream();
 }
 
+// The "path" query parameter when it is an absolute path; else 400 replied.
+std::optional<std::string> PathQuery(Call& call) {
+  std::string path = call.Query("path").value_or("");
+  if (path.empty() || path.front() != '/' || path.find('\0') != std::string::npos) {
+    call.Error(400, "InvalidArgument", "query parameter \"path\" must be an absolute path");
+    return std::nullopt;
+  }
+  return path;
+}
+
+// An optional boolean query parameter (default false); else 400 replied.
+std::optional<bool> BoolQuery(Call& call, const char* key) {
+  std::string v = call.Query(key).value_or("false");
+  if (v == "true" || v == "1") return true;
+  if (v == "false" || v == "0") return false;
+  call.Error(400, "InvalidArgument",
+             std::string("query parameter \"") + key + "\" must be true or false");
+  return std::nullopt;
+}
+
+const char* FileTypeName(guest::protocol::FileType t) {
+  switch (t) {
+    case guest::protocol::FileType::kFile: return "file";
+    case guest::protocol::FileType::kDirectory: return "dir";
+    case guest::protocol::FileType::kSymlink: return "symlink";
+    case guest::protocol::FileType::kOther: return "other";
+  }
+  return "other";
+}
+
+// RFC 3339 of a guest's mtime; null when the guest keeps none (0).
+nlohmann::json MtimeJson(uint64_t ns) {
+  if (ns == 0) return nullptr;
+  return FormatTime(WallTime(std::chrono::duration_cast<WallTime::duration>(
+      std::chrono::nanoseconds(ns))));
+}
+
 }  // namespace
 
 void HandleExec(Call& call, SandboxService& svc, const ApiServerOptions& opts) {
@@ -88,15 +125,22 @@ void HandleExec(Call& call, SandboxService& svc, const ApiServerOptions& opts) {
 }
 
 void HandleFiles(Call& call, SandboxService& svc, const ApiServerOptions& opts) {
-  const bool put = call.method() == "PUT";
-  if (!(put ? call.OnlyQuery({"path", "mode"}) : call.OnlyQuery({"path"})) || !CheckId(call)) {
+  const bool put = call.method() == "PUT", del = call.method() == "DELETE";
+  if (!(put   ? call.OnlyQuery({"path", "mode"})
+        : del ? call.OnlyQuery({"path", "recursive"})
+              : call.OnlyQuery({"path"})) ||
+      !CheckId(call)) {
     return;
   }
-  std::string path = call.Query("path").value_or("");
-  if (path.empty() || path.front() != '/' || path.find('\0') != std::string::npos) {
-    return call.Error(400, "InvalidArgument", "query parameter \"path\" must be an absolute path");
+  auto path = PathQuery(call);
+  if (!path) return;
+  if (del) {
+    auto recursive = BoolQuery(call, "recursive");
+    if (!recursive) return;
+    Status st = svc.RemoveFile(call.name(), *path, *recursive);
+    return st.ok() ? call.Json(200, {{"removed", *path}}) : call.Fail(st);
   }
-  if (!put) return StreamFile(call, svc, path);
+  if (!put) return StreamFile(call, svc, *path);
   uint32_t mode = 0644;
   if (auto m = call.Query("mode")) {
     char* end = nullptr;
@@ -110,9 +154,43 @@ void HandleFiles(Call& call, SandboxService& svc, const ApiServerOptions& opts) 
   auto body = call.Body(opts.max_file_bytes);
   if (!body) return;
   const auto* p = reinterpret_cast<const uint8_t*>(body->data());
-  Status st = svc.WriteFile(call.name(), path, {p, body->size()}, mode);
+  Status st = svc.WriteFile(call.name(), *path, {p, body->size()}, mode);
   if (!st.ok()) return call.Fail(st);
-  call.Json(200, {{"path", path}, {"size", body->size()}, {"mode", mode}});
+  call.Json(200, {{"path", *path}, {"size", body->size()}, {"mode", mode}});
+}
+
+void HandleStat(Call& call, SandboxService& svc, const ApiServerOptions&) {
+  if (!call.OnlyQuery({"path"}) || !CheckId(call)) return;
+  auto path = PathQuery(call);
+  if (!path) return;
+  auto st = svc.StatFile(call.name(), *path);
+  if (!st.ok()) return call.Fail(st.status());
+  call.Json(200, {{"path", *path},
+                  {"type", FileTypeName(st->type)},
+                  {"size", st->size},
+                  {"mode", st->mode},
+                  {"mtime", MtimeJson(st->mtime_ns)},
+                  {"uid", st->uid},
+                  {"gid", st->gid}});
+}
+
+void HandleList(Call& call, SandboxService& svc, const ApiServerOptions&) {
+  if (!call.OnlyQuery({"path"}) || !CheckId(call)) return;
+  auto path = PathQuery(call);
+  if (!path) return;
+  auto entries = svc.ListFiles(call.name(), *path);
+  if (!entries.ok()) return call.Fail(entries.status());
+  const std::string dir = path->back() == '/' ? *path : *path + "/";
+  nlohmann::json items = nlohmann::json::array();
+  for (const auto& e : *entries) {
+    items.push_back({{"name", e.name},
+                     {"path", dir + e.name},
+                     {"type", FileTypeName(e.type)},
+                     {"size", e.size},
+                     {"mode", e.mode},
+                     {"mtime", MtimeJson(e.mtime_ns)}});
+  }
+  call.Json(200, {{"path", *path}, {"items", items}});
 }
 
 }  // namespace kubicle::noderuntime::api

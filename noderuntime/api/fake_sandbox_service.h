@@ -53,6 +53,12 @@ class FakeSandboxService : public SandboxService {
   Result<ConsoleRead> ReadConsole(const std::string& id, uint64_t offset,
                                   size_t max_bytes) override;
   Result<SandboxStats> GetSandboxStats(const std::string& id) override;
+  // Directories are implied by the files under them ("/" always exists).
+  Result<guest::protocol::StatReply> StatFile(const std::string& id,
+                                              const std::string& path) override;
+  Result<std::vector<guest::protocol::DirEntry>> ListFiles(const std::string& id,
+                                                           const std::string& path) override;
+  Status RemoveFile(const std::string& id, const std::string& path, bool recursive) override;
   void AppendConsole(const std::string& id, const std::string& bytes);
   void RotateConsole(const std::string& id);
   void SetStats(const std::string& id, const SandboxStats& stats);

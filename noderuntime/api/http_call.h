@@ -95,5 +95,9 @@ void HandleFiles(Call& call, SandboxService& svc, const ApiServerOptions& opts);
 void HandleConsole(Call& call, SandboxService& svc, const ApiServerOptions& opts,
                    const std::atomic<bool>& stopping);
 void HandleStats(Call& call, SandboxService& svc, const ApiServerOptions& opts);
+// exec_files.cc: one file's metadata, a directory's entries (DELETE of a
+// file is HandleFiles).
+void HandleStat(Call& call, SandboxService& svc, const ApiServerOptions& opts);
+void HandleList(Call& call, SandboxService& svc, const ApiServerOptions& opts);
 
 }  // namespace kubicle::noderuntime::api
