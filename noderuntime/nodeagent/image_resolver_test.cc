@@ -1,16 +1,11 @@
 // ImageResolver against a real temp directory and a real HTTP server on
-// 127.0.0.1 (a small socket server in this file, so each test scripts its
-// replies and counts requests and bytes sent).
+// 127.0.0.1 (testing/http_test_server.h: each test scripts its replies and
+// counts requests and bytes sent).
 #include "noderuntime/nodeagent/image_resolver.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <atomic>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -19,8 +14,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "common/unique_fd.h"
 #include "common/sha256.h"
+#include "noderuntime/nodeagent/testing/http_test_server.h"
 
 namespace kubicle::noderuntime::nodeagent {
 namespace {
@@ -37,120 +32,13 @@ void WriteFile(const std::string& path, const std::string& content) {
   std::ofstream(path, std::ios::binary) << content;
 }
 
+using Reply = TestHttpReply;
+using TestServer = TestHttpServer;
+
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
-
-// What the server sends for one request.
-struct Reply {
-  int status = 200;
-  std::string reason = "OK";
-  std::string body;
-  bool content_length = true;
-  uint64_t stream_bytes = 0;  // > 0: then this many more bytes, no Content-Length
-  std::vector<std::pair<std::string, std::string>> headers;
-  std::chrono::milliseconds delay{0};  // before the status line
-};
-
-// HTTP/1.1, one request per connection (Connection: close), each on its own
-// thread so concurrent clients are served concurrently.
-class TestServer {
- public:
-  using Handler = std::function<Reply(const std::string& path)>;
-
-  explicit TestServer(Handler handler) : handler_(std::move(handler)) {
-    listen_.reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof addr;
-    if (::bind(listen_.get(), reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
-        ::listen(listen_.get(), 16) != 0 ||
-        ::getsockname(listen_.get(), reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-      ADD_FAILURE() << "test server: " << std::strerror(errno);
-      return;
-    }
-    port_ = ntohs(addr.sin_port);
-    acceptor_ = std::thread([this] { AcceptLoop(); });
-  }
-
-  ~TestServer() {
-    stop_ = true;
-    ::shutdown(listen_.get(), SHUT_RDWR);  // wakes accept()
-    if (acceptor_.joinable()) acceptor_.join();
-    std::lock_guard<std::mutex> l(mu_);
-    for (std::thread& t : conns_) t.join();
-  }
-
-  std::string Url(const std::string& path) const {
-    return "http://127.0.0.1:" + std::to_string(port_) + path;
-  }
-  int requests() const { return requests_; }
-  uint64_t bytes_sent() const { return sent_; }
-
- private:
-  void AcceptLoop() {
-    for (;;) {
-      int c = ::accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC);
-      if (c < 0) {
-        if (errno == EINTR && !stop_) continue;
-        return;
-      }
-      std::lock_guard<std::mutex> l(mu_);
-      conns_.emplace_back([this, c] { Serve(UniqueFd(c)); });
-    }
-  }
-
-  void Serve(UniqueFd c) {
-    std::string req;
-    char buf[4096];
-    while (req.find("\r\n\r\n") == std::string::npos) {
-      ssize_t n = ::recv(c.get(), buf, sizeof buf, 0);
-      if (n <= 0) return;
-      req.append(buf, static_cast<size_t>(n));
-    }
-    size_t sp1 = req.find(' ');
-    size_t sp2 = req.find(' ', sp1 + 1);
-    ++requests_;
-    Reply r = handler_(req.substr(sp1 + 1, sp2 - sp1 - 1));
-    for (auto until = std::chrono::steady_clock::now() + r.delay;
-         !stop_ && std::chrono::steady_clock::now() < until;) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    std::string head = "HTTP/1.1 " + std::to_string(r.status) + " " + r.reason +
-                       "\r\nConnection: close\r\n";
-    for (const auto& [k, v] : r.headers) head += k + ": " + v + "\r\n";
-    if (r.content_length && r.stream_bytes == 0)
-      head += "Content-Length: " + std::to_string(r.body.size()) + "\r\n";
-    if (!Send(c.get(), head + "\r\n") || !Send(c.get(), r.body)) return;
-    const std::string chunk(64 << 10, 'x');
-    for (uint64_t n = 0; n < r.stream_bytes && !stop_; n += chunk.size()) {
-      if (!Send(c.get(), chunk)) return;
-    }
-  }
-
-  bool Send(int fd, const std::string& data) {
-    for (size_t off = 0; off < data.size();) {
-      ssize_t n = ::send(fd, data.data() + off, data.size() - off, MSG_NOSIGNAL);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return false;
-      off += static_cast<size_t>(n);
-      sent_ += static_cast<uint64_t>(n);
-    }
-    return true;
-  }
-
-  Handler handler_;
-  UniqueFd listen_;
-  int port_ = 0;
-  std::atomic<bool> stop_{false};
-  std::atomic<int> requests_{0};
-  std::atomic<uint64_t> sent_{0};
-  std::thread acceptor_;
-  std::mutex mu_;
-  std::vector<std::thread> conns_;
-};
 
 // Collects progress messages (called from cpprestsdk threads).
 struct Progress {

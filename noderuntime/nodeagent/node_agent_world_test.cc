@@ -15,6 +15,7 @@
 #include "noderuntime/nodeagent/node_names.h"
 #include "noderuntime/nodeagent/sandbox_sync.h"
 #include "noderuntime/nodeagent/template_sync.h"
+#include "noderuntime/nodeagent/testing/http_test_server.h"
 
 namespace kubicle::noderuntime::nodeagent {
 namespace {
@@ -66,15 +67,31 @@ class NodeAgentWorld : public ::testing::Test {
     templates_.reset();
   }
 
-  Json CreateTemplate(const std::string& name, const std::string& kernel) {
+  Json CreateTemplate(const std::string& name, const std::string& kernel,
+                      const std::string& kernel_sha256 = "") {
     Json t = {{"metadata", {{"name", name}}},
               {"spec", {{"kernel", kernel}, {"rootfs", (dir_ / "images" / "rootfs").string()},
                         {"memoryMiB", 256}, {"vcpus", 1}}}};
+    if (!kernel_sha256.empty()) t["spec"]["kernelSha256"] = kernel_sha256;
     auto r = kube_.Create(kube::SandboxTemplateResource(), kNs, t);
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     return r.ok() ? *r : Json();
   }
   Json Template(const std::string& name) { return *kube_.Get(kube::SandboxTemplateResource(), kNs, name); }
+  std::string NodeMessage(const std::string& tmpl) {
+    auto e = EntryOf(Template(tmpl), "n1");
+    return e ? e->message : "";
+  }
+  // The value of one series in the node agent's /metrics exposition
+  // (`series` is the name with its labels, as rendered), or -1 if absent.
+  double Metric(const std::string& series) {
+    const std::string text = registry_.Render();
+    for (size_t at = text.find(series + " "); at != std::string::npos;
+         at = text.find(series + " ", at + 1)) {
+      if (at == 0 || text[at - 1] == '\n') return std::stod(text.substr(at + series.size() + 1));
+    }
+    return -1;
+  }
   std::string NodePhase(const std::string& tmpl) {
     auto e = EntryOf(Template(tmpl), "n1");
     return e ? e->phase : "";
@@ -138,6 +155,49 @@ TEST_F(NodeAgentWorld, TemplatesAreBakedAndReportedAndBadImagesFail) {
   }
   // The bad ones never reached the runtime.
   EXPECT_EQ(svc_.ListTemplates().size(), 1u);
+}
+
+// An http(s) image is downloaded once per node, checked against its sha256,
+// and the download's progress shows in the template's status.nodes[] entry.
+TEST_F(NodeAgentWorld, AnHttpImageShowsDownloadProgressAndIsFetchedOncePerNode) {
+  const std::string kernel(2 << 20, 'k');
+  TestHttpServer server([&](const std::string&) {
+    // 2 MiB in 64 KiB pieces 60 ms apart: ~2 s, so a progress line shows.
+    return TestHttpReply{.body = kernel, .piece_bytes = 64 << 10, .pace = std::chrono::milliseconds(60)};
+  });
+  CreateTemplate("remote", server.Url("/vmlinux"), Sha256Hex(kernel));
+  ASSERT_TRUE(Eventually([&] { return NodeMessage("remote").rfind("downloading kernel: ", 0) == 0; }))
+      << NodeMessage("remote");
+  EXPECT_EQ(NodePhase("remote"), "Baking");
+  EXPECT_EQ(Metric("kubicle_node_agent_bake_queue"), 1);  // a download counts
+  EXPECT_NE(NodeMessage("remote").find(" of 2 MiB ("), std::string::npos) << NodeMessage("remote");
+  ASSERT_TRUE(Eventually([&] { return NodePhase("remote") == "Ready"; }));
+  EXPECT_EQ(server.requests(), 1);
+
+  // A second template of the same image uses the node's copy.
+  CreateTemplate("remote-2", server.Url("/vmlinux"), Sha256Hex(kernel));
+  ASSERT_TRUE(Eventually([&] { return NodePhase("remote-2") == "Ready"; }));
+  EXPECT_EQ(server.requests(), 1);
+
+  // One whose bytes do not match the sha256 fails and says so.
+  CreateTemplate("tampered", server.Url("/other"), Sha256Hex("something else"));
+  ASSERT_TRUE(Eventually([&] { return NodePhase("tampered") == "Failed"; }));
+  EXPECT_NE(NodeMessage("tampered").find("sha256"), std::string::npos) << NodeMessage("tampered");
+}
+
+// The node agent's own figures: how late it sees Sandboxes, how long its
+// status writes take, and how many templates are baking.
+TEST_F(NodeAgentWorld, MetricsCountWatchLagStatusWritesAndTheBakeQueue) {
+  EXPECT_EQ(Metric("kubicle_node_agent_bake_queue"), 0);
+  ReadyTemplate();
+  EXPECT_GE(Metric("kubicle_node_agent_status_write_seconds_count{kind=\"SandboxTemplate\"}"), 1);
+  for (const char* name : {"agent-1", "agent-2"}) CreateSandbox(name);
+  ASSERT_TRUE(Eventually([&] { return VmState("agent-1") == "Running" && VmState("agent-2") == "Running"; }));
+  EXPECT_EQ(Metric("kubicle_node_agent_watch_lag_seconds_count"), 2);
+  // Each Sandbox's Restoring and Running reports at least.
+  EXPECT_GE(Metric("kubicle_node_agent_sandbox_status_write_seconds_count"), 2);
+  EXPECT_EQ(Metric("kubicle_node_agent_start_seconds_count{how=\"restore\"}"), 2);
+  EXPECT_EQ(Metric("kubicle_node_agent_bake_queue"), 0);
 }
 
 TEST_F(NodeAgentWorld, ASpecChangeIsBakedAgainAndTheOldGenerationGoes) {

@@ -99,7 +99,7 @@ void TemplateSync::Stop() {
 }
 
 size_t TemplateSync::Baking() const {
-  size_t n = 0;
+  size_t n = resolving_;
   for (const TemplateInfo& t : service_->ListTemplates()) n += t.state == TemplateState::kBaking;
   return n;
 }
@@ -159,11 +159,13 @@ Result<TemplateInfo> TemplateSync::EnsureBaked(const std::string& key, const Jso
   }
   if (!known->failure.empty()) return Status::FailedPrecondition(known->failure);
   Report(key, tmpl, {.phase = "Baking", .observed_generation = known->generation, .message = "resolving images"});
+  ++resolving_;
   auto spec = TemplateSpecFrom(tmpl, name, [&](const ImageSource& src) {
     return resolver_.Resolve(src, [&](const std::string& progress) {
       Report(key, tmpl, {.phase = "Baking", .observed_generation = known->generation, .message = progress});
     });
   });
+  --resolving_;
   if (!spec.ok()) {
     if (spec.status().code() != StatusCode::kUnavailable) known->failure = spec.status().message();
     log::Warn("template images refused", {{"template", key}, {"node", config_.node_name},

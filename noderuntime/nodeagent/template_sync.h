@@ -66,7 +66,9 @@ class TemplateSync {
   // bake failed or the shape is invalid, NotFound without such a template.
   Result<std::string> ReadyTemplateFor(const std::string& ns, const std::string& name,
                                        const std::optional<ShapeOverride>& shape);
-  // Templates baking on this node now (the kubicle_node_agent_bake_queue gauge).
+  // Templates on their way to Ready on this node (the
+  // kubicle_node_agent_bake_queue gauge): images being resolved or
+  // downloaded, and bakes in progress.
   size_t Baking() const;
   void Enqueue(const std::string& key) { queue_.Add(key); }
 
@@ -92,6 +94,7 @@ class TemplateSync {
   kube::Informer informer_;
   kube::WorkQueue queue_;
   metrics::Family<metrics::Histogram>* status_write_seconds_;
+  std::atomic<size_t> resolving_{0};  // EnsureBaked calls fetching images
   mutable std::mutex mu_;
   std::map<std::string, Known> known_;                    // by "ns/name"
   std::map<std::string, kube::TimePoint> last_progress_;  // rate limit of Baking messages
