@@ -419,6 +419,62 @@ TEST_F(NodeE2E, TwoNodesShareTheLoadAndAForkChildFollowsItsSource) {
   ExpectExactlyTheseVms(b, by_node[b->name()]);
 }
 
+// A node that stops heartbeating (SIGKILLed; its VMs are left running, as a
+// crashed host's would be unreachable) has its Sandboxes failed once its
+// Lease (10 s) has expired and the grace (5 s) has passed, with the reason;
+// Sandboxes created afterwards go to the node that is alive.
+TEST_F(NodeE2E, ADeadNodesSandboxesFailAfterTheGraceAndNewOnesGoElsewhere) {
+  NodeProcess* a = StartNode("a");
+  NodeProcess* b = StartNode("b");
+  ASSERT_TRUE(a && b);
+  ASSERT_NO_FATAL_FAILURE(StartOperator("--node-gone-grace-seconds=5"));
+  ASSERT_NO_FATAL_FAILURE(Template());
+  std::vector<std::string> names;
+  for (int i = 0; i < 4; ++i) {
+    names.push_back("s" + std::to_string(i));
+    ASSERT_NO_FATAL_FAILURE(Create(names.back()));
+  }
+  ASSERT_TRUE(WaitRunning(names));
+  std::vector<std::string> on_a;
+  for (const auto& n : names) {
+    if (LabelOf(*Get(n), "kubicle.dev/node") == a->name()) on_a.push_back(n);
+  }
+  ASSERT_FALSE(on_a.empty()) << "the scheduler spreads four Sandboxes over two nodes";
+  a->Kill();
+
+  std::string why;
+  ASSERT_TRUE(Eventually([&] {
+    for (const auto& n : on_a) {
+      auto s = Get(n);
+      if (!s || Phase(*s) != "Failed") {
+        why = n + " is " + (s ? Phase(*s) : "gone");
+        return false;
+      }
+    }
+    return true;
+  }, 120s)) << why;
+  for (const auto& n : on_a) {
+    Json s = *Get(n);
+    bool lost = false;
+    for (const Json& cnd : s["status"].value("conditions", Json::array())) {
+      if (cnd.value("type", "") == "Ready" && cnd.value("reason", "") == "NodeLost") {
+        lost = true;
+        EXPECT_NE(cnd.value("message", "").find(a->name()), std::string::npos) << cnd.dump();
+      }
+    }
+    EXPECT_TRUE(lost) << n << ": " << s["status"].dump();
+  }
+  for (const auto& n : names) {
+    if (std::find(on_a.begin(), on_a.end(), n) == on_a.end()) {
+      EXPECT_EQ(Phase(*Get(n)), "Running") << n << " on the live node is untouched";
+    }
+  }
+  std::vector<std::string> later = {"late-0", "late-1", "late-2"};
+  for (const auto& n : later) ASSERT_NO_FATAL_FAILURE(Create(n));
+  ASSERT_TRUE(WaitRunning(later));
+  for (const auto& n : later) EXPECT_EQ(LabelOf(*Get(n), "kubicle.dev/node"), b->name()) << n;
+}
+
 TEST_F(NodeE2E, TemplateOutsideTheImageRootsFailsWithTheReason) {
   NodeProcess* node = StartNode("a");
   ASSERT_NE(node, nullptr);

@@ -2,28 +2,75 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <future>
+
 #include "kube/fake_kube_client.h"
 
 namespace kubicle::kube {
 namespace {
 
+using namespace std::chrono_literals;
+
+Json SandboxObject(const std::string& name = "s") {
+  return {{"apiVersion", "kubicle.dev/v1alpha1"}, {"kind", "Sandbox"},
+          {"metadata", {{"name", name}, {"namespace", "ns"}, {"uid", "u-" + name}}}};
+}
+
+size_t EventCount(FakeKubeClient* c) { return (*c->List(EventResource(), "ns", {}))["items"].size(); }
+
+// A FakeKubeClient whose creates wait until the test opens the gate: an
+// apiserver that is slow to answer.
+class GatedClient final : public KubeClient {
+ public:
+  Result<Json> Get(const Resource& r, std::string_view ns, std::string_view name,
+                   std::string_view sub) override { return fake.Get(r, ns, name, sub); }
+  Result<Json> List(const Resource& r, std::string_view ns, const ListOptions& o) override {
+    return fake.List(r, ns, o);
+  }
+  Result<Json> Create(const Resource& r, std::string_view ns, const Json& object) override {
+    ++creates_started;
+    gate.wait();
+    return fake.Create(r, ns, object);
+  }
+  Result<Json> Update(const Resource& r, std::string_view ns, const Json& o, std::string_view sub) override {
+    return fake.Update(r, ns, o, sub);
+  }
+  Result<Json> Patch(const Resource& r, std::string_view ns, std::string_view name, PatchType t,
+                     const Json& p, std::string_view sub, const PatchOptions& o) override {
+    return fake.Patch(r, ns, name, t, p, sub, o);
+  }
+  Status Delete(const Resource& r, std::string_view ns, std::string_view name,
+                const DeleteOptions& o) override { return fake.Delete(r, ns, name, o); }
+  Status DeleteCollection(const Resource& r, std::string_view ns, std::string_view sel) override {
+    return fake.DeleteCollection(r, ns, sel);
+  }
+  Status Watch(const Resource& r, std::string_view ns, const WatchOptions& o, const WatchHandler& h,
+               const CancelToken& c) override { return fake.Watch(r, ns, o, h, c); }
+
+  FakeKubeClient fake;
+  std::promise<void> open;
+  std::shared_future<void> gate = open.get_future().share();
+  std::atomic<int> creates_started{0};
+};
+
 TEST(EventRecorderTest, RepeatsBumpTheCountOfOneEvent) {
   FakeClock clock;
   FakeKubeClient c(&clock);
   EventRecorder rec(&c, "kubicle-operator", "op-0", &clock);
-  Json sbx = {{"apiVersion", "kubicle.dev/v1alpha1"}, {"kind", "Sandbox"},
-              {"metadata", {{"name", "s"}, {"namespace", "ns"}, {"uid", "u1"}}}};
-  rec.Record(sbx, "Normal", "Scheduled", "placed on node a");
+  rec.Record(SandboxObject(), "Normal", "Scheduled", "placed on node a");
+  ASSERT_TRUE(rec.Flush(5s));
   clock.Advance(std::chrono::seconds(3));
-  rec.Record(sbx, "Normal", "Scheduled", "placed on node a");
-  rec.Record(sbx, "Warning", "NameConflict", "other");
+  rec.Record(SandboxObject(), "Normal", "Scheduled", "placed on node a");
+  rec.Record(SandboxObject(), "Warning", "NameConflict", "other");
+  ASSERT_TRUE(rec.Flush(5s));
   auto list = c.List(EventResource(), "ns", {});
   ASSERT_TRUE(list.ok());
   ASSERT_EQ((*list)["items"].size(), 2u);
   const Json& first = (*list)["items"][0]["reason"] == "Scheduled" ? (*list)["items"][0]
                                                                     : (*list)["items"][1];
   EXPECT_EQ(first["count"], 2);
-  EXPECT_EQ(first["involvedObject"]["uid"], "u1");
+  EXPECT_EQ(first["involvedObject"]["uid"], "u-s");
   EXPECT_EQ(first["involvedObject"]["kind"], "Sandbox");
   EXPECT_EQ(first["source"]["component"], "kubicle-operator");
   EXPECT_NE(first["firstTimestamp"], first["lastTimestamp"]);
@@ -34,7 +81,63 @@ TEST(EventRecorderTest, FailuresAreSwallowed) {
   EventRecorder rec(&c, "kubicle-operator", "op-0");
   c.FailNext("create", Status::PermissionDenied("no"));
   rec.Record(Json{{"metadata", {{"name", "s"}, {"namespace", "ns"}}}}, "Normal", "X", "y");
-  EXPECT_EQ((*c.List(EventResource(), "ns", {}))["items"].size(), 0u);
+  ASSERT_TRUE(rec.Flush(5s));
+  EXPECT_EQ(EventCount(&c), 0u);
+}
+
+// The reconcile that records an Event never waits for the apiserver: Record
+// returns while the create is still in flight, and the Event lands later.
+TEST(EventRecorderTest, RecordDoesNotWaitForTheApiserver) {
+  GatedClient c;
+  EventRecorder rec(&c, "kubicle-operator", "op-0");
+  rec.Record(SandboxObject(), "Normal", "Scheduled", "placed on node a");  // returns at once
+  EXPECT_FALSE(rec.Flush(50ms));
+  EXPECT_EQ(EventCount(&c.fake), 0u);
+  c.open.set_value();
+  ASSERT_TRUE(rec.Flush(5s));
+  EXPECT_EQ(EventCount(&c.fake), 1u);
+}
+
+// A stalled apiserver cannot grow the queue without bound: beyond its
+// length Events are dropped and counted.
+TEST(EventRecorderTest, AFullQueueDropsEventsAndCountsThem) {
+  GatedClient c;
+  EventRecorderOptions o;
+  o.max_pending = 3;
+  {
+    EventRecorder rec(&c, "kubicle-operator", "op-0", &RealClock::Instance(), o);
+    rec.Record(SandboxObject("first"), "Normal", "Scheduled", "a");
+    while (c.creates_started == 0) std::this_thread::sleep_for(1ms);  // in flight, off the queue
+    for (int i = 0; i < 10; ++i) rec.Record(SandboxObject("s" + std::to_string(i)), "Normal", "Scheduled", "a");
+    EXPECT_EQ(rec.dropped(), 7u);
+    c.open.set_value();
+    ASSERT_TRUE(rec.Flush(5s));
+  }
+  EXPECT_EQ(EventCount(&c.fake), 4u);
+}
+
+// Destruction waits for queued Events only for the drain timeout: an
+// apiserver that never answers cannot hold up shutdown for ever.
+TEST(EventRecorderTest, DestructionGivesUpOnAStalledApiserverAfterTheDrainTimeout) {
+  GatedClient c;
+  EventRecorderOptions o;
+  o.drain_timeout = 100ms;
+  auto start = std::chrono::steady_clock::now();
+  std::thread opener;
+  {
+    EventRecorder rec(&c, "kubicle-operator", "op-0", &RealClock::Instance(), o);
+    rec.Record(SandboxObject("a"), "Normal", "Scheduled", "x");
+    rec.Record(SandboxObject("b"), "Normal", "Scheduled", "x");
+    while (c.creates_started == 0) std::this_thread::sleep_for(1ms);
+    // The in-flight create finishes only after the drain timeout has passed.
+    opener = std::thread([&] {
+      std::this_thread::sleep_for(300ms);
+      c.open.set_value();
+    });
+  }
+  opener.join();
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 100ms);
+  EXPECT_EQ(EventCount(&c.fake), 1u) << "the queued second Event was dropped at shutdown";
 }
 
 }  // namespace
