@@ -279,19 +279,6 @@ class FakeNode:
             out += [("stdout", b"caf\xc3"), ("stdout", b"\xa9\n")]
         elif prog == "binary":
             out.append(("stdout", b"\xff\xfe\x00"))
-        elif prog == "ls" and self.shell:
-            d = args[-1].rstrip("/") + "/"
-            names = sorted({p[len(d):].split("/")[0] + ("/" if "/" in p[len(d):] else "")
-                            for p in sb.files if p.startswith(d)})
-            if not names:
-                out.append(("stderr", f"ls: {args[-1]}: No such file or directory\n".encode()))
-                code = 2
-            out.append(("stdout", "".join(n + "\n" for n in names).encode()))
-        elif prog == "rm" and self.shell:
-            p = args[-1]
-            for f in [f for f in sb.files if f == p or f.startswith(p.rstrip("/") + "/")]:
-                del sb.files[f]
-                sb.meta.pop(f, None)
         elif prog == "explode":
             raise _Fail(500, "Internal", "the agent connection broke")
         else:
