@@ -193,6 +193,8 @@ def error_for(status: int, code: str, message: str, *, op: str = "",
             return errors.PathNotFoundError(msg, **kw)
         return errors.SandboxNotFoundError(msg, **kw)
     if status == 429 or code == "ResourceExhausted":
+        if op == "list" and msg.startswith("listing of "):
+            return errors.ApiError(msg, **kw)   # the host's cap on one listing, not capacity
         kw["reason"] = "InsufficientCapacity"
         return errors.CapacityError(msg, **kw)
     if status == 409 or code in ("FailedPrecondition", "AlreadyExists"):

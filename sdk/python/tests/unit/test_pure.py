@@ -104,6 +104,9 @@ def test_exec_stream_error_and_cut_short():
     (409, "FailedPrecondition", "sandbox 'x' is Failed: vmm exited", "stat",
      errors.SandboxFailedError),
     (400, "InvalidArgument", "refusing to remove /", "remove", errors.ApiError),
+    (429, "ResourceExhausted", "listing of /big exceeds the host's limit of 100000 entries",
+     "list", errors.ApiError),
+    (429, "ResourceExhausted", "too many requests in flight", "list", errors.CapacityError),
     # A node older than the SDK: no such route, or no such method on it.
     (404, "NotFound", "no route /v1/sandboxes/x/stat", "exists", errors.UnsupportedError),
     (405, "MethodNotAllowed", "DELETE is not allowed", "remove", errors.UnsupportedError),
