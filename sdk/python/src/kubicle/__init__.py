@@ -32,14 +32,14 @@ from .errors import (
     TemplateNotReadyError,
     UnsupportedError,
 )
-from .models import EntryInfo, ExecResult, SandboxInfo
+from .models import EntryInfo, ExecResult, FileInfo, SandboxInfo
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Kubicle", "Sandboxes", "Sandbox", "Filesystem",
     "AsyncKubicle", "AsyncSandboxes", "AsyncSandbox", "AsyncFilesystem",
-    "ExecResult", "SandboxInfo", "EntryInfo",
+    "ExecResult", "SandboxInfo", "EntryInfo", "FileInfo",
     "KubicleError", "ApiError", "AuthError", "CapacityError", "CommandError", "ConflictError",
     "ExecTimeoutError", "KubicleTimeoutError", "NotFoundError", "PathNotFoundError",
     "SandboxFailedError", "SandboxNotFoundError", "SandboxNotReadyError", "SandboxTimeoutError",

@@ -1,16 +1,16 @@
-"""One sandbox's data plane (exec and files) over httpx, sync and async.
-``base`` is ``<scheme>://<node>/v1/sandboxes/<id>``; the token is the
+"""One sandbox's data plane (exec, files, stat, listing) over httpx, sync
+and async. ``base`` is ``<scheme>://<node>/v1/sandboxes/<id>``; the token is the
 sandbox's own (or a standalone node's admin token)."""
 
 from __future__ import annotations
 
 import os
-from typing import IO, Any, AsyncIterator, Dict, Iterable, Iterator, Optional, Union
+from typing import IO, Any, AsyncIterator, Dict, Iterable, Iterator, List, Optional, Union
 
 import httpx
 
 from . import _http, _wire, errors
-from .models import ExecResult
+from .models import EntryInfo, ExecResult, FileInfo
 
 Content = Union[bytes, str, IO[bytes], Iterable[bytes]]
 _CHUNK = 64 * 1024
@@ -100,23 +100,23 @@ class DataPlane:
         except httpx.TransportError as e:
             raise _http.transport_error(e, op="read", sandbox=self._sandbox) from e
 
+    def stat(self, path: str) -> FileInfo:
+        resp = self._call("GET", "/stat", "stat", params={"path": _wire.check_path(path)})
+        return _wire.file_info(resp.json())
+
     def exists(self, path: str) -> bool:
-        # The node has no stat route: a GET whose body is never read.
         try:
-            with self._http.stream("GET", self._base + "/files",
-                                   params={"path": _wire.check_path(path)},
-                                   headers=_http.auth(self._token)) as resp:
-                if resp.status_code == 404:
-                    code, msg = _wire.parse_error(resp.read())
-                    err = _wire.error_for(404, code, msg, op="exists", sandbox=self._sandbox)
-                    if isinstance(err, errors.PathNotFoundError):
-                        return False
-                    raise err
-                if resp.status_code >= 400:
-                    _http.raise_for(resp, resp.read(), op="exists", sandbox=self._sandbox)
-                return True
-        except httpx.TransportError as e:
-            raise _http.transport_error(e, op="exists", sandbox=self._sandbox) from e
+            self._call("GET", "/stat", "exists", params={"path": _wire.check_path(path)})
+        except errors.PathNotFoundError:
+            return False
+        return True
+
+    def list(self, path: str) -> List[EntryInfo]:
+        resp = self._call("GET", "/ls", "list", params={"path": _wire.check_path(path)})
+        return _wire.entries(resp.json())
+
+    def remove(self, path: str, recursive: bool) -> None:
+        self._call("DELETE", "/files", "remove", params=_wire.remove_params(path, recursive))
 
 
 async def _aiter(chunks: Iterable[bytes]) -> AsyncIterator[bytes]:
@@ -188,19 +188,20 @@ class AsyncDataPlane:
         except httpx.TransportError as e:
             raise _http.transport_error(e, op="read", sandbox=self._sandbox) from e
 
+    async def stat(self, path: str) -> FileInfo:
+        resp = await self._call("GET", "/stat", "stat", params={"path": _wire.check_path(path)})
+        return _wire.file_info(resp.json())
+
     async def exists(self, path: str) -> bool:
         try:
-            async with self._http.stream("GET", self._base + "/files",
-                                         params={"path": _wire.check_path(path)},
-                                         headers=_http.auth(self._token)) as resp:
-                if resp.status_code == 404:
-                    code, msg = _wire.parse_error(await resp.aread())
-                    err = _wire.error_for(404, code, msg, op="exists", sandbox=self._sandbox)
-                    if isinstance(err, errors.PathNotFoundError):
-                        return False
-                    raise err
-                if resp.status_code >= 400:
-                    _http.raise_for(resp, await resp.aread(), op="exists", sandbox=self._sandbox)
-                return True
-        except httpx.TransportError as e:
-            raise _http.transport_error(e, op="exists", sandbox=self._sandbox) from e
+            await self._call("GET", "/stat", "exists", params={"path": _wire.check_path(path)})
+        except errors.PathNotFoundError:
+            return False
+        return True
+
+    async def list(self, path: str) -> List[EntryInfo]:
+        resp = await self._call("GET", "/ls", "list", params={"path": _wire.check_path(path)})
+        return _wire.entries(resp.json())
+
+    async def remove(self, path: str, recursive: bool) -> None:
+        await self._call("DELETE", "/files", "remove", params=_wire.remove_params(path, recursive))

@@ -345,8 +345,8 @@ def sweep_timeout(selector: str, timeout: float, left: Objs) -> errors.KubicleEr
 
 def check_token(http: Any, ref: Any) -> None:
     """Raises AuthError unless the node's VM takes the token (GET of the
-    sandbox: one round trip). Guards create() against a VM started with a
-    token hash the operator then replaced (docs/sdk.md, "Known issues")."""
+    sandbox: one round trip). Guards create() against a VM holding the hash
+    of a token other than its Secret's (docs/sdk.md, "k.sandboxes")."""
     import httpx
 
     from . import _http

@@ -17,10 +17,13 @@ from ._ref import Ref
 T = TypeVar("T")
 log = logging.getLogger("kubicle")
 # A Sandbox whose VM refuses its own Secret's token is replaced this often
-# before create() gives up (see REPLACED_MESSAGE).
+# before create() gives up (see REPLACED_MESSAGE). The operator no longer
+# replaces token Secrets, so this should not happen; the check is kept
+# because it costs one GET and also proves the data plane reachable.
 TOKEN_RETRIES = 2
-REPLACED_MESSAGE = ("kubicle: Sandbox %s refuses the token in its Secret (the operator replaced "
-                    "the Secret after the node started the VM); deleting it and creating another")
+REPLACED_MESSAGE = ("kubicle: Sandbox %s refuses the token in its Secret (its VM holds another "
+                    "token's hash: an operator from before the token-Secret fix, or a Secret "
+                    "changed by hand); deleting it and creating another")
 Objs = Dict[str, Dict[str, Any]]
 _SA_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 

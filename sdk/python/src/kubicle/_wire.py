@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 from . import errors
 from ._labels import FORK_OF, to_metadata
-from .models import EntryInfo, ExecResult, SandboxInfo
+from .models import EntryInfo, ExecResult, FileInfo, SandboxInfo
 
 Command = Union[str, Sequence[str]]
 OutputCallback = Callable[[str], Any]
@@ -159,6 +159,16 @@ def parse_error(body: bytes) -> tuple:
         return "", body.decode("utf-8", "replace")[:500]
 
 
+# Calls whose 404 is the path's unless the node names the sandbox.
+_PATH_OPS = frozenset({"read", "exists", "stat", "list", "remove"})
+
+
+def _no_route(status: int, code: str, msg: str) -> bool:
+    """The node's own answers for a route or method it does not have."""
+    return (status == 404 and msg.startswith("no route ")) or status == 405 or \
+        code == "MethodNotAllowed"
+
+
 def error_for(status: int, code: str, message: str, *, op: str = "",
               sandbox: Optional[str] = None) -> errors.KubicleError:
     """The exception for a node answer. ``op`` names the call, because the
@@ -169,14 +179,22 @@ def error_for(status: int, code: str, message: str, *, op: str = "",
     msg = message or f"HTTP {status}"
     if status in (401, 403) or code in ("Unauthenticated", "PermissionDenied"):
         return errors.AuthError(msg, **kw)
+    if _no_route(status, code, msg):
+        # A node older than the SDK: without this a missing /stat route
+        # would read as a missing file, and exists() as False.
+        kw["reason"] = "Unimplemented"
+        return errors.UnsupportedError(f"the node does not serve this call (older than the "
+                                       f"SDK?): {msg}", **kw)
     if status == 404 or code == "NotFound":
         if op == "create" and "template" in msg:
             kw["reason"] = "TemplateNotFound"
             return errors.TemplateNotFoundError(msg, **kw)
-        if op in ("read", "exists") and not msg.startswith("no sandbox"):
+        if op in _PATH_OPS and not msg.startswith("no sandbox"):
             return errors.PathNotFoundError(msg, **kw)
         return errors.SandboxNotFoundError(msg, **kw)
     if status == 429 or code == "ResourceExhausted":
+        if op == "list" and msg.startswith("listing of "):
+            return errors.ApiError(msg, **kw)   # the host's cap on one listing, not capacity
         kw["reason"] = "InsufficientCapacity"
         return errors.CapacityError(msg, **kw)
     if status == 409 or code in ("FailedPrecondition", "AlreadyExists"):
@@ -226,15 +244,23 @@ def file_mode(mode: Optional[int]) -> Optional[str]:
     return format(mode, "04o")
 
 
-def parse_ls(text: str, directory: str) -> List[EntryInfo]:
-    """Entries of ``ls -1Ap`` output (a trailing / marks a directory)."""
-    base = directory.rstrip("/")
-    out = []
-    for line in text.splitlines():
-        if not line:
-            continue
-        is_dir = line.endswith("/")
-        name = line[:-1] if is_dir else line
-        out.append(EntryInfo(name=name, path=f"{base}/{name}", is_dir=is_dir))
-    return out
+def entries(j: Mapping[str, Any]) -> List[EntryInfo]:
+    """The items of ``GET .../ls``, in the guest's order."""
+    return [EntryInfo(name=str(e.get("name", "")), path=str(e.get("path", "")),
+                      type=str(e.get("type", "other")), size=int(e.get("size") or 0),
+                      mode=int(e.get("mode") or 0), mtime=e.get("mtime"))
+            for e in j.get("items") or []]
 
+
+def file_info(j: Mapping[str, Any]) -> FileInfo:
+    """The answer of ``GET .../stat``."""
+    return FileInfo(path=str(j.get("path", "")), type=str(j.get("type", "other")),
+                    size=int(j.get("size") or 0), mode=int(j.get("mode") or 0),
+                    mtime=j.get("mtime"), uid=int(j.get("uid") or 0), gid=int(j.get("gid") or 0))
+
+
+def remove_params(path: str, recursive: bool) -> Dict[str, str]:
+    params = {"path": check_path(path)}
+    if recursive:
+        params["recursive"] = "true"
+    return params

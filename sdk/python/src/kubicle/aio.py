@@ -14,10 +14,12 @@ from . import _http, _labels, _wire, errors
 from ._dataplane import AsyncDataPlane
 from ._ref import Ref
 from .client import DEFAULT_CREATE_TIMEOUT, DEFAULT_DELETE_TIMEOUT, _merge_env, finish_exec
-from .models import EntryInfo, ExecResult, SandboxInfo
+from .models import EntryInfo, ExecResult, FileInfo, SandboxInfo
 
 
 class AsyncFilesystem:
+    """Filesystem's twin: the same calls, arguments and errors, as coroutines."""
+
     def __init__(self, sandbox: "AsyncSandbox") -> None:
         self._sb = sandbox
 
@@ -49,26 +51,14 @@ class AsyncFilesystem:
     async def exists(self, path: str) -> bool:
         return await (await self._sb._dp()).exists(path)
 
+    async def stat(self, path: str) -> FileInfo:
+        return await (await self._sb._dp()).stat(path)
+
     async def list(self, path: str = "/") -> List[EntryInfo]:
-        r = await self._tool(["ls", "-1Ap", "--", _wire.check_path(path)])
-        if r.exit_code != 0:
-            raise errors.PathNotFoundError(r.stderr.strip() or f"cannot list {path}",
-                                           reason="NotFound", sandbox=self._sb.name)
-        return _wire.parse_ls(r.stdout, path)
+        return await (await self._sb._dp()).list(path)
 
-    async def remove(self, path: str) -> None:
-        r = await self._tool(["rm", "-rf", "--", _wire.check_path(path)])
-        if r.exit_code != 0:
-            raise errors.ApiError(r.stderr.strip() or f"cannot remove {path}", reason="RemoveFailed",
-                                  sandbox=self._sb.name)
-
-    async def _tool(self, argv: List[str]) -> ExecResult:
-        r = await self._sb.exec(argv, timeout_seconds=60)
-        if r.exit_code == 127:
-            raise errors.UnsupportedError(
-                f"the guest has no {argv[0]} and the node API no route for it",
-                reason="Unimplemented", sandbox=self._sb.name)
-        return r
+    async def remove(self, path: str, *, recursive: bool = False) -> None:
+        await (await self._sb._dp()).remove(path, recursive)
 
 
 class AsyncSandbox:

@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 from . import _http, _labels, _wire, errors
 from ._dataplane import Content, DataPlane
 from ._ref import Ref
-from .models import EntryInfo, ExecResult, SandboxInfo
+from .models import EntryInfo, ExecResult, FileInfo, SandboxInfo
 
 DEFAULT_CREATE_TIMEOUT = 120.0
 DEFAULT_DELETE_TIMEOUT = 120.0
@@ -75,32 +75,23 @@ class Filesystem:
         return n
 
     def exists(self, path: str) -> bool:
+        """True when ``path`` is there (a file, directory or anything else)."""
         return self._sb._dp().exists(path)
 
+    def stat(self, path: str) -> FileInfo:
+        """``path``'s type, size, mode, mtime and owner (PathNotFoundError)."""
+        return self._sb._dp().stat(path)
+
     def list(self, path: str = "/") -> List[EntryInfo]:
-        """Entries of a directory. The node API has no listing route yet, so
-        this runs ``ls`` in the guest (UnsupportedError where it has none)."""
-        r = self._tool(["ls", "-1Ap", "--", _wire.check_path(path)])
-        if r.exit_code != 0:
-            raise errors.PathNotFoundError(r.stderr.strip() or f"cannot list {path}",
-                                           reason="NotFound", sandbox=self._sb.name)
-        return _wire.parse_ls(r.stdout, path)
+        """The entries of a directory, in the guest's order: PathNotFoundError
+        when missing, ConflictError when ``path`` is not a directory."""
+        return self._sb._dp().list(path)
 
-    def remove(self, path: str) -> None:
-        """Removes a file or a directory tree (``rm -rf`` in the guest: the
-        node API has no remove route yet)."""
-        r = self._tool(["rm", "-rf", "--", _wire.check_path(path)])
-        if r.exit_code != 0:
-            raise errors.ApiError(r.stderr.strip() or f"cannot remove {path}", reason="RemoveFailed",
-                                  sandbox=self._sb.name)
-
-    def _tool(self, argv: List[str]) -> ExecResult:
-        r = self._sb.exec(argv, timeout_seconds=60)
-        if r.exit_code == 127:
-            raise errors.UnsupportedError(
-                f"the guest has no {argv[0]} and the node API no route for it",
-                reason="Unimplemented", sandbox=self._sb.name)
-        return r
+    def remove(self, path: str, *, recursive: bool = False) -> None:
+        """Removes a file, or an empty directory; a directory with anything
+        in it only with ``recursive=True`` (else ConflictError). A missing
+        path is PathNotFoundError."""
+        self._sb._dp().remove(path, recursive)
 
 
 class Sandbox:

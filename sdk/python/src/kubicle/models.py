@@ -1,4 +1,5 @@
-"""Plain values the SDK returns: command results and sandbox descriptions."""
+"""Plain values the SDK returns: command results, sandbox descriptions and
+file metadata."""
 
 from __future__ import annotations
 
@@ -63,10 +64,46 @@ class SandboxInfo:
     restore_ms: Optional[float] = None
 
 
+class _FileKind:
+    """``is_dir``/``is_file`` from the node's ``type``: ``"file"``, ``"dir"``,
+    ``"symlink"`` (not followed: a link to a directory is not ``is_dir``)
+    or ``"other"`` (devices, sockets, fifos)."""
+
+    type: str
+
+    @property
+    def is_dir(self) -> bool:
+        return self.type == "dir"
+
+    @property
+    def is_file(self) -> bool:
+        return self.type == "file"
+
+
 @dataclass(frozen=True)
-class EntryInfo:
-    """One entry of a directory listing."""
+class EntryInfo(_FileKind):
+    """One entry of a directory listing (``GET .../ls``). ``mtime`` is RFC
+    3339 UTC, None where the guest keeps none (the test guest's
+    directories). A directory's ``size`` is what the guest reports (0 in
+    the test guest)."""
 
     name: str
     path: str
-    is_dir: bool
+    type: str
+    size: int = 0
+    mode: int = 0
+    mtime: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class FileInfo(_FileKind):
+    """One path's metadata (``GET .../stat``); fields as in EntryInfo, plus
+    the owner."""
+
+    path: str
+    type: str
+    size: int = 0
+    mode: int = 0
+    mtime: Optional[str] = None
+    uid: int = 0
+    gid: int = 0

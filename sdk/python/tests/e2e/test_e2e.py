@@ -73,13 +73,49 @@ def test_create_exec_files_delete(stack, kube):
     assert sb.exec(["false"]).exit_code == 1
     with pytest.raises(errors.UnsupportedError):
         sb.exec("echo $HOME")   # needs a shell; the test guest has none
-    with pytest.raises(errors.UnsupportedError):
-        sb.filesystem.list("/work")
+    check_stat_list_remove(sb, blob_size=len(data))
     assert [s.name for s in kube.sandboxes.list(metadata={"run": run})] == [sb.name]
     sb.delete()
     assert kube.sandboxes.list(metadata={"run": run}) == []
     with pytest.raises(errors.SandboxNotFoundError):
         kube.sandboxes.get(sb.name)
+
+
+def check_stat_list_remove(sb, blob_size):
+    """The node's stat, ls and DELETE routes over the test guest's RAM files
+    (docs/testguest.md): /work holds blob, gen, file and t.txt, written above
+    with the default mode. Its directories exist only while files are under
+    them, so none is ever empty, and a LIST comes in slot order, not sorted."""
+    fs = sb.filesystem
+    st = fs.stat("/work/t.txt")
+    assert (st.path, st.type, st.size, st.mode) == ("/work/t.txt", "file", 5, 0o644)
+    assert (st.uid, st.gid) == (0, 0)
+    d = fs.stat("/work")
+    assert d.is_dir and d.mode == 0o755 and d.mtime is None
+    entries = {e.name: e for e in fs.list("/work")}
+    assert sorted(entries) == ["blob", "file", "gen", "t.txt"]
+    blob = entries["blob"]
+    assert (blob.path, blob.type, blob.size, blob.mode) == ("/work/blob", "file", blob_size, 0o644)
+    top = {e.name: e for e in fs.list("/")}
+    assert top["work"].is_dir and top["work"].path == "/work"
+    with pytest.raises(errors.ConflictError):
+        fs.list("/work/blob")   # not a directory
+    with pytest.raises(errors.PathNotFoundError):
+        fs.list("/nowhere")
+    with pytest.raises(errors.PathNotFoundError):
+        fs.stat("/work/none")
+    with pytest.raises(errors.ConflictError):
+        fs.remove("/work")   # has files: only with recursive=True
+    fs.remove("/work/t.txt")
+    assert not fs.exists("/work/t.txt")
+    assert sb.exec(["cat", "/work/t.txt"]).exit_code == 1   # gone in the guest too
+    with pytest.raises(errors.PathNotFoundError):
+        fs.remove("/work/t.txt")
+    fs.write("/work/sub/x", "1")
+    fs.remove("/work", recursive=True)
+    assert not fs.exists("/work") and not fs.exists("/work/sub/x")
+    with pytest.raises(errors.PathNotFoundError):
+        fs.list("/work")
 
 
 def test_wrong_token_is_refused_by_the_node(kube):
@@ -156,6 +192,7 @@ async def test_async_fan_out(akube):
         sb = await akube.sandboxes.create(TEMPLATE, metadata={"run": run, "agent": f"a{i}"})
         try:
             await sb.filesystem.write("/work/task", f"task {i}\n")
+            assert [e.name for e in await sb.filesystem.list("/work")] == ["task"]
             return (await sb.exec(["cat", "/work/task"])).stdout
         finally:
             await sb.delete()
@@ -175,8 +212,12 @@ def test_standalone_mode_on_the_same_node(stack):
         with k.sandboxes.create(tmpl, metadata={"run": run}, env={"E": "1"}) as sb:
             assert sb.exec(["printenv", "E"]).stdout == "1\n"
             sb.filesystem.write("/x", "y")
+            assert [(e.name, e.size) for e in sb.filesystem.list("/")] == [("x", 1)]
             kids = sb.fork(2)
             assert [c.exec(["cat", "/x"]).stdout for c in kids] == ["y", "y"]
+            kids[0].filesystem.remove("/x")   # each child's files are its own
+            assert not kids[0].filesystem.exists("/x") and kids[1].filesystem.exists("/x")
+            assert sb.filesystem.stat("/x").size == 1
         assert len(k.sandboxes.delete(metadata={"run": run})) == 2
         assert k.sandboxes.list(metadata={"run": run}) == []
 

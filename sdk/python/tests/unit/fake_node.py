@@ -1,7 +1,10 @@
 """An in-process fake of kubicle-node's HTTP API (docs/node.md): sandboxes,
-fork, exec (collected and streamed NDJSON), files, auth with the admin
-token and per-sandbox tokens, the same error bodies. Commands are a few
-built-ins, like the test guest's, plus ones that exercise the SDK."""
+fork, exec (collected and streamed NDJSON), files (read, write, stat, ls,
+remove), auth with the admin token and per-sandbox tokens, the same error
+bodies. Commands are a few built-ins, like the test guest's, plus ones that
+exercise the SDK. Files behave as in the test guest's RamFs
+(guest/testguest/ramfs.h): flat paths, directories implied by the files
+under them, "/" always one."""
 
 from __future__ import annotations
 
@@ -15,6 +18,12 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Dict, List, Optional, Tuple
 from urllib.parse import parse_qs, urlparse
+
+# The methods of each sandbox sub-route (noderuntime/api/routes.cc).
+_SUB_METHODS = {"fork": "POST", "exec": "POST", "files": "GET, PUT, DELETE", "stat": "GET",
+                "ls": "GET"}
+_BAD_GUEST_PATH = ("invalid path for the test guest (absolute, at most 127 bytes, no empty, . or "
+                   ".. parts)")
 
 
 def _selector_match(labels: Dict[str, str], selector: str) -> bool:
@@ -31,6 +40,7 @@ class FakeSandbox:
         self.id, self.template, self.labels, self.token = sid, template, labels, token
         self.env = dict(env or {})
         self.files: Dict[str, bytes] = {}
+        self.meta: Dict[str, Tuple[int, Optional[str]]] = {}   # path -> (mode, mtime)
         self.fork_of = fork_of
         self.state = "Running"
 
@@ -110,7 +120,7 @@ class FakeNode:
         src = self.sandboxes[source]
         sb = self.add(child, token, template=src.template, labels=labels, env=src.env,
                       fork_of=source)
-        sb.files = dict(src.files)
+        sb.files, sb.meta = dict(src.files), dict(src.meta)
         return sb
 
     def remove(self, sid: str) -> None:
@@ -131,10 +141,16 @@ class FakeNode:
         self.requests.append((method, u.path, js if js is not None else q))
         auth = h.headers.get("Authorization", "")
         token = auth[7:] if auth.startswith("Bearer ") else ""
-        if parts[:2] != ["v1", "sandboxes"]:
-            return self._error(h, 404, "NotFound", "no route")
+        if parts[:2] != ["v1", "sandboxes"] or len(parts) > 4 or \
+                (len(parts) == 4 and parts[3] not in _SUB_METHODS):
+            return self._error(h, 404, "NotFound", f"no route {u.path}")
         sid = parts[2] if len(parts) > 2 else None
         sub = parts[3] if len(parts) > 3 else None
+        if sub and method not in _SUB_METHODS[sub].split(", "):
+            # As the node: decided from the route before the token is looked at.
+            allowed = _SUB_METHODS[sub]
+            return self._error(h, 405, "MethodNotAllowed",
+                               f"{method} is not allowed on {u.path} (allowed: {allowed})")
         admin = token == self.admin_token
         sb = self.sandboxes.get(sid) if sid else None
         own = sb is not None and token == sb.token
@@ -157,7 +173,7 @@ class FakeNode:
             return self._exec(h, sb, js or {}, q.get("stream") == "true")
         if sub == "files":
             return self._files(h, method, sb, q, body)
-        return self._error(h, 404, "NotFound", "no route")
+        return self._file_meta(h, sub, sb, q)
 
     def _body(self, h: BaseHTTPRequestHandler) -> bytes:
         if h.headers.get("Transfer-Encoding", "").lower() == "chunked":
@@ -263,18 +279,6 @@ class FakeNode:
             out += [("stdout", b"caf\xc3"), ("stdout", b"\xa9\n")]
         elif prog == "binary":
             out.append(("stdout", b"\xff\xfe\x00"))
-        elif prog == "ls" and self.shell:
-            d = args[-1].rstrip("/") + "/"
-            names = sorted({p[len(d):].split("/")[0] + ("/" if "/" in p[len(d):] else "")
-                            for p in sb.files if p.startswith(d)})
-            if not names:
-                out.append(("stderr", f"ls: {args[-1]}: No such file or directory\n".encode()))
-                code = 2
-            out.append(("stdout", "".join(n + "\n" for n in names).encode()))
-        elif prog == "rm" and self.shell:
-            p = args[-1]
-            for f in [f for f in sb.files if f == p or f.startswith(p.rstrip("/") + "/")]:
-                del sb.files[f]
         elif prog == "explode":
             raise _Fail(500, "Internal", "the agent connection broke")
         else:
@@ -304,13 +308,21 @@ class FakeNode:
 
     def _files(self, h: BaseHTTPRequestHandler, method: str, sb: FakeSandbox, q: Dict[str, str],
                body: bytes) -> None:
-        path = q.get("path", "")
-        if not path.startswith("/"):
-            return self._error(h, 400, "InvalidArgument", "query parameter \"path\" must be an absolute path")
+        known = {"PUT": ("path", "mode"), "DELETE": ("path", "recursive")}.get(method, ("path",))
+        path = self._path(h, q, known)
+        if path is None:
+            return
+        if method != "DELETE" and (path == "/" or self._under(sb, path)):
+            return self._error(h, 409, "FailedPrecondition", "path is a directory")
         if method == "PUT":
+            if any(path[:i] in sb.files for i in range(1, len(path)) if path[i] == "/"):
+                return self._error(h, 409, "FailedPrecondition", "a parent of path is a file")
+            mode = int(q.get("mode", "0644"), 8)
             sb.files[path] = body
-            return self._json(h, 200, {"path": path, "size": len(body),
-                                       "mode": int(q.get("mode", "0644"), 8)})
+            sb.meta[path] = (mode, time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime()))
+            return self._json(h, 200, {"path": path, "size": len(body), "mode": mode})
+        if method == "DELETE":
+            return self._remove(h, sb, path, q.get("recursive", "false"))
         if path not in sb.files:
             return self._error(h, 404, "NotFound", f"{path}: no such file")
         data = sb.files[path]
@@ -319,6 +331,87 @@ class FakeNode:
         h.send_header("Content-Length", str(len(data)))
         h.end_headers()
         h.wfile.write(data)
+
+    # --- stat, ls, remove: the node's codec (exec_files.cc) over the test
+    # guest's answers (agent_files.cc), status codes and all ------------------
+
+    def _path(self, h: BaseHTTPRequestHandler, q: Dict[str, str],
+              known: Tuple[str, ...]) -> Optional[str]:
+        """The checked path, or None once a 400 went out (node, then guest)."""
+        for k in q:
+            if k not in known:
+                self._error(h, 400, "InvalidArgument", f"unknown query parameter \"{k}\"")
+                return None
+        path = q.get("path", "")
+        if not path.startswith("/") or "\0" in path:
+            self._error(h, 400, "InvalidArgument",
+                        "query parameter \"path\" must be an absolute path")
+            return None
+        parts = path[1:].split("/")
+        if path != "/" and (len(path) > 127 or any(p in ("", ".", "..") for p in parts)):
+            self._error(h, 400, "InvalidArgument", _BAD_GUEST_PATH)
+            return None
+        return path
+
+    @staticmethod
+    def _under(sb: FakeSandbox, d: str) -> List[str]:
+        prefix = "/" if d == "/" else d + "/"
+        return [p for p in sb.files if p.startswith(prefix)]
+
+    def _file_meta(self, h: BaseHTTPRequestHandler, sub: str, sb: FakeSandbox,
+                   q: Dict[str, str]) -> None:
+        path = self._path(h, q, ("path",))
+        if path is None:
+            return
+        is_dir = path == "/" or bool(self._under(sb, path))
+        if sub == "stat":
+            if path in sb.files:
+                mode, mtime = sb.meta.get(path, (0o644, None))
+                return self._json(h, 200, {"path": path, "type": "file",
+                                           "size": len(sb.files[path]), "mode": mode,
+                                           "mtime": mtime, "uid": 0, "gid": 0})
+            if not is_dir:
+                return self._error(h, 404, "NotFound", "no such file or directory")
+            return self._json(h, 200, {"path": path, "type": "dir", "size": 0, "mode": 0o755,
+                                       "mtime": None, "uid": 0, "gid": 0})
+        if not is_dir:
+            if path in sb.files:
+                return self._error(h, 409, "FailedPrecondition", "not a directory")
+            return self._error(h, 404, "NotFound", "no such directory")
+        self._json(h, 200, {"path": path, "items": self._entries(sb, path)})
+
+    def _entries(self, sb: FakeSandbox, d: str) -> List[Dict[str, Any]]:
+        base = d if d.endswith("/") else d + "/"
+        items: Dict[str, Dict[str, Any]] = {}
+        for p in sorted(self._under(sb, d)):
+            name, _, rest = p[len(base):].partition("/")
+            if name in items:
+                continue
+            mode, mtime = sb.meta.get(p, (0o644, None))
+            items[name] = {"name": name, "path": base + name, "type": "dir" if rest else "file",
+                           "size": 0 if rest else len(sb.files[p]),
+                           "mode": 0o755 if rest else mode, "mtime": None if rest else mtime}
+        return list(items.values())
+
+    def _remove(self, h: BaseHTTPRequestHandler, sb: FakeSandbox, path: str,
+                recursive: str) -> None:
+        if recursive not in ("true", "1", "false", "0"):
+            return self._error(h, 400, "InvalidArgument",
+                               "query parameter \"recursive\" must be true or false")
+        if path in sb.files:
+            doomed = [path]
+        elif path == "/":
+            return self._error(h, 400, "InvalidArgument", "refusing to remove /")
+        else:
+            doomed = self._under(sb, path)
+            if not doomed:
+                return self._error(h, 404, "NotFound", "no such file or directory")
+            if recursive in ("false", "0"):
+                return self._error(h, 409, "FailedPrecondition", "directory not empty")
+        for p in doomed:
+            sb.files.pop(p, None)
+            sb.meta.pop(p, None)
+        self._json(h, 200, {"removed": path})
 
     # --- replies ----------------------------------------------------------------
 

@@ -96,6 +96,29 @@ async def test_standalone_exec_stream_files(astandalone, node):
     assert not node.sandboxes
 
 
+async def test_standalone_list_stat_remove(astandalone, node):
+    sb = await astandalone.sandboxes.create("tg")
+    fs = sb.filesystem
+    for p in ("/d/a", "/d/sub/b"):
+        await fs.write(p, "xy")
+    assert [(e.name, e.is_dir) for e in await fs.list("/d")] == [("a", False), ("sub", True)]
+    st = await fs.stat("/d/a")
+    assert st.is_file and st.size == 2 and st.mode == 0o644
+    assert await fs.exists("/d/sub") and not await fs.exists("/d/none")
+    with pytest.raises(errors.ConflictError):
+        await fs.remove("/d")
+    with pytest.raises(errors.ConflictError):
+        await fs.list("/d/a")
+    await fs.remove("/d/a")
+    await fs.remove("/d", recursive=True)
+    assert not await fs.exists("/d")
+    with pytest.raises(errors.PathNotFoundError):
+        await fs.stat("/d")
+    with pytest.raises(errors.PathNotFoundError):
+        await fs.remove("/d", recursive=True)
+    await sb.delete()
+
+
 async def test_async_vm_refusing_its_token_is_replaced(akube, cluster):
     cluster.wrong_vm_tokens = 1
     sb = await akube.sandboxes.create("tg", metadata={"run": "atok"})

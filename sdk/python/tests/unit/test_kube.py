@@ -49,6 +49,12 @@ def test_files_and_exec_features(kube, node):
         assert sb.filesystem.read("/w/a.txt") == "héllo"
         assert sb.files.read("/w/a.txt", format="bytes") == "héllo".encode()
         assert sb.filesystem.exists("/w/a.txt") and not sb.filesystem.exists("/nope")
+        # stat, ls and remove with the token from the Sandbox's Secret.
+        assert sb.filesystem.stat("/w/a.txt").size == 6
+        assert [e.path for e in sb.filesystem.list("/w")] == ["/w/a.txt"]
+        sb.filesystem.write("/w/b.txt", "b")
+        sb.filesystem.remove("/w/b.txt")
+        assert [e.name for e in sb.filesystem.list("/w")] == ["a.txt"]
         assert sb.exec(["cat", "/w/a.txt"]).stdout == "héllo"
         with pytest.raises(errors.PathNotFoundError):
             sb.filesystem.read("/nope")

@@ -95,11 +95,49 @@ def test_exec_stream_error_and_cut_short():
     (504, "DeadlineExceeded", "", "exec", errors.ExecTimeoutError),
     (501, "Unimplemented", "no shell", "exec", errors.UnsupportedError),
     (500, "Internal", "boom", "exec", errors.ApiError),
+    (404, "NotFound", "no such file or directory", "stat", errors.PathNotFoundError),
+    (404, "NotFound", "no such directory", "list", errors.PathNotFoundError),
+    (404, "NotFound", "no such file or directory", "remove", errors.PathNotFoundError),
+    (404, "NotFound", "no sandbox 'x'", "list", errors.SandboxNotFoundError),
+    (409, "FailedPrecondition", "directory not empty", "remove", errors.ConflictError),
+    (409, "FailedPrecondition", "not a directory", "list", errors.ConflictError),
+    (409, "FailedPrecondition", "sandbox 'x' is Failed: vmm exited", "stat",
+     errors.SandboxFailedError),
+    (400, "InvalidArgument", "refusing to remove /", "remove", errors.ApiError),
+    (429, "ResourceExhausted", "listing of /big exceeds the host's limit of 100000 entries",
+     "list", errors.ApiError),
+    (429, "ResourceExhausted", "too many requests in flight", "list", errors.CapacityError),
+    # A node older than the SDK: no such route, or no such method on it.
+    (404, "NotFound", "no route /v1/sandboxes/x/stat", "exists", errors.UnsupportedError),
+    (405, "MethodNotAllowed", "DELETE is not allowed", "remove", errors.UnsupportedError),
 ])
 def test_node_errors_map_to_their_class(status, code, msg, op, cls):
     e = _wire.error_for(status, code, msg, op=op, sandbox="sb")
     assert type(e) is cls
     assert e.sandbox == "sb"
+
+
+def test_file_entries_and_stat_from_the_node():
+    ls = {"path": "/w", "items": [
+        {"name": "a", "path": "/w/a", "type": "file", "size": 3, "mode": 0o640,
+         "mtime": "2026-12-03T18:00:00.000Z"},
+        {"name": "d", "path": "/w/d", "type": "dir", "size": 0, "mode": 0o755, "mtime": None},
+        {"name": "l", "path": "/w/l", "type": "symlink", "size": 1, "mode": 0o777,
+         "mtime": None}]}
+    a, d, link = _wire.entries(ls)
+    assert (a.name, a.path, a.size, a.mode, a.mtime) == ("a", "/w/a", 3, 0o640,
+                                                        "2026-12-03T18:00:00.000Z")
+    assert a.is_file and not a.is_dir and d.is_dir and d.mtime is None
+    assert link.type == "symlink" and not link.is_dir and not link.is_file
+    assert _wire.entries({"path": "/e", "items": []}) == []
+    st = _wire.file_info({"path": "/w/a", "type": "file", "size": 3, "mode": 0o640,
+                          "mtime": None, "uid": 1000, "gid": 100})
+    assert (st.path, st.size, st.mode, st.uid, st.gid, st.mtime) == ("/w/a", 3, 0o640, 1000,
+                                                                    100, None)
+    assert _wire.remove_params("/w", False) == {"path": "/w"}
+    assert _wire.remove_params("/w", True) == {"path": "/w", "recursive": "true"}
+    with pytest.raises(ValueError):
+        _wire.remove_params("w", True)
 
 
 def test_path_not_found_is_a_builtin_file_not_found():

@@ -111,26 +111,116 @@ def test_files(standalone, node):
             fs.read("relative")
         fs.write("/m", "x", mode=0o755)
         assert node.requests[-1][2]["mode"] == "0755"
-        # No list/remove routes in the node API and no ls/rm in this guest.
-        with pytest.raises(errors.UnsupportedError):
-            fs.list("/")
-        with pytest.raises(errors.UnsupportedError):
+
+
+def test_list_stat_exists(standalone, node):
+    with standalone.sandboxes.create("tg") as sb:
+        fs = sb.filesystem
+        fs.write("/d/a", "one", mode=0o600)
+        fs.write("/d/sub/b", "2")
+        entries = fs.list("/d")
+        assert node.requests[-1][:2] == ("GET", f"/v1/sandboxes/{sb.id}/ls")
+        assert [(e.name, e.path, e.type, e.is_dir, e.size, e.mode) for e in entries] == [
+            ("a", "/d/a", "file", False, 3, 0o600), ("sub", "/d/sub", "dir", True, 0, 0o755)]
+        assert entries[0].mtime and entries[0].is_file and entries[1].mtime is None
+        assert isinstance(entries[0], kubicle.EntryInfo)
+        assert [e.name for e in fs.list()] == ["d"]   # "/" by default
+        st = fs.stat("/d/a")
+        assert node.requests[-1][:2] == ("GET", f"/v1/sandboxes/{sb.id}/stat")
+        assert isinstance(st, kubicle.FileInfo)
+        assert (st.path, st.type, st.size, st.mode, st.uid, st.gid) == ("/d/a", "file", 3, 0o600,
+                                                                        0, 0)
+        assert st.is_file and not st.is_dir and st.mtime
+        d = fs.stat("/d/sub")
+        assert d.is_dir and d.size == 0 and d.mtime is None
+        assert fs.exists("/d/a") and fs.exists("/d/sub") and fs.exists("/")
+        assert not fs.exists("/d/none") and not fs.exists("/none/deeper")
+        assert node.requests[-1] == ("GET", f"/v1/sandboxes/{sb.id}/stat",
+                                     {"path": "/none/deeper"})
+
+
+def test_list_stat_errors(standalone, node):
+    with standalone.sandboxes.create("tg") as sb:
+        listed = standalone.sandboxes.get(sb.name)   # reached with the admin token
+        fs = sb.filesystem
+        fs.write("/f", "x")
+        with pytest.raises(errors.PathNotFoundError) as e:
+            fs.stat("/none")
+        assert e.value.status_code == 404 and e.value.reason == "NotFound"
+        with pytest.raises(FileNotFoundError):
+            fs.list("/none")
+        with pytest.raises(errors.ConflictError) as e:
+            fs.list("/f")   # not a directory
+        assert e.value.status_code == 409 and e.value.reason == "FailedPrecondition"
+        with pytest.raises(errors.ApiError) as e:
+            fs.list("/f/")  # the test guest takes no trailing slash
+        assert e.value.status_code == 400 and e.value.reason == "InvalidArgument"
+        sent = len(node.requests)
+        for call in (fs.stat, fs.list, fs.exists, fs.remove):
+            with pytest.raises(ValueError):
+                call("relative")
+        assert len(node.requests) == sent   # refused before any request
+    # A missing sandbox is not a missing file: exists() raises.
+    with pytest.raises(errors.SandboxNotFoundError):
+        listed.filesystem.exists("/f")
+    with pytest.raises(errors.SandboxNotFoundError):
+        listed.filesystem.list("/")
+
+
+def test_remove(standalone, node):
+    with standalone.sandboxes.create("tg") as sb:
+        fs = sb.filesystem
+        for p in ("/t.txt", "/d/a", "/d/sub/b", "/d/sub/c"):
+            fs.write(p, "x")
+        fs.remove("/t.txt")
+        assert node.requests[-1] == ("DELETE", f"/v1/sandboxes/{sb.id}/files",
+                                     {"path": "/t.txt"})
+        assert not fs.exists("/t.txt")
+        with pytest.raises(errors.PathNotFoundError):
             fs.remove("/t.txt")
+        with pytest.raises(errors.ConflictError, match="not empty"):
+            fs.remove("/d/sub")   # a directory with files needs recursive=True
+        assert fs.exists("/d/sub/b")
+        fs.remove("/d/sub", recursive=True)
+        assert node.requests[-1][2] == {"path": "/d/sub", "recursive": "true"}
+        assert [e.name for e in fs.list("/d")] == ["a"]
+        fs.remove("/d/a", recursive=True)   # a file goes either way
+        assert not fs.exists("/d")   # the test guest's directories are implied by files
+        with pytest.raises(errors.ApiError) as e:
+            fs.remove("/", recursive=True)
+        assert e.value.status_code == 400
 
 
-def test_list_and_remove_through_guest_tools(node):
-    node.shell = True   # a guest with ls and rm (the Linux guest)
+def test_sandbox_token_may_stat_list_remove(node):
+    """The data plane of a created sandbox uses its own token, which the
+    node lets call stat, ls and DELETE .../files."""
     with kubicle.Kubicle(node_url=node.url, token=node.admin_token) as k:
         with k.sandboxes.create("tg") as sb:
-            sb.filesystem.write("/d/a", "1")
-            sb.filesystem.write("/d/sub/b", "2")
-            entries = sb.filesystem.list("/d")
-            assert [(e.name, e.path, e.is_dir) for e in entries] == [
-                ("a", "/d/a", False), ("sub", "/d/sub", True)]
-            sb.filesystem.remove("/d/sub")
-            assert not sb.filesystem.exists("/d/sub/b")
-            with pytest.raises(errors.PathNotFoundError):
-                sb.filesystem.list("/empty")
+            assert sb._ref.token == node.sandboxes[sb.id].token
+            sb.filesystem.write("/x/y", "z")
+            assert sb.filesystem.stat("/x").is_dir
+            assert [e.name for e in sb.filesystem.list("/x")] == ["y"]
+            sb.filesystem.remove("/x", recursive=True)
+            sb._ref.token = "wrong"
+            with pytest.raises(errors.AuthError):
+                sb.filesystem.stat("/x")
+
+
+def test_node_without_the_routes_is_unsupported(standalone, node, monkeypatch):
+    """An older node answers 404 "no route" (stat, ls) and 405 (DELETE on
+    files): UnsupportedError, never a missing file or exists() False."""
+    import fake_node
+
+    monkeypatch.delitem(fake_node._SUB_METHODS, "stat")
+    monkeypatch.delitem(fake_node._SUB_METHODS, "ls")
+    monkeypatch.setitem(fake_node._SUB_METHODS, "files", "GET, PUT")
+    with standalone.sandboxes.create("tg") as sb:
+        sb.filesystem.write("/f", "x")
+        for call in (sb.filesystem.exists, sb.filesystem.stat, sb.filesystem.list,
+                     sb.filesystem.remove):
+            with pytest.raises(errors.UnsupportedError) as e:
+                call("/f")
+            assert e.value.reason == "Unimplemented"
 
 
 def test_fork_list_sweep(standalone, node):
