@@ -310,6 +310,16 @@ TEST_F(NodeAgentWorld, ResourcesPickAVariantAndCannotShrinkMemory) {
   CreateSandbox("small", Json{{"resources", {{"memoryMiB", 128}}}});
   ASSERT_TRUE(Eventually([&] { return VmState("small") == "Failed"; }));
   EXPECT_NE(VmMessage("small").find("cannot shrink"), std::string::npos) << VmMessage("small");
+
+  // A field left unset is the template's (256 MiB, 1 vCPU).
+  Json cpus = CreateSandbox("cpus", Json{{"resources", {{"vcpus", 2}}}});
+  Json mem = CreateSandbox("mem", Json{{"resources", {{"memoryMiB", 512}}}});
+  ASSERT_TRUE(Eventually([&] { return VmState("cpus") == "Running" && VmState("mem") == "Running"; }))
+      << VmMessage("cpus") << " / " << VmMessage("mem");
+  EXPECT_EQ(svc_.GetSandbox(IdOf(cpus))->mem_mib, 256u);
+  EXPECT_EQ(svc_.GetSandbox(IdOf(cpus))->vcpus, 2u);
+  EXPECT_EQ(svc_.GetSandbox(IdOf(mem))->mem_mib, 512u);
+  EXPECT_EQ(svc_.GetSandbox(IdOf(mem))->vcpus, 1u);
 }
 
 TEST_F(NodeAgentWorld, AStartThatTimesOutIsRetriedThenFailed) {

@@ -271,14 +271,18 @@ Result<std::string> TemplateSync::ReadyTemplateFor(const std::string& ns, const 
   if (info.state == TemplateState::kBaking) return Status::Unavailable("template " + key + " is baking");
   if (info.state == TemplateState::kFailed)
     return Status::FailedPrecondition("template " + key + " failed to bake: " + info.message);
-  if (!shape || (shape->mem_mib == info.spec.mem_mib && shape->vcpus == info.spec.vcpus)) return base;
-  if (shape->mem_mib < info.spec.mem_mib) {
+  if (!shape) return base;
+  // A field spec.resources leaves unset (0) is the template's (docs/api.md).
+  const ShapeOverride want{shape->mem_mib ? shape->mem_mib : info.spec.mem_mib,
+                           shape->vcpus ? shape->vcpus : info.spec.vcpus};
+  if (want.mem_mib == info.spec.mem_mib && want.vcpus == info.spec.vcpus) return base;
+  if (want.mem_mib < info.spec.mem_mib) {
     return Status::FailedPrecondition(
-        "spec.resources.memoryMiB " + std::to_string(shape->mem_mib) + " is below template " + key +
+        "spec.resources.memoryMiB " + std::to_string(want.mem_mib) + " is below template " + key +
         "'s " + std::to_string(info.spec.mem_mib) + " MiB: a restore cannot shrink guest memory");
   }
   if (!known.spec) known.spec = info.spec;
-  return EnsureVariant(known, *shape);
+  return EnsureVariant(known, want);
 }
 
 // A template of another shape is baked from the same images on first use.
