@@ -99,6 +99,11 @@ Status AgentClient::health() const {
   return broken_;
 }
 
+uint64_t AgentClient::requests_cut_off() const {
+  std::lock_guard l(mu_);
+  return requests_cut_off_;
+}
+
 void AgentClient::Break(Status cause) {
   if (broken_.ok()) {
     broken_ = Status::Unavailable("agent connection broken: " + cause.ToString());
@@ -240,6 +245,7 @@ Result<Frame> AgentClient::Await(uint32_t id, Deadline deadline) {
                 {{"queued_bytes", full->bytes}});
       full->frames.clear();
       full->bytes = 0;
+      ++requests_cut_off_;
       cv_.notify_all();
       continue;
     }

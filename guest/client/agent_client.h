@@ -202,6 +202,9 @@ class AgentClient {
 
   // The first cause when the connection is broken, OK otherwise.
   Status health() const;
+  // Requests cut off so far because their caller stopped taking frames
+  // (ClientLimits::stall_timeout).
+  uint64_t requests_cut_off() const;
 
  private:
   AgentClient(UniqueFd fd, ClientOptions options);
@@ -262,6 +265,7 @@ class AgentClient {
     Status cut;                    // set: cut off, later frames dropped
   };
   std::map<uint32_t, Pending> pending_;
+  uint64_t requests_cut_off_ = 0;
   Status broken_;
 };
 
