@@ -55,6 +55,12 @@ def incluster_files() -> Dict[str, str]:
             "cert_filename": os.path.join(SERVICEACCOUNT_DIR, "ca.crt")}
 
 
+def kubeconfig_path(kubeconfig: Optional[str]) -> str:
+    """The kubeconfig argument, else $KUBECONFIG as it is now (both clients
+    read it once, when first imported), else ~/.kube/config."""
+    return kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+
+
 def use_incluster(kubeconfig: Optional[str]) -> bool:
     return kubeconfig is None and "KUBERNETES_SERVICE_HOST" in os.environ and \
         not os.environ.get("KUBECONFIG")
@@ -77,9 +83,10 @@ class KubeBackend:
             InClusterConfigLoader(**incluster_files()).load_and_set(cfg)
             ns = incluster_namespace()
         else:
-            config.load_kube_config(config_file=kubeconfig, context=context,
+            path = kubeconfig_path(kubeconfig)
+            config.load_kube_config(config_file=path, context=context,
                                     client_configuration=cfg, persist_config=False)
-            contexts, active = config.list_kube_config_contexts(config_file=kubeconfig)
+            contexts, active = config.list_kube_config_contexts(config_file=path)
             ns = kubeconfig_namespace(contexts, active, context) or "default"
         cfg.connection_pool_maxsize = pool_size
         self.namespace = namespace or ns
