@@ -68,7 +68,8 @@ class FakeCluster:
         self.forbid: set = set()
         self.auth_headers: List[str] = []   # each request's Authorization header, in order
         self.ca_pem = ca_pem                # the serving CA, for kubeconfig() under tls
-        # Template name -> "ready", "notready" or "vmfail"; absent: TemplateNotFound.
+        # Template name -> "ready", "notready", "vmfail" or "nodefull" (the node
+        # refuses the VM for want of vCPUs); absent: TemplateNotFound.
         self.templates: Dict[str, str] = {"tg": "ready"}
         self.capacity = 1000
         # The next this many VMs start with a token hash other than their
@@ -301,6 +302,11 @@ users:
             return self._set(key, "Failed", sched=("True", "Scheduled", ""),
                              ready=("False", "VMFailed", "restore failed"),
                              vm={"state": "Failed", "message": "kubicle-vmm exited: restore failed"})
+        if self.templates.get(template) == "nodefull":
+            msg = ("node is full: 640 of 18432 MiB and 64 of 64 vCPUs in use; this sandbox "
+                   "needs 64 MiB and 1 vCPUs")
+            return self._set(key, "Failed", sched=("True", "Scheduled", ""),
+                             ready=("False", "VMFailed", msg), vm={"state": "Failed", "message": msg})
         token = secrets.token_hex(16)
         secret = f"{meta['name']}-token"
         self.create("secrets", key[1], {
@@ -359,7 +365,7 @@ users:
         src = self.get("sandboxes", key[1], fork["spec"]["sourceRef"]["name"])
         if src is None:
             return self.update(key, lambda o: o.update(status={"phase": "Pending", "conditions": [
-                _cond("Ready", "False", "SourceNotFound", "source missing")]}))
+                _cond("Ready", "False", "SourceNotFound", "waiting for the source")]}))
         labels = {k: v for k, v in (src["metadata"].get("labels") or {}).items()
                   if k in ("kubicle.dev/run", "kubicle.dev/agent", "kubicle.dev/template")}
         labels.update((fork["spec"].get("childMetadata") or {}).get("labels") or {})
