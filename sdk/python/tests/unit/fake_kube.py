@@ -406,11 +406,13 @@ users:
                 ns, plural, name = p[4], "leases", p[6]
             else:
                 raise _ApiFail(404, "NotFound", f"no route {u.path}")
-            if (method, plural) in self.forbid:
+            if (method, plural) in self.forbid:   # in the RBAC authorizer's words
                 verb = {"POST": "create", "DELETE": "delete"}.get(method, "get" if name else "list")
+                group = {"secrets": "", "leases": "coordination.k8s.io"}.get(plural, "kubicle.dev")
                 raise _ApiFail(403, "Forbidden",
-                               f'{plural} is forbidden: User "system:serviceaccount:{ns}:agent" '
-                               f'cannot {verb} resource "{plural}" in the namespace "{ns}"')
+                               f'{plural}{"." + group if group else ""} is forbidden: User '
+                               f'"system:serviceaccount:{ns}:agent" cannot {verb} resource '
+                               f'"{plural}" in API group "{group}" in the namespace "{ns}"')
             self._serve(h, method, ns, plural, name, q, body)
         except _ApiFail as f:
             self._send(h, f.code, {"kind": "Status", "apiVersion": "v1", "status": "Failure",

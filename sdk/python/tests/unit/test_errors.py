@@ -108,8 +108,9 @@ def test_kube_rbac_forbidding_create_and_the_token_secret(kube, cluster):
     with pytest.raises(errors.KubicleError) as e:
         kube.sandboxes.create("tg", timeout=10)
     _check(e.value, errors.AuthError, "Forbidden",
-           'create Sandbox: sandboxes is forbidden: User "system:serviceaccount:team-a:agent" '
-           'cannot create resource "sandboxes" in the namespace "team-a"', status=403)
+           'create Sandbox: sandboxes.kubicle.dev is forbidden: User '
+           '"system:serviceaccount:team-a:agent" cannot create resource "sandboxes" in API '
+           'group "kubicle.dev" in the namespace "team-a"', status=403)
     # Allowed to create, not to read Secrets: the Sandbox is deleted again.
     cluster.forbid = {("GET", "secrets")}
     with pytest.raises(errors.AuthError) as e:
@@ -130,8 +131,9 @@ async def test_async_kube_apiserver_refusing_the_credential_and_rbac(akube, clus
     with pytest.raises(errors.KubicleError) as e:
         await akube.sandboxes.create("tg", timeout=10)
     _check(e.value, errors.AuthError, "Forbidden",
-           'create Sandbox: sandboxes is forbidden: User "system:serviceaccount:team-a:agent" '
-           'cannot create resource "sandboxes" in the namespace "team-a"', status=403)
+           'create Sandbox: sandboxes.kubicle.dev is forbidden: User '
+           '"system:serviceaccount:team-a:agent" cannot create resource "sandboxes" in API '
+           'group "kubicle.dev" in the namespace "team-a"', status=403)
 
 
 def test_kube_node_refusing_the_token(kube):
