@@ -25,7 +25,10 @@ REPLACED_MESSAGE = ("kubicle: Sandbox %s refuses the token in its Secret (its VM
                     "token's hash: an operator from before the token-Secret fix, or a Secret "
                     "changed by hand); deleting it and creating another")
 Objs = Dict[str, Dict[str, Any]]
-_SA_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+# Where Kubernetes mounts a pod's service account: token, ca.crt, namespace.
+# The in-cluster mode reads all three from here and nowhere else; only the
+# SDK's unit tests point it at a directory of their own (docs/sdk.md, Tests).
+SERVICEACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 
 def kubeconfig_namespace(contexts: List[Mapping[str, Any]], active: Optional[Mapping[str, Any]],
@@ -38,10 +41,24 @@ def kubeconfig_namespace(contexts: List[Mapping[str, Any]], active: Optional[Map
 
 def incluster_namespace() -> str:
     try:
-        with open(_SA_NAMESPACE) as f:
+        with open(os.path.join(SERVICEACCOUNT_DIR, "namespace")) as f:
             return f.read().strip() or "default"
     except OSError:
         return "default"
+
+
+def incluster_files() -> Dict[str, str]:
+    """The token and CA files of the in-cluster service account, as the
+    keyword arguments of either client's InClusterConfigLoader (what their
+    load_incluster_config passes, for the default directory)."""
+    return {"token_filename": os.path.join(SERVICEACCOUNT_DIR, "token"),
+            "cert_filename": os.path.join(SERVICEACCOUNT_DIR, "ca.crt")}
+
+
+def kubeconfig_path(kubeconfig: Optional[str]) -> str:
+    """The kubeconfig argument, else $KUBECONFIG as it is now (both clients
+    read it once, when first imported), else ~/.kube/config."""
+    return kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
 
 
 def use_incluster(kubeconfig: Optional[str]) -> bool:
@@ -55,6 +72,7 @@ class KubeBackend:
                  transport: Optional[_http.TransportConfig] = None,
                  node_lease_namespace: str = _kobj.NODE_LEASE_NAMESPACE) -> None:
         from kubernetes import client, config
+        from kubernetes.config.incluster_config import InClusterConfigLoader
 
         self._http = http
         self._transport = transport or _http.TransportConfig(scheme=scheme)
@@ -62,12 +80,13 @@ class KubeBackend:
         self._lease_ns = node_lease_namespace
         cfg = client.Configuration()
         if use_incluster(kubeconfig):
-            config.load_incluster_config(client_configuration=cfg)
+            InClusterConfigLoader(**incluster_files()).load_and_set(cfg)
             ns = incluster_namespace()
         else:
-            config.load_kube_config(config_file=kubeconfig, context=context,
+            path = kubeconfig_path(kubeconfig)
+            config.load_kube_config(config_file=path, context=context,
                                     client_configuration=cfg, persist_config=False)
-            contexts, active = config.list_kube_config_contexts(config_file=kubeconfig)
+            contexts, active = config.list_kube_config_contexts(config_file=path)
             ns = kubeconfig_namespace(contexts, active, context) or "default"
         cfg.connection_pool_maxsize = pool_size
         self.namespace = namespace or ns

@@ -9,8 +9,8 @@ import time
 from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Tuple, TypeVar
 
 from . import _http, _kobj, _watchcache, errors
-from ._kube import (REPLACED_MESSAGE, TOKEN_RETRIES, incluster_namespace, kubeconfig_namespace,
-                    log, use_incluster)
+from ._kube import (REPLACED_MESSAGE, TOKEN_RETRIES, incluster_files, incluster_namespace,
+                    kubeconfig_namespace, kubeconfig_path, log, use_incluster)
 from ._labels import FORK_OF
 from ._ref import Ref
 
@@ -65,15 +65,17 @@ class AsyncKubeBackend:
             if self._api is not None:
                 return
             from kubernetes_asyncio import client, config
+            from kubernetes_asyncio.config.incluster_config import InClusterConfigLoader
 
             cfg = client.Configuration()
             if use_incluster(self._kubeconfig):
-                config.load_incluster_config(client_configuration=cfg)
+                InClusterConfigLoader(**incluster_files()).load_and_set(cfg)
                 ns = incluster_namespace()
             else:
-                await config.load_kube_config(config_file=self._kubeconfig, context=self._context,
+                path = kubeconfig_path(self._kubeconfig)
+                await config.load_kube_config(config_file=path, context=self._context,
                                               client_configuration=cfg, persist_config=False)
-                contexts, active = config.list_kube_config_contexts(config_file=self._kubeconfig)
+                contexts, active = config.list_kube_config_contexts(config_file=path)
                 ns = kubeconfig_namespace(contexts, active, self._context) or "default"
             cfg.connection_pool_maxsize = self._pool
             self.namespace = self._want_ns or ns

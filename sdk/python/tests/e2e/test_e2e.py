@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 import kubicle
+import stack as stack_mod
 from kubicle import errors
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -147,6 +148,89 @@ def test_template_errors(stack, kube):
     finally:
         co.delete_namespaced_custom_object("kubicle.dev", "v1alpha1", "default",
                                            "sandboxtemplates", "unbakeable")
+
+
+def _gone(kube, run, timeout=60):
+    """Whether every Sandbox of the run is gone (the SDK deletes the one a
+    failed create made, in the background: the node's teardown comes first)."""
+    deadline = time.monotonic() + timeout
+    while kube.sandboxes.list(metadata={"run": run}) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return kube.sandboxes.list(metadata={"run": run}) == []
+
+
+def _node_memory_mib(stack):
+    """The memory the node offers the operator's placement (its Lease's
+    kubicle.dev/capacity-memory-mib: --capacity-mem, default 3/4 of the
+    host's RAM), or None when it publishes none."""
+    from kubernetes import client
+
+    lease = client.CoordinationV1Api(stack.api).read_namespaced_lease(
+        f"kubicle-node-{stack_mod.NODE_NAME}", stack_mod.LEASE_NS)
+    v = (lease.metadata.annotations or {}).get("kubicle.dev/capacity-memory-mib")
+    return int(v) if v else None
+
+
+# The largest spec.resources.memoryMiB the Sandbox CRD admits.
+MAX_SANDBOX_MIB = 262144
+
+
+def test_capacity_error_from_the_operators_placement(stack, kube):
+    # More memory than the node offers: the operator's placement finds no
+    # node with room (Scheduled=False InsufficientCapacity, "every node with
+    # the template ready is full") and nothing starts on the node.
+    offered = _node_memory_mib(stack)
+    if offered is None or offered >= MAX_SANDBOX_MIB:
+        pytest.skip(f"the node offers {offered} MiB: no Sandbox the CRD admits is too big")
+    run = run_id()
+    with pytest.raises(errors.KubicleError) as e:
+        kube.sandboxes.create(TEMPLATE, metadata={"run": run}, timeout=60,
+                              resources={"memory_mib": MAX_SANDBOX_MIB})
+    assert type(e.value) is errors.CapacityError, repr(e.value)
+    assert e.value.reason == "InsufficientCapacity"
+    assert e.value.message == "every node with the template ready is full"
+    assert e.value.sandbox.startswith(TEMPLATE + "-")
+    assert _gone(kube, run)
+
+
+async def test_async_capacity_error_from_the_operators_placement(stack, akube):
+    offered = _node_memory_mib(stack)
+    if offered is None or offered >= MAX_SANDBOX_MIB:
+        pytest.skip(f"the node offers {offered} MiB: no Sandbox the CRD admits is too big")
+    with pytest.raises(errors.CapacityError) as e:
+        await akube.sandboxes.create(TEMPLATE, metadata={"run": run_id()}, timeout=60,
+                                     resources={"memory_mib": MAX_SANDBOX_MIB})
+    assert e.value.reason == "InsufficientCapacity" and "full" in e.value.message
+
+
+def test_sandbox_failed_with_the_nodes_message(kube):
+    # The CRD admits any string as an env value; the node refuses one with
+    # a NUL byte (SandboxManager's ValidateEnv), so the VM never starts:
+    # status.vm Failed with the node's words, Ready=False VMFailed.
+    run = run_id()
+    with pytest.raises(errors.KubicleError) as e:
+        kube.sandboxes.create(TEMPLATE, metadata={"run": run}, timeout=60,
+                              env={"OK": "fine", "HAS_NUL": "a\x00b"})
+    assert type(e.value) is errors.SandboxFailedError, repr(e.value)
+    assert e.value.reason == "VMFailed"
+    assert e.value.message == "env HAS_NUL: value over 32 KiB or with a NUL byte"
+    assert _gone(kube, run)
+
+
+def test_fork_of_a_deleted_source_fails(kube):
+    # The operator keeps the SandboxFork waiting for its source (Ready=False
+    # SourceNotFound, "waiting for the source"; it could come back), so
+    # fork() says so when its timeout runs out, and deletes the SandboxFork.
+    run = run_id()
+    base = kube.sandboxes.create(TEMPLATE, metadata={"run": run})
+    base.delete()
+    with pytest.raises(errors.KubicleError) as e:
+        base.fork(2, timeout=5)
+    assert type(e.value) is errors.SandboxFailedError, repr(e.value)
+    assert e.value.reason == "SourceNotFound"
+    assert e.value.message == "waiting for the source"
+    assert e.value.sandbox.startswith(base.name + "-f")
+    assert _gone(kube, run)
 
 
 def test_fork_children_outlive_parent_and_delete_alone(kube):

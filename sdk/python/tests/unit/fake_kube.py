@@ -10,15 +10,22 @@ deletecollection, finalizers, and Secrets. The "operator" moves each new
 Sandbox through Scheduled to Running as docs/api.md describes, with a token
 Secret and a VM on a FakeNode (``k-<uid>``), or sets the condition a
 template, capacity or VM problem would; SandboxForks get children
-``<fork>-<i>`` forked from their source's files."""
+``<fork>-<i>`` forked from their source's files.
+
+Like the real apiserver it can serve https only (``tls=``, for the
+in-cluster loaders, which know no other scheme), refuse any bearer token
+but ``token`` (401 Unauthorized) and refuse verbs RBAC would (``forbid``,
+403 Forbidden); it records every request's Authorization header."""
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 import queue
 import random
 import secrets
+import ssl
 import string
 import threading
 import time
@@ -51,10 +58,18 @@ def _now() -> str:
 
 
 class FakeCluster:
-    def __init__(self, node: FakeNode, *, delay: float = 0.02) -> None:
+    def __init__(self, node: FakeNode, *, delay: float = 0.02,
+                 tls: Optional[Tuple[str, str]] = None, ca_pem: str = "") -> None:
         self.node = node
         self.delay = delay
-        # Template name -> "ready", "notready" or "vmfail"; absent: TemplateNotFound.
+        # None: any bearer token (or none) will do; else only this one.
+        self.token: Optional[str] = None
+        # (HTTP method, plural) pairs answered 403, as RBAC would.
+        self.forbid: set = set()
+        self.auth_headers: List[str] = []   # each request's Authorization header, in order
+        self.ca_pem = ca_pem                # the serving CA, for kubeconfig() under tls
+        # Template name -> "ready", "notready", "vmfail" or "nodefull" (the node
+        # refuses the VM for want of vCPUs); absent: TemplateNotFound.
         self.templates: Dict[str, str] = {"tg": "ready"}
         self.capacity = 1000
         # The next this many VMs start with a token hash other than their
@@ -89,22 +104,40 @@ class FakeCluster:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
+        self.scheme = "http"
+        if tls:  # (certificate chain file, key file): https only, as kube-apiserver
+            ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            ctx.load_cert_chain(*tls)
+            self.server.socket = ctx.wrap_socket(self.server.socket, server_side=True)
+            self.scheme = "https"
         threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
         self._ctl = threading.Thread(target=self._controller, daemon=True)
         self._ctl.start()
 
     @property
+    def port(self) -> int:
+        return int(self.server.server_address[1])
+
+    @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
+
+    def bearer_tokens(self) -> List[str]:
+        """The bearer tokens requests carried (the scheme's case varies by client)."""
+        return [h.split(" ", 1)[1] for h in self.auth_headers
+                if h.split(" ", 1)[0].lower() == "bearer" and " " in h]
 
     def kubeconfig(self, path: str, namespace: str = "team-a") -> str:
+        ca = ""
+        if self.ca_pem:
+            ca = "\n    certificate-authority-data: " + base64.b64encode(self.ca_pem.encode()).decode()
         with open(path, "w") as f:
             f.write(f"""apiVersion: v1
 kind: Config
 clusters:
 - name: fake
   cluster:
-    server: {self.url}
+    server: {self.url}{ca}
 contexts:
 - name: fake
   context:
@@ -269,6 +302,11 @@ users:
             return self._set(key, "Failed", sched=("True", "Scheduled", ""),
                              ready=("False", "VMFailed", "restore failed"),
                              vm={"state": "Failed", "message": "kubicle-vmm exited: restore failed"})
+        if self.templates.get(template) == "nodefull":
+            msg = ("node is full: 640 of 18432 MiB and 64 of 64 vCPUs in use; this sandbox "
+                   "needs 64 MiB and 1 vCPUs")
+            return self._set(key, "Failed", sched=("True", "Scheduled", ""),
+                             ready=("False", "VMFailed", msg), vm={"state": "Failed", "message": msg})
         token = secrets.token_hex(16)
         secret = f"{meta['name']}-token"
         self.create("secrets", key[1], {
@@ -276,7 +314,7 @@ users:
             "metadata": {"name": secret, "ownerReferences": [
                 {"apiVersion": "kubicle.dev/v1alpha1", "kind": "Sandbox", "name": meta["name"],
                  "uid": meta["uid"]}]},
-            "data": {"token": __import__("base64").b64encode(token.encode()).decode()}})
+            "data": {"token": base64.b64encode(token.encode()).decode()}})
         env = {e["name"]: e["value"] for e in spec.get("env") or []}
         labels = meta.get("labels") or {}
         if self.wrong_vm_tokens > 0:
@@ -327,7 +365,7 @@ users:
         src = self.get("sandboxes", key[1], fork["spec"]["sourceRef"]["name"])
         if src is None:
             return self.update(key, lambda o: o.update(status={"phase": "Pending", "conditions": [
-                _cond("Ready", "False", "SourceNotFound", "source missing")]}))
+                _cond("Ready", "False", "SourceNotFound", "waiting for the source")]}))
         labels = {k: v for k, v in (src["metadata"].get("labels") or {}).items()
                   if k in ("kubicle.dev/run", "kubicle.dev/agent", "kubicle.dev/template")}
         labels.update((fork["spec"].get("childMetadata") or {}).get("labels") or {})
@@ -352,7 +390,13 @@ users:
         n = int(h.headers.get("Content-Length", "0") or 0)
         body = json.loads(h.rfile.read(n)) if n else {}
         p = [x for x in u.path.split("/") if x]
+        auth = h.headers.get("Authorization", "")
+        self.auth_headers.append(auth)
         try:
+            scheme, _, token = auth.partition(" ")
+            if self.token is not None and (scheme.lower() != "bearer" or token != self.token):
+                # kube-apiserver's answer to a credential it does not know.
+                raise _ApiFail(401, "Unauthorized", "Unauthorized")
             if p[:3] == ["apis", "kubicle.dev", "v1alpha1"] and len(p) >= 6 and p[3] == "namespaces":
                 ns, plural, name = p[4], p[5], (p[6] if len(p) > 6 else None)
             elif p[:2] == ["api", "v1"] and len(p) == 6 and p[4] == "secrets":
@@ -362,6 +406,13 @@ users:
                 ns, plural, name = p[4], "leases", p[6]
             else:
                 raise _ApiFail(404, "NotFound", f"no route {u.path}")
+            if (method, plural) in self.forbid:   # in the RBAC authorizer's words
+                verb = {"POST": "create", "DELETE": "delete"}.get(method, "get" if name else "list")
+                group = {"secrets": "", "leases": "coordination.k8s.io"}.get(plural, "kubicle.dev")
+                raise _ApiFail(403, "Forbidden",
+                               f'{plural}{"." + group if group else ""} is forbidden: User '
+                               f'"system:serviceaccount:{ns}:agent" cannot {verb} resource '
+                               f'"{plural}" in API group "{group}" in the namespace "{ns}"')
             self._serve(h, method, ns, plural, name, q, body)
         except _ApiFail as f:
             self._send(h, f.code, {"kind": "Status", "apiVersion": "v1", "status": "Failure",

@@ -43,11 +43,12 @@ class FakeSandbox:
         self.meta: Dict[str, Tuple[int, Optional[str]]] = {}   # path -> (mode, mtime)
         self.fork_of = fork_of
         self.state = "Running"
+        self.message = ""   # why, for a Failed one (the node's words)
 
     def json(self, with_token: bool = False) -> Dict[str, Any]:
         j: Dict[str, Any] = {
             "id": self.id, "template": self.template, "labels": self.labels,
-            "state": self.state, "message": "", "forkOf": self.fork_of,
+            "state": self.state, "message": self.message, "forkOf": self.fork_of,
             "createdAt": "2026-01-01T00:00:00.000Z", "expiresAt": None, "cid": 3,
             "vmmPid": 1, "readyMs": 1.5, "memMib": 64, "vcpus": 1}
         if with_token:
@@ -167,6 +168,10 @@ class FakeNode:
                 self.remove(sid)
                 return self._json(h, 200, {"deleted": sid})
             return self._json(h, 200, sb.json())
+        if sb.state != "Running":
+            # As the manager's AgentOf: no agent to talk to (fork: the source's state).
+            why = f": {sb.message}" if sb.message and sub != "fork" else ""
+            return self._error(h, 409, "FailedPrecondition", f"sandbox '{sid}' is {sb.state}{why}")
         if sub == "fork":
             return self._fork(h, sb, js or {})
         if sub == "exec":
