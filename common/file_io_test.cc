@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <string>
@@ -58,6 +59,18 @@ TEST_F(FileIoTest, ReadFileToStringRefusesWhatIsBeyondItsLimit) {
   // while reading, not read forever.
   EXPECT_EQ(ReadFileToString("/dev/zero", 1 << 16).status().code(), StatusCode::kOutOfRange);
   EXPECT_EQ(ReadFileToString(path_ + ".missing").status().code(), StatusCode::kNotFound);
+}
+
+TEST(ReadFileToStringTest, ReadsProcFilesThatReportNoSize) {
+  // procfs and cgroupfs files stat as 0 bytes: read to the end all the same.
+  struct stat st {};
+  ASSERT_EQ(::stat("/proc/self/status", &st), 0);
+  ASSERT_EQ(st.st_size, 0);
+  auto status = ReadFileToString("/proc/self/status");
+  ASSERT_TRUE(status.ok()) << status.status().ToString();
+  EXPECT_EQ(status->rfind("Name:", 0), 0u) << *status;
+  EXPECT_NE(status->find("\nVmRSS:"), std::string::npos);
+  EXPECT_EQ(ReadFileToString("/proc/self/status", 16).status().code(), StatusCode::kOutOfRange);
 }
 
 }  // namespace
