@@ -39,6 +39,17 @@ TEST_F(FileIoTest, TransfersEveryVectorIncludingEmptyOnes) {
   EXPECT_EQ(z, c);
 }
 
+TEST_F(FileIoTest, WriteAllAtWritesEveryByteWhereItIsTold) {
+  const std::string big(3 << 20, 'y');
+  ASSERT_TRUE(WriteAllAt(fd_.get(), 4, big.data(), big.size()).ok());
+  ASSERT_TRUE(WriteAllAt(fd_.get(), 0, "abcd", 4).ok());
+  ASSERT_TRUE(WriteAllAt(fd_.get(), 2, "", 0).ok()) << "nothing to write";
+  auto all = ReadFileToString(path_);
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  EXPECT_EQ(*all, "abcd" + big);
+  EXPECT_EQ(WriteAllAt(-1, 0, "x", 1).code(), StatusCode::kInternal);  // EBADF
+}
+
 TEST_F(FileIoTest, AReadPastTheEndIsDataLossWithTheCallersWords) {
   ASSERT_EQ(::pwrite(fd_.get(), "abc", 3, 0), 3);
   std::string buf(10, 0);

@@ -128,9 +128,7 @@ class MemoryWriter {
       }
       uint64_t j = i + 1;
       while (j < pages && nonzero[j] && page[j] == page[j - 1] + kPage) ++j;
-      const iovec run{const_cast<uint8_t*>(page[i]), (j - i) * kPage};
-      RETURN_IF_ERROR(TransferAll(fd_, at + i * kPage, {&run, 1}, /*write=*/true,
-                                  "memory file write made no progress")
+      RETURN_IF_ERROR(WriteAllAt(fd_, at + i * kPage, page[i], (j - i) * kPage)
                           .WithContext("write memory file"));
       data_bytes_ += (j - i) * kPage;
       i = j;

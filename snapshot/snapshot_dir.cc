@@ -44,18 +44,6 @@ std::string NowRfc3339() {
   return buf;
 }
 
-Status WriteAll(int fd, const void* data, size_t len, const std::string& what) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  while (len > 0) {
-    ssize_t n = ::write(fd, p, len);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Status::FromErrno("write " + what);
-    p += n;
-    len -= static_cast<size_t>(n);
-  }
-  return Status::Ok();
-}
-
 Result<UniqueFd> CreateFile(const std::string& path) {
   UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
   if (!fd) return Status::FromErrno("create " + path);
@@ -71,7 +59,7 @@ Status Seal(int fd, const std::string& path) {
 
 Result<FileDigest> WriteSmallFile(const std::string& path, const void* data, size_t len) {
   ASSIGN_OR_RETURN(UniqueFd fd, CreateFile(path));
-  RETURN_IF_ERROR(WriteAll(fd.get(), data, len, path));
+  RETURN_IF_ERROR(WriteAllAt(fd.get(), 0, data, len).WithContext("write " + path));
   RETURN_IF_ERROR(Seal(fd.get(), path));
   return FileDigest{len, HexEncode(Sha256Of({static_cast<const uint8_t*>(data), len}))};
 }
