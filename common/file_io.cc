@@ -38,6 +38,11 @@ Status TransferAll(int fd, uint64_t offset, std::span<const iovec> iov, bool wri
   return Status::Ok();
 }
 
+Status WriteAllAt(int fd, uint64_t offset, const void* data, size_t len) {
+  const iovec one{const_cast<void*>(data), len};
+  return TransferAll(fd, offset, {&one, 1}, /*write=*/true, "pwritev wrote nothing");
+}
+
 Result<std::string> ReadFileToString(const std::string& path, size_t max_bytes) {
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd) return Status::FromErrno("open " + path);

@@ -19,6 +19,9 @@ namespace kubicle {
 // of the file first fails with DataLoss(`short_message`).
 Status TransferAll(int fd, uint64_t offset, std::span<const iovec> iov, bool write,
                    std::string_view short_message);
+// All `len` bytes of `data` written at `offset` (TransferAll of one vector):
+// a new file's whole content, a run of pages.
+Status WriteAllAt(int fd, uint64_t offset, const void* data, size_t len);
 
 // The whole file, refused (OutOfRange) beyond `max_bytes`, checked before
 // and while reading: a kubeconfig, a token, a record, never a disk image.

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <string>
@@ -38,6 +39,17 @@ TEST_F(FileIoTest, TransfersEveryVectorIncludingEmptyOnes) {
   EXPECT_EQ(z, c);
 }
 
+TEST_F(FileIoTest, WriteAllAtWritesEveryByteWhereItIsTold) {
+  const std::string big(3 << 20, 'y');
+  ASSERT_TRUE(WriteAllAt(fd_.get(), 4, big.data(), big.size()).ok());
+  ASSERT_TRUE(WriteAllAt(fd_.get(), 0, "abcd", 4).ok());
+  ASSERT_TRUE(WriteAllAt(fd_.get(), 2, "", 0).ok()) << "nothing to write";
+  auto all = ReadFileToString(path_);
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  EXPECT_EQ(*all, "abcd" + big);
+  EXPECT_EQ(WriteAllAt(-1, 0, "x", 1).code(), StatusCode::kInternal);  // EBADF
+}
+
 TEST_F(FileIoTest, AReadPastTheEndIsDataLossWithTheCallersWords) {
   ASSERT_EQ(::pwrite(fd_.get(), "abc", 3, 0), 3);
   std::string buf(10, 0);
@@ -58,6 +70,18 @@ TEST_F(FileIoTest, ReadFileToStringRefusesWhatIsBeyondItsLimit) {
   // while reading, not read forever.
   EXPECT_EQ(ReadFileToString("/dev/zero", 1 << 16).status().code(), StatusCode::kOutOfRange);
   EXPECT_EQ(ReadFileToString(path_ + ".missing").status().code(), StatusCode::kNotFound);
+}
+
+TEST(ReadFileToStringTest, ReadsProcFilesThatReportNoSize) {
+  // procfs and cgroupfs files stat as 0 bytes: read to the end all the same.
+  struct stat st {};
+  ASSERT_EQ(::stat("/proc/self/status", &st), 0);
+  ASSERT_EQ(st.st_size, 0);
+  auto status = ReadFileToString("/proc/self/status");
+  ASSERT_TRUE(status.ok()) << status.status().ToString();
+  EXPECT_EQ(status->rfind("Name:", 0), 0u) << *status;
+  EXPECT_NE(status->find("\nVmRSS:"), std::string::npos);
+  EXPECT_EQ(ReadFileToString("/proc/self/status", 16).status().code(), StatusCode::kOutOfRange);
 }
 
 }  // namespace

@@ -6,10 +6,9 @@
 
 namespace kubicle {
 
-StopSignals::StopSignals() {
+StopSignals::StopSignals(std::initializer_list<int> signals) {
   sigemptyset(&set_);
-  sigaddset(&set_, SIGINT);
-  sigaddset(&set_, SIGTERM);
+  for (int sig : signals) sigaddset(&set_, sig);
   pthread_sigmask(SIG_BLOCK, &set_, nullptr);
 }
 

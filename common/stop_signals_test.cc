@@ -20,5 +20,11 @@ TEST(StopSignalsTest, ATimeoutIsZeroAndASignalIsItsNumber) {
   later.join();
 }
 
+TEST(StopSignalsTest, TakesTheSignalsItIsGiven) {
+  const StopSignals stop({SIGHUP});
+  ASSERT_EQ(::kill(::getpid(), SIGHUP), 0);
+  EXPECT_EQ(stop.WaitFor(std::chrono::seconds(5)), SIGHUP);
+}
+
 }  // namespace
 }  // namespace kubicle

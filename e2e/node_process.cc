@@ -12,6 +12,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/file_io.h"
 #include "e2e/e2e_env.h"
 #include "kube/resource.h"
 #include "noderuntime/cli/node_client.h"
@@ -27,9 +28,11 @@ using namespace std::chrono_literals;
 constexpr int kLeaseDurationSeconds = 10;
 constexpr const char* kCgroupRoot = "/sys/fs/cgroup";
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(f)), {});
+// The file's text, or "" when it cannot be read (a VMM that has exited, a
+// token not written yet).
+std::string ReadOrEmpty(const std::string& path, size_t max_bytes = kDefaultMaxFileBytes) {
+  auto text = ReadFileToString(path, max_bytes);
+  return text.ok() ? std::move(*text) : std::string();
 }
 
 std::vector<std::string> Entries(const std::string& dir, bool dirs_only = false) {
@@ -162,7 +165,7 @@ Status NodeProcess::Restart() {
 }
 
 std::string NodeProcess::LogTail(size_t bytes) const {
-  std::string text = ReadFile(log_path_);
+  std::string text = ReadOrEmpty(log_path_, size_t{1} << 30);  // a long run's log
   return text.substr(text.size() > bytes ? text.size() - bytes : 0);
 }
 
@@ -182,7 +185,7 @@ std::map<pid_t, std::string> NodeProcess::VmmGroups() const {
   std::map<pid_t, std::string> out;
   for (pid_t pid : VmmPids()) {
     std::string group;
-    std::istringstream lines(ReadFile("/proc/" + std::to_string(pid) + "/cgroup"));
+    std::istringstream lines(ReadOrEmpty("/proc/" + std::to_string(pid) + "/cgroup"));
     for (std::string line; std::getline(lines, line);) {
       // "<id>:<controllers>:<path>"; v2 is "0::<path>".
       size_t a = line.find(':'), b = line.find(':', a + 1);
@@ -227,7 +230,7 @@ NodeLeftovers NodeProcess::Leftovers() const {
 }
 
 Result<Json> NodeProcess::Admin(const std::string& method, const std::string& path) {
-  std::string token = ReadFile(state_dir_ + "/admin-token");
+  std::string token = ReadOrEmpty(state_dir_ + "/admin-token");
   while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) token.pop_back();
   ASSIGN_OR_RETURN(auto client, noderuntime::cli::NodeClient::Create(url(), token, ca_file()));
   return client->Call(method, path);

@@ -8,26 +8,12 @@
 
 #include "common/file_io.h"
 #include "common/log.h"
+#include "common/query_escape.h"
 
 namespace kubicle::kube {
 
 namespace http = web::http;
 namespace client = web::http::client;
-
-std::string QueryEscape(std::string_view s) {
-  static const char* kHex = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
-      out += static_cast<char>(c);
-    } else {
-      out += '%';
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
-    }
-  }
-  return out;
-}
 
 namespace {
 

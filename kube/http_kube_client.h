@@ -59,7 +59,4 @@ class HttpKubeClient final : public KubeClient {
   std::chrono::steady_clock::time_point token_read_;
 };
 
-// URL query encoding of one value.
-std::string QueryEscape(std::string_view s);
-
 }  // namespace kubicle::kube

@@ -6,6 +6,7 @@
 #include <cpprest/containerstream.h>
 #include <cpprest/http_client.h>
 
+#include "common/query_escape.h"
 #include "kube/http_kube_client.h"
 
 namespace kubicle::kube {

@@ -4,10 +4,9 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <optional>
-#include <fstream>
 #include <set>
-#include <sstream>
+
+#include "common/file_io.h"
 
 namespace kubicle::kube {
 namespace {
@@ -24,14 +23,6 @@ void ResolveRefs(YAML::Node body, const std::string& dir,
   for (const char* f : fields) {
     if (body[f] && body[f].IsScalar()) body[f] = Absolute(dir, body[f].as<std::string>());
   }
-}
-
-std::optional<std::string> Slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 std::string DirOf(const std::string& path) {
@@ -118,8 +109,8 @@ Result<RestConfig> LoadKubeconfigLikeKubectl(const std::string& explicit_path,
   std::vector<KubeconfigFile> files;
   std::string tried;
   for (const std::string& p : paths) {
-    auto text = Slurp(p);
-    if (!text) {
+    auto text = ReadFileToString(p);
+    if (!text.ok()) {
       if (!explicit_path.empty()) return Status::NotFound("cannot read kubeconfig " + p);
       tried += (tried.empty() ? "" : ", ") + p;
       continue;

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "common/file_io.h"
 #include "common/hex.h"
 #include "common/unique_fd.h"
 
@@ -132,16 +133,9 @@ Status AtomicWriteFile(const std::string& path, std::string_view content) {
   {
     UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
     if (!fd) return Status::FromErrno("create " + tmp);
-    size_t off = 0;
-    while (off < content.size()) {
-      ssize_t n = ::write(fd.get(), content.data() + off, content.size() - off);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) {
-        Status s = Status::FromErrno("write " + tmp);
-        ::unlink(tmp.c_str());
-        return s;
-      }
-      off += static_cast<size_t>(n);
+    if (Status s = WriteAllAt(fd.get(), 0, content.data(), content.size()); !s.ok()) {
+      ::unlink(tmp.c_str());
+      return s.WithContext("write " + tmp);
     }
     if (::fsync(fd.get()) != 0) {
       Status s = Status::FromErrno("fsync " + tmp);

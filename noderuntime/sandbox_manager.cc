@@ -2,7 +2,8 @@
 // teardown, and the per-sandbox calls (get, list, delete, exec, files).
 // Creation and fork are in sandbox_manager_create.cc, re-adoption in
 // sandbox_manager_adopt.cc, templates in sandbox_manager_templates.cc (the
-// bake itself: TemplateBaker, template_baker.h).
+// bake itself: TemplateBaker, template_baker.h); the periodic sweeps (TTL,
+// orphans, busy cgroups) are the Sweeper's (sandbox_sweeper.h).
 #include "noderuntime/sandbox_manager.h"
 
 #include <signal.h>
@@ -30,6 +31,16 @@ SandboxManager::SandboxManager(NodeConfig config, metrics::Registry* metrics)
     metrics_ = own_metrics_.get();
   }
   if (!config_.clock) config_.clock = [] { return std::chrono::system_clock::now(); };
+  Sweeper::Options so;
+  so.target = this;
+  so.launcher = config_.launcher.get();
+  so.cgroups = &cgroups_;
+  so.state_dir = config_.state_dir;
+  so.clock = config_.clock;
+  so.ttl_interval = config_.sweep_interval;
+  so.orphan_interval = config_.orphan_sweep_interval;
+  so.orphan_min_age = config_.orphan_min_age;
+  sweeper_ = std::make_unique<Sweeper>(std::move(so));
 }
 
 Result<std::unique_ptr<SandboxManager>> SandboxManager::Open(NodeConfig config,
@@ -73,7 +84,7 @@ Status SandboxManager::Init() {
       if (s.ok()) s = cgroups_.AddProcess(vm.name, vm.vmm->pid());
       if (!s.ok()) log::Warn("pool vm cgroup", {{"vm", vm.name}, {"error", s.ToString()}});
     };
-    po.discard = [this](const PoolVm& vm) { RemoveCgroupSoon(vm.name); };
+    po.discard = [this](const PoolVm& vm) { sweeper_->RemoveCgroupSoon(vm.name); };
   }
   pool_ = std::make_unique<WarmPool>(std::move(po));
   TemplateBaker::Options bo;
@@ -103,7 +114,7 @@ Status SandboxManager::Init() {
     }
   }
   pool_->Start();
-  sweeper_ = std::thread([this] { SweeperLoop(); });
+  sweeper_->Start();
   log::Info("node runtime started", {{"state_dir", config_.state_dir},
                                      {"sandboxes", table_->size()},
                                      {"templates", templates_.size()},
@@ -119,10 +130,8 @@ void SandboxManager::Shutdown(bool stop_vms) {
     if (shut_down_) return;
     shut_down_ = true;
   }
-  stopping_ = true;
   if (baker_) baker_->Stop();
-  sweep_cv_.notify_all();
-  if (sweeper_.joinable()) sweeper_.join();
+  sweeper_->Stop();
   {
     std::lock_guard l(bake_mu_);
     for (std::thread& t : bakers_)
@@ -148,7 +157,7 @@ void SandboxManager::Shutdown(bool stop_vms) {
     sb->agent.reset();
     sb->vmm.reset();
   }
-  RetryCgroupRemovals(100);
+  sweeper_->RetryCgroupRemovals(100);
   if (stop_vms) {
     // Nothing of this node is left to hold its cgroup parent.
     Status s = cgroups_.RemoveParent();
@@ -213,7 +222,7 @@ void SandboxManager::FreeResources(Sandbox& sb) {
   sb.holds_capacity = false;
   if (sb.holds_cid) table_->ReleaseCid(sb.rec.info.cid);
   sb.holds_cid = false;
-  if (sb.holds_cgroup) RemoveCgroupSoon(sb.rec.info.id);
+  if (sb.holds_cgroup) sweeper_->RemoveCgroupSoon(sb.rec.info.id);
   sb.holds_cgroup = false;
   if (!sb.rec.control_path.empty()) ::unlink(sb.rec.control_path.c_str());
   if (!sb.rec.vsock_path.empty()) ::unlink(sb.rec.vsock_path.c_str());
@@ -397,79 +406,15 @@ Status SandboxManager::ReadFileStream(const std::string& id, const std::string& 
                                guest::client::DeadlineIn(config_.file_stream_timeout));
 }
 
-std::vector<std::string> SandboxManager::SweepExpired() {
-  WallTime now = config_.clock();
-  const std::vector<std::shared_ptr<Sandbox>> all = table_->All();
+std::vector<std::string> SandboxManager::ExpiredSandboxes(WallTime now) {
   std::vector<std::string> expired;
-  for (auto& sb : all) {
+  for (auto& sb : table_->All()) {
     std::lock_guard sl(sb->mu);
     if (sb->rec.info.expires_at && *sb->rec.info.expires_at <= now &&
         sb->rec.info.state != SandboxState::kCreating && !sb->removed)
       expired.push_back(sb->rec.info.id);
   }
-  std::vector<std::string> done;
-  for (const std::string& id : expired) {
-    Status s = DeleteSandbox(id);
-    if (s.ok()) {
-      done.push_back(id);
-      log::Info("sandbox ttl expired", {{"sandbox", id}});
-    }
-  }
-  return done;
-}
-
-void SandboxManager::RemoveCgroupSoon(const std::string& name) {
-  // kubicle-vmm exits before the kernel has torn its VM down: a helper that
-  // holds the VM stays in the group for a few ms more. Rather than block the
-  // delete, the sweeper retries busy groups.
-  if (cgroups_.Remove(name, 3).ok()) return;
-  {
-    std::lock_guard l(sweep_mu_);
-    pending_cgroups_.insert(name);
-  }
-  sweep_cv_.notify_all();
-}
-
-void SandboxManager::RetryCgroupRemovals(int attempts) {
-  std::set<std::string> pending;
-  {
-    std::lock_guard l(sweep_mu_);
-    pending.swap(pending_cgroups_);
-  }
-  for (const std::string& name : pending) {
-    Status s = cgroups_.Remove(name, attempts);
-    if (s.ok()) continue;
-    // The sweeper retries every 20 ms while a killed VM's threads exit: only
-    // a removal that still fails after a patient try is worth a warning.
-    if (attempts > 1) log::Warn("cgroup removal failed", {{"sandbox", name}, {"error", s.ToString()}});
-    else log::Debug("cgroup still busy; retrying", {{"sandbox", name}, {"error", s.ToString()}});
-    std::lock_guard l(sweep_mu_);
-    pending_cgroups_.insert(name);
-  }
-}
-
-void SandboxManager::SweeperLoop() {
-  auto next_sweep = std::chrono::steady_clock::now() + config_.sweep_interval;
-  auto next_orphans = std::chrono::steady_clock::now() + config_.orphan_sweep_interval;
-  std::unique_lock l(sweep_mu_);
-  while (!stopping_) {
-    auto wake = pending_cgroups_.empty() ? next_sweep : std::chrono::steady_clock::now() + 20ms;
-    auto until = std::min(wake, next_sweep);
-    if (config_.orphan_sweep_interval.count() > 0) until = std::min(until, next_orphans);
-    sweep_cv_.wait_until(l, until);
-    if (stopping_) break;
-    l.unlock();
-    RetryCgroupRemovals(1);
-    if (std::chrono::steady_clock::now() >= next_sweep) {
-      SweepExpired();
-      next_sweep = std::chrono::steady_clock::now() + config_.sweep_interval;
-    }
-    if (config_.orphan_sweep_interval.count() > 0 && std::chrono::steady_clock::now() >= next_orphans) {
-      SweepOrphans(config_.orphan_min_age);
-      next_orphans = std::chrono::steady_clock::now() + config_.orphan_sweep_interval;
-    }
-    l.lock();
-  }
+  return expired;
 }
 
 SandboxManager::Usage SandboxManager::usage() const {
@@ -479,8 +424,7 @@ SandboxManager::Usage SandboxManager::usage() const {
   u.vcpus = vcpus;
   u.pool_vms = pool_ ? pool_->idle() : 0;
   u.watched_processes = watcher_.size();
-  std::lock_guard l(sweep_mu_);
-  u.pending_cgroups = pending_cgroups_.size();
+  u.pending_cgroups = sweeper_->pending_cgroups();
   return u;
 }
 

@@ -1,7 +1,9 @@
 // SandboxManager: the node runtime behind SandboxService. It bakes templates
 // (cold boot, warm-up commands, snapshot), restores sandboxes into warm-pool
 // VMMs, forks them, proxies exec and file calls to each guest's agent, and
-// supervises every kubicle-vmm process it started or re-adopted.
+// supervises every kubicle-vmm process it started or re-adopted. Its
+// periodic sweeps (TTL, orphans, busy cgroups) run in a Sweeper
+// (sandbox_sweeper.h), to which it answers as the SweepTarget.
 //
 // Contracts (in addition to SandboxService's):
 //  - Everything lives under NodeConfig::state_dir (docs/node.md, "State
@@ -23,8 +25,6 @@
 //    FakeVmmLauncher in unit tests.
 #pragma once
 
-#include <atomic>
-#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
@@ -39,6 +39,7 @@
 #include "noderuntime/process_watcher.h"
 #include "noderuntime/records.h"
 #include "noderuntime/sandbox_service.h"
+#include "noderuntime/sandbox_sweeper.h"
 #include "noderuntime/template_baker.h"
 #include "noderuntime/vmm_launcher.h"
 #include "noderuntime/warm_pool.h"
@@ -87,7 +88,7 @@ struct NodeConfig {
 // kubicle-vmm's --serial-* flags for `limits`.
 std::vector<std::string> SerialFlags(const ConsoleLimits& limits);
 
-class SandboxManager final : public SandboxService {
+class SandboxManager final : public SandboxService, private SweepTarget {
  public:
   // Creates the state directory layout and re-adopts what it holds.
   // `metrics` may be null (a private registry is used).
@@ -129,12 +130,12 @@ class SandboxManager final : public SandboxService {
                                                            const std::string& path) override;
   Status RemoveFile(const std::string& id, const std::string& path, bool recursive) override;
 
-  // Deletes sandboxes whose TTL passed (the sweeper thread calls it every
+  // Deletes sandboxes whose TTL passed (the sweeper thread does it every
   // sweep_interval; tests call it with a fake clock). Returns their ids.
-  std::vector<std::string> SweepExpired();
+  std::vector<std::string> SweepExpired() { return sweeper_->SweepExpired(); }
   // Kills VMMs of this state dir older than `min_age` that no sandbox, pool
-  // VM or bake owns (the sweeper runs it every orphan_sweep_interval).
-  size_t SweepOrphans(std::chrono::seconds min_age);
+  // VM or bake owns (the sweeper does it every orphan_sweep_interval).
+  size_t SweepOrphans(std::chrono::seconds min_age) { return sweeper_->SweepOrphans(min_age); }
 
   struct Usage {
     uint64_t mem_mib = 0;
@@ -159,6 +160,11 @@ class SandboxManager final : public SandboxService {
   Status AdoptSandboxes();
   void AdoptOne(SandboxRecord record);
   void KillOrphans();
+  // What the sweeper (sandbox_sweeper.h) asks: sandbox_manager.cc, and
+  // OwnedVmms in sandbox_manager_adopt.cc beside KillOrphans.
+  std::vector<std::string> ExpiredSandboxes(WallTime now) override;
+  Status DeleteExpired(const std::string& id) override { return DeleteSandbox(id); }
+  std::set<pid_t> OwnedVmms() override;
   // Creation and forking (sandbox_manager_create.cc).
   Result<std::shared_ptr<Sandbox>> NewSandbox(const SandboxSpec& spec, std::string* token);
   Status RegisterSandbox(const std::shared_ptr<Sandbox>& sb, std::string* snapshot_dir);
@@ -198,9 +204,6 @@ class SandboxManager final : public SandboxService {
   Status PersistTemplate(const Template& t);  // requires t's lock
   std::string TemplateDir(const std::string& name) const;
   void RegisterMetrics();
-  void SweeperLoop();
-  void RemoveCgroupSoon(const std::string& name);
-  void RetryCgroupRemovals(int attempts);
   void UpdatePoolGauge();
 
   NodeConfig config_;
@@ -223,6 +226,9 @@ class SandboxManager final : public SandboxService {
   std::unique_ptr<Capacity> capacity_;
   std::unique_ptr<Table> table_;
   ProcessWatcher watcher_;
+  // TTL, orphans and busy cgroups. Made before and destroyed after pool_,
+  // whose discarded VMs' groups it removes.
+  std::unique_ptr<Sweeper> sweeper_;
   std::unique_ptr<WarmPool> pool_;
   std::unique_ptr<TemplateBaker> baker_;
 
@@ -233,11 +239,6 @@ class SandboxManager final : public SandboxService {
 
   std::mutex bake_mu_;
   std::vector<std::thread> bakers_;
-  std::thread sweeper_;
-  mutable std::mutex sweep_mu_;
-  std::condition_variable sweep_cv_;
-  std::set<std::string> pending_cgroups_;  // guarded by sweep_mu_
-  std::atomic<bool> stopping_{false};
   bool shut_down_ = false;
 };
 

@@ -1,6 +1,7 @@
 // SandboxManager::Open's re-adoption: templates and sandboxes from the state
 // directory, VMM processes checked by pid + start time, control socket and
-// agent; everything of ours that no record owns is killed or removed.
+// agent; everything of ours that no record owns is killed or removed. And
+// which VMMs are owned now, for the sweeper's orphan sweep (OwnedVmms).
 #include <signal.h>
 #include <unistd.h>
 
@@ -94,7 +95,7 @@ void SandboxManager::AdoptOne(SandboxRecord record) {
   if (info.state == SandboxState::kCreating || info.state == SandboxState::kDeleting) {
     // A create never answered (or a delete never finished): finish the job.
     if (handle.ok()) KillAndWait(**handle);
-    RemoveCgroupSoon(info.id);
+    sweeper_->RemoveCgroupSoon(info.id);
     ::unlink(sb->rec.control_path.c_str());
     ::unlink(sb->rec.vsock_path.c_str());
     (void)RemoveTree(sb->dir);
@@ -166,14 +167,10 @@ void SandboxManager::KillOrphans() {
     if (!sockets.count(e.path().filename().string())) fs::remove(e.path(), ec);
   for (const auto& e : fs::directory_iterator(config_.state_dir + "/pool", ec)) fs::remove_all(e.path(), ec);
   for (const std::string& g : cgroups_.List())
-    if (!groups.count(g)) RemoveCgroupSoon(g);
+    if (!groups.count(g)) sweeper_->RemoveCgroupSoon(g);
 }
 
-}  // namespace kubicle::noderuntime
-
-namespace kubicle::noderuntime {
-
-size_t SandboxManager::SweepOrphans(std::chrono::seconds min_age) {
+std::set<pid_t> SandboxManager::OwnedVmms() {
   std::set<pid_t> owned;
   const std::vector<std::shared_ptr<Sandbox>> all = table_->All();
   for (pid_t p : baker_->pids()) owned.insert(p);
@@ -182,18 +179,7 @@ size_t SandboxManager::SweepOrphans(std::chrono::seconds min_age) {
     if (sb->rec.info.vmm_pid > 0) owned.insert(sb->rec.info.vmm_pid);
   }
   for (pid_t p : pool_->idle_pids()) owned.insert(p);
-  size_t killed = 0;
-  for (pid_t pid : config_.launcher->FindVmms(config_.state_dir)) {
-    // Young ones may be a pool VM starting or a fork child being adopted.
-    if (owned.count(pid) || config_.launcher->AgeSeconds(pid) < static_cast<double>(min_age.count()))
-      continue;
-    auto h = config_.launcher->Attach(pid, std::nullopt);
-    if (!h.ok()) continue;
-    (void)(*h)->Signal(SIGKILL);
-    ++killed;
-    log::Warn("killed orphan kubicle-vmm", {{"pid", pid}});
-  }
-  return killed;
+  return owned;
 }
 
 }  // namespace kubicle::noderuntime

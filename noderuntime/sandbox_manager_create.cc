@@ -276,10 +276,7 @@ CgroupLimits SandboxManager::LimitsFor(const VmShape& shape) const {
 
 Status SandboxManager::SetUpCgroup(Sandbox& sb, const std::string& pool_group) {
   if (!cgroups_.enabled()) return Status::Ok();
-  {
-    std::lock_guard l(sweep_mu_);
-    pending_cgroups_.erase(sb.rec.info.id);  // a previous sandbox of this id
-  }
+  sweeper_->ForgetCgroup(sb.rec.info.id);  // a previous sandbox of this id
   {
     std::lock_guard l(sb.mu);
     sb.holds_cgroup = true;  // Remove is safe on a partly created group

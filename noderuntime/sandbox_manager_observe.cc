@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/file_io.h"
 #include "common/unique_fd.h"
 #include "noderuntime/sandbox_manager.h"
 #include "noderuntime/sandbox_manager_internal.h"
@@ -41,15 +42,12 @@ Result<ConsoleRead> SandboxManager::ReadConsole(const std::string& id, uint64_t 
   r.offset = offset > r.size ? 0 : offset;
   const size_t n = static_cast<size_t>(std::min<uint64_t>(max_bytes, r.size - r.offset));
   r.data.resize(n);
-  size_t got = 0;
-  while (got < n) {
-    ssize_t k = ::pread(fd.get(), r.data.data() + got, n - got, static_cast<off_t>(r.offset + got));
-    if (k < 0 && errno == EINTR) continue;
-    if (k < 0) return Status::FromErrno("read " + path);
-    if (k == 0) break;
-    got += static_cast<size_t>(k);
-  }
-  r.data.resize(got);
+  // The file behind fd only grows (a rotation renames it), so all n bytes
+  // are there.
+  const iovec into{r.data.data(), n};
+  RETURN_IF_ERROR(
+      TransferAll(fd.get(), r.offset, {&into, 1}, /*write=*/false, "it shrank while being read")
+          .WithContext("read " + path));
   return r;
 }
 

@@ -7,12 +7,14 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <thread>
 
 #include "noderuntime/node_util.h"
 #include "noderuntime/sandbox_manager.h"
+#include "noderuntime/testing/eventually.h"
 #include "noderuntime/testing/fake_vmm_launcher.h"
 
 namespace kubicle::noderuntime {
@@ -20,21 +22,12 @@ namespace {
 
 using namespace std::chrono_literals;
 using guest::protocol::Bytes;
+using testing::Eventually;
 using testing::FakeVmmLauncher;
 namespace fs = std::filesystem;
 
 Bytes B(const std::string& s) { return Bytes(s.begin(), s.end()); }
 std::string S(const Bytes& b) { return std::string(b.begin(), b.end()); }
-
-template <typename F>
-bool Eventually(F done, std::chrono::milliseconds timeout = 10s) {
-  const auto end = std::chrono::steady_clock::now() + timeout;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > end) return false;
-    std::this_thread::sleep_for(1ms);
-  }
-  return true;
-}
 
 class SandboxManagerTest : public ::testing::Test {
  protected:

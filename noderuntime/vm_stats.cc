@@ -4,19 +4,12 @@
 
 #include <charconv>
 #include <fstream>
-#include <sstream>
 #include <vector>
+
+#include "common/file_io.h"
 
 namespace kubicle::noderuntime {
 namespace {
-
-std::optional<std::string> Slurp(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 std::optional<uint64_t> ToU64(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
@@ -58,8 +51,8 @@ std::vector<pid_t> GroupPids(const std::string& dir) {
 }
 
 std::optional<uint64_t> ProcessCpuNs(const std::string& proc_root, pid_t pid) {
-  auto stat = Slurp(proc_root + "/" + std::to_string(pid) + "/stat");
-  if (!stat) return std::nullopt;  // exited meanwhile
+  auto stat = ReadFileToString(proc_root + "/" + std::to_string(pid) + "/stat");
+  if (!stat.ok()) return std::nullopt;  // exited meanwhile
   auto ticks = ParseProcStatCpuTicks(*stat);
   if (!ticks) return std::nullopt;
   return TicksToNs(*ticks);
@@ -113,8 +106,8 @@ Result<SandboxStats> ReadVmStats(const Cgroups& cgroups, const std::string& name
   if (!cgroups.enabled()) {
     s.source = "proc";
     auto cpu = ProcessCpuNs(proc_root, pid);
-    auto status = Slurp(proc_root + "/" + std::to_string(pid) + "/status");
-    auto rss = status ? ParseVmRssBytes(*status) : std::nullopt;
+    auto status = ReadFileToString(proc_root + "/" + std::to_string(pid) + "/status");
+    auto rss = status.ok() ? ParseVmRssBytes(*status) : std::nullopt;
     if (!cpu || !rss) return Status::Unavailable("VMM process " + std::to_string(pid) + " is gone");
     s.cpu_usage_ns = *cpu;
     s.memory_bytes = *rss;
@@ -126,18 +119,22 @@ Result<SandboxStats> ReadVmStats(const Cgroups& cgroups, const std::string& name
   const std::string cpu_dir = dirs[0];
   const std::string mem_dir = cgroups.v2() ? dirs[0] : dirs[1];
   const std::string pids_dir = cgroups.v2() ? dirs[0] : dirs[2];
-  auto mem = Slurp(mem_dir + (cgroups.v2() ? "/memory.current" : "/memory.usage_in_bytes"));
-  if (!mem) return Status::Unavailable("cgroup " + mem_dir + " cannot be read");
+  const bool v2 = cgroups.v2();
+  auto mem = ReadFileToString(mem_dir + (v2 ? "/memory.current" : "/memory.usage_in_bytes"));
+  if (!mem.ok()) return Status::Unavailable("cgroup " + mem_dir + " cannot be read");
   auto mem_v = ToU64(*mem);
   if (!mem_v) return Status::DataLoss("cgroup " + mem_dir + ": bad memory usage \"" + *mem + "\"");
   s.memory_bytes = *mem_v;
-  if (auto lim = Slurp(mem_dir + (cgroups.v2() ? "/memory.max" : "/memory.limit_in_bytes"))) {
+  if (auto lim = ReadFileToString(mem_dir + (v2 ? "/memory.max" : "/memory.limit_in_bytes"));
+      lim.ok()) {
     s.memory_limit_bytes = ToU64(*lim).value_or(0);  // "max": none
   }
-  if (auto pids = Slurp(pids_dir + "/pids.current")) s.pids = ToU64(*pids).value_or(0);
-  if (cgroups.v2()) {
-    auto stat = Slurp(cpu_dir + "/cpu.stat");
-    auto usec = stat ? ParseCpuStatUsageUsec(*stat) : std::nullopt;
+  if (auto pids = ReadFileToString(pids_dir + "/pids.current"); pids.ok()) {
+    s.pids = ToU64(*pids).value_or(0);
+  }
+  if (v2) {
+    auto stat = ReadFileToString(cpu_dir + "/cpu.stat");
+    auto usec = stat.ok() ? ParseCpuStatUsageUsec(*stat) : std::nullopt;
     if (!usec) return Status::Unavailable("cgroup " + cpu_dir + ": no cpu.stat usage_usec");
     s.cpu_usage_ns = *usec * 1000;
     return s;

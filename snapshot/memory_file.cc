@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "common/file_io.h"
 #include "common/unique_fd.h"
 #include "snapshot/digest.h"
 
@@ -81,18 +82,6 @@ class PageOracle {
   std::vector<bool> maybe_;
 };
 
-Status WriteAll(int fd, const uint8_t* p, uint64_t len, uint64_t offset) {
-  while (len > 0) {
-    ssize_t n = ::pwrite(fd, p, std::min<uint64_t>(len, 1u << 30), static_cast<off_t>(offset));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Status::FromErrno("write memory file");
-    p += n;
-    len -= static_cast<uint64_t>(n);
-    offset += static_cast<uint64_t>(n);
-  }
-  return Status::Ok();
-}
-
 // Guest memory as one logical byte stream in file order.
 struct Stream {
   struct Piece {
@@ -139,7 +128,8 @@ class MemoryWriter {
       }
       uint64_t j = i + 1;
       while (j < pages && nonzero[j] && page[j] == page[j - 1] + kPage) ++j;
-      RETURN_IF_ERROR(WriteAll(fd_, page[i], (j - i) * kPage, at + i * kPage));
+      RETURN_IF_ERROR(WriteAllAt(fd_, at + i * kPage, page[i], (j - i) * kPage)
+                          .WithContext("write memory file"));
       data_bytes_ += (j - i) * kPage;
       i = j;
     }

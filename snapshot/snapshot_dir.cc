@@ -11,6 +11,7 @@
 #include <ctime>
 #include <vector>
 
+#include "common/file_io.h"
 #include "common/hex.h"
 #include "common/unique_fd.h"
 #include "snapshot/digest.h"
@@ -43,18 +44,6 @@ std::string NowRfc3339() {
   return buf;
 }
 
-Status WriteAll(int fd, const void* data, size_t len, const std::string& what) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  while (len > 0) {
-    ssize_t n = ::write(fd, p, len);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Status::FromErrno("write " + what);
-    p += n;
-    len -= static_cast<size_t>(n);
-  }
-  return Status::Ok();
-}
-
 Result<UniqueFd> CreateFile(const std::string& path) {
   UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
   if (!fd) return Status::FromErrno("create " + path);
@@ -70,7 +59,7 @@ Status Seal(int fd, const std::string& path) {
 
 Result<FileDigest> WriteSmallFile(const std::string& path, const void* data, size_t len) {
   ASSIGN_OR_RETURN(UniqueFd fd, CreateFile(path));
-  RETURN_IF_ERROR(WriteAll(fd.get(), data, len, path));
+  RETURN_IF_ERROR(WriteAllAt(fd.get(), 0, data, len).WithContext("write " + path));
   RETURN_IF_ERROR(Seal(fd.get(), path));
   return FileDigest{len, HexEncode(Sha256Of({static_cast<const uint8_t*>(data), len}))};
 }
@@ -142,29 +131,20 @@ Result<SnapshotMeta> WriteFiles(const std::string& tmp, const MachineState& stat
   return meta;
 }
 
-Result<std::string> ReadFile(const std::string& path, uint64_t cap, uint64_t* size = nullptr) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd) {
-    if (errno == ENOENT) return Status::NotFound("snapshot file " + path + " is missing");
-    return Status::FromErrno("open " + path);
+Status Missing(const std::string& path) {
+  return Status::NotFound("snapshot file " + path + " is missing");
+}
+
+// One of the snapshot's small files (meta, state, disk index), refused above
+// `cap` bytes.
+Result<std::string> ReadSmallFile(const std::string& path, uint64_t cap) {
+  Result<std::string> data = ReadFileToString(path, static_cast<size_t>(cap));
+  if (data.ok()) return data;
+  if (data.status().code() == StatusCode::kNotFound) return Missing(path);
+  if (data.status().code() == StatusCode::kOutOfRange) {
+    return Status::InvalidArgument(data.status().message());  // a bad snapshot, like any other
   }
-  struct stat st{};
-  if (::fstat(fd.get(), &st) < 0) return Status::FromErrno("stat " + path);
-  if (static_cast<uint64_t>(st.st_size) > cap) {
-    return Status::InvalidArgument(path + " is " + std::to_string(st.st_size) +
-                                   " bytes, above the cap of " + std::to_string(cap));
-  }
-  std::string data(static_cast<size_t>(st.st_size), '\0');
-  size_t got = 0;
-  while (got < data.size()) {
-    ssize_t n = ::read(fd.get(), data.data() + got, data.size() - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Status::FromErrno("read " + path);
-    if (n == 0) return Status::DataLoss(path + " shrank while being read");
-    got += static_cast<size_t>(n);
-  }
-  if (size) *size = data.size();
-  return data;
+  return data.status();
 }
 
 Status CheckSmallFile(const std::string& name, const std::string& data, const FileDigest& want) {
@@ -180,10 +160,7 @@ Status CheckSmallFile(const std::string& name, const std::string& data, const Fi
 Status CheckMemoryFile(const std::string& path, const SnapshotMeta& meta,
                        const MachineState& state, bool verify_digest) {
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd) {
-    if (errno == ENOENT) return Status::NotFound("snapshot file " + path + " is missing");
-    return Status::FromErrno("open " + path);
-  }
+  if (!fd) return errno == ENOENT ? Missing(path) : Status::FromErrno("open " + path);
   struct stat st{};
   if (::fstat(fd.get(), &st) < 0) return Status::FromErrno("stat " + path);
   auto size = static_cast<uint64_t>(st.st_size);
@@ -246,16 +223,16 @@ Result<SnapshotDir> SnapshotDir::Open(const std::string& dir, const SnapshotOpen
   struct stat st{};
   if (::stat(dir.c_str(), &st) < 0) return Status::NotFound("snapshot " + dir + " does not exist");
   if (!S_ISDIR(st.st_mode)) return Status::InvalidArgument(dir + " is not a snapshot directory");
-  ASSIGN_OR_RETURN(std::string meta_text, ReadFile(dir + "/" + kMetaFileName, kMaxMetaBytes));
+  ASSIGN_OR_RETURN(std::string meta_text, ReadSmallFile(dir + "/" + kMetaFileName, kMaxMetaBytes));
   ASSIGN_OR_RETURN(SnapshotMeta meta, ParseMeta(meta_text));
   ASSIGN_OR_RETURN(std::string state_bytes,
-                   ReadFile(dir + "/" + kStateFileName, options.limits.max_file_bytes));
+                   ReadSmallFile(dir + "/" + kStateFileName, options.limits.max_file_bytes));
   // Decode first: its errors say precisely what is wrong with the file.
   ASSIGN_OR_RETURN(MachineState state,
                    DecodeState({reinterpret_cast<const uint8_t*>(state_bytes.data()), state_bytes.size()},
                                options.limits));
   RETURN_IF_ERROR(CheckSmallFile("state", state_bytes, meta.state));
-  ASSIGN_OR_RETURN(std::string disk, ReadFile(dir + "/" + kDiskFileName, kMaxDiskIndexBytes));
+  ASSIGN_OR_RETURN(std::string disk, ReadSmallFile(dir + "/" + kDiskFileName, kMaxDiskIndexBytes));
   RETURN_IF_ERROR(CheckSmallFile("disk", disk, meta.disk));
   ASSIGN_OR_RETURN(std::vector<DiskIndexEntry> disks, ParseDiskIndex(disk));
   RETURN_IF_ERROR(CheckMemoryFile(dir + "/" + kMemoryFileName, meta, state,

@@ -4,7 +4,6 @@
 
 #include <cstdio>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "common/log.h"
@@ -20,22 +19,6 @@ using kubicle::vmm::ExitCode;
 int Fail(ExitCode code, const std::string& message) {
   std::fprintf(stderr, "kubicle-vmm: %s\n", message.c_str());
   return static_cast<int>(code);
-}
-
-// Blocks termination signals in this and every later thread, and turns them
-// into a clean stop from one watcher thread.
-void WatchSignals(kubicle::vmm::Vm* vm) {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGHUP);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  std::thread([vm, set] {
-    int sig = 0;
-    if (sigwait(&set, &sig) == 0)
-      vm->RequestStop(ExitCode::kGuestShutdown, std::string("signal ") + strsignal(sig));
-  }).detach();
 }
 
 }  // namespace
@@ -68,7 +51,7 @@ int main(int argc, char** argv) {
             : command == "restore" ? kubicle::vmm::Vm::Restore(*config)
                                    : kubicle::vmm::Vm::CreatePooled(*config);
   if (!vm.ok()) return Fail(ExitCode::kSetupFailed, vm.status().ToString());
-  WatchSignals(vm->get());
+  (*vm)->StopOnSignals();
   kubicle::Status st = (*vm)->Start();
   if (!st.ok()) return Fail(ExitCode::kSetupFailed, st.ToString());
   ExitCode code = (*vm)->WaitForStop();

@@ -1,8 +1,10 @@
 #include "vmm/vm.h"
 
 #include <signal.h>
+#include <string.h>
 
 #include "common/log.h"
+#include "common/stop_signals.h"
 #include "vmm/arch/x86_64/layout.h"
 #include "vmm/kvm/vcpu_state.h"
 #include "vmm/devices/legacy/serial.h"
@@ -24,6 +26,14 @@ Vm::~Vm() {
   if (loop_) loop_->Stop();
   if (loop_thread_.joinable()) loop_thread_.join();
   JoinFlatten();
+}
+
+void Vm::StopOnSignals() {
+  const StopSignals signals({SIGTERM, SIGINT, SIGHUP});
+  std::thread([this, signals] {
+    const int sig = signals.Wait();
+    RequestStop(ExitCode::kGuestShutdown, std::string("signal ") + strsignal(sig));
+  }).detach();
 }
 
 Status Vm::SetupVcpu(int index, kvm::VcpuFd& vcpu) {

@@ -80,6 +80,11 @@ class Vm {
   void RequestStop(ExitCode code, const std::string& reason);
   // Blocks until a stop is requested, then tears everything down.
   ExitCode WaitForStop();
+  // Blocks SIGTERM, SIGINT and SIGHUP in the calling thread (and so in the
+  // threads it starts later) and starts a watcher thread that turns the
+  // first of them into a clean stop. Called once per process: by main before
+  // Start, and by each fork child, which inherits no threads.
+  void StopOnSignals();
 
   // State for the control socket's "status" command.
   control::VmStatus Describe() const;

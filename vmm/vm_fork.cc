@@ -103,20 +103,9 @@ void Vm::ChildMain(const snapshot::MachineState& state, const control::ForkChild
   // destroyed: the child never returns from here. Only its guest memory
   // moves on.
   vm->memory_ = std::move(memory_);
-  // Termination signals stay blocked (as the parent's main thread set them
-  // up); the parent's watcher thread does not exist here, so start one:
+  // The parent's signal watcher thread does not exist here: start one, so
   // SIGTERM stops the child cleanly (overlays removed, fast exit).
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGHUP);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  std::thread([raw = vm.get(), set] {
-    int sig = 0;
-    if (sigwait(&set, &sig) == 0)
-      raw->RequestStop(ExitCode::kGuestShutdown, std::string("signal ") + strsignal(sig));
-  }).detach();
+  vm->StopOnSignals();
   ForkTimings t;
   Status st = vm->BuildForked(state, &t);
   auto mark = std::chrono::steady_clock::now();

@@ -38,8 +38,9 @@ int main() {
     rtt_us.push_back(kubicle::bench::MillisSince(t) * 1000);
   }
   kubicle::bench::PrintPercentiles("ping round trip over vsock", rtt_us, "us");
-  auto r = (*vm)->Control({{"cmd", "shutdown"}});
+  const kubicle::Status reply = (*vm)->control().Shutdown(10s);
   auto code = (*vm)->Wait(10s);
+  if (!reply.ok()) std::fprintf(stderr, "shutdown request: %s\n", reply.ToString().c_str());
   std::printf("VM shut down, kubicle-vmm exit code %d\n", code.ok() ? *code : -1);
   return code.ok() && *code == 0 ? 0 : 1;
 }

@@ -35,10 +35,17 @@ namespace {
 using namespace std::chrono_literals;
 using kubicle::bench::Clock;
 using kubicle::bench::MillisSince;
+using kubicle::vmm::control::ForkChild;
+using kubicle::vmm::control::ForkRequest;
+using kubicle::vmm::control::GuestMemoryRange;
 using kubicle::vmm::testing::VmProcess;
 using kubicle::vmm::testing::VmProcessOptions;
 using kubicle::guest::client::AgentClient;
 using kubicle::Result;
+
+// Every control request here (snapshot, restore, fork, status, shutdown) is
+// answered well within this on the test guest.
+constexpr auto kControlTimeout = 10s;
 
 struct PrivateMemory {
   uint64_t vmm_kib = 0;    // private pages outside guest RAM
@@ -47,7 +54,7 @@ struct PrivateMemory {
 
 // Sums Private_Clean + Private_Dirty per mapping from /proc/<pid>/smaps,
 // splitting guest RAM (host ranges reported by the control socket) from the rest.
-PrivateMemory MeasurePrivate(pid_t pid, const nlohmann::json& guest_ranges) {
+PrivateMemory MeasurePrivate(pid_t pid, const std::vector<GuestMemoryRange>& guest_ranges) {
   PrivateMemory m;
   std::ifstream smaps("/proc/" + std::to_string(pid) + "/smaps");
   std::string line;
@@ -56,9 +63,8 @@ PrivateMemory MeasurePrivate(pid_t pid, const nlohmann::json& guest_ranges) {
     unsigned long long start = 0, end = 0;
     if (std::sscanf(line.c_str(), "%llx-%llx ", &start, &end) == 2 && line.find(':') > 8) {
       in_guest = false;
-      for (const auto& r : guest_ranges) {
-        uint64_t host = r["host"].get<uint64_t>();
-        if (start >= host && end <= host + r["size"].get<uint64_t>()) in_guest = true;
+      for (const GuestMemoryRange& r : guest_ranges) {
+        if (start >= r.host && end <= r.host + r.size) in_guest = true;
       }
       continue;
     }
@@ -80,9 +86,9 @@ bool MeasureRestore(const VmProcessOptions& o, int runs, std::vector<double>* ou
   if (!src.ok()) return std::fprintf(stderr, "start: %s\n", src.status().ToString().c_str()), false;
   if (!(*src)->ConnectAgent(60s).ok()) return std::fprintf(stderr, "agent did not answer\n"), false;
   std::string snap = (*src)->dir() + "/snapshot";
-  auto r = (*src)->Control({{"cmd", "snapshot"}, {"dir", snap}, {"resume", false}});
-  if (!r.ok() || (*r)["ok"] != true) {
-    std::fprintf(stderr, "snapshot failed: %s\n", r.ok() ? r->dump().c_str() : r.status().ToString().c_str());
+  auto r = (*src)->control().Snapshot({.dir = snap, .resume = false}, kControlTimeout);
+  if (!r.ok()) {
+    std::fprintf(stderr, "snapshot failed: %s\n", r.status().ToString().c_str());
     return false;
   }
   for (int run = 0; run < runs; ++run) {
@@ -110,9 +116,12 @@ bool MeasureRestore(const VmProcessOptions& o, int runs, std::vector<double>* ou
     if (!vm.ok() || !(*vm)->WaitForControl(20s).ok())
       return std::fprintf(stderr, "pool process did not come up\n"), false;
     auto start = Clock::now();
-    auto r = (*vm)->Control({{"cmd", "restore"}, {"snapshot", snap}});
-    if (!r.ok() || (*r)["ok"] != true)
-      return std::fprintf(stderr, "pool restore failed: %s\n", (*vm)->VmmLog().c_str()), false;
+    auto r = (*vm)->control().Restore({.snapshot = snap}, kControlTimeout);
+    if (!r.ok()) {
+      std::fprintf(stderr, "pool restore failed: %s\n%s\n", r.status().ToString().c_str(),
+                   (*vm)->VmmLog().c_str());
+      return false;
+    }
     auto agent = (*vm)->ConnectAgent(10s);
     if (!agent.ok()) return std::fprintf(stderr, "pool agent: %s\n", (*vm)->VmmLog().c_str()), false;
     warm->push_back(MillisSince(start));
@@ -131,26 +140,29 @@ bool MeasureRestore(const VmProcessOptions& o, int runs, std::vector<double>* ou
 double TimeFork(VmProcess& parent, int n, uint64_t first_cid,
                 std::vector<std::unique_ptr<VmProcess>>* keep = nullptr,
                 std::vector<double>* parent_ms = nullptr) {
-  nlohmann::json children = nlohmann::json::array();
+  ForkRequest request;
   std::vector<std::string> dirs;
   for (int i = 0; i < n; ++i) {
     char tmpl[] = "/tmp/kubicle-bench-fork-XXXXXX";
     if (::mkdtemp(tmpl) == nullptr) return -1;
     dirs.push_back(tmpl);
-    children.push_back({{"vsock_uds", dirs.back() + "/vsock.sock"},
-                        {"control", dirs.back() + "/control.sock"},
-                        {"serial", "none"}, {"cid", first_cid + i}});
+    // No serial: a child's console is discarded.
+    request.children.push_back(ForkChild{.control = dirs.back() + "/control.sock",
+                                         .cid = first_cid + i,
+                                         .vsock_uds = dirs.back() + "/vsock.sock"});
   }
   auto start = Clock::now();
-  auto r = parent.Control({{"cmd", "fork"}, {"count", n}, {"children", children}});
-  if (!r.ok() || (*r)["ok"] != true) {
-    std::fprintf(stderr, "fork failed: %s\n", r.ok() ? r->dump().c_str() : r.status().ToString().c_str());
+  auto r = parent.control().Fork(request, kControlTimeout);
+  if (!r.ok()) {
+    std::fprintf(stderr, "fork failed: %s\n", r.status().ToString().c_str());
     for (auto& d : dirs) std::filesystem::remove_all(d);
     return -1;
   }
-  if (parent_ms) parent_ms->push_back((*r)["fork_us"].get<double>() / 1000.0);
+  if (parent_ms) parent_ms->push_back(static_cast<double>(r->fork_us) / 1000.0);
   std::vector<std::unique_ptr<VmProcess>> kids;
-  for (int i = 0; i < n; ++i) kids.push_back(VmProcess::Attach((*r)["pids"][i].get<pid_t>(), dirs[i]));
+  for (int i = 0; i < n; ++i) {
+    kids.push_back(VmProcess::Attach(static_cast<pid_t>(r->pids[i]), dirs[i]));
+  }
   // Every child is asked at once, as a node daemon would.
   std::atomic<int> failed{0};
   std::vector<std::thread> askers;
@@ -198,8 +210,8 @@ bool MeasureForkAt(const VmProcessOptions& base, const std::string& mem, int run
   }
   std::this_thread::sleep_for(200ms);  // let the last child go idle
   PrivateMemory child;
-  auto status = last.at(0)->Control({{"cmd", "status"}});
-  if (status.ok()) child = MeasurePrivate(last[0]->pid(), (*status)["guest_memory"]);
+  auto status = last.at(0)->control().GetStatus(kControlTimeout);
+  if (status.ok()) child = MeasurePrivate(last[0]->pid(), status->guest_memory);
   last.clear();
   std::string title = "fork to child answering, " + mem;
   kubicle::bench::PrintPercentiles(title, fork_ms, "ms");
@@ -266,10 +278,13 @@ bool MeasureShutdown(const VmProcessOptions& o, int runs) {
     auto vm = VmProcess::Start(o);
     if (!vm.ok() || !(*vm)->ConnectAgent(60s).ok()) return std::fprintf(stderr, "start failed\n"), false;
     auto start = Clock::now();
-    auto r = (*vm)->Control({{"cmd", "shutdown"}});
+    const kubicle::Status reply = (*vm)->control().Shutdown(kControlTimeout);
     reply_ms.push_back(MillisSince(start));
     auto code = (*vm)->Wait(10s);
-    if (!code.ok() || *code != 0) return std::fprintf(stderr, "shutdown did not exit 0\n"), false;
+    if (!code.ok() || *code != 0) {
+      std::fprintf(stderr, "shutdown did not exit 0 (reply: %s)\n", reply.ToString().c_str());
+      return false;
+    }
     exit_ms.push_back(MillisSince(start));
   }
   kubicle::bench::PrintPercentiles("shutdown reply, " + o.mem, reply_ms, "ms");
@@ -340,8 +355,8 @@ int main(int argc, char** argv) {
         ping_us.push_back(MillisSince(t) * 1000);
       }
       std::this_thread::sleep_for(200ms);  // let it go idle
-      auto status = (*vm)->Control({{"cmd", "status"}});
-      if (status.ok()) idle = MeasurePrivate((*vm)->pid(), (*status)["guest_memory"]);
+      auto status = (*vm)->control().GetStatus(kControlTimeout);
+      if (status.ok()) idle = MeasurePrivate((*vm)->pid(), status->guest_memory);
     }
   }
   std::vector<double> restore_ms, warm_ms;

@@ -27,8 +27,6 @@
 #include <thread>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "e2e/nested/test_watchdog.h"
 #include "guest/client/agent_client.h"
 #include "guest/protocol/tlv.h"
@@ -332,28 +330,30 @@ std::string* LinuxCloneTest::scratch_ = nullptr;
 // Forks `from` into `n` children with CIDs first_cid.., each with its
 // sockets in a new scratch dir; returns them attached (empty on failure).
 std::vector<std::unique_ptr<VmProcess>> Fork(VmProcess& from, int n, uint64_t first_cid) {
-  nlohmann::json children = nlohmann::json::array();
+  vmm::control::ForkRequest request;
   std::vector<std::string> dirs;
   for (int i = 0; i < n; ++i) {
     dirs.push_back(MakeTempDir("kubicle-linux-fork"));
     EXPECT_FALSE(dirs.back().empty());
-    children.push_back({{"vsock_uds", dirs.back() + "/vsock.sock"},
-                        {"control", dirs.back() + "/control.sock"},
-                        {"serial", dirs.back() + "/serial.log"},
-                        {"cid", first_cid + i}});
+    request.children.push_back({.control = dirs.back() + "/control.sock",
+                                .cid = first_cid + i,
+                                .vsock_uds = dirs.back() + "/vsock.sock",
+                                .serial = dirs.back() + "/serial.log"});
   }
   Progress(std::to_string(n) + "-way fork of pid " + std::to_string(from.pid()));
-  auto r = from.Control({{"cmd", "fork"}, {"count", n}, {"children", children}});
+  auto r = from.control().Fork(request, kCallTimeout);
   std::vector<std::unique_ptr<VmProcess>> out;
-  EXPECT_TRUE(r.ok()) << r.status().ToString();
-  if (!r.ok() || (*r)["ok"] != true || (*r)["pids"].size() != size_t(n)) {
-    ADD_FAILURE() << (r.ok() ? r->dump() : "") << from.VmmLog();
+  if (!r.ok() || r->pids.size() != size_t(n)) {
+    ADD_FAILURE() << (r.ok() ? std::to_string(r->pids.size()) + " children"
+                             : r.status().ToString())
+                  << "\n" << from.VmmLog();
     for (auto& d : dirs) RemoveTree(d);
     return out;
   }
-  std::printf("fork: %d children, parent's fork_us %s\n", n, (*r)["fork_us"].dump().c_str());
+  std::printf("fork: %d children, parent's fork_us %lld\n", n,
+              static_cast<long long>(r->fork_us));
   for (int i = 0; i < n; ++i) {
-    out.push_back(VmProcess::Attach((*r)["pids"][i].get<pid_t>(), dirs[i]));
+    out.push_back(VmProcess::Attach(static_cast<pid_t>(r->pids[i]), dirs[i]));
     WatchVmDir(dirs[i]);
   }
   return out;
@@ -396,9 +396,8 @@ TEST_F(LinuxCloneTest, RestoresRunSideBySideWithOwnIdentityAndPrivateFiles) {
   ASSERT_GT(counter, 0);
   Progress("snapshot of the running python guest");
   auto start = std::chrono::steady_clock::now();
-  auto r = vm().Control({{"cmd", "snapshot"}, {"dir", snap}, {"resume", true}});
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  ASSERT_EQ((*r)["ok"], true) << r->dump() << vm().VmmLog();
+  auto r = vm().control().Snapshot({.dir = snap, .resume = true}, kCallTimeout);
+  ASSERT_TRUE(r.ok()) << r.status().ToString() << "\n" << vm().VmmLog();
   std::printf("snapshot (512 MiB python guest, resume): %.0f ms\n", MsSince(start));
   ASSERT_TRUE(agent().Ping(DeadlineIn(kCallTimeout)).ok()) << "the origin stopped answering";
 
@@ -443,9 +442,9 @@ TEST_F(LinuxCloneTest, FiveWayForkChildrenRunPythonWithOwnIdentityAndPrivateFile
               "request\n", MsSince(start));
 
   ASSERT_TRUE(agent().Ping(DeadlineIn(kCallTimeout)).ok()) << "the parent stopped answering";
-  auto status = vm().Control({{"cmd", "status"}});
-  ASSERT_TRUE(status.ok());
-  EXPECT_EQ((*status)["state"], "running");
+  auto status = vm().control().GetStatus(kCallTimeout);
+  ASSERT_TRUE(status.ok()) << status.status().ToString();
+  EXPECT_EQ(status->state, vmm::control::VmState::kRunning);
   for (int i = 0; i < kChildren; ++i) {
     Progress("checking fork child " + std::to_string(i));
     ExpectCloneWorks(*agents[i], "py-fork-" + std::to_string(i), 20 + i, counter);

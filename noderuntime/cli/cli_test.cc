@@ -57,7 +57,7 @@ TEST(Labels, ParseLabelArgs) {
   EXPECT_EQ((*l)["c"], "d");
   EXPECT_EQ((*l)["e"], "");
   EXPECT_FALSE(ParseLabelArgs({"novalue"}).ok());
-  EXPECT_EQ(QueryEscape("kubicle.dev/run=r 1"), "kubicle.dev/run%3Dr%201");
+  EXPECT_EQ(QueryEscape("kubicle.dev/run=r 1", kQueryKeep), "kubicle.dev/run%3Dr%201");
 }
 
 TEST(Table, AlignsColumns) {

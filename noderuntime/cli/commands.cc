@@ -186,7 +186,8 @@ int CmdList(NodeClient& c, const Argv& args) {
   auto a = ParseArgs(args, {"-l", "--selector"}, {});
   if (!a.ok() || !a->positional.empty()) return Usage(a.ok() ? "ls [-l selector]" : a.status().message());
   std::string sel = a->Get("-l", a->Get("--selector"));
-  auto r = c.Call("GET", "/v1/sandboxes" + (sel.empty() ? "" : "?labelSelector=" + QueryEscape(sel)));
+  const std::string query = sel.empty() ? "" : "?labelSelector=" + QueryEscape(sel, kQueryKeep);
+  auto r = c.Call("GET", "/v1/sandboxes" + query);
   if (!r.ok()) return Fail("ls", r.status());
   std::vector<std::vector<std::string>> rows{{"ID", "TEMPLATE", "STATE", "CREATED", "READY_MS", "PID", "LABELS"}};
   for (const auto& s : (*r)["items"]) {
@@ -309,7 +310,7 @@ int CmdRemove(NodeClient& c, const Argv& args) {
   std::string sel = a->Get("-l", a->Get("--selector"));
   if (sel.empty() == a->positional.empty()) return Usage("rm ID... | rm -l SELECTOR");
   if (!sel.empty()) {
-    auto r = c.Call("DELETE", "/v1/sandboxes?labelSelector=" + QueryEscape(sel));
+    auto r = c.Call("DELETE", "/v1/sandboxes?labelSelector=" + QueryEscape(sel, kQueryKeep));
     if (!r.ok()) return Fail("rm -l " + sel, r.status());
     std::printf("deleted %zu sandboxes\n", (*r)["deleted"].size());
     return kExitOk;

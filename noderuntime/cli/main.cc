@@ -1,9 +1,9 @@
 // kubicle-nodectl: command-line client for kubicle-node's HTTP API.
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <map>
 
+#include "common/file_io.h"
 #include "noderuntime/cli/args.h"
 #include "noderuntime/cli/commands.h"
 
@@ -50,10 +50,9 @@ std::string Trim(std::string s) {
 }
 
 Result<std::string> ReadToken(const std::string& file) {
-  std::ifstream in(file);
-  if (!in) return Status::NotFound("cannot read token file " + file);
-  std::string t((std::istreambuf_iterator<char>(in)), {});
-  t = Trim(t);
+  auto text = ReadFileToString(file);
+  if (!text.ok()) return Status::NotFound("cannot read token file: " + text.status().message());
+  std::string t = Trim(std::move(*text));
   if (t.empty()) return Status::InvalidArgument("token file " + file + " is empty");
   return t;
 }

@@ -154,8 +154,9 @@ Result<json> NodeClient::Call(const std::string& method, const std::string& path
 
 Result<std::string> NodeClient::GetFile(const std::string& id, const std::string& path) {
   try {
-    auto req = MakeRequest("GET", "/v1/sandboxes/" + id + "/files?path=" + QueryEscape(path),
-                           token_);
+    const std::string target =
+        "/v1/sandboxes/" + id + "/files?path=" + QueryEscape(path, kQueryKeep);
+    auto req = MakeRequest("GET", target, token_);
     auto resp = http_->request(req).get();
     std::string text = BodyString(resp);
     if (resp.status_code() >= 300) return StatusFromHttp(resp.status_code(), text);
@@ -170,8 +171,9 @@ Status NodeClient::PutFile(const std::string& id, const std::string& path,
   try {
     char m[8];
     std::snprintf(m, sizeof m, "%04o", mode & 07777);
-    auto req = MakeRequest(
-        "PUT", "/v1/sandboxes/" + id + "/files?path=" + QueryEscape(path) + "&mode=" + m, token_);
+    const std::string target =
+        "/v1/sandboxes/" + id + "/files?path=" + QueryEscape(path, kQueryKeep) + "&mode=" + m;
+    auto req = MakeRequest("PUT", target, token_);
     req.set_body(std::vector<unsigned char>(data.begin(), data.end()));
     req.headers().set_content_type("application/octet-stream");
     auto resp = http_->request(req).get();
@@ -230,21 +232,6 @@ Result<json> ParseLabelArgs(const std::vector<std::string>& kvs) {
       out[one.substr(0, eq)] = one.substr(eq + 1);
       if (comma == std::string::npos) break;
       start = comma + 1;
-    }
-  }
-  return out;
-}
-
-std::string QueryEscape(const std::string& s) {
-  static constexpr char kHex[] = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' || c == '/') {
-      out.push_back(static_cast<char>(c));
-    } else {
-      out.push_back('%');
-      out.push_back(kHex[c >> 4]);
-      out.push_back(kHex[c & 15]);
     }
   }
   return out;

@@ -11,10 +11,12 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "common/query_escape.h"
 #include "common/status.h"
 
 namespace web::http::client {
@@ -77,8 +79,9 @@ class NodeClient {
 
 // "a=b,c=d" style list of k=v to a JSON object; InvalidArgument on "k".
 Result<json> ParseLabelArgs(const std::vector<std::string>& kvs);
-// Percent-encodes a query value.
-std::string QueryEscape(const std::string& s);
+// What the node client leaves unescaped in a query value (QueryEscape's
+// `keep`): "/", so label keys and guest paths stay readable.
+inline constexpr std::string_view kQueryKeep = "/";
 Status StatusFromHttp(int code, const std::string& body);
 
 }  // namespace kubicle::noderuntime::cli

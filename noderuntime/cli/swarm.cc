@@ -133,10 +133,10 @@ int CmdSwarm(NodeClient& c, const Argv& args) {
   }
   const std::string sel = "kubicle.dev/run=" + run;
   auto t0 = Clock::now();
-  auto swept = c.Call("DELETE", "/v1/sandboxes?labelSelector=" + QueryEscape(sel));
+  auto swept = c.Call("DELETE", "/v1/sandboxes?labelSelector=" + QueryEscape(sel, kQueryKeep));
   if (!swept.ok()) return Fail("sweep " + sel, swept.status());
   double sweep_ms = MsSince(t0);
-  auto left = c.Call("GET", "/v1/sandboxes?labelSelector=" + QueryEscape(sel));
+  auto left = c.Call("GET", "/v1/sandboxes?labelSelector=" + QueryEscape(sel, kQueryKeep));
   if (!left.ok()) return Fail("list " + sel, left.status());
   size_t remaining = (*left)["items"].size();
   std::printf("swept %zu sandboxes with -l %s in %.1f ms; %zu remain\n", (*swept)["deleted"].size(),

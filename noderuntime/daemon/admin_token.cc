@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/file_io.h"
 #include "common/unique_fd.h"
 #include "noderuntime/node_util.h"
 
@@ -11,22 +12,12 @@ namespace kubicle::noderuntime::daemon {
 
 namespace {
 
-Status WriteAll(int fd, const std::string& s) {
-  size_t off = 0;
-  while (off < s.size()) {
-    ssize_t n = ::write(fd, s.data() + off, s.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Status::FromErrno("write");
-    off += static_cast<size_t>(n);
-  }
-  return Status::Ok();
-}
-
 Result<std::string> Create(const std::string& path) {
   UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
   if (!fd.valid()) return Status::FromErrno("creating token file " + path);
   std::string token = RandomHex(32);
-  Status st = WriteAll(fd.get(), token + "\n");
+  const std::string line = token + "\n";
+  Status st = WriteAllAt(fd.get(), 0, line.data(), line.size());
   if (st.ok() && ::fsync(fd.get()) != 0) st = Status::FromErrno("fsync " + path);
   if (!st.ok()) {
     ::unlink(path.c_str());
