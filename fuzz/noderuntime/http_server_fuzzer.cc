@@ -33,9 +33,13 @@
 //    token only sb-1's reads, exec and files, without either nothing (the
 //    bearer token is read here independently of routes.cc);
 //  - what the client reads is HTTP/1.1 responses (the interim ones only
-//    100 Continue) whose final status codes are, in order, the handlers'
-//    answers and then the refusal's, if any (the server's 431/413/400 or
-//    the Gate's); only a streamed answer the handler aborted may be cut;
+//    100 Continue, never before the Gate's refusal) whose final status
+//    codes are, in order, the handlers' answers and then the refusal's, if
+//    any (the server's 431/413/400 or the Gate's); only a streamed answer
+//    the handler aborted may be cut;
+//  - the Gate has decided each request once its header is in, before the
+//    client sends another piece (where headers end is found here with
+//    Beast's parser under the same cap), until a refusal;
 //  - an answer without keep-alive is the last bytes sent; a refusal is such
 //    an answer, and the client sees the connection's end before it sends
 //    another piece (the body is never waited for); after a refusal the Gate
@@ -56,6 +60,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -71,7 +76,7 @@
 #include "common/unique_fd.h"
 #include "fuzz/common/fuzz_input.h"
 #include "noderuntime/api/api_server.h"
-#include "noderuntime/api/fake_sandbox_service.h"
+#include "fuzz/noderuntime/guarded_service.h"
 #include "noderuntime/api/http_server_internal.h"
 
 namespace kubicle::fuzz {
@@ -80,140 +85,16 @@ namespace {
 namespace api = noderuntime::api;
 namespace http = boost::beast::http;
 using namespace std::chrono_literals;
-using Clock = std::chrono::steady_clock;
 
-constexpr char kAdminToken[] = "admin-token";
-constexpr char kSandboxId[] = "sb-1";
-constexpr char kSandboxToken[] = "sandbox-token";
 // Rounds of waiting for the kernel before an end that should come is
 // missing (about two seconds on an idle machine).
 constexpr int kRounds = 2000;
-
-enum class Who { kNobody, kSandbox, kAdmin };
-
-// Whose token an Authorization header carries, read as RFC 6750 says
-// ("Bearer" in any case, then the token), not through routes.cc.
-Who WhoIs(std::string_view h) {
-  constexpr std::string_view kScheme = "bearer ";
-  if (h.size() <= kScheme.size()) return Who::kNobody;
-  for (size_t i = 0; i < kScheme.size(); ++i) {
-    if ((h[i] | 0x20) != kScheme[i]) return Who::kNobody;
-  }
-  h.remove_prefix(kScheme.size());
-  while (!h.empty() && h.front() == ' ') h.remove_prefix(1);
-  while (!h.empty() && h.back() == ' ') h.remove_suffix(1);
-  if (h == kAdminToken) return Who::kAdmin;
-  if (h == kSandboxToken) return Who::kSandbox;
-  return Who::kNobody;
-}
-
-// The fake, with every call checked against whose request is being handled.
-class GuardedService final : public api::FakeSandboxService {
- public:
-  using Fake = api::FakeSandboxService;
-  bool in_gate = false;
-  std::optional<Who> handling;  // set while a handler (or the set-up) runs
-
-  Result<noderuntime::TemplateInfo> PutTemplate(const noderuntime::TemplateSpec& s) override {
-    Admin();
-    return Fake::PutTemplate(s);
-  }
-  Result<noderuntime::TemplateInfo> GetTemplate(const std::string& name) override {
-    Admin();
-    return Fake::GetTemplate(name);
-  }
-  std::vector<noderuntime::TemplateInfo> ListTemplates() override {
-    Admin();
-    return Fake::ListTemplates();
-  }
-  Status DeleteTemplate(const std::string& name) override {
-    Admin();
-    return Fake::DeleteTemplate(name);
-  }
-  Result<noderuntime::SandboxInfo> CreateSandbox(const noderuntime::SandboxSpec& s) override {
-    Admin();
-    return Fake::CreateSandbox(s);
-  }
-  Result<std::vector<noderuntime::SandboxInfo>> ForkSandbox(
-      const noderuntime::ForkRequest& r) override {
-    Admin();
-    return Fake::ForkSandbox(r);
-  }
-  Result<noderuntime::SandboxInfo> GetSandbox(const std::string& id) override {
-    Tenant(id);
-    return Fake::GetSandbox(id);
-  }
-  Result<std::vector<noderuntime::SandboxInfo>> ListSandboxes(const std::string& sel) override {
-    Admin();
-    return Fake::ListSandboxes(sel);
-  }
-  Status DeleteSandbox(const std::string& id) override {
-    Admin();
-    return Fake::DeleteSandbox(id);
-  }
-  Result<std::vector<std::string>> DeleteSandboxes(const std::string& sel) override {
-    Admin();
-    return Fake::DeleteSandboxes(sel);
-  }
-  bool CheckToken(const std::string& id, const std::string& token) override {
-    FUZZ_CHECK(in_gate);
-    return Fake::CheckToken(id, token);
-  }
-  Result<guest::client::ExecResult> Exec(const std::string& id,
-                                         const noderuntime::ExecOptions& o) override {
-    Tenant(id);
-    return Fake::Exec(id, o);
-  }
-  Status WriteFile(const std::string& id, const std::string& path, guest::protocol::ByteSpan data,
-                   uint32_t mode) override {
-    Tenant(id);
-    return Fake::WriteFile(id, path, data, mode);
-  }
-  Result<guest::protocol::Bytes> ReadFile(const std::string& id, const std::string& path) override {
-    Tenant(id);
-    return Fake::ReadFile(id, path);
-  }
-  Status ReadFileStream(const std::string& id, const std::string& path,
-                        const guest::client::FileChunkFn& on_chunk) override {
-    Tenant(id);
-    return Fake::ReadFileStream(id, path, on_chunk);
-  }
-  Result<noderuntime::ConsoleRead> ReadConsole(const std::string& id, uint64_t offset,
-                                               size_t max_bytes) override {
-    Tenant(id);
-    return Fake::ReadConsole(id, offset, max_bytes);
-  }
-  Result<noderuntime::SandboxStats> GetSandboxStats(const std::string& id) override {
-    Tenant(id);
-    return Fake::GetSandboxStats(id);
-  }
-  Result<guest::protocol::StatReply> StatFile(const std::string& id,
-                                              const std::string& path) override {
-    Tenant(id);
-    return Fake::StatFile(id, path);
-  }
-  Result<std::vector<guest::protocol::DirEntry>> ListFiles(const std::string& id,
-                                                           const std::string& path) override {
-    Tenant(id);
-    return Fake::ListFiles(id, path);
-  }
-  Status RemoveFile(const std::string& id, const std::string& path, bool recursive) override {
-    Tenant(id);
-    return Fake::RemoveFile(id, path, recursive);
-  }
-
- private:
-  void Admin() const { FUZZ_CHECK(!in_gate && handling == Who::kAdmin); }
-  void Tenant(const std::string& id) const {
-    FUZZ_CHECK(!in_gate && handling.has_value());
-    FUZZ_CHECK(*handling == Who::kAdmin || (*handling == Who::kSandbox && id == kSandboxId));
-  }
-};
 
 // What the server answered or refused, in order.
 struct Answer {
   int code = 0;
   bool refusal = false;
+  bool by_gate = false;  // a refusal from the header alone
   bool aborted = false;  // a stream the handler gave up on: may arrive cut
 };
 
@@ -242,7 +123,7 @@ class Recorder final : public api::Responder {
   void Record(int code) {
     FUZZ_CHECK(!index_);  // a handler answers once
     index_ = answers_->size();
-    answers_->push_back({code, false, false});
+    answers_->push_back({.code = code});
   }
   std::shared_ptr<api::Responder> inner_;
   std::vector<Answer>* answers_;
@@ -263,6 +144,55 @@ int Listener() {
   return fd;
 }
 
+// A request body the parse in HeaderEnds steps over (string_body would
+// reserve a declared Content-Length up front).
+struct SkipBody {
+  struct value_type {};
+  class reader {
+   public:
+    template <bool isRequest, class Fields>
+    reader(http::header<isRequest, Fields>&, value_type&) {}
+    void init(const boost::optional<uint64_t>&, boost::beast::error_code& ec) { ec = {}; }
+    template <class Buffers>
+    size_t put(const Buffers& buffers, boost::beast::error_code& ec) {
+      ec = {};
+      return boost::asio::buffer_size(buffers);
+    }
+    void finish(boost::beast::error_code& ec) { ec = {}; }
+  };
+};
+using MirrorParser = http::request_parser<SkipBody>;
+
+// Where each request's header ends in what the client sends, for every
+// request the server must decide: parsed here with Beast's parser under
+// the server's header cap, up to a request the parser refuses, one that
+// closes the connection (no keep-alive) or one cut short.
+std::vector<size_t> HeaderEnds(std::string_view stream, size_t header_cap) {
+  std::vector<size_t> ends;
+  size_t at = 0;
+  while (at < stream.size()) {
+    MirrorParser p;
+    p.header_limit(static_cast<uint32_t>(header_cap));
+    p.body_limit(std::numeric_limits<uint64_t>::max());
+    size_t used = 0;
+    // False at the end of the stream or at an error.
+    auto parse = [&](bool (MirrorParser::*done)() const) {
+      while (!(p.*done)()) {
+        boost::beast::error_code ec;
+        const size_t n = p.put(boost::asio::buffer(stream.substr(at + used)), ec);
+        used += n;
+        if (ec || n == 0) return false;
+      }
+      return true;
+    };
+    if (!parse(&MirrorParser::is_header_done)) break;
+    ends.push_back(at + used);
+    if (!p.keep_alive() || !parse(&MirrorParser::is_done)) break;
+    at += used;
+  }
+  return ends;
+}
+
 api::ApiServerOptions OptionsFor(uint8_t flags) {
   api::ApiServerOptions o;
   o.admin_token = kAdminToken;
@@ -281,8 +211,11 @@ api::ApiServerOptions OptionsFor(uint8_t flags) {
 // One input: a node, a connection to it, and what each side saw.
 class Session {
  public:
-  explicit Session(uint8_t flags)
-      : api_(&svc_, &registry_, OptionsFor(flags)), door_(api_.front_door()) {
+  // `stream` is all the client will send (for HeaderEnds).
+  Session(uint8_t flags, std::string_view stream)
+      : api_(&svc_, &registry_, OptionsFor(flags)),
+        door_(api_.front_door()),
+        header_ends_(HeaderEnds(stream, door_.limits.max_header_bytes)) {
     svc_.handling = Who::kAdmin;
     noderuntime::TemplateSpec t;
     t.name = "tg";
@@ -307,6 +240,7 @@ class Session {
   void Send(std::string_view piece) {
     if (client_closed_) return;
     const size_t refusals = refusals_;
+    bool delivered = true;
     while (!piece.empty()) {
       const int before = Queued();
       ssize_t n = ::send(client_.get(), piece.data(), piece.size(), MSG_NOSIGNAL);
@@ -320,9 +254,17 @@ class Session {
         continue;
       }
       piece.remove_prefix(size_t(n));
-      WaitDelivered(before, size_t(n));
+      sent_ += size_t(n);
+      delivered = WaitDelivered(before, size_t(n)) && delivered;
       Pump();
       Drain();
+    }
+    if (delivered && refusals_ == 0) {
+      // The Gate has decided every request whose header is in, without
+      // waiting for a body byte.
+      size_t due = 0;
+      while (due < header_ends_.size() && header_ends_[due] <= sent_) ++due;
+      FUZZ_CHECK(decisions_ >= due);
     }
     if (refusals_ > refusals) {
       // Refused from what it had so far: the answer and the end of the
@@ -361,12 +303,13 @@ class Session {
  private:
   api::Decision Decide(const api::RequestHead& h) {
     FUZZ_CHECK(refusals_ == 0);  // nothing is decided after a refusal
+    ++decisions_;
     svc_.in_gate = true;
     api::Decision d = door_.gate(h);
     svc_.in_gate = false;
     if (auto* r = std::get_if<api::Response>(&d)) {
       FUZZ_CHECK(r->code >= 400 && r->code < 600);
-      Refused(r->code);
+      Refused(r->code, /*by_gate=*/true);
       return d;
     }
     auto& a = std::get<api::Admitted>(d);
@@ -393,10 +336,10 @@ class Session {
     std::fprintf(stderr, "unexpected http server event: %s\n", reason);
     FUZZ_CHECK(!"a timeout, eviction or limit fired during an input");
   }
-  void Refused(int code) {
+  void Refused(int code, bool by_gate = false) {
     ++refusals_;
     FUZZ_CHECK(refusals_ == 1);
-    answers_.push_back({code, true, false});
+    answers_.push_back({.code = code, .refusal = true, .by_gate = by_gate});
   }
 
   void Connect() {
@@ -404,8 +347,20 @@ class Session {
     socklen_t len = sizeof a;
     FUZZ_CHECK(::getsockname(Listener(), reinterpret_cast<sockaddr*>(&a), &len) == 0);
     client_ = UniqueFd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    FUZZ_CHECK(::connect(client_.get(), reinterpret_cast<sockaddr*>(&a), len) == 0);
+    // Each input's client from the next of 65,000 loopback addresses: the
+    // client often closes first, and a thousand connections a second left
+    // in TIME_WAIT would use up one address's ports within a minute.
+    static uint32_t next = 0;
+    sockaddr_in from{};
+    from.sin_family = AF_INET;
+    from.sin_addr.s_addr = htonl(0x7f010001 + next++ % 65000);  // 127.1.0.1 on
     int one = 1;
+    ::setsockopt(client_.get(), IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one);
+    FUZZ_CHECK(::bind(client_.get(), reinterpret_cast<sockaddr*>(&from), sizeof from) == 0);
+    if (::connect(client_.get(), reinterpret_cast<sockaddr*>(&a), len) != 0) {
+      std::fprintf(stderr, "connect: %s\n", std::strerror(errno));
+      FUZZ_CHECK(!"the client connects");
+    }
     // Small pieces go out at once, not after the peer's delayed ACK.
     ::setsockopt(client_.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     ::fcntl(client_.get(), F_SETFL, O_NONBLOCK);
@@ -432,15 +387,16 @@ class Session {
     return ::ioctl(server_fd_, FIONREAD, &n) == 0 ? n : -1;
   }
   // Loopback delivers within send() almost always; when the kernel defers
-  // it, wait, so the server sees the piece whole.
-  void WaitDelivered(int before, size_t sent) const {
-    if (before < 0) return;
-    const auto deadline = Clock::now() + 100ms;
-    for (int q = Queued(); q >= 0 && size_t(q) < size_t(before) + sent;) {
-      if (Clock::now() >= deadline) return;
-      std::this_thread::yield();
-      q = Queued();
+  // it, wait (a little), so the server sees the piece whole. False if it
+  // is still not there.
+  bool WaitDelivered(int before, size_t sent) const {
+    if (before < 0) return true;  // the server's socket is closed
+    for (int round = 0; round < 1000; ++round) {
+      const int q = Queued();
+      if (q < 0 || size_t(q) >= size_t(before) + sent) return true;
+      std::this_thread::sleep_for(50us);
     }
+    return false;
   }
 
   // Runs the server until it has nothing left to do.
@@ -500,6 +456,7 @@ class Session {
   // The responses the client read, against what the server decided.
   void CheckAnswers(bool whole) {
     size_t at = 0, finals = 0;
+    bool continued = false;
     std::string_view rest = received_;
     while (!rest.empty()) {
       http::response_parser<http::string_body> p;
@@ -534,11 +491,16 @@ class Session {
       rest.remove_prefix(used);
       at += used;
       if (m.result_int() < 200) {
-        FUZZ_CHECK(m.result() == http::status::continue_);
+        FUZZ_CHECK(m.result() == http::status::continue_ && !continued);
+        continued = true;
         continue;
       }
       FUZZ_CHECK(finals < answers_.size());
       const Answer& want = answers_[finals++];
+      // 100 Continue only once the header is accepted: never before the
+      // Gate's refusal.
+      FUZZ_CHECK(!(continued && want.by_gate));
+      continued = false;
       if (int(m.result_int()) != want.code) {
         std::fprintf(stderr, "answer %zu: got %u, the server decided %d\n", finals - 1,
                      m.result_int(), want.code);
@@ -564,6 +526,9 @@ class Session {
   bool eof_ = false;
   std::vector<Answer> answers_;
   size_t refusals_ = 0;
+  const std::vector<size_t> header_ends_;
+  size_t sent_ = 0;       // bytes the client has sent
+  size_t decisions_ = 0;  // requests the Gate has decided
 };
 
 }  // namespace
@@ -573,20 +538,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace kubicle::fuzz;
   if (size == 0) return 0;
   const uint8_t flags = data[0];
-  Session s(flags);
-  std::string piece;
+  std::vector<std::string> pieces(1);
+  std::string stream;
   for (size_t i = 1; i < size; ++i) {
-    if (data[i] != 0xff) {
-      piece.push_back(char(data[i]));
-    } else if (i + 1 < size && data[i + 1] == 0xff) {
-      piece.push_back(char(0xff));
-      ++i;
-    } else {
-      s.Send(piece);
-      piece.clear();
+    if (data[i] == 0xff && !(i + 1 < size && data[i + 1] == 0xff)) {
+      pieces.emplace_back();
+      continue;
     }
+    pieces.back().push_back(char(data[i]));
+    stream.push_back(char(data[i]));
+    if (data[i] == 0xff) ++i;
   }
-  s.Send(piece);
+  Session s(flags, stream);
+  for (const std::string& piece : pieces) s.Send(piece);
   s.End(flags & 3);
   return 0;
 }
