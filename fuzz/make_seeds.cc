@@ -452,6 +452,106 @@ void NodeSeeds() {
   WriteText("noderuntime", "request_target", "bad-escape", "/v1/templates/%zz?%=&&=");
 }
 
+// http_server: a flags byte, then the client's bytes in pieces cut by 0xFF
+// (http_server_fuzzer.cc's format); the node's tokens are "admin-token" and
+// sb-1's "sandbox-token".
+Bytes HttpSeed(uint8_t flags, std::initializer_list<std::string> pieces) {
+  Bytes out{flags};
+  bool first = true;
+  for (const std::string& piece : pieces) {
+    if (!first) out.push_back(0xff);
+    first = false;
+    for (char c : piece) {
+      out.push_back(static_cast<uint8_t>(c));
+      if (static_cast<uint8_t>(c) == 0xff) out.push_back(0xff);
+    }
+  }
+  return out;
+}
+
+std::string HttpRequest(const std::string& method, const std::string& target,
+                        const std::string& token, const std::string& body = "",
+                        const std::string& extra = "") {
+  std::string r = method + " " + target + " HTTP/1.1\r\nHost: node\r\n";
+  if (!token.empty()) r += "Authorization: Bearer " + token + "\r\n";
+  if (!body.empty()) r += "Content-Length: " + std::to_string(body.size()) + "\r\n";
+  return r + extra + "\r\n" + body;
+}
+
+void HttpServerSeeds() {
+  const std::string admin = "admin-token", tenant = "sandbox-token";
+  const std::string exec = R"({"argv":["echo","hi"]})";
+  auto seed = [](const std::string& name, const Bytes& b) {
+    Write("noderuntime", "http_server", name, b);
+  };
+  seed("healthz", HttpSeed(0, {HttpRequest("GET", "/healthz", "")}));
+  // An authed POST, its header and body in two pieces.
+  const std::string post = HttpRequest("POST", "/v1/sandboxes/sb-1/exec", tenant, exec);
+  const size_t head_end = post.find("\r\n\r\n") + 4;
+  seed("authed-post-exec", HttpSeed(0, {post.substr(0, head_end), post.substr(head_end)}));
+  // A chunked body over three pieces, the last chunk cut in its size line.
+  seed("chunked-template-put",
+       HttpSeed(0, {HttpRequest("PUT", "/v1/templates/t2", admin, "",
+                                "Transfer-Encoding: chunked\r\n"),
+                    "8\r\n{\"kernel\r\n6\r\n\":\"/k\"\r\n1", "\r\n}\r\n0\r\n\r\n"}));
+  // Pipelined, one piece: public, admin, tenant, streamed exec, files.
+  seed("pipelined",
+       HttpSeed(0, {HttpRequest("GET", "/healthz", "") +
+                    HttpRequest("GET", "/v1/sandboxes", admin) +
+                    HttpRequest("GET", "/v1/sandboxes/sb-1", tenant) +
+                    HttpRequest("POST", "/v1/sandboxes/sb-1/exec?stream=true", tenant, exec) +
+                    HttpRequest("PUT", "/v1/sandboxes/sb-1/files?path=/a&mode=0600", tenant,
+                                "hello") +
+                    HttpRequest("GET", "/v1/sandboxes/sb-1/files?path=/a", tenant) +
+                    HttpRequest("GET", "/v1/sandboxes/sb-1/stat?path=/a", tenant) +
+                    HttpRequest("GET", "/v1/sandboxes/sb-1/ls?path=/", tenant) +
+                    HttpRequest("DELETE", "/v1/sandboxes/sb-1/files?path=/a", tenant) +
+                    HttpRequest("GET", "/v1/sandboxes/sb-1/console?follow=true", tenant) +
+                    HttpRequest("GET", "/metrics", "")}));
+  // A 256-byte header cap (bits 2-3 = 0) against a 400-byte field.
+  seed("oversized-header",
+       HttpSeed(0, {"GET /healthz HTTP/1.1\r\nX-Fill: " + std::string(200, 'a'),
+                    std::string(200, 'b') + "\r\n\r\n"}));
+  // 100-continue: the header alone first, the body once answered.
+  const std::string tpl = R"({"kernel":"/k"})";
+  const std::string put = HttpRequest("PUT", "/v1/templates/t3", admin, tpl,
+                                      "Expect: 100-continue\r\n");
+  seed("expect-continue",
+       HttpSeed(0x0c, {put.substr(0, put.size() - tpl.size()), tpl,
+                       HttpRequest("GET", "/v1/templates/t3", admin)}));
+  // Refused from the header (no token): the body and the next request are
+  // never read.
+  seed("refused-then-pipelined",
+       HttpSeed(0x0c, {"POST /v1/sandboxes HTTP/1.1\r\nContent-Length: 100000\r\n\r\n",
+                       std::string(3000, 'x') + HttpRequest("GET", "/healthz", "")}));
+  // A sandbox token where only the admin's will do: 403.
+  seed("tenant-forbidden",
+       HttpSeed(0x0c, {HttpRequest("DELETE", "/v1/sandboxes/sb-1", tenant)}));
+  // A chunked body past the small JSON cap (bit 4): 413 while reading.
+  seed("chunked-over-cap",
+       HttpSeed(0x1c, {HttpRequest("POST", "/v1/sandboxes", admin, "",
+                                   "Transfer-Encoding: chunked\r\n"),
+                       "40\r\n" + std::string(64, ' ') + "\r\n", "1\r\n \r\n0\r\n\r\n"}));
+  // No budgets (bits 5, 6): 503 for the admin and for /healthz.
+  seed("no-budget", HttpSeed(0x6c, {HttpRequest("GET", "/v1/templates", admin)}));
+  // HTTP/1.0 and Connection: close end the connection after one answer.
+  seed("connection-close",
+       HttpSeed(0x0c, {HttpRequest("GET", "/healthz", "", "", "Connection: close\r\n") +
+                       "GET /healthz HTTP/1.0\r\n\r\n"}));
+  // The node stops accepting (ending 2) while the client is idle between
+  // requests; the client goes away (ending 3) in the middle of a stream.
+  seed("stop-accepting", HttpSeed(0x0e, {HttpRequest("GET", "/healthz", "")}));
+  seed("client-aborts",
+       HttpSeed(0x0f, {HttpRequest("POST", "/v1/sandboxes/sb-1/exec?stream=true", admin, exec)}));
+  // A create, a fork and a delete with the admin token; a header cut mid-line.
+  const std::string create = R"({"template":"tg","id":"sb-2"})";
+  seed("admin-lifecycle",
+       HttpSeed(0x0c, {HttpRequest("POST", "/v1/sandboxes", admin, create),
+                       HttpRequest("POST", "/v1/sandboxes/sb-1/fork", admin, R"({"count":2})") +
+                           "DELETE /v1/sandboxes/sb-2 HTTP/1.1\r\nAuthor",
+                       "ization: Bearer admin-token\r\n\r\n"}));
+}
+
 }  // namespace
 }  // namespace kubicle::fuzz
 
@@ -471,6 +571,7 @@ int main(int argc, char** argv) {
   TestguestSeeds();
   SnapshotSeeds(g_root + "/..");
   NodeSeeds();
+  HttpServerSeeds();
   std::printf("fuzz_make_seeds: seeds written under %s\n", argv[1]);
   return 0;
 }

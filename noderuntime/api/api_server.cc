@@ -301,15 +301,20 @@ Status ApiServer::Start(const std::string& host, int port) {
   }
   std::optional<HttpTls> tls;
   if (!o.tls_cert_pem.empty()) tls = HttpTls{o.tls_cert_pem, o.tls_key_pem};
-  Impl* impl = impl_.get();
-  // Raw pointers: the server's Stop joins its threads before the Impl goes.
-  auto http = std::make_unique<HttpServer>(
-      LimitsFrom(o), [impl](const RequestHead& h) { return impl->Decide(h); },
-      [impl](const char* reason) { impl->Refused(reason); }, std::move(tls));
+  FrontDoor door = front_door();
+  auto http = std::make_unique<HttpServer>(door.limits, std::move(door.gate),
+                                           std::move(door.events), std::move(tls));
   Status st = http->Start(host, port);
   if (!st.ok()) return st;
   impl_->http = std::move(http);
   return Status::Ok();
+}
+
+ApiServer::FrontDoor ApiServer::front_door() const {
+  Impl* impl = impl_.get();
+  // Raw pointers: the server's Stop joins its threads before the Impl goes.
+  return {LimitsFrom(impl->options()), [impl](const RequestHead& h) { return impl->Decide(h); },
+          [impl](const char* reason) { impl->Refused(reason); }};
 }
 
 bool ApiServer::Stop(std::optional<std::chrono::milliseconds> grace) {

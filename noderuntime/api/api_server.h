@@ -41,6 +41,7 @@
 
 #include "common/metrics.h"
 #include "common/status.h"
+#include "noderuntime/api/http_server.h"
 #include "noderuntime/sandbox_service.h"
 
 namespace kubicle::noderuntime::api {
@@ -86,6 +87,18 @@ class ApiServer {
   // Stops accepting, then waits for the requests in flight, at most `grace`
   // (forever if unset). True when none is left. The destructor waits forever.
   bool Stop(std::optional<std::chrono::milliseconds> grace = std::nullopt);
+
+  // What Start puts in front of the routes: the HTTP limits from the
+  // options, and the Gate (route, auth and budget, from the header) and
+  // EventSink over this server. Public so the connection code can be driven
+  // without a port or I/O threads (fuzz/noderuntime/http_server_fuzzer.cc);
+  // the Gate and EventSink are valid while this ApiServer lives.
+  struct FrontDoor {
+    HttpLimits limits;
+    Gate gate;
+    EventSink events;
+  };
+  FrontDoor front_door() const;
 
   class Impl;
 

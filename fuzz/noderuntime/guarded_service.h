@@ -1,0 +1,145 @@
+// GuardedService: the API's FakeSandboxService with every call checked
+// against whose request is being handled (the http_server fuzzer sets
+// `in_gate` around the Gate and `handling` around each handler): the admin
+// token may do anything, sandbox sb-1's token only sb-1's reads, exec and
+// files (api_server.h's auth contract), no valid token nothing; CheckToken
+// only from the Gate. A call outside these is a fuzz invariant failure.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fuzz/common/fuzz_input.h"
+#include "noderuntime/api/fake_sandbox_service.h"
+
+namespace kubicle::fuzz {
+
+inline constexpr char kAdminToken[] = "admin-token";
+inline constexpr char kSandboxId[] = "sb-1";
+inline constexpr char kSandboxToken[] = "sandbox-token";
+
+enum class Who { kNobody, kSandbox, kAdmin };
+
+// Whose token an Authorization header carries, read as RFC 6750 says
+// ("Bearer" in any case, then the token), not through routes.cc.
+inline Who WhoIs(std::string_view h) {
+  constexpr std::string_view kScheme = "bearer ";
+  if (h.size() <= kScheme.size()) return Who::kNobody;
+  for (size_t i = 0; i < kScheme.size(); ++i) {
+    const char c = kScheme[i] == ' ' ? h[i] : char(h[i] | 0x20);  // ASCII lower case
+    if (c != kScheme[i]) return Who::kNobody;
+  }
+  h.remove_prefix(kScheme.size());
+  while (!h.empty() && h.front() == ' ') h.remove_prefix(1);
+  while (!h.empty() && h.back() == ' ') h.remove_suffix(1);
+  if (h == kAdminToken) return Who::kAdmin;
+  if (h == kSandboxToken) return Who::kSandbox;
+  return Who::kNobody;
+}
+
+// The fake, with every call checked against whose request is being handled.
+class GuardedService final : public noderuntime::api::FakeSandboxService {
+ public:
+  using Fake = noderuntime::api::FakeSandboxService;
+  bool in_gate = false;
+  std::optional<Who> handling;  // set while a handler (or the set-up) runs
+
+  Result<noderuntime::TemplateInfo> PutTemplate(const noderuntime::TemplateSpec& s) override {
+    Admin();
+    return Fake::PutTemplate(s);
+  }
+  Result<noderuntime::TemplateInfo> GetTemplate(const std::string& name) override {
+    Admin();
+    return Fake::GetTemplate(name);
+  }
+  std::vector<noderuntime::TemplateInfo> ListTemplates() override {
+    Admin();
+    return Fake::ListTemplates();
+  }
+  Status DeleteTemplate(const std::string& name) override {
+    Admin();
+    return Fake::DeleteTemplate(name);
+  }
+  Result<noderuntime::SandboxInfo> CreateSandbox(const noderuntime::SandboxSpec& s) override {
+    Admin();
+    return Fake::CreateSandbox(s);
+  }
+  Result<std::vector<noderuntime::SandboxInfo>> ForkSandbox(
+      const noderuntime::ForkRequest& r) override {
+    Admin();
+    return Fake::ForkSandbox(r);
+  }
+  Result<noderuntime::SandboxInfo> GetSandbox(const std::string& id) override {
+    Tenant(id);
+    return Fake::GetSandbox(id);
+  }
+  Result<std::vector<noderuntime::SandboxInfo>> ListSandboxes(const std::string& sel) override {
+    Admin();
+    return Fake::ListSandboxes(sel);
+  }
+  Status DeleteSandbox(const std::string& id) override {
+    Admin();
+    return Fake::DeleteSandbox(id);
+  }
+  Result<std::vector<std::string>> DeleteSandboxes(const std::string& sel) override {
+    Admin();
+    return Fake::DeleteSandboxes(sel);
+  }
+  bool CheckToken(const std::string& id, const std::string& token) override {
+    FUZZ_CHECK(in_gate);
+    return Fake::CheckToken(id, token);
+  }
+  Result<guest::client::ExecResult> Exec(const std::string& id,
+                                         const noderuntime::ExecOptions& o) override {
+    Tenant(id);
+    return Fake::Exec(id, o);
+  }
+  Status WriteFile(const std::string& id, const std::string& path, guest::protocol::ByteSpan data,
+                   uint32_t mode) override {
+    Tenant(id);
+    return Fake::WriteFile(id, path, data, mode);
+  }
+  Result<guest::protocol::Bytes> ReadFile(const std::string& id, const std::string& path) override {
+    Tenant(id);
+    return Fake::ReadFile(id, path);
+  }
+  Status ReadFileStream(const std::string& id, const std::string& path,
+                        const guest::client::FileChunkFn& on_chunk) override {
+    Tenant(id);
+    return Fake::ReadFileStream(id, path, on_chunk);
+  }
+  Result<noderuntime::ConsoleRead> ReadConsole(const std::string& id, uint64_t offset,
+                                               size_t max_bytes) override {
+    Tenant(id);
+    return Fake::ReadConsole(id, offset, max_bytes);
+  }
+  Result<noderuntime::SandboxStats> GetSandboxStats(const std::string& id) override {
+    Tenant(id);
+    return Fake::GetSandboxStats(id);
+  }
+  Result<guest::protocol::StatReply> StatFile(const std::string& id,
+                                              const std::string& path) override {
+    Tenant(id);
+    return Fake::StatFile(id, path);
+  }
+  Result<std::vector<guest::protocol::DirEntry>> ListFiles(const std::string& id,
+                                                           const std::string& path) override {
+    Tenant(id);
+    return Fake::ListFiles(id, path);
+  }
+  Status RemoveFile(const std::string& id, const std::string& path, bool recursive) override {
+    Tenant(id);
+    return Fake::RemoveFile(id, path, recursive);
+  }
+
+ private:
+  void Admin() const { FUZZ_CHECK(!in_gate && handling == Who::kAdmin); }
+  void Tenant(const std::string& id) const {
+    FUZZ_CHECK(!in_gate && handling.has_value());
+    FUZZ_CHECK(*handling == Who::kAdmin || (*handling == Who::kSandbox && id == kSandboxId));
+  }
+};
+
+}  // namespace kubicle::fuzz
