@@ -24,6 +24,11 @@ Controller::Controller(kube::KubeClient* client, const kube::Clock* clock,
   reconcilers_["Sandbox"] = std::make_unique<SandboxReconciler>(ctx);
   reconcilers_["SandboxFork"] = std::make_unique<ForkReconciler>(ctx);
   reconcilers_["SandboxTemplate"] = std::make_unique<TemplateReconciler>(ctx);
+  reconcilers_["Node"] = std::make_unique<NodeReconciler>(ctx, [this](const std::string& node) {
+    sandboxes_.ForEach([&](const Json& s) {
+      if (Label(s, kLabelNode) == node) queue_.Add("Sandbox:" + kube::KeyOf(s));
+    });
+  });
   latency_ = &registry->AddHistogram("kubicle_operator_reconcile_duration_seconds",
                                      "Time of one reconcile pass.", {"kind"},
                                      metrics::ExponentialBuckets(0.0005, 2, 16));
@@ -106,7 +111,8 @@ void Controller::WireHandlers() {
     queue_.Add("SandboxTemplate:" + kube::KeyOf(t));
     EnqueuePendingSandboxes(Namespace(t), Name(t));
   });
-  leases_.AddHandler([this](WatchEventType, const Json&) {
+  leases_.AddHandler([this](WatchEventType, const Json& lease) {
+    if (auto node = ParseNodeLease(lease, clock_->Now())) queue_.Add("Node:" + node->name);
     for (const Json& t : templates_.List()) queue_.Add("SandboxTemplate:" + kube::KeyOf(t));
     EnqueuePendingSandboxes("", "");
     sandboxes_.ForEach([&](const Json& s) {

@@ -1,6 +1,7 @@
 // The operator's engine: informers over Sandboxes, SandboxForks,
 // SandboxTemplates and node heartbeat Leases feed one rate-limited work
-// queue ("Sandbox:ns/name", "SandboxFork:...", "SandboxTemplate:..."), and
+// queue ("Sandbox:ns/name", "SandboxFork:...", "SandboxTemplate:...",
+// "Node:<name>" for the heartbeat timer of NodeReconciler), and
 // `workers` threads run the reconcilers. A key is never reconciled by two
 // workers at once (queue semantics). Failed passes are retried with
 // per-key exponential backoff; successful ones are requeued when the
@@ -19,6 +20,7 @@
 #include "common/metrics.h"
 #include "operator/context.h"
 #include "operator/fork_reconciler.h"
+#include "operator/node_reconciler.h"
 #include "kube/informer.h"
 #include "kube/work_queue.h"
 #include "operator/sandbox_reconciler.h"
@@ -46,6 +48,8 @@ class Controller : private ObjectLister {
   // reconciled by `r` instead (tests).
   void ReplaceReconciler(const std::string& kind, std::unique_ptr<Reconciler> r);
   size_t QueueDepth() const { return queue_.Len(); }
+  // With a FakeClock: wakes the queue after the clock was advanced (tests).
+  void Poke() { queue_.Poke(); }
   uint64_t Reconciles() const { return reconciles_.load(); }
 
  private:

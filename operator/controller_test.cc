@@ -65,6 +65,43 @@ TEST(ControllerTest, FanOutOfFiftySandboxesConvergesWithoutDuplicates) {
   c.Stop();
 }
 
+// A node that stops renewing its Lease produces no event at all; its
+// Sandboxes still fail once the Lease has expired and the grace has passed
+// (the per-node timer of NodeReconciler), and only then.
+TEST(ControllerTest, ASilentlyDeadNodesSandboxesFailAfterTheGrace) {
+  testing::World w;
+  w.AddTemplate("py");
+  w.Heartbeat("node-a", 30, /*duration_s=*/10);
+  w.TemplateReady("py", "node-a");
+  metrics::Registry reg;
+  ControllerOptions opts;
+  opts.config.node_lease_namespace = testing::kLeaseNs;
+  opts.config.node_gone_grace = std::chrono::seconds(60);
+  Controller c(&w.client, &w.clock, &reg, opts);
+  ASSERT_TRUE(c.Start(std::chrono::seconds(5)).ok());
+  ASSERT_TRUE(w.client.Create(kube::SandboxResource(), kNs, testing::NewSandbox("s", "py")).ok());
+  ASSERT_TRUE(Eventually([&] { return !StatusString(w.Sandbox("s"), "tokenSha256").empty(); }));
+  w.ReportVm("s", "Running");
+  ASSERT_TRUE(Eventually([&] { return StatusString(w.Sandbox("s"), "phase") == "Running"; }));
+
+  // The node dies: no renewal, no event. Within the grace nothing happens.
+  w.clock.Advance(std::chrono::seconds(10 + 30));
+  c.Poke();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(StatusString(w.Sandbox("s"), "phase"), "Running");
+  w.clock.Advance(std::chrono::seconds(31));
+  c.Poke();
+  ASSERT_TRUE(Eventually([&] { return StatusString(w.Sandbox("s"), "phase") == "Failed"; }))
+      << w.Sandbox("s")["status"].dump();
+  const Json failed = w.Sandbox("s");
+  bool lost = false;
+  for (const Json& cnd : failed["status"]["conditions"]) {
+    lost = lost || (cnd["type"] == "Ready" && cnd["reason"] == "NodeLost");
+  }
+  EXPECT_TRUE(lost) << failed["status"].dump();
+  c.Stop();
+}
+
 // Throws a std::exception, then something that is not one, then succeeds.
 class ThrowingReconciler final : public Reconciler {
  public:
