@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <cstring>
 
 #include "common/log.h"
@@ -34,17 +33,6 @@ struct NetHeader {
 };
 static_assert(sizeof(NetHeader) == Net::kHeaderSize);
 
-bool ValidMac(const MacAddress& mac) {
-  return (mac[0] & 1) == 0 && mac != MacAddress{};
-}
-
-int HexDigit(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
 Nanos MonotonicNow() {
   timespec ts;
   ::clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -53,31 +41,10 @@ Nanos MonotonicNow() {
 
 }  // namespace
 
-Result<MacAddress> ParseMac(const std::string& text) {
-  MacAddress mac{};
-  bool ok = text.size() == 17;
-  for (size_t i = 0; ok && i < 6; ++i) {
-    int hi = HexDigit(text[3 * i]), lo = HexDigit(text[3 * i + 1]);
-    ok = hi >= 0 && lo >= 0 && (i == 5 || text[3 * i + 2] == ':');
-    mac[i] = static_cast<uint8_t>(hi << 4 | lo);
-  }
-  if (!ok) return Status::InvalidArgument("'" + text + "' is not a MAC address (aa:bb:cc:dd:ee:ff)");
-  if (!ValidMac(mac))
-    return Status::InvalidArgument("MAC " + text + " is multicast or zero: a NIC needs a unicast one");
-  return mac;
-}
-
-std::string FormatMac(const MacAddress& m) {
-  char out[18];
-  std::snprintf(out, sizeof(out), "%02x:%02x:%02x:%02x:%02x:%02x", m[0], m[1], m[2], m[3], m[4],
-                m[5]);
-  return out;
-}
-
 Result<std::unique_ptr<Net>> Net::Create(std::unique_ptr<NetBackend> backend,
                                          const NetConfig& config) {
   if (backend == nullptr) return Status::InvalidArgument("virtio-net needs a backend");
-  if (!ValidMac(config.mac))
+  if (!ValidNicMac(config.mac))
     return Status::InvalidArgument("virtio-net MAC " + FormatMac(config.mac) +
                                    " is multicast or zero");
   UniqueFd epoll(::epoll_create1(EPOLL_CLOEXEC));
@@ -121,7 +88,7 @@ uint64_t Net::device_features() const {
 }
 
 Status Net::SetMac(const MacAddress& mac) {
-  if (!ValidMac(mac)) return Status::InvalidArgument("MAC " + FormatMac(mac) + " is not unicast");
+  if (!ValidNicMac(mac)) return Status::InvalidArgument("MAC " + FormatMac(mac) + " is not unicast");
   auto lock = LockTransport();
   config_.mac = mac;
   if (context() != nullptr) context()->SignalConfigChange();
@@ -355,7 +322,7 @@ Result<Net::SavedState> Net::DecodeState(std::span<const uint8_t> bytes, bool ne
   }
   r.End(newer_minor);
   if (!r.ok()) return r.status();
-  if (!ValidMac(s.mac)) return Status::DataLoss("virtio-net state: MAC is multicast or zero");
+  if (!ValidNicMac(s.mac)) return Status::DataLoss("virtio-net state: MAC is multicast or zero");
   return s;
 }
 

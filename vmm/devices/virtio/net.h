@@ -36,6 +36,7 @@
 
 #include "common/unique_fd.h"
 #include "vmm/devices/virtio/log_limiter.h"
+#include "vmm/devices/virtio/mac_address.h"
 #include "vmm/devices/virtio/net_backend.h"
 #include "vmm/devices/virtio/rate_limiter.h"
 #include "vmm/devices/virtio/virtio_device.h"
@@ -43,12 +44,6 @@
 namespace kubicle::vmm::devices::virtio {
 
 struct DeviceResources;
-
-using MacAddress = std::array<uint8_t, 6>;
-// "aa:bb:cc:dd:ee:ff" (either case) to bytes; refuses anything else, and
-// multicast or all-zero addresses, which no NIC may have.
-Result<MacAddress> ParseMac(const std::string& text);
-std::string FormatMac(const MacAddress& mac);
 
 struct NetConfig {
   MacAddress mac{};

@@ -1,7 +1,7 @@
 #include "vmm/devices/virtio/net_tap.h"
 
 #include <fcntl.h>
-#include <linux/if.h>
+#include <net/if.h>
 #include <linux/if_tun.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
@@ -15,6 +15,10 @@ Result<std::unique_ptr<TapBackend>> TapBackend::Open(const std::string& name) {
   if (name.empty() || name.size() >= IFNAMSIZ)
     return Status::InvalidArgument("TAP name must be 1.." + std::to_string(IFNAMSIZ - 1) +
                                    " bytes: '" + name + "'");
+  // TUNSETIFF would create a missing TAP (with CAP_NET_ADMIN), one nobody
+  // wired to anything: the node creates and places the TAP, so it must exist.
+  if (::if_nametoindex(name.c_str()) == 0)
+    return Status::NotFound("no network interface '" + name + "' in this network namespace");
   UniqueFd fd(::open("/dev/net/tun", O_RDWR | O_NONBLOCK | O_CLOEXEC));
   if (!fd.valid()) return Status::FromErrno("open /dev/net/tun");
   ifreq ifr{};

@@ -16,7 +16,8 @@ namespace kubicle::vmm::devices::virtio {
 
 class TapBackend final : public NetBackend {
  public:
-  // Attaches to TAP `name` (at most IFNAMSIZ-1 bytes), non-blocking.
+  // Attaches to the existing TAP `name` (at most IFNAMSIZ-1 bytes) in this
+  // network namespace, non-blocking; NotFound when there is none.
   static Result<std::unique_ptr<TapBackend>> Open(const std::string& name);
 
   int fd() const override { return fd_.get(); }
