@@ -155,6 +155,48 @@ void BlkSeeds() {
   }
 }
 
+void NetSeeds() {
+  // flags [rates], then ops: 0 tx chain, 1 rx chain, 2 kick, 3 backend
+  // frame, 4 clock, 5 loop turn, 6 SetMac/reset (virtio_net_fuzzer.cc)
+  auto tx = [](FuzzOutput& o, uint16_t frame) {  // header + frame, one buffer
+    o.U8(0).U8(1).U16(uint16_t(12 + frame)).U8(0).Bytes(Bytes(12 + frame, 0x42));
+  };
+  auto rx = [](FuzzOutput& o, uint16_t len) { o.U8(1).U8(1).U16(len).U8(1); };
+  {
+    FuzzOutput o;
+    o.U8(0);
+    tx(o, 60);
+    tx(o, 1514);
+    rx(o, 1526);
+    rx(o, 1526);
+    o.U8(3).U16(98).U8(0).U8(3).U16(1514).U8(0);
+    o.U8(2).U8(3);
+    Write("vmm", "virtio_net", "tx-rx", o.bytes());
+  }
+  {
+    FuzzOutput o;
+    o.U8(0);
+    o.U8(0).U8(1).U16(8).U8(0).Bytes(Bytes(8, 0));         // shorter than the header
+    o.U8(0).U8(1).U16(70).U8(1);                           // tx buffer the device may write
+    o.U8(1).U8(1).U16(1526).U8(0).Bytes(Bytes(1526, 0));   // rx buffer it may only read
+    rx(o, 100);                                            // smaller than the frame
+    o.U8(3).U16(200).U8(0).U8(3).U16(100).U8(1);           // fits nothing; over the maximum
+    o.U8(3).U16(50).U8(0);
+    o.U8(2).U8(3);
+    Write("vmm", "virtio_net", "hostile-chains", o.bytes());
+  }
+  {
+    FuzzOutput o;
+    o.U8(0x0c).U16(0).U16(2).U16(3000).U16(0);  // tx 2 pps, rx 3000 B/s
+    for (int i = 0; i < 3; ++i) tx(o, 60);
+    o.U8(2).U8(2);
+    rx(o, 1526);
+    o.U8(3).U16(1514).U8(0).U8(3).U16(1514).U8(0).U8(2).U8(1);
+    o.U8(4).U16(600).U8(2).U8(3).U8(5).U8(6).U8(9).U8(6).U8(0x80);
+    Write("vmm", "virtio_net", "rate-limits-mac-reset", o.bytes());
+  }
+}
+
 void MmioSeeds() {
   for (uint8_t dev : {0, 1}) {
     FuzzOutput o;
@@ -564,6 +606,7 @@ int main(int argc, char** argv) {
   g_root = argv[1];
   VirtqueueSeeds();
   BlkSeeds();
+  NetSeeds();
   MmioSeeds();
   VsockSeeds();
   DevicePersistSeeds();
