@@ -167,8 +167,16 @@ void Net::WatchBackend() {
   if (::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, backend_->fd(), &ev) == 0) watching_ = want;
 }
 
+// wait = 0 disarms. Otherwise the earlier of this and any wake-up already
+// set wins: the timer serves both directions and the tx batch bound.
 void Net::ArmTimer(Nanos wait) {
   itimerspec its{};
+  if (wait != 0 && timer_armed_ && ::timerfd_gettime(timer_.get(), &its) == 0) {
+    const Nanos left = static_cast<Nanos>(its.it_value.tv_sec) * kNanosPerSecond +
+                       static_cast<Nanos>(its.it_value.tv_nsec);
+    if (left != 0 && left <= wait) return;
+  }
+  its = {};
   its.it_value.tv_sec = static_cast<time_t>(wait / kNanosPerSecond);
   its.it_value.tv_nsec = static_cast<long>(wait % kNanosPerSecond);
   if (::timerfd_settime(timer_.get(), 0, &its, nullptr) == 0) timer_armed_ = wait != 0;
@@ -179,7 +187,14 @@ void Net::ProcessTx() {
   Queue& q = context()->queue(kTxQueue);
   const GuestMemory& mem = context()->memory();
   bool any = false;
-  for (uint32_t done = 0; done < kBatch; ++done) {
+  for (uint32_t done = 0;; ++done) {
+    if (done == kBatch) {
+      // The guest may still be adding chains (Linux reclaims used ones
+      // without waiting for the interrupt) and, with EVENT_IDX, will not
+      // kick again: go on at the next loop turn instead of holding the lock.
+      ArmTimer(1);
+      break;
+    }
     auto popped = q.Pop(mem, &chain_);
     if (!popped.ok() || !*popped) break;  // a broken queue is reported by the transport
     const uint32_t readable = chain_.readable_len;

@@ -159,6 +159,23 @@ TEST_F(NetTest, AFrameLargerThanTheBufferIsDroppedAndTheBufferKept) {
   EXPECT_EQ(net_->stats().rx_dropped, 1u);
 }
 
+TEST_F(NetTest, MoreThanABatchGoesOnAtTheNextLoopTurn) {
+  Start();
+  constexpr int kFrames = Net::kBatch + 36;
+  for (int i = 0; i < kFrames; ++i) SendFrame(MakeFrame(60, static_cast<uint8_t>(i)));
+  drv_->Notify(Net::kTxQueue);  // one kick, as an EVENT_IDX driver may give
+  EXPECT_EQ(wire_->from_guest.size(), Net::kBatch);
+  ASSERT_TRUE(RunUntil([&] { return wire_->from_guest.size() == kFrames; }));
+  EXPECT_EQ(wire_->from_guest.back(), MakeFrame(60, kFrames - 1));
+
+  for (int i = 0; i < kFrames; ++i) PostRx(1526);
+  for (int i = 0; i < kFrames; ++i) wire_->Push(MakeFrame(60, static_cast<uint8_t>(i)));
+  drv_->Notify(Net::kRxQueue);
+  EXPECT_EQ(rxq_->used_idx(), Net::kBatch);
+  ASSERT_TRUE(RunUntil([&] { return rxq_->used_idx() == kFrames; }));
+  EXPECT_EQ(net_->stats().rx_frames, uint64_t{kFrames});
+}
+
 TEST_F(NetTest, TxRateLimitHoldsFramesUntilTokensReturn) {
   NetConfig config;
   config.tx.packets_per_sec = 2;  // burst of 2, then one every 500 ms
@@ -269,6 +286,24 @@ TEST_F(NetTest, SaveRestoreRoundTripTakesTheNewMac) {
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->rx, config.rx);  // limits kept when none are given
   EXPECT_EQ(again->tx, config.tx);
+}
+
+// The record's layout is part of the snapshot format (docs/snapshot-format.md,
+// 2.4.5): a change here is a format change.
+TEST_F(NetTest, SavedStateIsTheDocumentedLayout) {
+  NetConfig config;
+  config.rx = {.bytes_per_sec = 0x0102, .packets_per_sec = 3};
+  config.tx = {.bytes_per_sec = 0, .packets_per_sec = 0x0405};
+  Start(config);
+  auto bytes = net_->SaveState();
+  ASSERT_TRUE(bytes.ok());
+  const std::vector<uint8_t> golden = {
+      0x02, 0x4b, 0x42, 0x00, 0x00, 0x01,              // mac
+      0x02, 0x01, 0, 0, 0, 0, 0, 0,                    // rx bytes/s
+      0x03, 0, 0, 0, 0, 0, 0, 0,                       // rx packets/s
+      0, 0, 0, 0, 0, 0, 0, 0,                          // tx bytes/s
+      0x05, 0x04, 0, 0, 0, 0, 0, 0};                   // tx packets/s
+  EXPECT_EQ(*bytes, golden);
 }
 
 TEST(NetMacTest, ParsesStrictly) {
