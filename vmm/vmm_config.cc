@@ -246,8 +246,8 @@ std::string UsageText() {
 
 Usage:
   kubicle-vmm run --kernel PATH [options]
-  kubicle-vmm restore --snapshot DIR [--vsock-uds P] [--cid N] [--net ...] [--control C] [--serial S]
-                      [--serial-* ...] [--layer-dir D]
+  kubicle-vmm restore --snapshot DIR [--vsock-uds P] [--cid N] [--net ...] [--control C]
+                      [--serial S] [--serial-* ...] [--layer-dir D]
   kubicle-vmm pool --mem SIZE [--vcpus N] --control C [--vsock-uds P] [--cid N] [--serial S]
                    [--serial-* ...] [--layer-dir D]
                        (warm pool: waits for {"cmd":"restore","snapshot":DIR,...})

@@ -41,9 +41,11 @@ inline Result<MacAddress> ParseMac(const std::string& text) {
     ok = hi >= 0 && lo >= 0 && (i == 5 || text[3 * i + 2] == ':');
     mac[i] = static_cast<uint8_t>(hi << 4 | lo);
   }
-  if (!ok) return Status::InvalidArgument("'" + text + "' is not a MAC address (aa:bb:cc:dd:ee:ff)");
+  if (!ok)
+    return Status::InvalidArgument("'" + text + "' is not a MAC address (aa:bb:cc:dd:ee:ff)");
   if (!ValidNicMac(mac))
-    return Status::InvalidArgument("MAC " + text + " is multicast or zero: a NIC needs a unicast one");
+    return Status::InvalidArgument("MAC " + text +
+                                   " is multicast or zero: a NIC needs a unicast one");
   return mac;
 }
 

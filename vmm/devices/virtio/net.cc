@@ -88,7 +88,8 @@ uint64_t Net::device_features() const {
 }
 
 Status Net::SetMac(const MacAddress& mac) {
-  if (!ValidNicMac(mac)) return Status::InvalidArgument("MAC " + FormatMac(mac) + " is not unicast");
+  if (!ValidNicMac(mac))
+    return Status::InvalidArgument("MAC " + FormatMac(mac) + " is multicast or zero");
   auto lock = LockTransport();
   config_.mac = mac;
   if (context() != nullptr) context()->SignalConfigChange();
@@ -234,7 +235,8 @@ void Net::SendChain(const DescriptorChain& chain, uint32_t frame_len) {
   Status st = backend_->Send(iov_);
   if (!st.ok()) {
     ++stats_.tx_dropped;
-    if (log_limiter_.Allow()) log::Warn("virtio-net backend send failed", {{"error", st.ToString()}});
+    if (log_limiter_.Allow())
+      log::Warn("virtio-net backend send failed", {{"error", st.ToString()}});
     return;
   }
   ++stats_.tx_frames;

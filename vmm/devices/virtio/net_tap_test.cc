@@ -64,7 +64,8 @@ int ChildMain() {
   if (::poll(&p, 1, 2000) != 1) return 7;
   std::vector<uint8_t> got(2000);
   ssize_t n = ::recv(pk, got.data(), got.size(), 0);
-  if (n != static_cast<ssize_t>(frame.size()) || !std::equal(frame.begin(), frame.end(), got.begin()))
+  if (n != static_cast<ssize_t>(frame.size()) ||
+      !std::equal(frame.begin(), frame.end(), got.begin()))
     return 8;
   // host -> guest: a frame sent on the interface is read by Receive.
   frame[0] = 0x02;  // to the guest's MAC
