@@ -250,6 +250,16 @@ void DevicePersistSeeds() {
   ram.Bytes(Bytes(0x1000 - 16, 0));
   ram.U16(0).U16(1).U16(0);  // avail: flags 0, idx 1, ring[0] = 0
   Write("vmm", "device_persist", "rng-running-one-chain", seed(2, rec.bytes(), ram.bytes()));
+  // A running virtio-net (DRIVER_OK, VERSION_1 and NET_F_MAC) with rx and tx
+  // queues of 16 entries in guest memory, and a saved MAC and limits.
+  FuzzOutput net;
+  net.U32(0xf).U32(0).U32(0).U64((1ull << 32) | (1ull << 5)).U32(0).U32(0).U32(1);
+  net.U32(2);
+  for (uint64_t base : {0x1000, 0x4000})
+    net.U16(16).U8(1).U64(base).U64(base + 0x1000).U64(base + 0x2000).U16(0).U16(0).U8(0)
+        .U16(0).U8(0);
+  net.U32(38).Bytes(Bytes{0x02, 0x4b, 0x42, 0, 0, 1}).U64(1 << 20).U64(100).U64(0).U64(0);
+  Write("vmm", "device_persist", "net-running", seed(8, net.bytes()));
 }
 
 void VsockTx(FuzzOutput& o, uint16_t op, uint32_t src_port, const std::string& payload,
