@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <future>
+#include <thread>
 
 #include "kube/fake_kube_client.h"
 
@@ -47,6 +48,12 @@ class GatedClient final : public KubeClient {
   }
   Status Watch(const Resource& r, std::string_view ns, const WatchOptions& o, const WatchHandler& h,
                const CancelToken& c) override { return fake.Watch(r, ns, o, h, c); }
+
+  // Until the recorder's sender is blocked in a create (that Event is off
+  // the queue).
+  void WaitForACreateInFlight() const {
+    while (creates_started == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
 
   FakeKubeClient fake;
   std::promise<void> open;
@@ -107,7 +114,7 @@ TEST(EventRecorderTest, AFullQueueDropsEventsAndCountsThem) {
   {
     EventRecorder rec(&c, "kubicle-operator", "op-0", &RealClock::Instance(), o);
     rec.Record(SandboxObject("first"), "Normal", "Scheduled", "a");
-    while (c.creates_started == 0) std::this_thread::sleep_for(1ms);  // in flight, off the queue
+    c.WaitForACreateInFlight();
     for (int i = 0; i < 10; ++i) rec.Record(SandboxObject("s" + std::to_string(i)), "Normal", "Scheduled", "a");
     EXPECT_EQ(rec.dropped(), 7u);
     c.open.set_value();
@@ -128,7 +135,7 @@ TEST(EventRecorderTest, DestructionGivesUpOnAStalledApiserverAfterTheDrainTimeou
     EventRecorder rec(&c, "kubicle-operator", "op-0", &RealClock::Instance(), o);
     rec.Record(SandboxObject("a"), "Normal", "Scheduled", "x");
     rec.Record(SandboxObject("b"), "Normal", "Scheduled", "x");
-    while (c.creates_started == 0) std::this_thread::sleep_for(1ms);
+    c.WaitForACreateInFlight();
     // The in-flight create finishes only after the drain timeout has passed.
     opener = std::thread([&] {
       std::this_thread::sleep_for(300ms);
