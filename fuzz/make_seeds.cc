@@ -155,6 +155,48 @@ void BlkSeeds() {
   }
 }
 
+void NetSeeds() {
+  // flags [rates], then ops: 0 tx chain, 1 rx chain, 2 kick, 3 backend
+  // frame, 4 clock, 5 loop turn, 6 SetMac/reset (virtio_net_fuzzer.cc)
+  auto tx = [](FuzzOutput& o, uint16_t frame) {  // header + frame, one buffer
+    o.U8(0).U8(1).U16(uint16_t(12 + frame)).U8(0).Bytes(Bytes(12 + frame, 0x42));
+  };
+  auto rx = [](FuzzOutput& o, uint16_t len) { o.U8(1).U8(1).U16(len).U8(1); };
+  {
+    FuzzOutput o;
+    o.U8(0);
+    tx(o, 60);
+    tx(o, 1514);
+    rx(o, 1526);
+    rx(o, 1526);
+    o.U8(3).U16(98).U8(0).U8(3).U16(1514).U8(0);
+    o.U8(2).U8(3);
+    Write("vmm", "virtio_net", "tx-rx", o.bytes());
+  }
+  {
+    FuzzOutput o;
+    o.U8(0);
+    o.U8(0).U8(1).U16(8).U8(0).Bytes(Bytes(8, 0));         // shorter than the header
+    o.U8(0).U8(1).U16(70).U8(1);                           // tx buffer the device may write
+    o.U8(1).U8(1).U16(1526).U8(0).Bytes(Bytes(1526, 0));   // rx buffer it may only read
+    rx(o, 100);                                            // smaller than the frame
+    o.U8(3).U16(200).U8(0).U8(3).U16(100).U8(1);           // fits nothing; over the maximum
+    o.U8(3).U16(50).U8(0);
+    o.U8(2).U8(3);
+    Write("vmm", "virtio_net", "hostile-chains", o.bytes());
+  }
+  {
+    FuzzOutput o;
+    o.U8(0x0c).U16(0).U16(2).U16(3000).U16(0);  // tx 2 pps, rx 3000 B/s
+    for (int i = 0; i < 3; ++i) tx(o, 60);
+    o.U8(2).U8(2);
+    rx(o, 1526);
+    o.U8(3).U16(1514).U8(0).U8(3).U16(1514).U8(0).U8(2).U8(1);
+    o.U8(4).U16(600).U8(2).U8(3).U8(5).U8(6).U8(9).U8(6).U8(0x80);
+    Write("vmm", "virtio_net", "rate-limits-mac-reset", o.bytes());
+  }
+}
+
 void MmioSeeds() {
   for (uint8_t dev : {0, 1}) {
     FuzzOutput o;
@@ -208,6 +250,16 @@ void DevicePersistSeeds() {
   ram.Bytes(Bytes(0x1000 - 16, 0));
   ram.U16(0).U16(1).U16(0);  // avail: flags 0, idx 1, ring[0] = 0
   Write("vmm", "device_persist", "rng-running-one-chain", seed(2, rec.bytes(), ram.bytes()));
+  // A running virtio-net (DRIVER_OK, VERSION_1 and NET_F_MAC) with rx and tx
+  // queues of 16 entries in guest memory, and a saved MAC and limits.
+  FuzzOutput net;
+  net.U32(0xf).U32(0).U32(0).U64((1ull << 32) | (1ull << 5)).U32(0).U32(0).U32(1);
+  net.U32(2);
+  for (uint64_t base : {0x1000, 0x4000})
+    net.U16(16).U8(1).U64(base).U64(base + 0x1000).U64(base + 0x2000).U16(0).U16(0).U8(0)
+        .U16(0).U8(0);
+  net.U32(38).Bytes(Bytes{0x02, 0x4b, 0x42, 0, 0, 1}).U64(1 << 20).U64(100).U64(0).U64(0);
+  Write("vmm", "device_persist", "net-running", seed(8, net.bytes()));
 }
 
 void VsockTx(FuzzOutput& o, uint16_t op, uint32_t src_port, const std::string& payload,
@@ -564,6 +616,7 @@ int main(int argc, char** argv) {
   g_root = argv[1];
   VirtqueueSeeds();
   BlkSeeds();
+  NetSeeds();
   MmioSeeds();
   VsockSeeds();
   DevicePersistSeeds();

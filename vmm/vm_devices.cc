@@ -11,6 +11,8 @@
 #include "vmm/devices/legacy/serial.h"
 #include "vmm/devices/virtio/block.h"
 #include "vmm/devices/virtio/block_backend.h"
+#include "vmm/devices/virtio/net.h"
+#include "vmm/devices/virtio/net_tap.h"
 #include "vmm/devices/virtio/rng.h"
 #include "vmm/devices/virtio/vsock.h"
 #include "vmm/irqfd_line.h"
@@ -63,6 +65,16 @@ Status Vm::AttachVirtioDevices() {
     RETURN_IF_ERROR(AttachVirtio(std::move(vsock)));
   }
   if (config_.rng) RETURN_IF_ERROR(AttachVirtio(std::make_unique<virtio::Rng>()));
+  if (config_.net) {
+    const NetFlags& n = *config_.net;
+    ASSIGN_OR_RETURN(auto tap, virtio::TapBackend::Open(n.tap));
+    virtio::NetConfig net_config;
+    net_config.mac = n.mac;
+    net_config.rx = {.bytes_per_sec = n.rx_bps, .packets_per_sec = n.rx_pps};
+    net_config.tx = {.bytes_per_sec = n.tx_bps, .packets_per_sec = n.tx_pps};
+    ASSIGN_OR_RETURN(auto net, virtio::Net::Create(std::move(tap), net_config));
+    RETURN_IF_ERROR(AttachVirtio(std::move(net)));
+  }
   return Status::Ok();
 }
 

@@ -63,6 +63,11 @@ Result<control::ForkReply> Vm::Fork(const control::ForkRequest& req) {
   const std::vector<control::ForkChild>& children = req.children;
   if (!vcpus_) return Status::FailedPrecondition("vm is not started");
   RETURN_IF_ERROR(CheckDisksCapturable().WithContext("fork"));
+  // A child needs a TAP of its own (one TAP takes one VMM), and the fork
+  // request cannot name one yet: refuse before anything is paused.
+  if (config_.net)
+    return Status::FailedPrecondition(
+        "fork: this VM has a network device and fork children cannot be given TAPs yet");
   auto start = std::chrono::steady_clock::now();
   bool was_paused = vcpus_->paused();
   if (!was_paused) RETURN_IF_ERROR(vcpus_->Pause());

@@ -10,6 +10,7 @@
 #include "vmm/devices/legacy/serial.h"
 #include "vmm/devices/legacy/serial_persist.h"
 #include "vmm/devices/virtio/block.h"
+#include "vmm/devices/virtio/net_tap.h"
 #include "vmm/devices/virtio/persist.h"
 #include "vmm/kvm/vcpu_state.h"
 #include "vmm/kvm/vm_state.h"
@@ -121,6 +122,19 @@ Status Vm::AttachSavedDevices(const snapshot::MachineState& s) {
   host.vsock_uds = config_.vsock_uds;
   host.guest_cid = config_.guest_cid;
   host.open_disk = [this](const virtio::BlockState& b) { return OpenRestoredDisk(b); };
+  if (config_.net) {
+    // The clone's own TAP and MAC; its limits when it was given any.
+    const NetFlags n = *config_.net;
+    host.open_net = [n]() -> Result<std::unique_ptr<virtio::NetBackend>> {
+      ASSIGN_OR_RETURN(auto tap, virtio::TapBackend::Open(n.tap));
+      return std::unique_ptr<virtio::NetBackend>(std::move(tap));
+    };
+    host.net_mac = n.mac;
+    if (n.limits_given) {
+      host.net_rx = virtio::RateLimit{n.rx_bps, n.rx_pps};
+      host.net_tx = virtio::RateLimit{n.tx_bps, n.tx_pps};
+    }
+  }
   for (const snapshot::VirtioDeviceState& d : s.virtio) {
     if (d.slot != virtio_.size())
       return Status::DataLoss("snapshot virtio slots are not dense (slot " +

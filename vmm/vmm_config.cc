@@ -7,6 +7,7 @@
 #include "common/flag_args.h"
 #include "vmm/arch/x86_64/layout.h"
 #include "vmm/control_protocol.h"
+#include "vmm/devices/virtio/mac_address.h"
 
 namespace kubicle::vmm {
 namespace {
@@ -46,6 +47,57 @@ Status ParseDisk(const std::string& spec, VmmConfig* cfg) {
   cfg->disks.push_back(d);
   return Status::Ok();
 }
+
+// Splits "a,b,c" at commas; an empty piece is kept (and then refused).
+std::vector<std::string> SplitCommas(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  for (size_t comma; (comma = s.find(',', start)) != std::string::npos; start = comma + 1)
+    out.push_back(s.substr(start, comma - start));
+  out.push_back(s.substr(start));
+  return out;
+}
+
+}  // namespace
+
+Result<NetFlags> ParseNetFlag(const std::string& spec) {
+  NetFlags n;
+  std::vector<std::string> seen;
+  bool have_mac = false;
+  for (const std::string& item : SplitCommas(spec)) {
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos || eq == 0)
+      return Status::InvalidArgument("--net: '" + item + "' is not key=value (see --help)");
+    const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    for (const std::string& k : seen)
+      if (k == key) return Status::InvalidArgument("--net: " + key + " given twice");
+    seen.push_back(key);
+    if (key == "tap") {
+      if (value.empty() || value.size() > 15)
+        return Status::InvalidArgument("--net: tap name must be 1..15 bytes");
+      n.tap = value;
+    } else if (key == "mac") {
+      auto mac = devices::virtio::ParseMac(value);
+      if (!mac.ok()) return mac.status().WithContext("--net");
+      n.mac = *mac;
+      have_mac = true;
+    } else if (key == "rx-bps" || key == "tx-bps" || key == "rx-pps" || key == "tx-pps") {
+      auto v = ParseSize(value);
+      if (!v.ok()) return v.status().WithContext("--net " + key);
+      (key == "rx-bps" ? n.rx_bps : key == "tx-bps" ? n.tx_bps : key == "rx-pps" ? n.rx_pps
+                                                                                 : n.tx_pps) = *v;
+      n.limits_given = true;
+    } else {
+      return Status::InvalidArgument("--net: unknown key '" + key +
+                                     "' (tap, mac, rx-bps, tx-bps, rx-pps, tx-pps)");
+    }
+  }
+  if (n.tap.empty()) return Status::InvalidArgument("--net: tap=NAME is required");
+  if (!have_mac) return Status::InvalidArgument("--net: mac=AA:BB:CC:DD:EE:FF is required");
+  return n;
+}
+
+namespace {
 
 Status Validate(const VmmConfig& cfg) {
   if (cfg.kernel_path.empty()) return Status::InvalidArgument("--kernel is required");
@@ -113,6 +165,10 @@ Result<VmmConfig> ParseRunArgs(const std::vector<std::string>& raw_args) {
       cfg.vcpus = n > kMaxVcpus ? kMaxVcpus + 1 : static_cast<int>(n);
     } else if (flag == "--disk") RETURN_IF_ERROR(ParseDisk(v, &cfg));
     else if (flag == "--vsock-uds") cfg.vsock_uds = v;
+    else if (flag == "--net") {
+      if (cfg.net) return Status::InvalidArgument("--net: at most one network device");
+      ASSIGN_OR_RETURN(cfg.net, ParseNetFlag(v));
+    }
     else if (flag == "--cid") { ASSIGN_OR_RETURN(cfg.guest_cid, ParseUint(flag, v)); }
     else if (flag == "--serial") cfg.serial_path = v;
     else if (flag == "--serial-max-bytes" || flag == "--serial-rate" || flag == "--serial-burst") {
@@ -190,8 +246,8 @@ std::string UsageText() {
 
 Usage:
   kubicle-vmm run --kernel PATH [options]
-  kubicle-vmm restore --snapshot DIR [--vsock-uds P] [--cid N] [--control C] [--serial S]
-                      [--serial-* ...] [--layer-dir D]
+  kubicle-vmm restore --snapshot DIR [--vsock-uds P] [--cid N] [--net ...] [--control C]
+                      [--serial S] [--serial-* ...] [--layer-dir D]
   kubicle-vmm pool --mem SIZE [--vcpus N] --control C [--vsock-uds P] [--cid N] [--serial S]
                    [--serial-* ...] [--layer-dir D]
                        (warm pool: waits for {"cmd":"restore","snapshot":DIR,...})
@@ -213,6 +269,10 @@ Options for run:
                        (connect, send "CONNECT <port>\n", read "OK <port>\n";
                        guest connections to port P go to PATH_P)
   --cid N              guest vsock CID (3..4294967294; default 3)
+  --net tap=NAME,mac=AA:BB:CC:DD:EE:FF[,rx-bps=N,tx-bps=N,rx-pps=N,tx-pps=N]
+                       virtio-net on the existing TAP NAME (no offloads); rates
+                       per second (K/M/G allowed; 0 or absent: unlimited);
+                       restore: the clone's TAP and MAC (rates kept if absent)
   --no-rng             no virtio-rng device
   --serial PATH        serial console output file ("none" to discard; default stdout)
   --serial-max-bytes SIZE  rotate the serial file at SIZE (default 1M; 0: never)

@@ -3,6 +3,7 @@
 // flag is a clear usage error (exit code 1) and never a half-built VM.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -18,6 +19,16 @@ struct DiskConfig {
   bool read_only = false;
 };
 
+// --net tap=NAME,mac=MAC[,rx-bps=N,tx-bps=N,rx-pps=N,tx-pps=N]: virtio-net on
+// an existing TAP. Rates are per second, 0 (the default) is unlimited.
+struct NetFlags {
+  std::string tap;
+  std::array<uint8_t, 6> mac{};
+  uint64_t rx_bps = 0, tx_bps = 0, rx_pps = 0, tx_pps = 0;
+  // Whether any rate was given: a restore without one keeps the saved limits.
+  bool limits_given = false;
+};
+
 struct VmmConfig {
   std::string kernel_path;
   std::string initrd_path;  // empty: no initrd
@@ -28,6 +39,7 @@ struct VmmConfig {
   std::string vsock_uds;    // empty: no vsock device
   uint64_t guest_cid = 3;
   bool rng = true;          // virtio-rng, on unless --no-rng
+  std::optional<NetFlags> net;  // virtio-net; unset: no network device
   std::string serial_path;  // empty: stdout; "none": discard
   // --serial-max-bytes, --serial-files, --serial-rate, --serial-burst: the
   // console log's rotation, cap and rate limit (console_log.h); a restore
@@ -55,13 +67,17 @@ inline constexpr uint64_t kMaxSerialFiles = 16;
 // overflow, junk and negative numbers.
 Result<uint64_t> ParseSize(const std::string& text);
 
+// Parses the value of --net (exposed for tests): strict, every key known and
+// given once, tap and mac required, the MAC unicast.
+Result<NetFlags> ParseNetFlag(const std::string& spec);
+
 // Parses the arguments after `kubicle-vmm run`. Result is validated: the
 // kernel exists, sizes are in range, guest CID >= 3, paths are set where
 // needed. Does not touch KVM.
 Result<VmmConfig> ParseRunArgs(const std::vector<std::string>& args);
 
 // Parses the arguments after `kubicle-vmm restore`: --snapshot DIR plus the
-// new identity (--vsock-uds, --cid, --control, --serial, --id, logging).
+// new identity (--vsock-uds, --cid, --net, --control, --serial, --id, logging).
 // The machine's shape comes from the snapshot, so --kernel, --mem, --vcpus,
 // --disk and --cmdline are refused.
 Result<VmmConfig> ParseRestoreArgs(const std::vector<std::string>& args);

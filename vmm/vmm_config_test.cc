@@ -42,6 +42,52 @@ TEST_F(VmmConfigTest, ParsesFullCommandLine) {
   EXPECT_EQ(cfg->cmdline, "console=ttyS0");
 }
 
+TEST_F(VmmConfigTest, ParsesNet) {
+  auto cfg = ParseRunArgs({"--kernel", kernel_, "--net",
+                           "tap=kbl0,mac=02:4B:42:00:00:01,rx-bps=10M,tx-pps=1000"});
+  ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+  ASSERT_TRUE(cfg->net.has_value());
+  EXPECT_EQ(cfg->net->tap, "kbl0");
+  EXPECT_EQ(cfg->net->mac, (std::array<uint8_t, 6>{0x02, 0x4b, 0x42, 0, 0, 1}));
+  EXPECT_EQ(cfg->net->rx_bps, 10u << 20);
+  EXPECT_EQ(cfg->net->tx_pps, 1000u);
+  EXPECT_EQ(cfg->net->tx_bps, 0u);
+  EXPECT_TRUE(cfg->net->limits_given);
+  auto plain = ParseRunArgs({"--kernel", kernel_, "--net=tap=t,mac=02:00:00:00:00:09"});
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  EXPECT_FALSE(plain->net->limits_given);
+  EXPECT_FALSE(ParseRunArgs({"--kernel", kernel_}).value().net.has_value());
+  // A restore takes the clone's TAP and MAC.
+  auto restore = ParseRestoreArgs({"--snapshot", "/s", "--net", "tap=c1,mac=02:00:00:00:00:0a"});
+  ASSERT_TRUE(restore.ok()) << restore.status().ToString();
+  EXPECT_EQ(restore->net->tap, "c1");
+}
+
+TEST_F(VmmConfigTest, RefusesBadNetFlags) {
+  for (const char* bad : {
+           "", "tap=t", "mac=02:00:00:00:00:01",            // both required
+           "tap=t,mac=02:00:00:00:00",                       // short MAC
+           "tap=t,mac=02:00:00:00:00:0z",                    // not hex
+           "tap=t,mac=01:00:5e:00:00:01",                    // multicast
+           "tap=t,mac=00:00:00:00:00:00",                    // zero
+           "tap=t,mac=02-00-00-00-00-01",                    // wrong separator
+           "tap=t,mac=02:00:00:00:00:01,speed=1",            // unknown key
+           "tap=t,mac=02:00:00:00:00:01,rx-bps=-1",          // negative
+           "tap=t,mac=02:00:00:00:00:01,rx-bps=1Q",          // junk
+           "tap=t,mac=02:00:00:00:00:01,tap=u",              // twice
+           "tap=t,mac=02:00:00:00:00:01,",                   // empty item
+           "tap=,mac=02:00:00:00:00:01",                     // empty name
+           "tap=abcdefghijklmnop,mac=02:00:00:00:00:01",     // over IFNAMSIZ-1
+           "tap=t,=x,mac=02:00:00:00:00:01", "tap"}) {
+    auto cfg = ParseRunArgs({"--kernel", kernel_, "--net", bad});
+    EXPECT_FALSE(cfg.ok()) << bad;
+    EXPECT_NE(cfg.status().message().find("--net"), std::string::npos) << cfg.status().message();
+  }
+  EXPECT_FALSE(ParseRunArgs({"--kernel", kernel_, "--net", "tap=a,mac=02:00:00:00:00:01", "--net",
+                             "tap=b,mac=02:00:00:00:00:02"})
+                   .ok());
+}
+
 TEST_F(VmmConfigTest, TakesFlagEqualsValueAndKeepsACmdlineThatLooksLikeAFlag) {
   auto cfg = ParseRunArgs({"--kernel=" + kernel_, "--mem=512M", "--vcpus", "2", "--cid=7",
                            "--cmdline", "--init=/x console=ttyS0", "--no-rng"});

@@ -3,13 +3,13 @@
 // the serial port's record (vmm/devices/legacy/serial_persist.cc) and a
 // virtio-mmio device's record (vmm/devices/virtio/persist.cc: the
 // transport's state, then the device's own bytes, decoded by virtio-blk,
-// virtio-rng or virtio-vsock). A record that passes is restored the way a
-// VM restores it: the device rebuilt (blk over an in-memory disk), put
-// behind a new transport, the transport state applied, every queue kicked
+// virtio-rng, virtio-vsock or virtio-net). A record that passes is restored
+// the way a VM restores it: the device rebuilt (blk over an in-memory disk,
+// net over a backend without frames), put behind a new transport, the transport state applied, every queue kicked
 // against guest memory the input fills.
 //
 // Input: u8 selector (bits 0-1: serial, blk, rng, vsock; bit 2: the
-// snapshot is from a newer minor version), u16 record length, the record,
+// snapshot is from a newer minor version; bit 3: net, whatever bits 0-1 say), u16 record length, the record,
 // then bytes copied to guest address 0.
 //
 // Checked: nothing crashes or reads outside guest memory; a record that
@@ -22,12 +22,14 @@
 #include <memory>
 #include <vector>
 
+#include "common/event_loop.h"
 #include "fuzz/common/fuzz_input.h"
 #include "fuzz/vmm/virtio_driver.h"
 #include "fuzz/vmm/zero_disk.h"
 #include "snapshot/state.h"
 #include "vmm/devices/legacy/serial_persist.h"
 #include "vmm/devices/virtio/block.h"
+#include "vmm/devices/virtio/net.h"
 #include "vmm/devices/virtio/persist.h"
 #include "vmm/devices/virtio/rng.h"
 #include "vmm/devices/virtio/vsock.h"
@@ -49,6 +51,23 @@ GuestMemory& Memory() {
   return *mem;
 }
 
+// virtio-net waits on its own epoll fd (timer), so its transport needs a loop.
+EventLoop& Loop() {
+  static EventLoop* loop = [] {
+    auto l = EventLoop::Create();
+    FUZZ_CHECK(l.ok());
+    return l->release();
+  }();
+  return *loop;
+}
+
+class NoFrames final : public virtio::NetBackend {
+ public:
+  int fd() const override { return -1; }
+  Status Send(std::span<const iovec>) override { return Status::Ok(); }
+  Result<size_t> Receive(std::span<uint8_t>) override { return size_t{0}; }
+};
+
 void Serial(std::span<const uint8_t> record, bool newer_minor) {
   auto s = legacy::DecodeSerialState(record, newer_minor);
   if (!s.ok()) return;
@@ -65,6 +84,9 @@ void Own(uint32_t kind, const Bytes& own, bool newer_minor) {
   } else if (kind == virtio::Vsock::kPersistKind) {
     FUZZ_CHECK(virtio::Vsock::DecodeState(own, newer_minor).ok() ==
                virtio::Vsock::CheckSaved(own, newer_minor).ok());
+  } else if (kind == virtio::Net::kPersistKind) {
+    FUZZ_CHECK(virtio::Net::DecodeState(own, newer_minor).ok() ==
+               virtio::Net::CheckSaved(own, newer_minor).ok());
   }
 }
 
@@ -74,12 +96,15 @@ void Restore(const snapshot::VirtioDeviceState& record, bool newer_minor) {
       -> Result<std::unique_ptr<virtio::BlockBackend>> {
     return std::unique_ptr<virtio::BlockBackend>(std::make_unique<ZeroDisk>());
   };
+  host.open_net = []() -> Result<std::unique_ptr<virtio::NetBackend>> {
+    return std::unique_ptr<virtio::NetBackend>(std::make_unique<NoFrames>());
+  };
   const bool checked = virtio::CheckDevice(record, newer_minor).ok();
   auto restored = virtio::RestoreDevice(record, newer_minor, host);
   FUZZ_CHECK(restored.ok() == checked);
   if (!restored.ok()) return;
   auto irq = std::make_shared<NullInterrupt>();
-  auto t = virtio::MmioTransport::Create(std::move(restored->device), Memory(), irq);
+  auto t = virtio::MmioTransport::Create(std::move(restored->device), Memory(), irq, &Loop());
   FUZZ_CHECK(t.ok());
   if (!(*t)->RestoreState(restored->transport).ok()) return;
   // Restore processes no queue: what was applied reads back unchanged,
@@ -126,6 +151,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::memset(mem.HostPointer(0, kRam), 0, kRam);
   const std::span<const uint8_t> ram = in.Bytes(std::min<size_t>(in.remaining(), kRam));
   if (!ram.empty()) std::memcpy(mem.HostPointer(0, ram.size()), ram.data(), ram.size());
+  if (selector & 8) {
+    Virtio(virtio::Net::kPersistKind, record, newer_minor);
+    return 0;
+  }
   switch (selector & 3) {
     case 0:
       Serial(record, newer_minor);

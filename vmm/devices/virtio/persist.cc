@@ -2,6 +2,7 @@
 
 #include "snapshot/byte_io.h"
 #include "vmm/devices/virtio/block.h"
+#include "vmm/devices/virtio/net.h"
 #include "vmm/devices/virtio/rng.h"
 #include "vmm/devices/virtio/vsock.h"
 
@@ -16,6 +17,7 @@ constexpr PersistOps kDevices[] = {
     {Block::kPersistKind, "virtio-blk", &Block::CheckSaved, &Block::Restore},
     {Rng::kPersistKind, "virtio-rng", &Rng::CheckSaved, &Rng::Restore},
     {Vsock::kPersistKind, "virtio-vsock", &Vsock::CheckSaved, &Vsock::Restore},
+    {Net::kPersistKind, "virtio-net", &Net::CheckSaved, &Net::Restore},
 };
 
 constexpr bool KindsAreUnique() {

@@ -20,6 +20,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <array>
 #include <span>
 #include <string>
 #include <string_view>
@@ -29,6 +31,8 @@
 #include "snapshot/state.h"
 #include "vmm/devices/virtio/block_backend.h"
 #include "vmm/devices/virtio/mmio_transport.h"
+#include "vmm/devices/virtio/net_backend.h"
+#include "vmm/devices/virtio/rate_limiter.h"
 #include "vmm/devices/virtio/virtio_device.h"
 
 namespace kubicle::vmm::devices::virtio {
@@ -44,6 +48,11 @@ struct DeviceResources {
   // block: opens the backend a saved disk was on (its read-only image, or
   // its frozen chain under a new private overlay).
   std::function<Result<std::unique_ptr<BlockBackend>>(const BlockState&)> open_disk;
+  // net: opens this VM's backend (its TAP; empty: no --net was given) and the
+  // clone's MAC and limits (unset: the saved ones).
+  std::function<Result<std::unique_ptr<NetBackend>>()> open_net;
+  std::optional<std::array<uint8_t, 6>> net_mac;
+  std::optional<RateLimit> net_rx, net_tx;
 };
 
 // One restorable device kind: a line of persist.cc's table.

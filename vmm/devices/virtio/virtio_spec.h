@@ -12,6 +12,7 @@ static_assert(std::endian::native == std::endian::little,
               "virtio 1.x structures are little-endian; the host must be too");
 
 // Device types (spec 5).
+inline constexpr uint32_t kDeviceIdNet = 1;
 inline constexpr uint32_t kDeviceIdBlock = 2;
 inline constexpr uint32_t kDeviceIdRng = 4;
 inline constexpr uint32_t kDeviceIdVsock = 19;
@@ -20,6 +21,10 @@ inline constexpr uint32_t kDeviceIdVsock = 19;
 inline constexpr unsigned kFeatureRingIndirectDesc = 28;  // not offered
 inline constexpr unsigned kFeatureRingEventIdx = 29;
 inline constexpr unsigned kFeatureVersion1 = 32;
+
+// virtio-net feature bits (spec 5.1.3); only those offered.
+inline constexpr unsigned kFeatureNetMac = 5;
+inline constexpr unsigned kFeatureNetStatus = 16;
 
 constexpr uint64_t FeatureBit(unsigned bit) { return uint64_t{1} << bit; }
 
