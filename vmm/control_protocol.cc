@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "vmm/devices/virtio/mac_address.h"
+
 #include <limits>
 #include <type_traits>
 
@@ -160,6 +162,32 @@ Status CheckString(std::string_view command, std::string_view field, const std::
   return Status::Ok();
 }
 
+// An interface name as the kernel takes it (dev_valid_name), a NIC's MAC,
+// a namespace path that cannot be read relative to the VMM's directory.
+}  // namespace
+
+bool ValidInterfaceName(std::string_view name) {
+  if (name.empty() || name.size() > 15 || name == "." || name == "..") return false;
+  for (unsigned char c : name) {
+    if (c == '/' || c == ':' || c <= ' ' || c >= 0x7f) return false;
+  }
+  return true;
+}
+
+namespace {
+
+Status CheckNet(std::string_view command, const NetAttachment& n) {
+  const std::string what = std::string(command) + ": \"net\"";
+  if (!ValidInterfaceName(n.tap))
+    return Status::InvalidArgument(what + " \"tap\" is not an interface name (1..15 bytes, "
+                                   "no '/', ':' or whitespace)");
+  RETURN_IF_ERROR(devices::virtio::ParseMac(n.mac).status().WithContext(what + " \"mac\""));
+  RETURN_IF_ERROR(CheckString(command, "net.netns", n.netns, false));
+  if (!n.netns.empty() && n.netns[0] != '/')
+    return Status::InvalidArgument(what + " \"netns\" must be an absolute path");
+  return Status::Ok();
+}
+
 Status Validate(const SnapshotRequest& r) { return CheckString("snapshot", "dir", r.dir, true); }
 
 Status Validate(const RestoreRequest& r) {
@@ -169,6 +197,7 @@ Status Validate(const RestoreRequest& r) {
     if (*field) RETURN_IF_ERROR(CheckString("restore", name, **field, false));
   }
   if (r.cid) RETURN_IF_ERROR(CheckCid(*r.cid, "restore: \"cid\""));
+  if (r.net) RETURN_IF_ERROR(CheckNet("restore", *r.net));
   return Status::Ok();
 }
 
@@ -184,12 +213,36 @@ Status Validate(const ForkRequest& r) {
           std::pair{"serial", &c.serial}, std::pair{"layer_dir", &c.layer_dir}})
       RETURN_IF_ERROR(CheckString("fork", name, *field, false));
     RETURN_IF_ERROR(CheckCid(c.cid, "fork: every child's \"cid\""));
+    if (c.net) RETURN_IF_ERROR(CheckNet("fork", *c.net));
   }
   return Status::Ok();
 }
 
 template <typename T>
 Status Validate(const T&) {
+  return Status::Ok();
+}
+
+json EncodeNet(const NetAttachment& n) {
+  json j = {{"tap", n.tap}, {"mac", n.mac}};
+  if (!n.netns.empty()) j["netns"] = n.netns;
+  return j;
+}
+
+// The optional "net" object of a restore or a fork child.
+Status DecodeNet(const json& parent, std::string_view command,
+                 std::optional<NetAttachment>* out) {
+  auto it = parent.find("net");
+  if (it == parent.end()) return Status::Ok();
+  if (!it->is_object())
+    return Status::InvalidArgument(std::string(command) + ": \"net\" must be an object");
+  NetAttachment n;
+  Fields f(*it, std::string(command) + " net", StatusCode::kInvalidArgument);
+  f.String("tap", &n.tap, true);
+  f.String("mac", &n.mac, true);
+  f.String("netns", &n.netns, false);
+  RETURN_IF_ERROR(f.status());
+  *out = std::move(n);
   return Status::Ok();
 }
 
@@ -208,6 +261,7 @@ void Encode(const RestoreRequest& r, json& j) {
   if (r.id) j["id"] = *r.id;
   if (r.layer_dir) j["layer_dir"] = *r.layer_dir;
   if (r.cid) j["cid"] = *r.cid;
+  if (r.net) j["net"] = EncodeNet(*r.net);
 }
 void Encode(const ForkRequest& r, json& j) {
   json children = json::array();
@@ -216,6 +270,7 @@ void Encode(const ForkRequest& r, json& j) {
     if (!c.vsock_uds.empty()) child["vsock_uds"] = c.vsock_uds;
     if (!c.serial.empty()) child["serial"] = c.serial;
     if (!c.layer_dir.empty()) child["layer_dir"] = c.layer_dir;
+    if (c.net) child["net"] = EncodeNet(*c.net);
     children.push_back(std::move(child));
   }
   j["count"] = r.children.size();
@@ -245,6 +300,7 @@ Result<Request> DecodeFields(std::string_view cmd, const json& j) {
     f.OptString("layer_dir", &r.layer_dir);
     f.OptU64("cid", &r.cid);
     RETURN_IF_ERROR(f.status());
+    RETURN_IF_ERROR(DecodeNet(j, "restore", &r.net));
     return Request{std::move(r)};
   }
   if (cmd == "fork") {
@@ -268,6 +324,7 @@ Result<Request> DecodeFields(std::string_view cmd, const json& j) {
       cf.String("serial", &child.serial, false);
       cf.String("layer_dir", &child.layer_dir, false);
       RETURN_IF_ERROR(cf.status());
+      RETURN_IF_ERROR(DecodeNet(c, "fork", &child.net));
       if (!c.contains("cid")) return Status::InvalidArgument("fork: every child needs \"cid\"");
       r.children.push_back(std::move(child));
     }

@@ -77,6 +77,21 @@ struct SnapshotRequest {
   bool resume = true;
   bool operator==(const SnapshotRequest&) const = default;
 };
+// A clone's own network attachment (docs/vmm.md, "Network"): the TAP named
+// `tap` in the network namespace whose file is `netns` (empty: the VMM's
+// own namespace), and the MAC the guest's NIC takes. The node creates the
+// namespace and the TAP; the VMM only attaches to it.
+struct NetAttachment {
+  std::string tap;    // 1..15 bytes, no '/', ':' or whitespace (an interface name)
+  std::string mac;    // "aa:bb:cc:dd:ee:ff", unicast and not zero
+  std::string netns;  // an absolute path, or empty
+  bool operator==(const NetAttachment&) const = default;
+};
+
+// An interface name as the kernel accepts one (dev_valid_name): 1..15
+// bytes, not "." or "..", no '/', ':' or whitespace. Used by --net too.
+bool ValidInterfaceName(std::string_view name);
+
 // Pool VMs only: restores the snapshot at `snapshot` and runs it. Fields left
 // unset keep the pool process's command-line values.
 struct RestoreRequest {
@@ -86,6 +101,8 @@ struct RestoreRequest {
   std::optional<std::string> id;
   std::optional<std::string> layer_dir;
   std::optional<uint64_t> cid;
+  // Required when the snapshot has a network device, refused otherwise.
+  std::optional<NetAttachment> net;
   bool operator==(const RestoreRequest&) const = default;
 };
 // The new identity of one fork child.
@@ -95,6 +112,9 @@ struct ForkChild {
   std::string vsock_uds;  // required when the VM has a vsock device
   std::string serial;     // empty: discarded
   std::string layer_dir;  // empty: the parent's --layer-dir
+  // Required when the VM has a network device (one TAP takes one VMM),
+  // refused otherwise.
+  std::optional<NetAttachment> net;
   bool operator==(const ForkChild&) const = default;
 };
 // Pauses, captures once, fork(2)s one copy-on-write child per entry, resumes.

@@ -27,8 +27,14 @@ std::vector<Request> SampleRequests() {
   minimal.snapshot = "/snap";
   ForkRequest fork;
   fork.children = {{"/c1.ctl", 7, "/c1.vsock", "/c1.serial", "/c1"}, {"/c2.ctl", 0xfffffffe, "", "", ""}};
+  RestoreRequest networked = minimal;
+  networked.net = NetAttachment{"tap0", "02:00:00:00:00:2a", "/run/kubicle/netns/s-1"};
+  ForkRequest networked_fork;
+  networked_fork.children = {{"/c1.ctl", 7, "", "", "", NetAttachment{"tap0", "02:aa:00:00:00:01", "/n1"}},
+                             {"/c2.ctl", 8, "", "", "", NetAttachment{"tap1", "0a:aa:00:00:00:02", ""}}};
   return {StatusRequest{}, PauseRequest{}, ResumeRequest{}, SnapshotRequest{"/s", false},
-          SnapshotRequest{"/s", true}, full, minimal, fork, ShutdownRequest{}};
+          SnapshotRequest{"/s", true}, full, minimal, networked, fork, networked_fork,
+          ShutdownRequest{}};
 }
 
 TEST(ControlProtocolTest, RequestsRoundTrip) {
@@ -55,6 +61,55 @@ TEST(ControlProtocolTest, GoldenRequestEncodings) {
   EXPECT_EQ(*EncodeRequest(fork),
             R"({"children":[{"cid":9,"control":"/c.ctl","vsock_uds":"/c.vsock"}],"cmd":"fork",)"
             R"("count":1,"v":1})");
+}
+
+TEST(ControlProtocolTest, GoldenNetAttachment) {
+  RestoreRequest r;
+  r.snapshot = "/snap";
+  r.net = NetAttachment{"tap0", "02:00:00:00:00:2a", "/ns"};
+  EXPECT_EQ(*EncodeRequest(r),
+            R"({"cmd":"restore","net":{"mac":"02:00:00:00:00:2a","netns":"/ns","tap":"tap0"},)"
+            R"("snapshot":"/snap","v":1})");
+}
+
+// A network attachment is checked like the kernel checks an interface name
+// and a NIC its MAC, before the VMM touches anything.
+TEST(ControlProtocolTest, RefusesBadNetAttachments) {
+  auto restore = [](const std::string& net) {
+    return DecodeRequest(R"({"cmd":"restore","snapshot":"/s","net":)" + net + "}");
+  };
+  EXPECT_TRUE(restore(R"({"tap":"tap0","mac":"02:00:00:00:00:01"})").ok());
+  for (const char* bad : {
+           R"("tap0")",                                                   // not an object
+           R"({"mac":"02:00:00:00:00:01"})",                              // no tap
+           R"({"tap":"tap0"})",                                           // no mac
+           R"({"tap":"","mac":"02:00:00:00:00:01"})",                     // empty tap
+           R"({"tap":"a-name-of-16-byte","mac":"02:00:00:00:00:01"})",    // too long
+           R"({"tap":"../x","mac":"02:00:00:00:00:01"})",                 // a path
+           R"({"tap":"ta p","mac":"02:00:00:00:00:01"})",                 // whitespace
+           R"({"tap":"tap:0","mac":"02:00:00:00:00:01"})",                // alias syntax
+           R"({"tap":"..","mac":"02:00:00:00:00:01"})",
+           R"({"tap":"tap0","mac":"03:00:00:00:00:01"})",                 // multicast
+           R"({"tap":"tap0","mac":"00:00:00:00:00:00"})",                 // zero
+           R"({"tap":"tap0","mac":"02-00-00-00-00-01"})",                 // wrong form
+           R"({"tap":"tap0","mac":"02:00:00:00:00:01","netns":"ns/1"})",  // relative
+           R"({"tap":"tap0","mac":"02:00:00:00:00:01","netns":7})",
+       }) {
+    auto r = restore(bad);
+    EXPECT_FALSE(r.ok()) << bad;
+    if (!r.ok()) {
+      EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << bad;
+      EXPECT_NE(r.status().message().find("net"), std::string::npos) << r.status().ToString();
+    }
+  }
+  auto fork = DecodeRequest(
+      R"({"cmd":"fork","children":[{"control":"/c","cid":5,"net":{"tap":"t","mac":"01:00:00:00:00:01"}}]})");
+  EXPECT_FALSE(fork.ok());
+  // Encoding refuses the same, so a client cannot send it.
+  RestoreRequest r;
+  r.snapshot = "/s";
+  r.net = NetAttachment{"tap0", "ff:ff:ff:ff:ff:ff", ""};
+  EXPECT_FALSE(EncodeRequest(r).ok());
 }
 
 TEST(ControlProtocolTest, ReadsRequestsOfClientsBeforeTheVersionField) {

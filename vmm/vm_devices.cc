@@ -67,7 +67,7 @@ Status Vm::AttachVirtioDevices() {
   if (config_.rng) RETURN_IF_ERROR(AttachVirtio(std::make_unique<virtio::Rng>()));
   if (config_.net) {
     const NetFlags& n = *config_.net;
-    ASSIGN_OR_RETURN(auto tap, virtio::TapBackend::Open(n.tap));
+    ASSIGN_OR_RETURN(auto tap, virtio::TapBackend::Open(n.tap, n.netns));
     virtio::NetConfig net_config;
     net_config.mac = n.mac;
     net_config.rx = {.bytes_per_sec = n.rx_bps, .packets_per_sec = n.rx_pps};

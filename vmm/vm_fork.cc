@@ -50,6 +50,21 @@ void CloseInheritedFds() {
   for (int fd : fds) ::close(fd);
 }
 
+// Every child of a VM with a network device needs a TAP of its own (one TAP
+// takes one VMM); a VM without one cannot give its children one. Checked
+// before anything is paused.
+Status CheckChildrenNetworks(bool vm_has_net, const std::vector<control::ForkChild>& children) {
+  for (size_t i = 0; i < children.size(); ++i) {
+    if (vm_has_net && !children[i].net)
+      return Status::InvalidArgument("fork: child " + std::to_string(i) +
+                                     " needs \"net\": this VM has a network device");
+    if (!vm_has_net && children[i].net)
+      return Status::InvalidArgument("fork: child " + std::to_string(i) +
+                                     " has \"net\" but this VM has no network device");
+  }
+  return Status::Ok();
+}
+
 int64_t MicrosSince(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t)
       .count();
@@ -63,11 +78,7 @@ Result<control::ForkReply> Vm::Fork(const control::ForkRequest& req) {
   const std::vector<control::ForkChild>& children = req.children;
   if (!vcpus_) return Status::FailedPrecondition("vm is not started");
   RETURN_IF_ERROR(CheckDisksCapturable().WithContext("fork"));
-  // A child needs a TAP of its own (one TAP takes one VMM), and the fork
-  // request cannot name one yet: refuse before anything is paused.
-  if (config_.net)
-    return Status::FailedPrecondition(
-        "fork: this VM has a network device and fork children cannot be given TAPs yet");
+  RETURN_IF_ERROR(CheckChildrenNetworks(config_.net.has_value(), children));
   auto start = std::chrono::steady_clock::now();
   bool was_paused = vcpus_->paused();
   if (!was_paused) RETURN_IF_ERROR(vcpus_->Pause());
@@ -102,6 +113,15 @@ void Vm::ChildMain(const snapshot::MachineState& state, const control::ForkChild
   config.serial_path = child.serial.empty() ? "none" : child.serial;
   config.guest_cid = child.cid;
   if (!child.layer_dir.empty()) config.layer_dir = child.layer_dir;
+  if (child.net) {
+    // Checked by CheckNet when the request was decoded: cannot fail here.
+    Result<NetFlags> net = NetFlagsFor(*child.net, config_.net);
+    if (!net.ok()) {
+      log::Error("fork child failed", {{"error", net.status().ToString()}});
+      ::_exit(static_cast<int>(ExitCode::kSetupFailed));
+    }
+    config.net = *net;
+  }
   config.vm_id = config_.vm_id + "-" + std::to_string(::getpid());
   std::unique_ptr<Vm> vm(new Vm(config));
   // The inherited machine (this object and everything it owns) is never

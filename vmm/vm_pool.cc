@@ -22,6 +22,10 @@ Result<control::RestoreReply> Vm::RestoreFromPool(const control::RestoreRequest&
   if (req.id) config_.vm_id = *req.id;
   if (req.layer_dir) config_.layer_dir = *req.layer_dir;
   if (req.cid) config_.guest_cid = *req.cid;
+  if (req.net) {
+    ASSIGN_OR_RETURN(NetFlags net, NetFlagsFor(*req.net, config_.net));
+    config_.net = std::move(net);
+  }
   auto start = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(snapshot::SnapshotDir snap, snapshot::SnapshotDir::Open(dir));
   const snapshot::MachineState& s = snap.state();

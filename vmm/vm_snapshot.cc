@@ -10,6 +10,7 @@
 #include "vmm/devices/legacy/serial.h"
 #include "vmm/devices/legacy/serial_persist.h"
 #include "vmm/devices/virtio/block.h"
+#include "vmm/devices/virtio/net.h"
 #include "vmm/devices/virtio/net_tap.h"
 #include "vmm/devices/virtio/persist.h"
 #include "vmm/kvm/vcpu_state.h"
@@ -105,8 +106,20 @@ Status Vm::Snapshot(const std::string& dir, bool resume) {
 
 Status Vm::CheckSavedDevices(const snapshot::MachineState& s) {
   if (s.serial) RETURN_IF_ERROR(legacy::DecodeSerialState(*s.serial, s.newer_minor).status());
-  for (const snapshot::VirtioDeviceState& d : s.virtio)
+  bool has_net = false;
+  for (const snapshot::VirtioDeviceState& d : s.virtio) {
     RETURN_IF_ERROR(virtio::CheckDevice(d, s.newer_minor));
+    has_net = has_net || d.kind == virtio::Net::kPersistKind;
+  }
+  // A clone's network attachment and the snapshot's NIC come together: one
+  // without the other is a caller's mistake, told before anything is built.
+  if (has_net && !config_.net)
+    return Status::InvalidArgument(
+        "the snapshot has a network device: a network attachment (--net, or \"net\" in a "
+        "restore request) is required");
+  if (!has_net && config_.net)
+    return Status::InvalidArgument(
+        "a network attachment was given but the snapshot has no network device");
   return Status::Ok();
 }
 
@@ -126,7 +139,7 @@ Status Vm::AttachSavedDevices(const snapshot::MachineState& s) {
     // The clone's own TAP and MAC; its limits when it was given any.
     const NetFlags n = *config_.net;
     host.open_net = [n]() -> Result<std::unique_ptr<virtio::NetBackend>> {
-      ASSIGN_OR_RETURN(auto tap, virtio::TapBackend::Open(n.tap));
+      ASSIGN_OR_RETURN(auto tap, virtio::TapBackend::Open(n.tap, n.netns));
       return std::unique_ptr<virtio::NetBackend>(std::move(tap));
     };
     host.net_mac = n.mac;

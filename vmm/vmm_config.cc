@@ -73,9 +73,14 @@ Result<NetFlags> ParseNetFlag(const std::string& spec) {
       if (k == key) return Status::InvalidArgument("--net: " + key + " given twice");
     seen.push_back(key);
     if (key == "tap") {
-      if (value.empty() || value.size() > 15)
-        return Status::InvalidArgument("--net: tap name must be 1..15 bytes");
+      if (!control::ValidInterfaceName(value))
+        return Status::InvalidArgument("--net: tap must be an interface name (1..15 bytes, "
+                                       "no '/', ':' or whitespace)");
       n.tap = value;
+    } else if (key == "netns") {
+      if (value.empty() || value[0] != '/')
+        return Status::InvalidArgument("--net: netns must be an absolute path");
+      n.netns = value;
     } else if (key == "mac") {
       auto mac = devices::virtio::ParseMac(value);
       if (!mac.ok()) return mac.status().WithContext("--net");
@@ -89,11 +94,21 @@ Result<NetFlags> ParseNetFlag(const std::string& spec) {
       n.limits_given = true;
     } else {
       return Status::InvalidArgument("--net: unknown key '" + key +
-                                     "' (tap, mac, rx-bps, tx-bps, rx-pps, tx-pps)");
+                                     "' (tap, mac, netns, rx-bps, tx-bps, rx-pps, tx-pps)");
     }
   }
   if (n.tap.empty()) return Status::InvalidArgument("--net: tap=NAME is required");
   if (!have_mac) return Status::InvalidArgument("--net: mac=AA:BB:CC:DD:EE:FF is required");
+  return n;
+}
+
+Result<NetFlags> NetFlagsFor(const control::NetAttachment& attachment,
+                             const std::optional<NetFlags>& current) {
+  NetFlags n = current.value_or(NetFlags{});
+  n.tap = attachment.tap;
+  n.netns = attachment.netns;
+  ASSIGN_OR_RETURN(n.mac, devices::virtio::ParseMac(attachment.mac));
+  n.limits_given = false;
   return n;
 }
 
@@ -269,8 +284,9 @@ Options for run:
                        (connect, send "CONNECT <port>\n", read "OK <port>\n";
                        guest connections to port P go to PATH_P)
   --cid N              guest vsock CID (3..4294967294; default 3)
-  --net tap=NAME,mac=AA:BB:CC:DD:EE:FF[,rx-bps=N,tx-bps=N,rx-pps=N,tx-pps=N]
-                       virtio-net on the existing TAP NAME (no offloads); rates
+  --net tap=NAME,mac=AA:BB:CC:DD:EE:FF[,netns=PATH][,rx-bps=N,tx-bps=N,rx-pps=N,tx-pps=N]
+                       virtio-net on the existing TAP NAME (no offloads), in
+                       the network namespace file PATH if given; rates
                        per second (K/M/G allowed; 0 or absent: unlimited);
                        restore: the clone's TAP and MAC (rates kept if absent)
   --no-rng             no virtio-rng device

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "vmm/control_protocol.h"
 #include "vmm/devices/legacy/console_log.h"
 
 namespace kubicle::vmm {
@@ -19,10 +20,13 @@ struct DiskConfig {
   bool read_only = false;
 };
 
-// --net tap=NAME,mac=MAC[,rx-bps=N,tx-bps=N,rx-pps=N,tx-pps=N]: virtio-net on
-// an existing TAP. Rates are per second, 0 (the default) is unlimited.
+// --net tap=NAME,mac=MAC[,netns=PATH][,rx-bps=N,tx-bps=N,rx-pps=N,tx-pps=N]:
+// virtio-net on an existing TAP, in the network namespace whose file is
+// netns (empty: the VMM's own). Rates are per second, 0 (the default) is
+// unlimited.
 struct NetFlags {
   std::string tap;
+  std::string netns;
   std::array<uint8_t, 6> mac{};
   uint64_t rx_bps = 0, tx_bps = 0, rx_pps = 0, tx_pps = 0;
   // Whether any rate was given: a restore without one keeps the saved limits.
@@ -70,6 +74,11 @@ Result<uint64_t> ParseSize(const std::string& text);
 // Parses the value of --net (exposed for tests): strict, every key known and
 // given once, tap and mac required, the MAC unicast.
 Result<NetFlags> ParseNetFlag(const std::string& spec);
+
+// A clone's network from its restore or fork request: the attachment's TAP,
+// namespace and MAC, with `current`'s limits (a clone keeps the saved ones).
+Result<NetFlags> NetFlagsFor(const control::NetAttachment& attachment,
+                             const std::optional<NetFlags>& current);
 
 // Parses the arguments after `kubicle-vmm run`. Result is validated: the
 // kernel exists, sizes are in range, guest CID >= 3, paths are set where

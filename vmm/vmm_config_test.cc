@@ -61,12 +61,36 @@ TEST_F(VmmConfigTest, ParsesNet) {
   auto restore = ParseRestoreArgs({"--snapshot", "/s", "--net", "tap=c1,mac=02:00:00:00:00:0a"});
   ASSERT_TRUE(restore.ok()) << restore.status().ToString();
   EXPECT_EQ(restore->net->tap, "c1");
+  EXPECT_TRUE(restore->net->netns.empty());
+  auto in_ns = ParseRestoreArgs(
+      {"--snapshot", "/s", "--net", "tap=tap0,mac=02:00:00:00:00:0a,netns=/run/ns/a"});
+  ASSERT_TRUE(in_ns.ok()) << in_ns.status().ToString();
+  EXPECT_EQ(in_ns->net->netns, "/run/ns/a");
+}
+
+// A clone's attachment replaces TAP, namespace and MAC and keeps the limits.
+TEST(NetFlagsForTest, TakesTheAttachmentAndKeepsTheLimits) {
+  NetFlags parent;
+  parent.tap = "old";
+  parent.netns = "/ns/old";
+  parent.rx_bps = 1000;
+  parent.limits_given = true;
+  auto n = NetFlagsFor({"tap0", "02:00:00:00:00:07", "/ns/new"}, parent);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(n->tap, "tap0");
+  EXPECT_EQ(n->netns, "/ns/new");
+  EXPECT_EQ(n->mac, (std::array<uint8_t, 6>{2, 0, 0, 0, 0, 7}));
+  EXPECT_EQ(n->rx_bps, 1000u);
+  EXPECT_FALSE(n->limits_given);
+  EXPECT_FALSE(NetFlagsFor({"tap0", "01:00:00:00:00:07", ""}, parent).ok());
 }
 
 TEST_F(VmmConfigTest, RefusesBadNetFlags) {
   for (const char* bad : {
            "", "tap=t", "mac=02:00:00:00:00:01",            // both required
            "tap=t,mac=02:00:00:00:00",                       // short MAC
+           "tap=t,mac=02:00:00:00:00:01,netns=rel/path",     // relative namespace
+           "tap=a/b,mac=02:00:00:00:00:01",                  // not an interface name
            "tap=t,mac=02:00:00:00:00:0z",                    // not hex
            "tap=t,mac=01:00:5e:00:00:01",                    // multicast
            "tap=t,mac=00:00:00:00:00:00",                    // zero

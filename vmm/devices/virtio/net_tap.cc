@@ -2,19 +2,22 @@
 
 #include <fcntl.h>
 #include <net/if.h>
+#include <sched.h>
 #include <linux/if_tun.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <thread>
 
 namespace kubicle::vmm::devices::virtio {
 
-Result<std::unique_ptr<TapBackend>> TapBackend::Open(const std::string& name) {
-  if (name.empty() || name.size() >= IFNAMSIZ)
-    return Status::InvalidArgument("TAP name must be 1.." + std::to_string(IFNAMSIZ - 1) +
-                                   " bytes: '" + name + "'");
+namespace {
+
+// Opens the TAP in the calling thread's network namespace (a tun fd belongs
+// to the namespace it was opened in, so /dev/net/tun is opened here too).
+Result<UniqueFd> OpenTapHere(const std::string& name) {
   // TUNSETIFF would create a missing TAP (with CAP_NET_ADMIN), one nobody
   // wired to anything: the node creates and places the TAP, so it must exist.
   if (::if_nametoindex(name.c_str()) == 0)
@@ -26,6 +29,34 @@ Result<std::unique_ptr<TapBackend>> TapBackend::Open(const std::string& name) {
   ifr.ifr_flags = IFF_TAP | IFF_NO_PI;
   if (::ioctl(fd.get(), TUNSETIFF, &ifr) < 0)
     return Status::FromErrno("TUNSETIFF on TAP '" + name + "'");
+  return fd;
+}
+
+// setns() changes only the calling thread's namespace: a thread of its own
+// enters the namespace and ends, and the VMM's threads never leave theirs.
+Result<UniqueFd> OpenTapIn(const std::string& netns, const std::string& name) {
+  UniqueFd ns(::open(netns.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!ns.valid()) return Status::FromErrno("open network namespace " + netns);
+  Result<UniqueFd> out = Status::Internal("unreached");
+  std::thread([&] {
+    if (::setns(ns.get(), CLONE_NEWNET) != 0) {
+      out = Status::FromErrno("setns into " + netns);
+      return;
+    }
+    out = OpenTapHere(name);
+  }).join();
+  if (!out.ok()) return out.status().WithContext("network namespace " + netns);
+  return out;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<TapBackend>> TapBackend::Open(const std::string& name,
+                                                      const std::string& netns) {
+  if (name.empty() || name.size() >= IFNAMSIZ)
+    return Status::InvalidArgument("TAP name must be 1.." + std::to_string(IFNAMSIZ - 1) +
+                                   " bytes: '" + name + "'");
+  ASSIGN_OR_RETURN(UniqueFd fd, netns.empty() ? OpenTapHere(name) : OpenTapIn(netns, name));
   return std::unique_ptr<TapBackend>(new TapBackend(std::move(fd), name));
 }
 

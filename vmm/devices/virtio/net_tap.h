@@ -16,9 +16,13 @@ namespace kubicle::vmm::devices::virtio {
 
 class TapBackend final : public NetBackend {
  public:
-  // Attaches to the existing TAP `name` (at most IFNAMSIZ-1 bytes) in this
-  // network namespace, non-blocking; NotFound when there is none.
-  static Result<std::unique_ptr<TapBackend>> Open(const std::string& name);
+  // Attaches to the existing TAP `name` (at most IFNAMSIZ-1 bytes),
+  // non-blocking; NotFound when there is none. With `netns` (the path of a
+  // network namespace file) the TAP is looked up and opened in that
+  // namespace, on a short-lived thread that enters it (setns needs
+  // CAP_SYS_ADMIN): the fd keeps the TAP, whichever namespace the VMM is in.
+  static Result<std::unique_ptr<TapBackend>> Open(const std::string& name,
+                                                  const std::string& netns = "");
 
   int fd() const override { return fd_.get(); }
   Status Send(std::span<const iovec> frame) override;
