@@ -62,6 +62,28 @@ TEST_F(AgentTest, IdentityDescribesThisMachine) {
   EXPECT_NE(again->entropy_digest, id->entropy_digest);
 }
 
+// An agent without --nic (every host-process agent) never touches a NIC: a
+// new MAC is reported as not applied, and a malformed one is refused.
+TEST_F(AgentTest, PostRestoreMacNeedsANic) {
+  protocol::PostRestoreRequest req;
+  req.generation = 7;
+  req.nic_mac = {0x02, 0, 0, 0, 0, 0x11};
+  auto raw = client_->RawExchange(901, *protocol::EncodeFrame(protocol::MakeFrame(req, 901)));
+  ASSERT_TRUE(raw.ok()) << raw.status().ToString();
+  ASSERT_EQ(raw->type, protocol::MsgType::kPostRestore);
+  protocol::FieldReader r(raw->payload);
+  const std::string warnings = r.Str(Tag::kErrorMessage, 4096).value_or("");
+  EXPECT_NE(warnings.find("nic mac: not set (no --nic)"), std::string::npos) << warnings;
+  for (std::vector<uint8_t> bad : {std::vector<uint8_t>{1, 0, 0, 0, 0, 1},  // multicast
+                                   std::vector<uint8_t>{2, 0, 0, 0, 0}}) {  // short
+    req.nic_mac = bad;
+    auto refused =
+        client_->RawExchange(902, *protocol::EncodeFrame(protocol::MakeFrame(req, 902)));
+    ASSERT_TRUE(refused.ok()) << refused.status().ToString();
+    EXPECT_EQ(refused->type, protocol::MsgType::kError);
+  }
+}
+
 TEST_F(AgentTest, PostRestoreAppliesGenerationClockHostnameAndSeed) {
   protocol::PostRestoreRequest req;
   req.generation = 42;

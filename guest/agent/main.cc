@@ -1,7 +1,7 @@
 // kubicle-agent: the guest side of the agent protocol (see agent.h).
 //
 //   kubicle-agent [--vsock-port N] [--no-vsock] [--unix PATH] [--log-level L]
-//                 [--no-set-clock] [--no-set-hostname] [--unshare-uts]
+//                 [--no-set-clock] [--no-set-hostname] [--nic IF] [--unshare-uts]
 //
 // Value flags also take the --flag=value form (common/flag_args.h).
 //
@@ -33,7 +33,7 @@ namespace {
 constexpr const char* kUsage =
     "usage: kubicle-agent [--vsock-port N] [--no-vsock] [--unix PATH]\n"
     "                     [--log-level debug|info|warn|error]\n"
-    "                     [--no-set-clock] [--no-set-hostname] [--unshare-uts]\n";
+    "                     [--no-set-clock] [--no-set-hostname] [--nic IF] [--unshare-uts]\n";
 
 bool ParseArgs(int argc, char** argv, agent::AgentOptions* o, bool* unshare_uts) {
   bool explicit_vsock = false;
@@ -65,6 +65,9 @@ bool ParseArgs(int argc, char** argv, agent::AgentOptions* o, bool* unshare_uts)
       o->system.set_clock = false;
     } else if (a == "--no-set-hostname") {
       o->system.set_hostname = false;
+    } else if (a == "--nic") {
+      if (!value(&v) || v.empty()) return false;
+      o->system.nic = v;
     } else if (a == "--unshare-uts") {
       *unshare_uts = true;
     } else if (a == "--version") {

@@ -2,6 +2,9 @@
 
 #include <fcntl.h>
 #include <linux/random.h>
+#include <net/if.h>
+#include <net/if_arp.h>
+#include <sys/socket.h>
 #include <linux/vm_sockets.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
@@ -13,6 +16,7 @@
 #include <cstring>
 #include <ctime>
 
+#include "common/unique_fd.h"
 #include "guest/agent/agent.h"
 #include "guest/agent/agent_log.h"
 #include "guest/protocol/tlv.h"
@@ -131,6 +135,23 @@ std::string SystemService::SetHostname(const std::string& name) {
   return {};
 }
 
+// A clone's NIC has a new MAC in its device (virtio-net reads the MAC only
+// at probe): the interface takes it too, so what the guest sends matches
+// what the host gave this clone. virtio-net allows a live change.
+std::string SystemService::SetNicMac(const std::vector<uint8_t>& mac) {
+  if (options_.nic.empty()) return "nic mac: not set (no --nic)";
+  UniqueFd fd(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return std::string("nic mac: socket: ") + strerror(errno);
+  ifreq ifr{};
+  if (options_.nic.size() >= sizeof(ifr.ifr_name)) return "nic mac: interface name too long";
+  std::memcpy(ifr.ifr_name, options_.nic.data(), options_.nic.size());
+  ifr.ifr_hwaddr.sa_family = ARPHRD_ETHER;
+  std::memcpy(ifr.ifr_hwaddr.sa_data, mac.data(), 6);
+  if (::ioctl(fd.get(), SIOCSIFHWADDR, &ifr) < 0)
+    return "nic mac: SIOCSIFHWADDR on " + options_.nic + ": " + strerror(errno);
+  return {};
+}
+
 void SystemService::HandlePostRestore(Connection& c, const Frame& f) {
   auto req = protocol::PostRestoreRequest::Decode(f.payload);
   if (!req.ok()) return c.SendError(f.id, req.status());
@@ -141,6 +162,7 @@ void SystemService::HandlePostRestore(Connection& c, const Frame& f) {
   if (!req->entropy_seed.empty()) note(Reseed(req->entropy_seed));
   if (req->wall_clock_ns != 0) note(SetClock(req->wall_clock_ns));
   if (!req->hostname.empty()) note(SetHostname(req->hostname));
+  if (!req->nic_mac.empty()) note(SetNicMac(req->nic_mac));
   generation_ = req->generation;
   protocol::TlvBuilder b;
   b.U64(protocol::Tag::kGeneration, generation_);

@@ -30,6 +30,10 @@ struct SystemOptions {
   bool set_clock = true;
   // Skip sethostname (same reason, when not in a private UTS namespace).
   bool set_hostname = true;
+  // The network interface a POST_RESTORE's new MAC is set on (--nic; init
+  // passes eth0 when it configured one). Empty: none, the MAC is reported
+  // as not applied — an agent running on a host never touches its NICs.
+  std::string nic;
 };
 
 class SystemService {
@@ -52,6 +56,7 @@ class SystemService {
   std::string Reseed(const std::vector<uint8_t>& seed);
   std::string SetClock(uint64_t wall_clock_ns);
   std::string SetHostname(const std::string& name);
+  std::string SetNicMac(const std::vector<uint8_t>& mac);
 
   SystemOptions options_;
   uint64_t generation_ = 0;

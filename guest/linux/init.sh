@@ -13,6 +13,9 @@
 #   kubicle.rootflags=OPTS       extra mount options for the root
 #   kubicle.overlay=tmpfs|DEV    root read-only under a writable overlay kept
 #                                in RAM (tmpfs) or on a second disk (ext4)
+#   kubicle.net=ADDR/LEN,GW      bring eth0 (virtio-net) up with ADDR/LEN and a
+#                                default route via GW (docs/network.md)
+#   kubicle.dns=IP[,IP...]       nameservers for /etc/resolv.conf
 #   kubicle.port=N               agent vsock port (default 1024)
 #   kubicle.agent_args="..."     extra agent arguments (e.g. --log-level debug)
 #   kubicle.shell=1              start a shell on the console instead (debug)
@@ -32,7 +35,7 @@ fail() {
   exec $agent_env /bin/kubicle-agent $agent_args
 }
 
-hostname=kubicle root= rootfstype=ext4 rootflags= overlay= port=1024 agent_args= shell=
+hostname=kubicle net= dns= root= rootfstype=ext4 rootflags= overlay= port=1024 agent_args= shell=
 # The kernel passes unknown key=value words to init's environment as well,
 # but dotted names are not valid shell variables: parse /proc/cmdline.
 set -- $(cat /proc/cmdline)
@@ -44,14 +47,30 @@ for word in "$@"; do
     kubicle.rootfstype=*) rootfstype=${word#*=} ;;
     kubicle.rootflags=*) rootflags=${word#*=} ;;
     kubicle.overlay=*) overlay=${word#*=} ;;
+    kubicle.net=*) net=${word#*=} ;;
+    kubicle.dns=*) dns=${word#*=} ;;
     kubicle.port=*) port=${word#*=} ;;
     kubicle.agent_args=*) agent_args=$(echo "${word#*=}" | tr ',' ' ') ;;
     kubicle.shell=1) shell=1 ;;
   esac
 done
 agent_args="--vsock-port $port $agent_args"
+# A clone's new MAC (POST_RESTORE) goes to the interface init configured.
+[ -n "$net" ] && agent_args="$agent_args --nic eth0"
 
 hostname "$hostname"
+ip link set lo up
+# The address plan is the same in every sandbox (its own namespace on the
+# host), so a snapshot's clones keep it; only the MAC changes, and the agent
+# applies that after a restore.
+if [ -n "$net" ]; then
+  if ip link set eth0 up && ip addr add "${net%%,*}" dev eth0 &&
+    ip route add default via "${net#*,}" dev eth0; then :; else
+    say "warning: could not configure eth0 from kubicle.net=$net"
+  fi
+fi
+# resolv.conf in the initramfs; copied into the root below when it is one.
+[ -n "$dns" ] && for ns in $(echo "$dns" | tr ',' ' '); do echo "nameserver $ns"; done >/etc/resolv.conf
 [ -n "$clock" ] && date -u -s "@${clock%%.*}" >/dev/null
 [ -n "$shell" ] && exec setsid cttyhack sh
 
@@ -84,6 +103,16 @@ fi
 mount -t tmpfs -o mode=0755,nosuid tmpfs /newroot/run || fail "cannot mount /run"
 mkdir -p /newroot/run/kubicle
 cp /bin/kubicle-agent /newroot/run/kubicle/kubicle-agent
+# Nameservers: into the root's /etc when it is writable, else over it from
+# /run (a read-only root keeps its own file underneath).
+if [ -f /etc/resolv.conf ]; then
+  cp /etc/resolv.conf /newroot/etc/resolv.conf 2>/dev/null || {
+    cp /etc/resolv.conf /newroot/run/kubicle/resolv.conf &&
+      touch /newroot/etc/resolv.conf 2>/dev/null
+    mount --bind /newroot/run/kubicle/resolv.conf /newroot/etc/resolv.conf ||
+      say "warning: /etc/resolv.conf of the root could not be set"
+  }
+fi
 for d in proc sys dev tmp; do [ -d /newroot/$d ] || mkdir -p /newroot/$d 2>/dev/null; done
 mount --move /proc /newroot/proc
 mount --move /sys /newroot/sys

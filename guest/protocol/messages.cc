@@ -226,6 +226,7 @@ Bytes PostRestoreRequest::Encode() const {
   if (!entropy_seed.empty()) b.Bytes(Tag::kEntropySeed, entropy_seed);
   if (wall_clock_ns != 0) b.U64(Tag::kWallClockNs, wall_clock_ns);
   if (!hostname.empty()) b.Str(Tag::kHostname, hostname);
+  if (!nic_mac.empty()) b.Bytes(Tag::kNicMac, nic_mac);
   b.U64(Tag::kGeneration, generation);
   return b.Take();
 }
@@ -236,7 +237,11 @@ Result<PostRestoreRequest> PostRestoreRequest::Decode(ByteSpan payload) {
   m.entropy_seed = r.Bytes(Tag::kEntropySeed, kMaxEntropySeed).value_or(Bytes{});
   m.wall_clock_ns = r.U64(Tag::kWallClockNs).value_or(0);
   auto host = r.Str(Tag::kHostname, kMaxHostnameLen);
+  m.nic_mac = r.Bytes(Tag::kNicMac, 6).value_or(Bytes{});
   m.generation = r.Required(r.U64(Tag::kGeneration), Tag::kGeneration);
+  if (r.status().ok() && !m.nic_mac.empty() &&
+      (m.nic_mac.size() != 6 || (m.nic_mac[0] & 1) != 0))
+    r.Fail(Status::InvalidArgument("nic mac must be 6 bytes, unicast"));
   if (host.has_value()) {
     if (r.status().ok()) r.Fail(ValidateHostname(*host));
     m.hostname = std::move(*host);

@@ -316,6 +316,9 @@ struct PostRestoreRequest {
   uint64_t wall_clock_ns = 0;  // 0 = leave the clock alone
   std::string hostname;        // empty = keep
   uint64_t generation = 0;
+  // The MAC the clone's NIC was given (a restore or fork gets a new one):
+  // the agent sets it on its network interface. Empty = keep; else 6 bytes.
+  Bytes nic_mac;
   Bytes Encode() const;
   static Result<PostRestoreRequest> Decode(ByteSpan payload);
 };

@@ -237,9 +237,16 @@ TEST(Messages, IdentityPostRestoreAndTestExtras) {
   pr.wall_clock_ns = 1700000000000000000ull;
   pr.hostname = "clone-2";
   pr.generation = 2;
+  pr.nic_mac = {0x02, 0x6b, 0, 0, 0, 9};
   auto dp = RoundTrip(pr);
   EXPECT_EQ(dp.entropy_seed.size(), 32u);
   EXPECT_EQ(dp.hostname, "clone-2");
+  EXPECT_EQ(dp.nic_mac, pr.nic_mac);
+  for (Bytes bad : {Bytes{1, 0, 0, 0, 0, 9}, Bytes{2, 0, 0, 0, 9}, Bytes(7, 2)}) {
+    PostRestoreRequest m = pr;
+    m.nic_mac = bad;
+    EXPECT_FALSE(PostRestoreRequest::Decode(m.Encode()).ok());
+  }
   EXPECT_EQ(RoundTrip(PostRestoreReply{2}).generation, 2u);
   pr.hostname = "bad host!";
   EXPECT_FALSE(PostRestoreRequest::Decode(pr.Encode()).ok());

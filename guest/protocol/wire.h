@@ -149,6 +149,7 @@ enum class Tag : uint16_t {
   kEntropySeed = 0x0057,    // bytes
   kWallClockNs = 0x0058,    // u64
   kEntropyDigest = 0x0059,  // u64
+  kNicMac = 0x005a,         // bytes (6), the NIC's new MAC (POST_RESTORE)
 
   kSeed = 0x0060,      // u64
   kChecksum = 0x0061,  // u64
