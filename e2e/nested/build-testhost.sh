@@ -61,8 +61,12 @@ add_module() {
   for dep in $(tr '\0' '\n' <"$f" | sed -n 's/^depends=//p' | tr ',' ' '); do add_module "$dep"; done
   order+=("$f")
 }
-# TCG emulates the CPU we name (-cpu EPYC): always AMD, so kvm-amd.
-for m in kvm-amd 9pnet_virtio 9p virtio_pci; do add_module "$m"; done
+# TCG emulates the CPU we name (-cpu EPYC): always AMD, so kvm-amd. tun and
+# veth carry the guests' networks (TAPs in namespaces), nftables their NAT
+# and egress policy (docs/network.md).
+for m in kvm-amd 9pnet_virtio 9p virtio_pci tun veth nf_tables nft_chain_nat nft_masq nft_ct; do
+  add_module "$m"
+done
 
 # Finds the compressed kernel inside a bzImage (as the kernel's
 # scripts/extract-vmlinux does) and keeps it if it is an ELF with a PVH note.

@@ -11,6 +11,8 @@
 // figures. Image paths come from images.env (prepare-images.sh); missing
 // images or /dev/kvm are failures, not skips: this tier must run in CI.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -30,6 +32,7 @@
 #include "e2e/nested/test_watchdog.h"
 #include "guest/client/agent_client.h"
 #include "guest/protocol/tlv.h"
+#include "noderuntime/network/guest_network.h"
 #include "vmm/testing/vm_process.h"
 
 namespace kubicle::e2e::nested {
@@ -108,7 +111,8 @@ struct Booted {
 // `extra_disks` after the rootfs and `extra_args` for kubicle-vmm.
 Result<Booted> BootPythonGuest(const std::string& hostname,
                                const std::vector<std::string>& extra_disks,
-                               const std::vector<std::string>& extra_args) {
+                               const std::vector<std::string>& extra_args,
+                               const std::string& cmdline_extra = "") {
   const auto images = ReadEnvFile(KUBICLE_LINUX_IMAGES_ENV);
   for (const char* key :
        {"KUBICLE_LINUX_KERNEL", "KUBICLE_LINUX_INITRAMFS", "KUBICLE_LINUX_ROOTFS_PYTHON"}) {
@@ -130,7 +134,7 @@ Result<Booted> BootPythonGuest(const std::string& hostname,
   o.vcpus = kGuestVcpus;
   o.cmdline = "console=ttyS0 quiet reboot=k panic=1 i8042.noaux i8042.nomux i8042.dumbkbd "
               "kubicle.clock=" + std::to_string(std::time(nullptr)) +
-              " kubicle.hostname=" + hostname + " kubicle.overlay=tmpfs";
+              " kubicle.hostname=" + hostname + " kubicle.overlay=tmpfs" + cmdline_extra;
   o.extra_args = {"--initrd", images.at("KUBICLE_LINUX_INITRAMFS")};
   o.extra_args.insert(o.extra_args.end(), extra_args.begin(), extra_args.end());
   o.disks = {images.at("KUBICLE_LINUX_ROOTFS_PYTHON") + ",ro"};
@@ -189,8 +193,10 @@ std::string GuestRandom(AgentClient& agent) {
 // reseed (RNDADDENTROPY, RNDRESEEDCRNG), sets the clock and the hostname.
 // (Distinct urandom bytes alone would not show the reseed: Linux's own
 // interrupt entropy soon makes unseeded clones differ too.)
-Status SendPostRestore(AgentClient& agent, const std::string& hostname, uint64_t generation) {
+Status SendPostRestore(AgentClient& agent, const std::string& hostname, uint64_t generation,
+                       const Bytes& nic_mac = {}) {
   guest::protocol::PostRestoreRequest req;
+  req.nic_mac = nic_mac;
   std::random_device rd;
   for (int i = 0; i < 32; ++i) req.entropy_seed.push_back(uint8_t(rd()));
   req.wall_clock_ns = uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -237,11 +243,13 @@ bool CounterPasses(AgentClient& agent, long above) {
 // `kubicle-vmm restore` of `snap` in a new process with `cid`, then
 // POST_RESTORE and one exec; prints how long each took.
 Result<Booted> RestoreClone(const std::string& snap, uint64_t cid, const std::string& hostname,
-                            uint64_t generation) {
+                            uint64_t generation, const std::vector<std::string>& extra_args = {},
+                            const Bytes& nic_mac = {}) {
   VmProcessOptions o;
   o.vmm_binary = KUBICLE_VMM_BIN;
   o.restore_from = snap;
   o.cid = cid;
+  o.extra_args = extra_args;
   Progress("restore as " + hostname);
   const auto start = std::chrono::steady_clock::now();
   Booted c;
@@ -254,7 +262,7 @@ Result<Booted> RestoreClone(const std::string& snap, uint64_t cid, const std::st
   }
   c.agent = std::move(*agent);
   c.boot_to_agent_ms = MsSince(start);
-  RETURN_IF_ERROR(SendPostRestore(*c.agent, hostname, generation));
+  RETURN_IF_ERROR(SendPostRestore(*c.agent, hostname, generation, nic_mac));
   ASSIGN_OR_RETURN(ExecResult exec, Sh(*c.agent, "true"));
   if (exec.exit_code != 0) return Status::Internal("exec of `true` failed in the clone");
   std::printf("restore %s: to agent answering %.0f ms, to POST_RESTORE and exec done %.0f ms\n",
@@ -329,7 +337,9 @@ std::string* LinuxCloneTest::scratch_ = nullptr;
 
 // Forks `from` into `n` children with CIDs first_cid.., each with its
 // sockets in a new scratch dir; returns them attached (empty on failure).
-std::vector<std::unique_ptr<VmProcess>> Fork(VmProcess& from, int n, uint64_t first_cid) {
+std::vector<std::unique_ptr<VmProcess>> Fork(
+    VmProcess& from, int n, uint64_t first_cid,
+    const std::vector<vmm::control::NetAttachment>& nets = {}) {
   vmm::control::ForkRequest request;
   std::vector<std::string> dirs;
   for (int i = 0; i < n; ++i) {
@@ -339,6 +349,7 @@ std::vector<std::unique_ptr<VmProcess>> Fork(VmProcess& from, int n, uint64_t fi
                                 .cid = first_cid + i,
                                 .vsock_uds = dirs.back() + "/vsock.sock",
                                 .serial = dirs.back() + "/serial.log"});
+    if (size_t(i) < nets.size()) request.children.back().net = nets[i];
   }
   Progress(std::to_string(n) + "-way fork of pid " + std::to_string(from.pid()));
   auto r = from.control().Fork(request, kCallTimeout);
@@ -507,6 +518,138 @@ TEST(LinuxForkDiskTest, ForkedChildrensDiskWritesArePrivate) {
   EXPECT_EQ(std::system(("debugfs -R 'stat /base.txt' " + image +
                          " 2>&1 | grep -q 'File not found'").c_str()),
             0);
+}
+
+// A network namespace of the test's own, standing in for the node's
+// per-sandbox one (docs/network.md): tap0 at the gateway address and an
+// HTTP server on it serving `dir`. `unshare -n` execs the shell, which
+// execs the server, so one pid holds the namespace: its file is
+// /proc/<pid>/ns/net, and killing the server ends the namespace, TAP and all.
+class TestNetns {
+ public:
+  static Result<std::unique_ptr<TestNetns>> Start(const std::string& dir) {
+    const std::string ready = dir + "/.ready";
+    const std::string script =
+        std::string("ip link set lo up && ip tuntap add ") + noderuntime::network::kTapName +
+        " mode tap && ip addr add " + noderuntime::network::kGatewayAddress + "/" +
+        std::to_string(noderuntime::network::kGuestPrefixLength) + " dev tap0 && " +
+        "ip link set tap0 up && touch " + ready + " && exec python3 -m http.server " +
+        std::to_string(kHttpPort) + " --bind " + noderuntime::network::kGatewayAddress +
+        " >/dev/null 2>&1";
+    pid_t pid = ::fork();
+    if (pid < 0) return Status::FromErrno("fork");
+    if (pid == 0) {
+      if (::chdir(dir.c_str()) != 0) ::_exit(126);
+      ::execlp("unshare", "unshare", "-n", "sh", "-c", script.c_str(), nullptr);
+      ::_exit(127);
+    }
+    auto ns = std::unique_ptr<TestNetns>(new TestNetns(pid));
+    const auto end = std::chrono::steady_clock::now() + 60s;
+    while (::access(ready.c_str(), F_OK) != 0) {
+      int st = 0;
+      if (::waitpid(pid, &st, WNOHANG) == pid) {
+        ns->pid_ = -1;
+        return Status::Internal("the test namespace's set-up failed (status " +
+                                std::to_string(st) + "): needs ip, unshare and tun");
+      }
+      if (std::chrono::steady_clock::now() > end)
+        return Status::DeadlineExceeded("the test namespace was not ready in 60 s");
+      std::this_thread::sleep_for(50ms);
+    }
+    return ns;
+  }
+  ~TestNetns() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+  std::string path() const { return "/proc/" + std::to_string(pid_) + "/ns/net"; }
+  std::string NetFlag(const std::string& mac) const {
+    return std::string("tap=") + noderuntime::network::kTapName + ",mac=" + mac +
+           ",netns=" + path();
+  }
+
+  static constexpr int kHttpPort = 8000;
+
+ private:
+  explicit TestNetns(pid_t pid) : pid_(pid) {}
+  pid_t pid_;
+};
+
+// python3 in the guest fetching served.txt from its gateway (retries while
+// the server starts).
+std::string FetchServed(AgentClient& agent) {
+  const std::string url = std::string("http://") + noderuntime::network::kGatewayAddress + ":" +
+                          std::to_string(TestNetns::kHttpPort) + "/served.txt";
+  return ShOut(agent, "python3 -c \"\nimport time, urllib.request\nfor i in range(60):\n"
+                      "    try:\n        print(urllib.request.urlopen('" + url +
+                      "', timeout=10).read().decode(), end='')\n        break\n"
+                      "    except OSError:\n        time.sleep(0.5)\n\"");
+}
+
+Bytes MacBytes(const std::string& text) {
+  Bytes out;
+  for (size_t i = 0; i < text.size(); i += 3)
+    out.push_back(uint8_t(std::stoi(text.substr(i, 2), nullptr, 16)));
+  return out;
+}
+
+// Each VM's TAP in a namespace of its own, the same guest address in all:
+// the booted guest fetches from the server behind its TAP; a restored clone
+// and a forked child, each in another namespace with a new MAC, fetch from
+// theirs at once without re-addressing and carry the MAC they were given.
+TEST(LinuxNetTest, EveryCloneReachesItsOwnNamespaceAtOnceWithItsNewMac) {
+  const std::string scratch = MakeTempDir("kubicle-linux-net");
+  ASSERT_FALSE(scratch.empty());
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() { RemoveTree(dir); }
+  } cleanup{scratch};
+  std::vector<std::unique_ptr<TestNetns>> namespaces;
+  for (const char* name : {"origin", "restore", "fork"}) {
+    const std::string dir = scratch + "/" + name;
+    ASSERT_TRUE(fs::create_directory(dir));
+    std::ofstream(dir + "/served.txt") << "served to the " << name << "\n";
+    auto ns = TestNetns::Start(dir);
+    ASSERT_TRUE(ns.ok()) << ns.status().ToString();
+    namespaces.push_back(std::move(*ns));
+  }
+  const std::string origin_mac = "02:6b:75:00:00:01", restore_mac = "02:6b:75:00:00:02",
+                    fork_mac = "02:6b:75:00:00:03";
+  const std::string net_cmdline = std::string(" kubicle.net=") +
+                                  noderuntime::network::kGuestAddress + "/" +
+                                  std::to_string(noderuntime::network::kGuestPrefixLength) + "," +
+                                  noderuntime::network::kGatewayAddress;
+  auto g = BootPythonGuest("py-net", {}, {"--net", namespaces[0]->NetFlag(origin_mac)},
+                           net_cmdline);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  Progress("fetch from the origin's namespace");
+  EXPECT_EQ(FetchServed(*g->agent), "served to the origin\n");
+  EXPECT_EQ(ShOut(*g->agent, "cat /sys/class/net/eth0/address"), origin_mac + "\n");
+
+  Progress("snapshot, then a restore into the second namespace");
+  const std::string snap = scratch + "/snap";
+  auto snapped = g->vm->control().Snapshot({.dir = snap, .resume = true}, kCallTimeout);
+  ASSERT_TRUE(snapped.ok()) << snapped.status().ToString();
+  auto clone = RestoreClone(snap, 30, "py-net-restore", 1,
+                            {"--net", namespaces[1]->NetFlag(restore_mac)}, MacBytes(restore_mac));
+  ASSERT_TRUE(clone.ok()) << clone.status().ToString();
+  EXPECT_EQ(FetchServed(*clone->agent), "served to the restore\n");
+  EXPECT_EQ(ShOut(*clone->agent, "cat /sys/class/net/eth0/address"), restore_mac + "\n");
+
+  Progress("fork into the third namespace");
+  const auto start = std::chrono::steady_clock::now();
+  auto children = Fork(*g->vm, 1, 40,
+                       {{noderuntime::network::kTapName, fork_mac, namespaces[2]->path()}});
+  ASSERT_EQ(children.size(), 1u);
+  auto agents = ConnectChildren(children, "py-net-fork-", start);
+  ASSERT_EQ(agents.size(), 1u);
+  // ConnectChildren's POST_RESTORE carries no MAC: this one does.
+  ASSERT_TRUE(SendPostRestore(*agents[0], "py-net-fork-0", 150, MacBytes(fork_mac)).ok());
+  EXPECT_EQ(FetchServed(*agents[0]), "served to the fork\n");
+  EXPECT_EQ(ShOut(*agents[0], "cat /sys/class/net/eth0/address"), fork_mac + "\n");
+  // The origin still reaches its own namespace, and only it.
+  EXPECT_EQ(FetchServed(*g->agent), "served to the origin\n");
 }
 
 }  // namespace
