@@ -49,17 +49,32 @@ kdir=$(ls -d "$work"/pkg/lib/modules/* | head -n1)
 krel=$(basename "$kdir")
 
 # Modules to load, dependencies first (from each module's .modinfo).
-declare -A path_of=() seen=()
-while IFS= read -r f; do path_of[$(basename "$f" .ko)]=$f; done < <(find "$kdir" -name '*.ko')
+# A module's soft pre-dependencies ("softdep=pre: crc32c") name aliases that
+# modprobe would resolve; the initramfs has no modprobe, so they are resolved
+# here from every module's alias= lines and loaded first (libcrc32c fails its
+# init with ENOENT unless a crc32c implementation is already registered).
+declare -A path_of=() seen=() alias_of=()
+while IFS= read -r f; do
+  path_of[$(basename "$f" .ko)]=$f
+  # A CPU-specific implementation may refuse TCG's CPU: the generic one wins.
+  for a in $(tr '\0' '\n' <"$f" | sed -n 's/^alias=//p'); do
+    case $f in *generic*) alias_of[$a]=$f ;; *) : "${alias_of[$a]:=$f}" ;; esac
+  done
+done < <(find "$kdir" -name '*.ko')
 order=()
+module_info() { tr '\0' '\n' <"$1" | sed -n "s/^$2=//p"; }
 add_module() {
   local name=${1//-/_} alt=$1 dep
   [ -n "${seen[$name]:-}" ] && return 0
   seen[$name]=1
-  local f=${path_of[$alt]:-${path_of[$name]:-${path_of[${name//_/-}]:-}}}
+  local f=${path_of[$alt]:-${path_of[$name]:-${path_of[${name//_/-}]:-${alias_of[$alt]:-}}}}
   [ -n "$f" ] || die "module $alt not found in $meta_dep"
-  for dep in $(tr '\0' '\n' <"$f" | sed -n 's/^depends=//p' | tr ',' ' '); do add_module "$dep"; done
-  order+=("$f")
+  for dep in $(module_info "$f" softdep | sed -n 's/^pre: *//p' | sed 's/ *post:.*//'); do
+    [ -n "${path_of[$dep]:-}${alias_of[$dep]:-}" ] && add_module "$dep"
+  done
+  for dep in $(module_info "$f" depends | tr ',' ' '); do add_module "$dep"; done
+  # seen[] is keyed by the name asked for; an alias and its module are one.
+  case " ${order[*]} " in *" $f "*) ;; *) order+=("$f") ;; esac
 }
 # TCG emulates the CPU we name (-cpu EPYC): always AMD, so kvm-amd. tun and
 # veth carry the guests' networks (TAPs in namespaces), nftables their NAT
