@@ -1,6 +1,7 @@
 // The test guest's drivers: virtio-rng (entropy for the boot id and
 // ENTROPY_READ), virtio-vsock (the agent's transport, bridging the device's
-// queues to the portable VsockEndpoint) and virtio-blk (DISK_* messages).
+// queues to the portable VsockEndpoint), virtio-blk (DISK_* messages) and
+// virtio-net (ARP and ICMP echo answers from the portable net.cc).
 // Guest-only.
 #pragma once
 
@@ -8,6 +9,7 @@
 
 #include "guest/testguest/agent.h"
 #include "guest/testguest/arch/virtio.h"
+#include "guest/testguest/net.h"
 #include "guest/testguest/vsock.h"
 
 namespace kubicle::guest::testguest::arch {
@@ -94,6 +96,38 @@ class VsockDevice final : public VsockTx {
   uint32_t tx_free_[Virtq::kMax / 2] = {};
   uint32_t tx_free_count_ = 0;
   uint32_t event_buffers_ = 0;
+};
+
+// One virtio-net device: every received frame goes through AnswerFrame and
+// its reply, if any, is sent at once. Nothing else is ever sent, so a tx
+// slot per rx buffer is enough; when none is free the reply is dropped (the
+// host's ping or ARP retries). The MAC comes from the device's config
+// space and is read again on a config change whose generation is new: a
+// restore or fork gives the clone its own MAC that way.
+class NetDevice {
+ public:
+  bool Init(const VirtioMmio& transport, const char** why);
+  bool ready() const { return ready_; }
+  const NetIdentity& identity() const { return me_; }
+  // Answers what arrived and reclaims sent frames; true when anything
+  // happened.
+  bool Poll();
+  // Acknowledges the interrupt and picks up a new MAC on a config change.
+  void AckInterrupt();
+
+ private:
+  void ReadMac();
+  void PostRx(uint32_t buffer);
+  void DrainTx();
+
+  VirtioMmio transport_;
+  NetIdentity me_;
+  uint32_t generation_ = 0;
+  bool ready_ = false;
+  uint32_t rx_buffers_ = 0;
+  uint32_t tx_slots_ = 0;
+  uint32_t tx_free_[Virtq::kMax] = {};
+  uint32_t tx_free_count_ = 0;
 };
 
 }  // namespace kubicle::guest::testguest::arch

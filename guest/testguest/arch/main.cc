@@ -2,8 +2,9 @@
 //
 //   ring 0: IDT + TSS -> drop to ring 3 for good ->
 //   banner -> boot info (zero page or PVH start info) -> PIC/LAPIC ->
-//   virtio devices from the command line (rng first: the boot id) -> agent
-//   -> vsock -> application processors -> "ready" -> loop { poll; sleep }.
+//   virtio devices from the command line (rng first: the boot id) -> disks
+//   -> net -> agent -> vsock -> application processors -> "ready" ->
+//   loop { poll; sleep }.
 #include "guest/protocol/wire.h"
 #include "guest/testguest/agent.h"
 #include "guest/testguest/arch/console.h"
@@ -46,6 +47,7 @@ constinit BootInfo g_boot;
 constinit RngDevice g_rng;
 constinit BlockDevice g_disks[BlockDevice::kMaxDisks];
 constinit uint32_t g_disk_count = 0;
+constinit NetDevice g_net;
 constinit VsockDevice g_vsock;
 constinit VsockEndpoint g_endpoint;
 constinit Agent g_agent;
@@ -172,11 +174,39 @@ void InitDisks(const VirtioMmio* blocks, uint32_t n) {
   }
 }
 
+void PrintMac(const uint8_t* mac) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  char text[17];
+  for (uint32_t i = 0; i < 6; ++i) {
+    text[3 * i] = kHex[mac[i] >> 4];
+    text[3 * i + 1] = kHex[mac[i] & 0xf];
+    if (i < 5) text[3 * i + 2] = ':';
+  }
+  PrintN(text, sizeof(text));
+}
+
+void InitNet(const VirtioMmio& net) {
+  const char* why = nullptr;
+  if (!EnableIrqLine(net.irq()) || !g_net.Init(net, &why)) {
+    Line("virtio-net failed: ", why != nullptr ? why : "irq line not routable");
+    return;
+  }
+  const uint8_t* ip = g_net.identity().ip;
+  Print("kubicle-testguest: net mac ");
+  PrintMac(g_net.identity().mac);
+  Print(" ip ");
+  for (uint32_t i = 0; i < 4; ++i) {
+    PrintDec(ip[i]);
+    if (i < 3) Print(".");
+  }
+  Print("\n");
+}
+
 void InitDevices() {
   VirtioMmioDevice devs[kMaxDevices];
   const uint32_t n = ParseVirtioMmioDevices(g_boot.cmdline, g_boot.cmdline_len, devs, kMaxDevices);
-  VirtioMmio rng, vsock, blocks[BlockDevice::kMaxDisks];
-  bool have_rng = false, have_vsock = false;
+  VirtioMmio rng, vsock, net, blocks[BlockDevice::kMaxDisks];
+  bool have_rng = false, have_vsock = false, have_net = false;
   uint32_t block_count = 0;
   for (uint32_t i = 0; i < n; ++i) {
     VirtioMmio t;
@@ -202,6 +232,9 @@ void InitDevices() {
     } else if (t.device_id() == kVirtioIdVsock && !have_vsock) {
       vsock = t;
       have_vsock = true;
+    } else if (t.device_id() == kVirtioIdNet && !have_net) {
+      net = t;
+      have_net = true;
     } else if (t.device_id() == kVirtioIdBlock) {
       if (block_count < BlockDevice::kMaxDisks) {
         blocks[block_count++] = t;
@@ -216,6 +249,7 @@ void InitDevices() {
   }
   if (!g_rng.ready()) Line("no entropy source: boot id is zero");
   InitDisks(blocks, block_count);
+  if (have_net) InitNet(net);
 
   AgentConfig cfg;
   cfg.memory_bytes = UsableRam();
@@ -262,7 +296,9 @@ void StartCpus() {
   for (;;) {
     if (g_vsock.ready()) g_vsock.AckInterrupt();
     if (g_rng.ready()) g_rng.AckInterrupt();
-    while (g_vsock.Poll()) {
+    g_net.AckInterrupt();
+    // Both devices each pass (no short circuit): a busy one starves neither.
+    while (g_vsock.Poll() | g_net.Poll()) {
     }
     Idle();
   }

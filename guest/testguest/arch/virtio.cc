@@ -38,6 +38,7 @@ constexpr uint64_t kFeatureVersion1 = 1ull << 32;
 
 const char* VirtioDeviceName(uint32_t id) {
   switch (id) {
+    case kVirtioIdNet: return "net";
     case kVirtioIdBlock: return "block";
     case kVirtioIdRng: return "rng";
     case kVirtioIdVsock: return "vsock";
@@ -142,6 +143,12 @@ uint32_t VirtioMmio::AckInterrupt() const {
 }
 
 uint32_t VirtioMmio::ConfigRead32(uint32_t offset) const { return Read(kConfig + offset); }
+
+uint8_t VirtioMmio::ConfigRead8(uint32_t offset) const {
+  return MmioRead8(base_ + kConfig + offset);
+}
+
+uint32_t VirtioMmio::ConfigGeneration() const { return Read(kConfigGeneration); }
 
 uint64_t VirtioMmio::ConfigRead64(uint32_t offset) const {
   for (;;) {

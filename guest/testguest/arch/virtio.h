@@ -14,6 +14,7 @@
 
 namespace kubicle::guest::testguest::arch {
 
+inline constexpr uint32_t kVirtioIdNet = 1;
 inline constexpr uint32_t kVirtioIdBlock = 2;
 inline constexpr uint32_t kVirtioIdRng = 4;
 inline constexpr uint32_t kVirtioIdVsock = 19;
@@ -72,6 +73,8 @@ struct Virtq {
   }
 };
 
+inline constexpr uint32_t kInterruptConfigChange = 2;
+
 class VirtioMmio {
  public:
   // Reads the registers at `base`; false (with a reason) when there is no
@@ -89,9 +92,12 @@ class VirtioMmio {
   bool SetupQueue(uint32_t index, Virtq* q, const char** why);
   void DriverOk();
   void Notify(uint32_t queue) const;
-  // Reads and acknowledges InterruptStatus.
+  // Reads and acknowledges InterruptStatus (bit 0: used buffers, bit 1:
+  // configuration change).
   uint32_t AckInterrupt() const;
   uint32_t ConfigRead32(uint32_t offset) const;
+  uint8_t ConfigRead8(uint32_t offset) const;
+  uint32_t ConfigGeneration() const;
   // A 64-bit config field read consistently (ConfigGeneration loop).
   uint64_t ConfigRead64(uint32_t offset) const;
 
