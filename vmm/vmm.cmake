@@ -20,7 +20,7 @@ target_compile_options(kubicle-vmm PRIVATE ${KUBICLE_HOST_WARNINGS})
 target_link_libraries(kubicle-vmm PRIVATE kubicle_vmm_monitor)
 
 # Runs kubicle-vmm processes for kvm tests and benchmarks.
-add_library(kubicle_vmm_testing testing/vm_process.cc)
+add_library(kubicle_vmm_testing testing/vm_process.cc testing/test_netns.cc)
 target_compile_options(kubicle_vmm_testing PRIVATE ${KUBICLE_HOST_WARNINGS})
 target_link_libraries(kubicle_vmm_testing PUBLIC kubicle_vmm_protocol kubicle_agent_client kubicle_common)
 
@@ -48,3 +48,10 @@ target_link_libraries(vm_disk_kvm_test PRIVATE kubicle_vmm_testing kubicle_snaps
   kubicle_testguest_elf)
 target_compile_definitions(vm_disk_kvm_test PRIVATE KUBICLE_VMM_BIN="$<TARGET_FILE:kubicle-vmm>")
 add_dependencies(vm_disk_kvm_test kubicle-vmm)
+
+# kvm tests of virtio-net end to end: the test guest answering pings through
+# a TAP in a test namespace, after boot, fork and pool restore.
+kubicle_test(vm_net_kvm_test kvm vm_net_kvm_test.cc)
+target_link_libraries(vm_net_kvm_test PRIVATE kubicle_vmm_testing kubicle_testguest_elf)
+target_compile_definitions(vm_net_kvm_test PRIVATE KUBICLE_VMM_BIN="$<TARGET_FILE:kubicle-vmm>")
+add_dependencies(vm_net_kvm_test kubicle-vmm)
