@@ -102,7 +102,8 @@ class VsockDevice final : public VsockTx {
 // its reply, if any, is sent at once. Nothing else is ever sent, so a tx
 // slot per rx buffer is enough; when none is free the reply is dropped (the
 // host's ping or ARP retries). The MAC comes from the device's config
-// space and is read again on a config change whose generation is new: a
+// space and is read again whenever its generation is new (checked on a
+// config-change interrupt and before each batch of frames is answered): a
 // restore or fork gives the clone its own MAC that way.
 class NetDevice {
  public:
@@ -117,6 +118,7 @@ class NetDevice {
 
  private:
   void ReadMac();
+  void RefreshMac();  // ReadMac when ConfigGeneration moved
   void PostRx(uint32_t buffer);
   void DrainTx();
 

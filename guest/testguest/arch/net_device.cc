@@ -77,10 +77,11 @@ void NetDevice::ReadMac() {
 
 void NetDevice::AckInterrupt() {
   if (!ready_) return;
-  if ((transport_.AckInterrupt() & kInterruptConfigChange) != 0 &&
-      transport_.ConfigGeneration() != generation_) {
-    ReadMac();
-  }
+  if ((transport_.AckInterrupt() & kInterruptConfigChange) != 0) RefreshMac();
+}
+
+void NetDevice::RefreshMac() {
+  if (transport_.ConfigGeneration() != generation_) ReadMac();
 }
 
 void NetDevice::PostRx(uint32_t k) {
@@ -101,6 +102,11 @@ bool NetDevice::Poll() {
   DrainTx();
   bool received = false, sent = false;
   uint32_t id = 0, len = 0;
+  // A snapshot or fork may catch the guest inside its poll loop, and the
+  // clone then answers the first frames before it next looks at the
+  // interrupt status: so the generation is checked before every batch,
+  // and no reply carries a MAC the device has since replaced.
+  if (__atomic_load_n(&g_net_rxq.used.idx, __ATOMIC_ACQUIRE) != g_net_rxq.last_used) RefreshMac();
   while (g_net_rxq.PopUsed(&id, &len)) {
     received = true;
     if (id >= rx_buffers_) continue;  // not a buffer we posted: drop
