@@ -32,13 +32,28 @@ Result<UniqueFd> OpenTapHere(const std::string& name) {
   return fd;
 }
 
+// Pins the calling thread to `cpu` (best effort: without it the thread
+// merely runs where the scheduler puts it).
+void PinTo(int cpu) {
+  if (cpu < 0) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  (void)::sched_setaffinity(0, sizeof(set), &set);
+}
+
 // setns() changes only the calling thread's namespace: a thread of its own
 // enters the namespace and ends, and the VMM's threads never leave theirs.
+// It runs on the CPU its caller is on, which only waits for it: left to
+// the scheduler it was often woken on the other, busy CPU of a 2-core host
+// (TAP open in a restore, p90 0.87 ms unpinned, 0.36 ms pinned; docs/vmm.md).
 Result<UniqueFd> OpenTapIn(const std::string& netns, const std::string& name) {
   UniqueFd ns(::open(netns.c_str(), O_RDONLY | O_CLOEXEC));
   if (!ns.valid()) return Status::FromErrno("open network namespace " + netns);
   Result<UniqueFd> out = Status::Internal("unreached");
+  const int caller_cpu = ::sched_getcpu();
   std::thread([&] {
+    PinTo(caller_cpu);
     if (::setns(ns.get(), CLONE_NEWNET) != 0) {
       out = Status::FromErrno("setns into " + netns);
       return;
