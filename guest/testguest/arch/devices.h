@@ -113,7 +113,7 @@ class NetDevice {
   // Answers what arrived and reclaims sent frames; true when anything
   // happened.
   bool Poll();
-  // Acknowledges the interrupt and picks up a new MAC on a config change.
+  // Acknowledges the interrupt; a config change is handled by the next Poll.
   void AckInterrupt();
 
  private:
@@ -125,6 +125,7 @@ class NetDevice {
   VirtioMmio transport_;
   NetIdentity me_;
   uint32_t generation_ = 0;
+  bool config_changed_ = false;  // a config-change interrupt not yet handled
   bool ready_ = false;
   uint32_t rx_buffers_ = 0;
   uint32_t tx_slots_ = 0;

@@ -64,20 +64,28 @@ bool NetDevice::Init(const VirtioMmio& transport, const char** why) {
 // A consistent MAC (spec 4.2.2.2: re-read while ConfigGeneration moves). A
 // device that hands over a multicast or zero MAC later is not followed: the
 // guest keeps answering with the one it had.
+// Two 32-bit reads rather than six byte reads: every config access is a VM
+// exit, and this runs on the clone's way to answering.
 void NetDevice::ReadMac() {
   uint8_t mac[6];
   uint32_t generation = 0;
   do {
     generation = transport_.ConfigGeneration();
-    for (uint32_t i = 0; i < 6; ++i) mac[i] = transport_.ConfigRead8(i);
+    const uint32_t low = transport_.ConfigRead32(0);
+    const uint32_t high = transport_.ConfigRead32(4);  // mac[4], mac[5], status
+    for (uint32_t i = 0; i < 4; ++i) mac[i] = uint8_t(low >> (8 * i));
+    mac[4] = uint8_t(high);
+    mac[5] = uint8_t(high >> 8);
   } while (transport_.ConfigGeneration() != generation);
   generation_ = generation;
   if (IsUnicastMac(mac) || !ready_) Copy(me_.mac, mac, 6);
 }
 
+// The MAC is re-read in Poll, which runs after the agent's vsock work in
+// the same pass: a clone answers its host before it looks at its NIC.
 void NetDevice::AckInterrupt() {
   if (!ready_) return;
-  if ((transport_.AckInterrupt() & kInterruptConfigChange) != 0) RefreshMac();
+  if ((transport_.AckInterrupt() & kInterruptConfigChange) != 0) config_changed_ = true;
 }
 
 void NetDevice::RefreshMac() {
@@ -106,7 +114,11 @@ bool NetDevice::Poll() {
   // clone then answers the first frames before it next looks at the
   // interrupt status: so the generation is checked before every batch,
   // and no reply carries a MAC the device has since replaced.
-  if (__atomic_load_n(&g_net_rxq.used.idx, __ATOMIC_ACQUIRE) != g_net_rxq.last_used) RefreshMac();
+  if (config_changed_ ||
+      __atomic_load_n(&g_net_rxq.used.idx, __ATOMIC_ACQUIRE) != g_net_rxq.last_used) {
+    config_changed_ = false;
+    RefreshMac();
+  }
   while (g_net_rxq.PopUsed(&id, &len)) {
     received = true;
     if (id >= rx_buffers_) continue;  // not a buffer we posted: drop

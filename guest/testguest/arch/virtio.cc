@@ -144,10 +144,6 @@ uint32_t VirtioMmio::AckInterrupt() const {
 
 uint32_t VirtioMmio::ConfigRead32(uint32_t offset) const { return Read(kConfig + offset); }
 
-uint8_t VirtioMmio::ConfigRead8(uint32_t offset) const {
-  return MmioRead8(base_ + kConfig + offset);
-}
-
 uint32_t VirtioMmio::ConfigGeneration() const { return Read(kConfigGeneration); }
 
 uint64_t VirtioMmio::ConfigRead64(uint32_t offset) const {

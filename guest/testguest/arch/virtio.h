@@ -96,7 +96,6 @@ class VirtioMmio {
   // configuration change).
   uint32_t AckInterrupt() const;
   uint32_t ConfigRead32(uint32_t offset) const;
-  uint8_t ConfigRead8(uint32_t offset) const;
   uint32_t ConfigGeneration() const;
   // A 64-bit config field read consistently (ConfigGeneration loop).
   uint64_t ConfigRead64(uint32_t offset) const;
