@@ -9,10 +9,11 @@
 // then fork at 128 MiB, 512 MiB and 2 GiB of guest memory (32 MiB of it
 // written by the parent): fork to child answering p50/p99, the child's
 // start-up steps (from its "fork child running" log line) and the private
-// memory of one idle child; and shutdown request to process exit.
+// memory of one idle child; and shutdown request to process exit. With
+// --only net: restore and fork without and with a NIC (net_bench.h).
 //
 //   build/bench/vmm/kubicle-bench-vmm [--runs N] [--pings N] [--fork-sizes 128M,512M,2G]
-//                                     [--only fork-sizes|fork20|fork-disk|shutdown]
+//                                     [--only fork-sizes|fork20|fork-disk|shutdown|net]
 #include <unistd.h>
 
 #include <algorithm>
@@ -27,6 +28,8 @@
 #include <vector>
 
 #include "bench/stats.h"
+#include "bench/vmm/net_bench.h"
+#include "bench/vmm/vmm_log.h"
 #include "common/flag_args.h"
 #include "vmm/testing/vm_process.h"
 
@@ -34,6 +37,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using kubicle::bench::Clock;
+using kubicle::bench::LogField;
 using kubicle::bench::MillisSince;
 using kubicle::vmm::control::ForkChild;
 using kubicle::vmm::control::ForkRequest;
@@ -178,19 +182,6 @@ double TimeFork(VmProcess& parent, int n, uint64_t first_cid,
   return ms;
 }
 
-// Values of `key=N` on every log line containing `marker`, in ms.
-std::vector<double> LogField(const std::string& log, const std::string& marker, const std::string& key) {
-  std::vector<double> out;
-  std::istringstream in(log);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.find(marker) == std::string::npos) continue;
-    auto at = line.find(" " + key + "=");
-    if (at != std::string::npos) out.push_back(std::atof(line.c_str() + at + key.size() + 2) / 1000.0);
-  }
-  return out;
-}
-
 // Fork figures at one guest memory size.
 bool MeasureForkAt(const VmProcessOptions& base, const std::string& mem, int runs) {
   VmProcessOptions o = base;
@@ -311,6 +302,7 @@ int main(int argc, char** argv) {
   std::printf("kubicle-vmm with the test guest, %s memory, %d run(s)\n", o.mem.c_str(), runs);
   if (only == "shutdown") return MeasureShutdown(o, runs) ? 0 : 1;
   if (only == "fork-disk") return MeasureForkWithDisk(o, runs) ? 0 : 1;
+  if (only == "net") return kubicle::bench::MeasureNet(o, runs) ? 0 : 1;
   if (only == "fork20") {  // one 20-way fork, with the children's start-up steps
     auto parent = VmProcess::Start(o);
     if (!parent.ok() || !(*parent)->ConnectAgent(60s).ok()) return 1;
