@@ -177,6 +177,14 @@ TEST(RulesetTest, SandboxTableShape) {
   EXPECT_NE(r.find("oifname \"veth0\" ip saddr 172.16.0.2 masquerade"), std::string::npos);
 }
 
+TEST(RulesetTest, EgressUpdateReplacesOnlyTheEgressChain) {
+  const EgressPolicy none{EgressMode::kNone, {}};
+  const std::string u = RenderEgressUpdate(none, Inputs());
+  EXPECT_EQ(u.rfind("flush chain ip kubicle egress\ntable ip kubicle {\n  chain egress {\n", 0), 0u) << u;
+  EXPECT_EQ(EgressRules(u), EgressRules(RenderSandboxRuleset(none, Inputs())));
+  EXPECT_EQ(u.find("hook"), std::string::npos) << "no base chain is touched";
+}
+
 TEST(RulesetTest, HostTable) {
   const std::string r = RenderHostRuleset("kubicle_ab12", C("10.200.0.0/16"), "khab12-*");
   EXPECT_EQ(r.rfind("add table ip kubicle_ab12\ndelete table ip kubicle_ab12\n", 0), 0u);

@@ -36,14 +36,11 @@ std::vector<Cidr> NeverReachable(const SandboxRulesetInputs& in) {
   return out;
 }
 
-std::string RenderSandboxRuleset(const EgressPolicy& policy, const SandboxRulesetInputs& in) {
-  const std::string tap = kTapName;
+namespace {
+
+// Chain `egress`'s rules, one a line, each indented by four spaces.
+std::string EgressRules(const EgressPolicy& policy, const SandboxRulesetInputs& in) {
   std::string t;
-  // "add" then "delete" makes the delete valid whether or not it exists.
-  t += "add table ip kubicle\n";
-  t += "delete table ip kubicle\n";
-  t += "table ip kubicle {\n";
-  t += "  chain egress {\n";
   for (const Cidr& c : NeverReachable(in)) t += "    ip daddr " + c.ToString() + " reject\n";
   switch (policy.mode) {
     case EgressMode::kInternet:
@@ -62,6 +59,20 @@ std::string RenderSandboxRuleset(const EgressPolicy& policy, const SandboxRulese
   // Refused rather than dropped: the guest's connect fails at once instead
   // of hanging until its own timeout.
   t += "    reject\n";
+  return t;
+}
+
+}  // namespace
+
+std::string RenderSandboxRuleset(const EgressPolicy& policy, const SandboxRulesetInputs& in) {
+  const std::string tap = kTapName;
+  std::string t;
+  // "add" then "delete" makes the delete valid whether or not it exists.
+  t += "add table ip kubicle\n";
+  t += "delete table ip kubicle\n";
+  t += "table ip kubicle {\n";
+  t += "  chain egress {\n";
+  t += EgressRules(policy, in);
   t += "  }\n";
   t += "  chain forward {\n";
   t += "    type filter hook forward priority filter; policy drop;\n";
@@ -79,6 +90,11 @@ std::string RenderSandboxRuleset(const EgressPolicy& policy, const SandboxRulese
   t += "  }\n";
   t += "}\n";
   return t;
+}
+
+std::string RenderEgressUpdate(const EgressPolicy& policy, const SandboxRulesetInputs& in) {
+  return "flush chain ip kubicle egress\ntable ip kubicle {\n  chain egress {\n" + EgressRules(policy, in) +
+         "  }\n}\n";
 }
 
 std::string RenderHostRuleset(const std::string& table, const Cidr& sandbox_cidr,

@@ -36,6 +36,10 @@ struct SandboxRulesetInputs {
 std::vector<Cidr> NeverReachable(const SandboxRulesetInputs& in);
 
 std::string RenderSandboxRuleset(const EgressPolicy& policy, const SandboxRulesetInputs& in);
+// Replaces only chain `egress` of a table RenderSandboxRuleset made, in one
+// transaction: what a policy change needs, without unregistering and
+// registering the base chains again (several times cheaper).
+std::string RenderEgressUpdate(const EgressPolicy& policy, const SandboxRulesetInputs& in);
 
 // `veth_glob` matches the host ends of this node's veths ("khab12-*").
 std::string RenderHostRuleset(const std::string& table, const Cidr& sandbox_cidr,

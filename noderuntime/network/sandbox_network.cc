@@ -275,7 +275,7 @@ Result<NetworkSlot> SandboxNetwork::Acquire(const EgressPolicy& policy) {
 }
 
 Status SandboxNetwork::ApplyPolicy(uint32_t index, const EgressPolicy& policy) {
-  return options_.system->Nft(NetnsPath(index), RenderSandboxRuleset(policy, inputs_))
+  return options_.system->Nft(NetnsPath(index), RenderEgressUpdate(policy, inputs_))
       .WithContext("egress policy of slot " + std::to_string(index));
 }
 

@@ -124,7 +124,8 @@ TEST_F(SandboxNetworkTest, PoolHandsOutBuiltSlotsAndRefills) {
   EgressPolicy allow{EgressMode::kAllow, {{ParseCidr("1.2.3.0/24").value(), {443}}}};
   auto other = n->Acquire(allow);
   ASSERT_TRUE(other.ok());
-  EXPECT_EQ(sys_.ruleset(other->netns), RenderSandboxRuleset(allow, n->ruleset_inputs()));
+  EXPECT_EQ(sys_.ruleset(other->netns), RenderEgressUpdate(allow, n->ruleset_inputs()))
+      << "only the egress chain is replaced";
   ASSERT_TRUE(Eventually([&] { return n->census().pooled == 2; }));
   EXPECT_EQ(sys_.batches("").size(), before + 1) << "one refill build, nothing for the take itself";
 }
