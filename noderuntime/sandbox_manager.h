@@ -217,7 +217,8 @@ class SandboxManager final : public SandboxService, private SweepTarget {
   // caller), the NIC and the guest's addresses on its command line.
   Result<std::optional<TemplateBaker::Nic>> BakeNic(std::optional<network::NetworkSlot>* slot);
   // The namespace file of `sb`'s network ("" when it has none); the port
-  // forwarder enters it to reach the guest.
+  // forwarder enters it to reach the guest. Set before the sandbox runs and
+  // never changed after, so it may be read without sb.mu once it runs.
   std::string NetnsPathOf(const Sandbox& sb) const;
   // Supervision and teardown (sandbox_manager.cc).
   Status Watch(const std::shared_ptr<Sandbox>& sb);
