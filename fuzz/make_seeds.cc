@@ -468,6 +468,11 @@ void NodeSeeds() {
   r.control_path = "/var/lib/kubicle/sock/sb-1.ctl";
   r.vsock_path = "/var/lib/kubicle/sock/sb-1.vsock";
   WriteText("noderuntime", "records", "sandbox-record.json", noderuntime::EncodeSandboxRecord(r));
+  r.info.network = noderuntime::SandboxNetworkInfo{
+      "/var/lib/kubicle/netns/slot-3", 3, "02:5a:00:00:00:07",
+      {noderuntime::network::EgressMode::kAllow,
+       {{noderuntime::network::ParseCidr("1.2.3.0/24").value(), {443, 80}}}}};
+  WriteText("noderuntime", "records", "sandbox-record-network.json", noderuntime::EncodeSandboxRecord(r));
   noderuntime::TemplateRecord t;
   t.info.spec.name = "python";
   t.info.spec.kernel = "/images/vmlinux";
@@ -484,6 +489,9 @@ void NodeSeeds() {
   WriteText("noderuntime", "node_api_codec", "sandbox-spec",
             R"({"template":"python","id":"sb-1","labels":{"app":"demo"},"ttlSeconds":600,)"
             R"("hostname":"h","env":{"A":"b"}})");
+  WriteText("noderuntime", "node_api_codec", "sandbox-spec-network",
+            R"({"template":"python","network":{"egress":{"allow":[{"cidr":"1.2.3.0/24","ports":[443]},)"
+            R"({"cidr":"9.9.9.9/32"}]}}})");
   WriteText("noderuntime", "node_api_codec", "fork",
             R"({"count":3,"labels":{"fork":"yes"},"ttlSeconds":60})");
   WriteText("noderuntime", "node_api_codec", "exec",

@@ -52,6 +52,24 @@ Result<json> ParseObject(const std::string& text) {
   return j;
 }
 
+// A record's "network": what the node needs to find the namespace again.
+Result<SandboxNetworkInfo> DecodeNetwork(const json& j) {
+  if (!j.is_object()) return Status::DataLoss("record: bad \"network\"");
+  SandboxNetworkInfo n;
+  json policy;
+  Reader rd(j);
+  rd.Get("netns", &n.netns);
+  rd.Get("slot", &n.slot);
+  rd.Get("mac", &n.mac);
+  rd.Get("policy", &policy);
+  if (!rd.status().ok()) return Status::DataLoss(rd.status().message() + " in \"network\"");
+  if (n.netns.empty() || n.netns[0] != '/') return Status::DataLoss("record: bad \"network.netns\"");
+  auto p = network::ParseNetworkSpec(policy);
+  if (!p.ok()) return Status::DataLoss("record: bad \"network.policy\": " + p.status().message());
+  n.policy = *p;
+  return n;
+}
+
 }  // namespace
 
 Result<SandboxState> ParseSandboxState(const std::string& s) {
@@ -89,6 +107,12 @@ std::string EncodeSandboxRecord(const SandboxRecord& r) {
             {"vsock", r.vsock_path}};
   if (i.expires_at) j["expires_at_ms"] = ToMs(*i.expires_at);
   if (!i.env.empty()) j["env"] = i.env;  // absent in records of older versions
+  if (i.network) {
+    j["network"] = {{"netns", i.network->netns},
+                    {"slot", i.network->slot},
+                    {"mac", i.network->mac},
+                    {"policy", network::ToJson(i.network->policy)}};
+  }
   return j.dump(2) + "\n";
 }
 
@@ -119,6 +143,9 @@ Result<SandboxRecord> DecodeSandboxRecord(const std::string& text) {
   rd.Get("control", &r.control_path);
   rd.Get("vsock", &r.vsock_path);
   RETURN_IF_ERROR(rd.status());
+  if (auto n = j.find("network"); n != j.end()) {
+    ASSIGN_OR_RETURN(i.network, DecodeNetwork(*n));
+  }
   ASSIGN_OR_RETURN(i.state, ParseSandboxState(state));
   i.created_at = FromMs(created);
   if (rd.Has("expires_at_ms")) i.expires_at = FromMs(expires);
@@ -141,6 +168,7 @@ std::string EncodeTemplateRecord(const TemplateRecord& r) {
             {"message", i.message},
             {"digest", i.digest},
             {"snapshot_dir", i.snapshot_dir},
+            {"nic", i.nic},
             {"bake_seconds", i.bake_seconds},
             {"ready_at_ms", ToMs(i.ready_at)}};
   return j.dump(2) + "\n";
@@ -166,6 +194,7 @@ Result<TemplateRecord> DecodeTemplateRecord(const std::string& text) {
   rd.Get("message", &i.message, false);
   rd.Get("digest", &i.digest, false);
   rd.Get("snapshot_dir", &i.snapshot_dir, false);
+  rd.Get("nic", &i.nic, false);  // absent in records of older versions: no NIC
   rd.Get("bake_seconds", &i.bake_seconds, false);
   rd.Get("ready_at_ms", &ready, false);
   RETURN_IF_ERROR(rd.status());

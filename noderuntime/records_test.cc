@@ -79,6 +79,80 @@ TEST(RecordsTest, SandboxEnvRoundTripsAndIsOptional) {
   EXPECT_TRUE(old->info.env.empty());
 }
 
+// A sandbox with its own namespace (docs/network.md): re-adoption finds the
+// slot and the guest's MAC here.
+constexpr char kGoldenNetwork[] = R"({
+  "cid": 7,
+  "control": "/s/sock/7.ctl",
+  "created_at_ms": 1764687600123,
+  "expires_at_ms": 1764687660123,
+  "fork_of": "sb-0",
+  "generation": 3,
+  "id": "sb-1",
+  "labels": {
+    "kubicle.dev/run": "r1"
+  },
+  "mem_mib": 64,
+  "message": "",
+  "network": {
+    "mac": "02:5a:00:00:00:07",
+    "netns": "/s/netns/slot-12",
+    "policy": {
+      "egress": {
+        "allow": [
+          {
+            "cidr": "1.2.3.0/24",
+            "ports": [
+              443
+            ]
+          }
+        ]
+      }
+    },
+    "slot": 12
+  },
+  "pid": 4242,
+  "pid_start_time": 99,
+  "ready_ms": 4.5,
+  "state": "Running",
+  "template": "tg",
+  "token_sha256": "ab",
+  "vcpus": 1,
+  "version": 1,
+  "vsock": "/s/sock/7.vsock"
+}
+)";
+
+SandboxRecord SampleWithNetwork() {
+  SandboxRecord r = Sample();
+  r.info.network = SandboxNetworkInfo{
+      "/s/netns/slot-12", 12, "02:5a:00:00:00:07",
+      {network::EgressMode::kAllow, {{network::ParseCidr("1.2.3.0/24").value(), {443}}}}};
+  return r;
+}
+
+TEST(RecordsTest, SandboxNetworkGoldenAndRoundTrip) {
+  EXPECT_EQ(EncodeSandboxRecord(SampleWithNetwork()), kGoldenNetwork);
+  auto r = DecodeSandboxRecord(kGoldenNetwork);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->info.network, SampleWithNetwork().info.network);
+  EXPECT_EQ(EncodeSandboxRecord(*r), kGoldenNetwork);
+  // Records without "network" (the golden, older versions) have none.
+  EXPECT_FALSE(DecodeSandboxRecord(kGolden)->info.network);
+  for (auto [from, to] : std::vector<std::pair<std::string, std::string>>{
+           {"\"slot\": 12", "\"slot\": -1"},
+           {"\"slot\": 12", "\"slot\": \"12\""},
+           {"\"netns\": \"/s/netns/slot-12\"", "\"netns\": \"slot-12\""},
+           {"\"cidr\": \"1.2.3.0/24\"", "\"cidr\": \"1.2.3.4/24\""},
+           {"\"mac\": \"02:5a:00:00:00:07\",", ""}}) {
+    std::string s = kGoldenNetwork;
+    s.replace(s.find(from), from.size(), to);
+    auto bad = DecodeSandboxRecord(s);
+    EXPECT_EQ(bad.status().code(), StatusCode::kDataLoss) << to;
+    EXPECT_NE(bad.status().message().find("network"), std::string::npos) << bad.status().ToString();
+  }
+}
+
 TEST(RecordsTest, BadSandboxRecordsAreDataLoss) {
   for (const char* bad : {"", "[]", "{", R"({"version":2})", R"({"version":1})",
                           R"({"version":1,"id":5})"}) {
@@ -110,6 +184,7 @@ TEST(RecordsTest, TemplateRecordRoundTrip) {
   t.info.state = TemplateState::kReady;
   t.info.digest = "sha256:00";
   t.info.snapshot_dir = "/s/templates/tg/snapshot";
+  t.info.nic = true;
   t.info.bake_seconds = 1.5;
   t.info.ready_at = WallTime(std::chrono::milliseconds(5));
   auto back = DecodeTemplateRecord(EncodeTemplateRecord(t));
@@ -118,6 +193,13 @@ TEST(RecordsTest, TemplateRecordRoundTrip) {
   EXPECT_EQ(back->info.spec.disks, t.info.spec.disks);
   EXPECT_EQ(back->info.spec.warmup, t.info.spec.warmup);
   EXPECT_EQ(back->info.state, TemplateState::kReady);
+  EXPECT_TRUE(back->info.nic);
+  t.info.nic = false;
+  std::string old = EncodeTemplateRecord(t);
+  old.erase(old.find("  \"nic\": false,\n"), 16);
+  auto without = DecodeTemplateRecord(old);  // an older record: no NIC
+  ASSERT_TRUE(without.ok()) << without.status().ToString() << old;
+  EXPECT_FALSE(without->info.nic);
   EXPECT_EQ(DecodeTemplateRecord(R"({"version":1,"name":"x"})").status().code(), StatusCode::kDataLoss);
 }
 

@@ -97,9 +97,12 @@ Status SandboxManager::Init() {
   bo.release_cid = [this](uint32_t cid) { table_->ReleaseCid(cid); };
   baker_ = std::make_unique<TemplateBaker>(std::move(bo));
 
+  RETURN_IF_ERROR(OpenNetwork());
   RETURN_IF_ERROR(LoadTemplates());
   RETURN_IF_ERROR(AdoptSandboxes());
   KillOrphans();
+  // After adoption: what no running sandbox took back is swept.
+  if (network_) RETURN_IF_ERROR(network_->Start());
   {
     std::lock_guard l(mu_);
     for (auto& [name, t] : templates_) {
@@ -158,6 +161,8 @@ void SandboxManager::Shutdown(bool stop_vms) {
     sb->vmm.reset();
   }
   sweeper_->RetryCgroupRemovals(100);
+  // Slots of sandboxes left running stay; the pool's and released ones go.
+  if (network_) network_->Stop(stop_vms);
   if (stop_vms) {
     // Nothing of this node is left to hold its cgroup parent.
     Status s = cgroups_.RemoveParent();
@@ -224,6 +229,9 @@ void SandboxManager::FreeResources(Sandbox& sb) {
   sb.holds_cid = false;
   if (sb.holds_cgroup) sweeper_->RemoveCgroupSoon(sb.rec.info.id);
   sb.holds_cgroup = false;
+  // The VMM is gone (or going): its TAP's namespace is torn down off this path.
+  if (sb.holds_slot && network_ && sb.rec.info.network) network_->Release(sb.rec.info.network->slot);
+  sb.holds_slot = false;
   if (!sb.rec.control_path.empty()) ::unlink(sb.rec.control_path.c_str());
   if (!sb.rec.vsock_path.empty()) ::unlink(sb.rec.vsock_path.c_str());
   sb.vmm.reset();
@@ -425,6 +433,7 @@ SandboxManager::Usage SandboxManager::usage() const {
   u.pool_vms = pool_ ? pool_->idle() : 0;
   u.watched_processes = watcher_.size();
   u.pending_cgroups = sweeper_->pending_cgroups();
+  if (network_) u.network = network_->census();
   return u;
 }
 

@@ -36,6 +36,8 @@
 
 #include "common/metrics.h"
 #include "noderuntime/cgroups.h"
+#include "noderuntime/network/net_system.h"
+#include "noderuntime/network/sandbox_network.h"
 #include "noderuntime/process_watcher.h"
 #include "noderuntime/records.h"
 #include "noderuntime/sandbox_service.h"
@@ -53,6 +55,18 @@ struct ConsoleLimits {
   uint32_t rotated_files = 1;            // serial.log.1 .. .N kept
   uint64_t rate_bytes_per_sec = 64 << 10;
   uint64_t burst_bytes = 256 << 10;
+};
+
+// The node's sandbox network (docs/network.md): one namespace per sandbox.
+struct SandboxNetworkConfig {
+  bool enabled = false;
+  std::string cidr = "10.200.0.0/16";  // cut into /30 slots; must not overlap the host's routes
+  // The guest's resolvers (kubicle.dns= on a template's kernel command line).
+  std::vector<std::string> nameservers = {"1.1.1.1", "8.8.8.8"};
+  size_t pool_size = 4;                // namespaces kept built
+  std::string netns_dir;               // empty: <state_dir>/netns
+  // How the host is changed; null: LinuxNetSystem (FakeNetSystem in tests).
+  std::shared_ptr<network::NetSystem> system;
 };
 
 struct NodeConfig {
@@ -83,6 +97,7 @@ struct NodeConfig {
   // kubicle-vmm as --serial-max-bytes/-files/-rate/-burst (console_log.h):
   // what ReadConsole serves is bounded by these, whatever the guest writes.
   ConsoleLimits console;
+  SandboxNetworkConfig network;
 };
 
 // kubicle-vmm's --serial-* flags for `limits`.
@@ -143,9 +158,12 @@ class SandboxManager final : public SandboxService, private SweepTarget {
     size_t pool_vms = 0;
     size_t watched_processes = 0;
     size_t pending_cgroups = 0;  // busy groups the sweeper retries
+    network::SandboxNetwork::Census network;  // all zero with the network off
   };
   Usage usage() const;
   const NodeConfig& config() const { return config_; }
+  // The sandbox network's namespaces (null when it is off).
+  network::SandboxNetwork* sandbox_network() { return network_.get(); }
 
  private:
   struct Sandbox;
@@ -165,6 +183,7 @@ class SandboxManager final : public SandboxService, private SweepTarget {
   std::vector<std::string> ExpiredSandboxes(WallTime now) override;
   Status DeleteExpired(const std::string& id) override { return DeleteSandbox(id); }
   std::set<pid_t> OwnedVmms() override;
+  size_t SweepNetworkOrphans() override { return network_ ? network_->SweepOrphans() : 0; }
   // Creation and forking (sandbox_manager_create.cc).
   Result<std::shared_ptr<Sandbox>> NewSandbox(const SandboxSpec& spec, std::string* token);
   Status RegisterSandbox(const std::shared_ptr<Sandbox>& sb, std::string* snapshot_dir);
@@ -185,6 +204,22 @@ class SandboxManager final : public SandboxService, private SweepTarget {
   Status AttachForkChildren(const std::vector<std::shared_ptr<Sandbox>>& kids,
                             const vmm::control::ForkReply& reply);
   Result<SandboxInfo> ForkChild(const std::shared_ptr<Sandbox>& child, const std::string& hostname);
+  // The sandbox network (sandbox_manager_network.cc).
+  Status OpenNetwork();
+  // A namespace for `sb` with `policy` and a fresh MAC, when its template
+  // has a NIC: sets rec.info.network and holds_slot.
+  Status AttachNetwork(Sandbox& sb, const network::EgressPolicy& policy);
+  // The VMM's view of it (nullopt: no NIC).
+  std::optional<vmm::control::NetAttachment> NetAttachmentOf(const Sandbox& sb) const;
+  // Re-adoption: takes back a running sandbox's slot.
+  Status AdoptNetwork(Sandbox& sb);
+  // What a bake adds when the network is on: a slot (released by the
+  // caller), the NIC and the guest's addresses on its command line.
+  Result<std::optional<TemplateBaker::Nic>> BakeNic(std::optional<network::NetworkSlot>* slot);
+  // The namespace file of `sb`'s network ("" when it has none); the port
+  // forwarder enters it to reach the guest. Set before the sandbox runs and
+  // never changed after, so it may be read without sb.mu once it runs.
+  std::string NetnsPathOf(const Sandbox& sb) const;
   // Supervision and teardown (sandbox_manager.cc).
   Status Watch(const std::shared_ptr<Sandbox>& sb);
   void OnVmmExit(const std::shared_ptr<Sandbox>& sb, std::optional<int> code);
@@ -231,6 +266,7 @@ class SandboxManager final : public SandboxService, private SweepTarget {
   std::unique_ptr<Sweeper> sweeper_;
   std::unique_ptr<WarmPool> pool_;
   std::unique_ptr<TemplateBaker> baker_;
+  std::unique_ptr<network::SandboxNetwork> network_;  // null: --sandbox-network off
 
   // Guards templates_ and shut_down_. A template's mu and table_'s lock
   // nest inside it; it is never held while taking a sandbox's mu.

@@ -88,6 +88,7 @@ void SandboxManager::AdoptOne(SandboxRecord record) {
   sb->dir = SandboxDir(info.id);
   sb->log_path = sb->dir + "/vmm.log";
   sb->shape = {info.mem_mib, info.vcpus};
+  sb->nic = info.network.has_value();
   table_->SkipPast(info.cid, sb->rec.generation);
   auto handle = info.vmm_pid > 0
                     ? config_.launcher->Attach(info.vmm_pid, sb->rec.pid_start_time)
@@ -117,6 +118,7 @@ void SandboxManager::AdoptOne(SandboxRecord record) {
     // Sockets a daemon before 0600 was enforced left looser.
     if (st.ok()) st = SetExactMode(sb->rec.control_path, 0600);
     if (st.ok()) st = SetExactMode(sb->rec.vsock_path, 0600);
+    if (st.ok()) st = AdoptNetwork(*sb);
     if (!st.ok()) KillAndWait(*sb->vmm);
   }
   if (info.state == SandboxState::kRunning && !st.ok()) {

@@ -153,6 +153,7 @@ Status SandboxManager::RegisterSandbox(const std::shared_ptr<Sandbox>& sb, std::
                                         TemplateStateName(ti.state) + (ti.message.empty() ? "" : ": " + ti.message));
     *snapshot_dir = ti.snapshot_dir;
     sb->shape = {ti.spec.mem_mib, ti.spec.vcpus};
+    sb->nic = ti.nic;
   }
   return table_->Add(sb);  // under mu_: no DeleteTemplate in between
 }
@@ -169,7 +170,11 @@ Result<SandboxInfo> SandboxManager::CreateSandbox(const SandboxSpec& spec) {
   info.vcpus = sb->shape.vcpus;
   std::optional<PoolVm> vm;
   StepTimes steps;
-  Status st = AcquireVm(sb->shape, &vm);
+  // The namespace first: a pooled one is a list pop, and a refusal (no
+  // slot, a policy nft will not load) then costs no VM.
+  Status st = AttachNetwork(*sb, spec.network);
+  steps.Mark("net");
+  if (st.ok()) st = AcquireVm(sb->shape, &vm);
   steps.Mark("vmm");
   if (st.ok()) {
     {
@@ -257,6 +262,10 @@ Status SandboxManager::RunCreate(const std::shared_ptr<Sandbox>& sb, const std::
   req.serial = serial;
   req.id = id;
   req.layer_dir = sb->dir;  // writable disks get their private overlay here, so it goes with the sandbox
+  {
+    std::lock_guard l(sb->mu);
+    req.net = NetAttachmentOf(*sb);
+  }
   auto r = vmm::control::ControlClient(control).Restore(req, 30s);
   if (!r.ok()) return r.status().WithContext("restore");
   steps->Mark("restore");
@@ -337,6 +346,9 @@ Status SandboxManager::FinishStart(const std::shared_ptr<Sandbox>& sb, const std
   {
     std::lock_guard l(sb->mu);
     pr.generation = sb->rec.generation;
+    // The clone's NIC has the MAC its attachment gave the VMM: the guest
+    // takes it over too, so its frames carry it.
+    if (sb->rec.info.network) pr.nic_mac = MacBytes(sb->rec.info.network->mac);
   }
   auto gen = agent->PostRestore(pr, deadline);
   if (!gen.ok()) return gen.status().WithContext("post-restore");
@@ -368,6 +380,7 @@ Result<std::shared_ptr<SandboxManager::Sandbox>> SandboxManager::NewForkChild(
   ki.mem_mib = src.shape.mem_mib;
   ki.vcpus = src.shape.vcpus;
   k->shape = src.shape;
+  k->nic = src.nic;
   RETURN_IF_ERROR(SetToken(spec ? spec->token_sha256 : "", token, &k->rec.token_sha256));
   k->dir = SandboxDir(ki.id);
   k->log_path = src.log_path;  // a fork child keeps logging to its parent's stderr
@@ -427,6 +440,7 @@ Result<std::vector<SandboxInfo>> SandboxManager::ForkSandbox(const ForkRequest& 
   ASSIGN_OR_RETURN(auto src, Find(request.source_id));
   std::vector<std::shared_ptr<Sandbox>> kids;
   std::vector<std::string> tokens(count);
+  std::vector<network::EgressPolicy> policies(count);
   std::string src_control;
   {
     std::lock_guard l(src->mu);
@@ -438,6 +452,9 @@ Result<std::vector<SandboxInfo>> SandboxManager::ForkSandbox(const ForkRequest& 
       const ForkChildSpec* spec = request.children.empty() ? nullptr : &request.children[i];
       ASSIGN_OR_RETURN(auto k, NewForkChild(request, spec, *src, &tokens[i]));
       kids.push_back(std::move(k));
+      // A child's own policy, else its source's.
+      if (spec && spec->network) policies[i] = *spec->network;
+      else if (src->rec.info.network) policies[i] = src->rec.info.network->policy;
     }
   }
   std::vector<std::unique_lock<std::mutex>> ops;  // deletes of a child wait for the fork
@@ -449,14 +466,17 @@ Result<std::vector<SandboxInfo>> SandboxManager::ForkSandbox(const ForkRequest& 
     return st;
   };
   vmm::control::ForkRequest fork;
-  for (auto& k : kids) {
+  for (size_t i = 0; i < kids.size(); ++i) {
+    const std::shared_ptr<Sandbox>& k = kids[i];
     Status st = ReserveForkChild(k);
+    if (st.ok()) st = AttachNetwork(*k, policies[i]);
     if (!st.ok()) return abort_all(st);
     fork.children.push_back({.control = k->rec.control_path,
                              .cid = k->rec.info.cid,
                              .vsock_uds = k->rec.vsock_path,
                              .serial = k->dir + "/serial.log",
-                             .layer_dir = k->dir});
+                             .layer_dir = k->dir,
+                             .net = NetAttachmentOf(*k)});
   }
   // A timeout here may leave children we never heard of: the running orphan sweep ends them.
   auto r = vmm::control::ControlClient(src_control).Fork(fork, 60s);

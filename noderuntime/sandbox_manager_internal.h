@@ -35,6 +35,8 @@ struct SandboxManager::Sandbox {
   bool holds_capacity = false;
   bool holds_cid = false;
   bool holds_cgroup = false;
+  bool holds_slot = false;     // rec.info.network's slot is ours to release
+  bool nic = false;            // its snapshot has a network device
   std::shared_ptr<guest::client::AgentClient> agent;
 };
 
@@ -111,6 +113,9 @@ class SandboxManager::Table {
   uint32_t next_cid_ = 3;
   uint64_t next_generation_ = 1;
 };
+
+// The 6 bytes of a MAC SandboxManager formatted ("02:..:..:..:..:..").
+guest::protocol::Bytes MacBytes(const std::string& mac);
 
 inline double SecondsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "noderuntime/node_util.h"
+#include "noderuntime/network/net_system.h"
 #include "noderuntime/sandbox_manager_test_util.h"
 
 namespace kubicle::noderuntime {
@@ -285,6 +286,51 @@ TEST_F(SandboxManagerKvmTest, ForkOfThreeHasPrivateMemory) {
   ASSERT_TRUE(gone.ok());
   EXPECT_EQ(gone->size(), 3u);
   EXPECT_EQ(StateFiles(), 0u);
+  EXPECT_TRUE(Quiesce(kPoolVms)) << DescribeVmmProcesses();
+}
+
+// The real VMM restores and forks a template baked with a NIC, each clone
+// attached to the tap0 of a namespace of its own. The test guest has no
+// network driver, so what shows the attachment is the TAP itself: a
+// persistent TAP has no carrier until a process opens it.
+TEST_F(SandboxManagerKvmTest, NetworkedClonesAttachTheirOwnNamespaces) {
+  if (std::string why = EnableNetwork(); !why.empty()) GTEST_SKIP() << why;
+  OpenAndBake();
+  EXPECT_TRUE(m_->GetTemplate("tg")->nic);
+  auto src = Create("src");
+  ASSERT_TRUE(src.ok()) << src.status().ToString();
+  ForkRequest f;
+  f.source_id = "src";
+  f.count = 2;
+  auto kids = m_->ForkSandbox(f);
+  ASSERT_TRUE(kids.ok()) << kids.status().ToString();
+  std::set<std::string> netns, macs;
+  for (const SandboxInfo& s : {*src, (*kids)[0], (*kids)[1]}) {
+    ASSERT_TRUE(s.network) << s.id;
+    netns.insert(s.network->netns);
+    macs.insert(s.network->mac);
+    auto tap = network::RunInNetns(s.network->netns, {"ip", "-o", "link", "show", "tap0"}, "");
+    ASSERT_TRUE(tap.ok()) << tap.status().ToString();
+    EXPECT_EQ(tap->find("NO-CARRIER"), std::string::npos) << s.id << ": " << *tap;
+    EXPECT_NE(tap->find("02:6b:75:62:00:01"), std::string::npos) << "the gateway's MAC: " << *tap;
+  }
+  EXPECT_EQ(netns.size(), 3u);
+  EXPECT_EQ(macs.size(), 3u);
+  // An idle pool namespace's TAP has no one on it: the check above can fail.
+  for (int i = 0; i < 10000 && m_->usage().network.pooled == 0; ++i) std::this_thread::sleep_for(1ms);
+  size_t idle_checked = 0;
+  for (const auto& e : std::filesystem::directory_iterator(state_dir_ + "/netns")) {
+    if (netns.count(e.path().string())) continue;
+    auto tap = network::RunInNetns(e.path().string(), {"ip", "-o", "link", "show", "tap0"}, "");
+    if (!tap.ok()) continue;  // being built or torn down
+    EXPECT_NE(tap->find("NO-CARRIER"), std::string::npos) << *tap;
+    ++idle_checked;
+  }
+  EXPECT_GT(idle_checked, 0u);
+  ASSERT_TRUE(m_->DeleteSandboxes("").ok());
+  for (int i = 0; i < 10000 && m_->usage().network.releasing > 0; ++i) std::this_thread::sleep_for(1ms);
+  EXPECT_EQ(m_->usage().network.in_use, 0u);
+  for (const std::string& n : netns) EXPECT_FALSE(std::filesystem::exists(n)) << n;
   EXPECT_TRUE(Quiesce(kPoolVms)) << DescribeVmmProcesses();
 }
 

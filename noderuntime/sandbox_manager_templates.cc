@@ -149,10 +149,18 @@ void SandboxManager::Bake(std::shared_ptr<Template> t) {
     spec = t->info.spec;
     snapshot_dir = t->info.snapshot_dir;
   }
-  auto digest = baker_->Bake(spec, TemplateDir(spec.name), snapshot_dir,
-                             [&](const std::string& step) { SetTemplateProgress(t, step); });
+  // With the sandbox network on, the bake's VM has a NIC in a slot of its
+  // own, so every sandbox of the template has one.
+  std::optional<network::NetworkSlot> slot;
+  auto nic = BakeNic(&slot);
+  Result<std::string> digest =
+      nic.ok() ? baker_->Bake(spec, TemplateDir(spec.name), snapshot_dir,
+                              [&](const std::string& step) { SetTemplateProgress(t, step); }, *nic)
+               : Result<std::string>(nic.status().WithContext("bake network"));
+  if (slot) network_->Release(slot->index);
   std::lock_guard l(t->mu);
   if (digest.ok()) {
+    t->info.nic = nic->has_value();
     t->info.digest = *digest;
     t->info.state = TemplateState::kReady;
     t->info.message = "ready";

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "noderuntime/network/net_system.h"
 #include "noderuntime/node_util.h"
 #include "noderuntime/vmm_process.h"
 
@@ -51,6 +52,11 @@ void ManagerTest::TearDown() {
     WaitExited(h->pidfd.get(), 5s);
     ReapIfChild(h->pidfd.get());
   }
+  // Namespace files are mount points: unmounted before the tree goes.
+  network::LinuxNetSystem sys;
+  std::error_code ec;
+  for (auto& e : fs::directory_iterator(state_dir_ + "/netns", ec)) (void)sys.DeleteNetns(e.path());
+  if (!host_netns_.empty()) (void)sys.DeleteNetns(host_netns_);
   noderuntime::Cgroups cg("/sys/fs/cgroup", real_cgroups_, cgroup_parent_);
   for (const std::string& g : cg.List()) (void)cg.Remove(g);
   (void)cg.RemoveParent();
@@ -142,6 +148,48 @@ size_t ManagerTest::Cgroups() const {
   size_t n = 0;
   for (const std::string& g : noderuntime::Cgroups("/sys/fs/cgroup", real_cgroups_, cgroup_parent_).List())
     if (g.rfind("pool-", 0) != 0) ++n;  // idle pool VMs have theirs
+  return n;
+}
+
+std::string ManagerTest::EnableNetwork() {
+  if (const char* off = std::getenv("KUBICLE_TEST_NO_NETWORK"); off && std::string(off) == "1")
+    return "KUBICLE_TEST_NO_NETWORK=1";
+  if (::geteuid() != 0) return "the sandbox network needs root";
+  for (const char* tool : {"ip", "nft"})
+    if (::access((std::string("/usr/sbin/") + tool).c_str(), X_OK) != 0 &&
+        ::access((std::string("/sbin/") + tool).c_str(), X_OK) != 0)
+      return std::string(tool) + " is not installed (scripts/install-deps.sh)";
+  host_netns_ = state_dir_ + "/hostns";
+  network::LinuxNetSystem sys;
+  if (Status s = sys.CreateNetns(host_netns_); !s.ok()) {
+    host_netns_.clear();
+    return s.ToString();
+  }
+  if (Status s = sys.IpBatch(host_netns_, "link set lo up\n"); !s.ok()) return s.ToString();
+  config_.network.enabled = true;
+  config_.network.pool_size = 2;
+  config_.network.system = std::make_shared<network::LinuxNetSystem>(host_netns_);
+  return "";
+}
+
+size_t ManagerTest::HostVeths() const {
+  auto links = network::RunInNetns(host_netns_, {"ip", "-o", "link", "show"}, "");
+  size_t n = 0;
+  for (size_t p = 0; links.ok() && (p = links->find(": kh", p)) != std::string::npos; ++p) ++n;
+  return n;
+}
+
+size_t ManagerTest::HostNftTables() const {
+  auto tables = network::RunInNetns(host_netns_, {"nft", "list", "tables"}, "");
+  size_t n = 0;
+  for (size_t p = 0; tables.ok() && (p = tables->find("table ", p)) != std::string::npos; ++p) ++n;
+  return n;
+}
+
+size_t ManagerTest::NetnsFiles() const {
+  size_t n = 0;
+  std::error_code ec;
+  for (auto& e : fs::directory_iterator(state_dir_ + "/netns", ec)) (void)e, ++n;
   return n;
 }
 

@@ -37,8 +37,19 @@ class ManagerTest : public ::testing::Test {
   size_t StateFiles() const;
   size_t Cgroups() const;  // VM groups of sandboxes (idle pool VMs' aside)
   bool real_cgroups() const { return real_cgroups_; }
+  // Turns the sandbox network on in config_, over a namespace of the test's
+  // own that plays the host (so nothing of the real host's network is
+  // touched). Empty when it did; else why not (not root, no ip/nft, or
+  // KUBICLE_TEST_NO_NETWORK=1).
+  std::string EnableNetwork();
+  // In the network's host namespace and netns directory: this node's host
+  // veths, its nftables tables, and namespace files (in use or pooled).
+  size_t HostVeths() const;
+  size_t HostNftTables() const;
+  size_t NetnsFiles() const;
 
   std::string state_dir_;
+  std::string host_netns_;  // set by EnableNetwork
   std::string cgroup_parent_;
   bool real_cgroups_ = false;
   NodeConfig config_;

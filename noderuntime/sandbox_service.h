@@ -27,6 +27,7 @@
 #include "common/status.h"
 #include "guest/client/agent_client.h"
 #include "guest/protocol/messages.h"
+#include "noderuntime/network/egress_policy.h"
 
 namespace kubicle::noderuntime {
 
@@ -56,6 +57,9 @@ struct TemplateInfo {
   std::string message;                // what failed, or the bake's progress
   std::string digest;                 // "sha256:<hex>" of the snapshot's state+memory
   std::string snapshot_dir;
+  // The snapshot has a network device (baked with the node's sandbox
+  // network on): every sandbox of it needs a namespace, and gets one.
+  bool nic = false;
   double bake_seconds = 0;
   WallTime ready_at{};
 };
@@ -71,9 +75,21 @@ struct SandboxSpec {
   // node agent takes it from Sandbox status.tokenSha256) and no token is
   // minted. Empty: the node mints one and returns it once.
   std::string token_sha256;
+  // spec.network's egress policy (docs/network.md); default: internet.
+  network::EgressPolicy network;
 };
 
 enum class SandboxState { kCreating, kRunning, kFailed, kDeleting };
+
+// A sandbox's own network namespace (docs/network.md): set when its
+// template has a network device.
+struct SandboxNetworkInfo {
+  std::string netns;               // the namespace's file
+  uint32_t slot = 0;               // its slot of the node's sandbox CIDR
+  std::string mac;                 // the guest NIC's, "02:..:..", fresh per clone
+  network::EgressPolicy policy;
+  bool operator==(const SandboxNetworkInfo&) const = default;
+};
 
 struct SandboxInfo {
   std::string id;
@@ -90,6 +106,7 @@ struct SandboxInfo {
   double ready_ms = 0;                // create (restore or fork) to agent answering
   uint64_t mem_mib = 0;
   uint32_t vcpus = 0;
+  std::optional<SandboxNetworkInfo> network;
   std::string token;                  // data-plane token; returned only by Create/Fork
 };
 
@@ -100,6 +117,7 @@ struct ForkChildSpec {
   std::string token_sha256;           // as in SandboxSpec
   Labels labels;                      // added to the request's labels
   Env env;                            // empty: the source's
+  std::optional<network::EgressPolicy> network;  // unset: the source's
 };
 
 struct ForkRequest {

@@ -81,6 +81,7 @@ size_t Sweeper::SweepOrphans(std::chrono::seconds min_age) {
     ++killed;
     log::Warn("killed orphan kubicle-vmm", {{"pid", pid}});
   }
+  options_.target->SweepNetworkOrphans();
   return killed;
 }
 

@@ -52,6 +52,8 @@ class SweepTarget {
   virtual Status DeleteExpired(const std::string& id) = 0;
   // The pids of every VMM a sandbox, an idle pool VM or a bake owns now.
   virtual std::set<pid_t> OwnedVmms() = 0;
+  // Removes network namespaces and veths no sandbox holds; returns how many.
+  virtual size_t SweepNetworkOrphans() { return 0; }
 };
 
 class Sweeper {
@@ -78,7 +80,8 @@ class Sweeper {
   // Deletes the sandboxes whose TTL has passed; returns those it deleted.
   std::vector<std::string> SweepExpired();
   // SIGKILLs this node's VMMs that are older than `min_age` and that no one
-  // owns; returns how many.
+  // owns, then has the target sweep its network namespaces; returns how
+  // many VMMs it killed.
   size_t SweepOrphans(std::chrono::seconds min_age);
 
   // Removes a VM's cgroup now if it is empty, else queues it for the thread.

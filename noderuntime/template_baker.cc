@@ -43,10 +43,13 @@ std::vector<pid_t> TemplateBaker::pids() const {
 
 std::vector<std::string> TemplateBaker::VmmArgs(const TemplateSpec& spec, const std::string& dir,
                                                 uint32_t cid, const std::string& control,
-                                                const std::string& vsock) const {
+                                                const std::string& vsock,
+                                                const std::optional<Nic>& nic) const {
   const std::string bake_dir = dir + "/bake";
+  std::string cmdline = spec.cmdline.empty() ? "console=ttyS0" : spec.cmdline;
+  if (nic && !nic->cmdline.empty()) cmdline += " " + nic->cmdline;
   std::vector<std::string> args = {"run", "--kernel", spec.kernel,
-                                   "--cmdline", spec.cmdline.empty() ? "console=ttyS0" : spec.cmdline,
+                                   "--cmdline", cmdline,
                                    "--mem", std::to_string(spec.mem_mib) + "M",
                                    "--vcpus", std::to_string(spec.vcpus),
                                    "--vsock-uds", vsock, "--control", control,
@@ -54,6 +57,7 @@ std::vector<std::string> TemplateBaker::VmmArgs(const TemplateSpec& spec, const 
                                    "--cid", std::to_string(cid), "--id", "bake-" + spec.name};
   args.insert(args.end(), options_.vmm_flags.begin(), options_.vmm_flags.end());
   if (!spec.initrd.empty()) args.insert(args.end(), {"--initrd", spec.initrd});
+  if (nic) args.insert(args.end(), {"--net", "tap=" + nic->tap + ",mac=" + nic->mac + ",netns=" + nic->netns});
   for (const std::string& d : spec.disks) args.insert(args.end(), {"--disk", d});
   // Writable disks become copy-on-write: the bake's overlay is frozen into a
   // layer under the template (which every sandbox of it then reads).
@@ -62,7 +66,8 @@ std::vector<std::string> TemplateBaker::VmmArgs(const TemplateSpec& spec, const 
 }
 
 Result<std::string> TemplateBaker::Bake(const TemplateSpec& spec, const std::string& dir,
-                                        const std::string& snapshot_dir, const Progress& progress) {
+                                        const std::string& snapshot_dir, const Progress& progress,
+                                        const std::optional<Nic>& nic) {
   const std::string bake_dir = dir + "/bake";
   RETURN_IF_ERROR(RemoveTree(snapshot_dir));  // a bake that died half-way
   RETURN_IF_ERROR(RemoveTree(bake_dir));
@@ -73,7 +78,7 @@ Result<std::string> TemplateBaker::Bake(const TemplateSpec& spec, const std::str
   const std::string control = options_.sock_dir + "/" + std::to_string(cid) + ".ctl";
   const std::string vsock = options_.sock_dir + "/" + std::to_string(cid) + ".vsock";
   progress("booting");
-  auto vm = options_.launcher->Spawn(VmmArgs(spec, dir, cid, control, vsock), bake_dir + "/vmm.log");
+  auto vm = options_.launcher->Spawn(VmmArgs(spec, dir, cid, control, vsock, nic), bake_dir + "/vmm.log");
   Status st = vm.status();
   if (st.ok()) {
     {

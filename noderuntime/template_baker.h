@@ -23,6 +23,7 @@
 #include <chrono>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -47,6 +48,12 @@ class TemplateBaker {
     std::function<uint32_t()> allocate_cid;
     std::function<void(uint32_t)> release_cid;
   };
+  // A network device for the bake (the node's sandbox network is on): the
+  // snapshot then has one, and the guest its addresses from `cmdline`.
+  struct Nic {
+    std::string tap, mac, netns;  // kubicle-vmm's --net tap=,mac=,netns=
+    std::string cmdline;          // appended to the kernel command line
+  };
   // Called at each step ("booting", "warm-up 1/2: ...", "snapshotting").
   using Progress = std::function<void(const std::string& step)>;
 
@@ -57,13 +64,15 @@ class TemplateBaker {
   // Bakes `spec` into `snapshot_dir`, with its scratch files and disk layers
   // under `dir` (the template's directory). Returns "sha256:<hex>".
   Result<std::string> Bake(const TemplateSpec& spec, const std::string& dir,
-                           const std::string& snapshot_dir, const Progress& progress);
+                           const std::string& snapshot_dir, const Progress& progress,
+                           const std::optional<Nic>& nic = std::nullopt);
   void Stop() { stopping_ = true; }
   std::vector<pid_t> pids() const;
 
  private:
   std::vector<std::string> VmmArgs(const TemplateSpec& spec, const std::string& dir, uint32_t cid,
-                                   const std::string& control, const std::string& vsock) const;
+                                   const std::string& control, const std::string& vsock,
+                                   const std::optional<Nic>& nic) const;
   // Boot to snapshot in the started VM.
   Status BakeInVm(const TemplateSpec& spec, int exit_fd, const std::string& control,
                   const std::string& vsock, const std::string& snapshot_dir, const Progress& progress);

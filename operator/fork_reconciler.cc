@@ -66,7 +66,8 @@ Json DesiredForkChild(const SandboxForkView& fork, const SandboxView& source,
   Json spec = {{"templateRef", {{"name", source.spec.template_name}}},
                {"forkSource", source.meta.name}};
   // Copied as written; their shape was checked when the source was parsed.
-  for (const char* f : {"env", "resources"}) {
+  // network too: a child never gets a wider egress than its source had.
+  for (const char* f : {"env", "resources", "network"}) {
     if (const Json& v = kube::At(source.object, {"spec", f}); !v.is_null()) spec[f] = v;
   }
   if (fork.spec.ttl_seconds) {

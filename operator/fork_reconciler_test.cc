@@ -55,6 +55,16 @@ TEST_F(ForkReconcilerTest, CreatesOwnedChildrenOnTheSourcesNode) {
   EXPECT_EQ(fork["status"]["nodeName"], "node-a");
 }
 
+TEST_F(ForkReconcilerTest, ChildrenCopyTheSourcesNetwork) {
+  Json src = w.Sandbox("src");
+  const Json network = {{"egress", {{"allow", {{{"cidr", "1.2.3.0/24"}, {"ports", {443}}}}}}}};
+  src["spec"]["network"] = network;
+  ASSERT_TRUE(w.client.Update(kube::SandboxResource(), kNs, src).ok());
+  CreateFork(2);
+  ASSERT_TRUE(Reconcile().ok());
+  for (const char* c : {"f-0", "f-1"}) EXPECT_EQ(w.Sandbox(c)["spec"]["network"], network) << c;
+}
+
 TEST_F(ForkReconcilerTest, IdempotentAcrossRestartsAndCountsReady) {
   CreateFork(2);
   ASSERT_TRUE(Reconcile().ok());

@@ -18,6 +18,9 @@ PACKAGES=(
   linux-source-6.1 bc bison flex libelf-dev debootstrap fakeroot xz-utils
   # tools used by tests and benchmarks
   python3 curl
+  # the node's per-sandbox network namespaces (docs/network.md): `ip` and
+  # `nft`, run by kubicle-node --sandbox-network=on and node_network_root_test
+  iproute2 nftables
 )
 
 missing=()

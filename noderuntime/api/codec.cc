@@ -193,7 +193,7 @@ Result<TemplateSpec> TemplateSpecFromJson(const json& body, const std::string& n
 
 Result<SandboxSpec> SandboxSpecFromJson(const json& body) {
   Fields f(body);
-  RETURN_IF_ERROR(f.OnlyKnown({"template", "id", "labels", "ttlSeconds", "hostname"}));
+  RETURN_IF_ERROR(f.OnlyKnown({"template", "id", "labels", "ttlSeconds", "hostname", "network"}));
   SandboxSpec spec;
   RETURN_IF_ERROR(f.String("template", &spec.template_name));
   if (spec.template_name.empty()) return Status::InvalidArgument("field \"template\" is required");
@@ -209,6 +209,9 @@ Result<SandboxSpec> SandboxSpecFromJson(const json& body) {
   if (!spec.hostname.empty() && !ValidId(spec.hostname)) {
     return Status::InvalidArgument("field \"hostname\" must be a DNS-1123 label");
   }
+  // Strict (unknown keys, bad CIDRs, ports, limits), as spec.network.
+  auto net = body.find("network");
+  ASSIGN_OR_RETURN(spec.network, network::ParseNetworkSpec(net == body.end() ? json() : *net));
   return spec;
 }
 
@@ -283,6 +286,7 @@ json ToJson(const TemplateInfo& info) {
          {"message", info.message},
          {"digest", info.digest},
          {"snapshotDir", info.snapshot_dir},
+         {"nic", info.nic},
          {"bakeSeconds", info.bake_seconds}};
   if (info.state == TemplateState::kReady) j["readyAt"] = FormatTime(info.ready_at);
   return j;
@@ -302,6 +306,13 @@ json ToJson(const SandboxInfo& info, bool with_token) {
          {"memMib", info.mem_mib},
          {"vcpus", info.vcpus}};
   j["expiresAt"] = info.expires_at ? json(FormatTime(*info.expires_at)) : json(nullptr);
+  // The policy in force and the guest's MAC; the namespace path stays the node's.
+  if (info.network) {
+    j["network"] = network::ToJson(info.network->policy);
+    j["network"]["mac"] = info.network->mac;
+  } else {
+    j["network"] = nullptr;
+  }
   if (with_token) j["token"] = info.token;
   return j;
 }

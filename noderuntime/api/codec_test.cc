@@ -54,6 +54,33 @@ TEST(SandboxSpec, ParsesAndRejects) {
   EXPECT_NE(typo.status().message().find("\"ttl\""), std::string::npos);
 }
 
+TEST(SandboxSpec, NetworkIsParsedStrictly) {
+  auto none = SandboxSpecFromJson(json::parse(R"({"template":"t"})"));
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->network, network::EgressPolicy{}) << "default: internet";
+  auto allow = SandboxSpecFromJson(json::parse(
+      R"({"template":"t","network":{"egress":{"allow":[{"cidr":"10.1.0.0/16","ports":[5432]}]}}})"));
+  ASSERT_TRUE(allow.ok()) << allow.status().ToString();
+  EXPECT_EQ(allow->network.mode, network::EgressMode::kAllow);
+  for (const char* bad : {R"({"template":"t","network":"none"})",
+                          R"({"template":"t","network":{"egress":"nope"}})",
+                          R"({"template":"t","network":{"egress":{"allow":[{"cidr":"10.1.0.1/16"}]}}})",
+                          R"({"template":"t","network":{"egress":{"allow":[{"cidr":"10.1.0.0/16","ports":[0]}]}}})",
+                          R"({"template":"t","network":{"egress":"none","extra":1}})"}) {
+    auto r = SandboxSpecFromJson(json::parse(bad));
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << bad;
+  }
+}
+
+TEST(Json, SandboxNetworkShowsPolicyAndMac) {
+  SandboxInfo info;
+  EXPECT_TRUE(ToJson(info, false)["network"].is_null());
+  info.network = SandboxNetworkInfo{"/s/netns/slot-1", 1, "02:00:00:00:00:07", {network::EgressMode::kNone, {}}};
+  json j = ToJson(info, false);
+  EXPECT_EQ(j["network"], json::parse(R"({"egress":"none","mac":"02:00:00:00:00:07"})"));
+  EXPECT_EQ(j.dump().find("slot-1"), std::string::npos) << "the namespace path is the node's own";
+}
+
 TEST(TemplateSpec, NameMustMatchUrl) {
   auto ok = TemplateSpecFromJson(json::parse(R"({"kernel":"/k","memMib":64,"warmup":["a"]})"), "t");
   ASSERT_TRUE(ok.ok());

@@ -6,6 +6,8 @@
 #include <set>
 #include <string_view>
 
+#include "noderuntime/network/address_plan.h"
+
 namespace kubicle::noderuntime::daemon {
 
 const char kServeUsage[] = R"(usage: kubicle-node serve --state-dir DIR [flags]
@@ -47,6 +49,19 @@ Value flags are written "--flag VALUE" or "--flag=VALUE".
   --tls-cert FILE        serving certificate chain, PEM (needs --tls=on)
   --tls-key FILE         its private key, PEM (needs --tls=on)
   --insecure-http        plain HTTP, only with a loopback --listen address
+  --sandbox-network on|off
+                         give every sandbox its own network namespace with
+                         egress policy, and its template a NIC (default off;
+                         docs/network.md); the three below need it on
+  --sandbox-network-cidr CIDR
+                         node-local block cut into one /30 per sandbox, /8
+                         to /28, overlapping no route of the host (default
+                         10.200.0.0/16; nodes sharing a host need their own)
+  --sandbox-nameservers IP[,IP...]
+                         1..3 resolvers for the guests (default
+                         1.1.1.1,8.8.8.8)
+  --sandbox-network-pool N
+                         namespaces kept built, 0..256 (default 4)
   --check-flags          check the flags, print "kubicle-node: flags ok" and
                          exit 0 (1 with the error when they are wrong)
   --help                 this text
@@ -252,6 +267,29 @@ Status ApplyValueFlag(const std::string& name, const std::string& v, ServeFlags*
   } else if (name == "--tls") {
     if (v != "on" && v != "off") return Status::InvalidArgument("--tls: \"" + v + "\" is not on or off");
     f->tls = v == "on";
+  } else if (name == "--sandbox-network") {
+    if (v != "on" && v != "off")
+      return Status::InvalidArgument("--sandbox-network: \"" + v + "\" is not on or off");
+    f->sandbox_network = v == "on";
+  } else if (name == "--sandbox-network-cidr") {
+    auto cidr = network::ParseCidr(v);
+    Status st = cidr.ok() ? network::AddressPlan::For(*cidr).status() : cidr.status();
+    if (!st.ok()) return Status::InvalidArgument("--sandbox-network-cidr: " + st.message());
+    f->sandbox_network_cidr = v;
+  } else if (name == "--sandbox-nameservers") {
+    f->sandbox_nameservers.clear();
+    for (size_t p = 0; p <= v.size();) {
+      const size_t comma = std::min(v.find(',', p), v.size());
+      const std::string ns = v.substr(p, comma - p);
+      auto ip = network::ParseIpv4(ns);
+      if (!ip.ok()) return Status::InvalidArgument("--sandbox-nameservers: " + ip.status().message());
+      f->sandbox_nameservers.push_back(ns);
+      p = comma + 1;
+    }
+    if (f->sandbox_nameservers.size() > 3)
+      return Status::InvalidArgument("--sandbox-nameservers: at most 3 (the guest's resolv.conf)");
+  } else if (name == "--sandbox-network-pool") {
+    ASSIGN_OR_RETURN(f->sandbox_network_pool, ParseUint32(name, v, 256));
   } else if (name == "--tls-cert") {
     f->tls_cert = v;
   } else if (name == "--tls-key") {
@@ -317,6 +355,10 @@ Status Validate(const std::set<std::string>& given, ServeFlags* f) {
                                    f->listen_host);
   }
   RETURN_IF_ERROR(ValidateTls(given, *f));
+  if (!f->sandbox_network) {
+    for (const char* flag : {"--sandbox-network-cidr", "--sandbox-nameservers", "--sandbox-network-pool"})
+      if (given.count(flag)) return Status::InvalidArgument(std::string(flag) + " needs --sandbox-network=on");
+  }
   return ValidateNodeAgent(given, f);
 }
 

@@ -232,6 +232,40 @@ TEST(ServeFlags, ClusterFlagsNeedNodeName) {
   }
 }
 
+TEST(ServeFlags, SandboxNetwork) {
+  auto off = ParseServeFlags({"--state-dir=/s"});
+  ASSERT_TRUE(off.ok());
+  EXPECT_FALSE(off->sandbox_network);
+  EXPECT_EQ(off->sandbox_network_cidr, "10.200.0.0/16");
+  EXPECT_EQ(off->sandbox_nameservers, (std::vector<std::string>{"1.1.1.1", "8.8.8.8"}));
+  EXPECT_EQ(off->sandbox_network_pool, 4u);
+  auto on = ParseServeFlags({"--state-dir=/s", "--sandbox-network=on", "--sandbox-network-cidr=10.77.0.0/20",
+                             "--sandbox-nameservers=9.9.9.9", "--sandbox-network-pool", "0"});
+  ASSERT_TRUE(on.ok()) << on.status().ToString();
+  EXPECT_TRUE(on->sandbox_network);
+  EXPECT_EQ(on->sandbox_network_cidr, "10.77.0.0/20");
+  EXPECT_EQ(on->sandbox_nameservers, std::vector<std::string>{"9.9.9.9"});
+  EXPECT_EQ(on->sandbox_network_pool, 0u);
+  EXPECT_EQ(ParseServeFlags({"--state-dir=/s", "--sandbox-nameservers=1.1.1.1,8.8.4.4,9.9.9.9", "--sandbox-network=on"})
+                ->sandbox_nameservers.size(),
+            3u);
+  for (std::vector<std::string> bad : std::vector<std::vector<std::string>>{
+           {"--sandbox-network=yes"},
+           {"--sandbox-network=on", "--sandbox-network-cidr=10.77.0.1/16"},   // host bits
+           {"--sandbox-network=on", "--sandbox-network-cidr=10.77.0.0"},      // no length
+           {"--sandbox-network=on", "--sandbox-network-cidr=10.77.0.0/29"},   // under 4 slots
+           {"--sandbox-network=on", "--sandbox-network-cidr=10.0.0.0/7"},
+           {"--sandbox-network=on", "--sandbox-nameservers=1.1.1.1,"},
+           {"--sandbox-network=on", "--sandbox-nameservers=dns.google"},
+           {"--sandbox-network=on", "--sandbox-nameservers=1.1.1.1,1.0.0.1,8.8.8.8,8.8.4.4"},
+           {"--sandbox-network=on", "--sandbox-network-pool=257"},
+           {"--sandbox-network-cidr=10.77.0.0/16"},                           // needs on
+           {"--sandbox-network=off", "--sandbox-network-pool=2"}}) {
+    bad.insert(bad.begin(), "--state-dir=/s");
+    EXPECT_FALSE(ParseServeFlags(bad).ok()) << bad.back();
+  }
+}
+
 TEST(ServeFlags, UsageNamesEveryFlag) {
   for (const char* flag :
        {"--state-dir", "--vmm", "--listen", "--advertise-address", "--token-file",
@@ -239,7 +273,8 @@ TEST(ServeFlags, UsageNamesEveryFlag) {
         "--no-cgroups", "--stop-vms-on-exit", "--log-format", "--log-json", "--log-level",
         "--check-flags", "--help", "--node-name", "--kubeconfig", "--lease-namespace",
         "--lease-duration-seconds", "--image-root", "--tls", "--tls-cert", "--tls-key",
-        "--insecure-http"}) {
+        "--insecure-http", "--sandbox-network", "--sandbox-network-cidr",
+        "--sandbox-nameservers", "--sandbox-network-pool"}) {
     EXPECT_NE(std::string(kServeUsage).find(std::string("  ") + flag + " "), std::string::npos)
         << flag;
   }

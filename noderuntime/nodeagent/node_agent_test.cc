@@ -150,6 +150,21 @@ TEST(SandboxSync, DesiredVmFollowsTheObject) {
   EXPECT_TRUE(d->fork_source.empty());
 }
 
+TEST(SandboxSync, DesiredVmCarriesSpecNetwork) {
+  EXPECT_EQ(DesiredVmOf(Sandbox())->spec.network, network::EgressPolicy{}) << "none given: internet";
+  kube::Json s = Sandbox();
+  s["spec"]["network"] = {{"egress", {{"allow", {{{"cidr", "1.2.3.0/24"}, {"ports", {443}}}}}}}};
+  auto d = DesiredVmOf(s);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->spec.network.mode, network::EgressMode::kAllow);
+  ASSERT_EQ(d->spec.network.allow.size(), 1u);
+  EXPECT_EQ(d->spec.network.allow[0].ports, std::vector<uint16_t>{443});
+  s["spec"]["network"] = {{"egress", "everything"}};
+  auto bad = DesiredVmOf(s);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("spec.network.egress"), std::string::npos) << bad.status().ToString();
+}
+
 TEST(SandboxSync, ADottedLongNameGetsTheIdAsHostname) {
   kube::Json s = Sandbox();
   s["metadata"]["name"] = std::string(200, 'a') + ".b.c";

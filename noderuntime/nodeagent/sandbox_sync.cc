@@ -66,6 +66,11 @@ Result<DesiredVm> DesiredVmOf(const Json& sandbox) {
   if (env.is_array()) {
     for (const Json& e : env) d.spec.env[StrAt(e, {"name"})] = StrAt(e, {"value"});
   }
+  // Checked strictly here too (the CRD keeps egress free-form): a bad
+  // policy fails the Sandbox with the reason instead of running wider.
+  auto network = network::ParseNetworkSpec(At(sandbox, {"spec", "network"}));
+  if (!network.ok()) return Status::InvalidArgument("spec." + network.status().message());
+  d.spec.network = *network;
   d.template_name = StrAt(sandbox, {"spec", "templateRef", "name"});
   d.fork_source = StrAt(sandbox, {"spec", "forkSource"});
   int64_t mem = IntAt(sandbox, {"spec", "resources", "memoryMiB"});
@@ -289,11 +294,13 @@ Result<SandboxInfo> SandboxSync::Fork(const std::string& key, const Json& obj, c
   auto siblings = ClaimSiblings(key, obj, want.fork_source);
   ForkRequest fr;
   fr.source_id = source_id;
-  fr.children.push_back({want.spec.id, want.spec.token_sha256, want.spec.labels, want.spec.env});
+  // Each child's own spec.network (the operator copies the source's).
+  fr.children.push_back({want.spec.id, want.spec.token_sha256, want.spec.labels, want.spec.env,
+                         want.spec.network});
   std::vector<std::string> ids = {want.spec.id};
   for (const auto& [k, o] : siblings) {
     auto d = DesiredVmOf(o);  // ClaimSiblings checked it parses
-    fr.children.push_back({d->spec.id, d->spec.token_sha256, d->spec.labels, d->spec.env});
+    fr.children.push_back({d->spec.id, d->spec.token_sha256, d->spec.labels, d->spec.env, d->spec.network});
     ids.push_back(d->spec.id);
   }
   auto kids = service_->ForkSandbox(fr);

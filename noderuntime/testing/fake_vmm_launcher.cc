@@ -145,6 +145,18 @@ class FakeVm {
     cid_ = std::strtoull(Arg(args_, "--cid").c_str(), nullptr, 10);
     mem_mib_ = std::strtoull(Arg(args_, "--mem").c_str(), nullptr, 10);
     vcpus_ = static_cast<uint32_t>(std::strtoul(Arg(args_, "--vcpus").c_str(), nullptr, 10));
+    if (const std::string net = Arg(args_, "--net"); !net.empty()) {
+      net_.emplace();
+      for (size_t p = 0; p < net.size();) {  // key=value,... as the node writes it
+        const size_t comma = std::min(net.find(',', p), net.size());
+        const std::string kv = net.substr(p, comma - p);
+        const std::string key = kv.substr(0, kv.find('=')), value = kv.substr(kv.find('=') + 1);
+        if (key == "tap") net_->tap = value;
+        if (key == "mac") net_->mac = value;
+        if (key == "netns") net_->netns = value;
+        p = comma + 1;
+      }
+    }
     exit_event_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
     stop_event_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   }
@@ -193,7 +205,8 @@ class FakeVm {
   }
   FakeVmmLauncher::VmInfo Info() const {
     std::lock_guard l(mu_);
-    return {pid_, id_, mode_, state_, cid_, control_path_, vsock_path_, exit_code_};
+    return {pid_, id_, mode_, state_, cid_, control_path_, vsock_path_, exit_code_, net_,
+            Arg(args_, "--cmdline")};
   }
   bool exited() const {
     std::lock_guard l(mu_);
@@ -324,6 +337,7 @@ class FakeVm {
       if (r.serial) serial_path_ = *r.serial;
       if (r.id) id_ = *r.id;
       if (r.cid) cid_ = *r.cid;
+      net_ = r.net;
     }
     RETURN_IF_ERROR(Boot());
     std::lock_guard l(mu_);
@@ -344,6 +358,7 @@ class FakeVm {
       kid->vsock_path_ = c.vsock_uds;
       kid->serial_path_ = c.serial;
       kid->cid_ = c.cid;
+      kid->net_ = c.net;
       kid->mem_mib_ = mem_mib_;
       kid->vcpus_ = vcpus_;
       kid->id_ = id_;
@@ -417,6 +432,7 @@ class FakeVm {
 
   mutable std::mutex mu_;  // guards the fields below
   UniqueFd log_fd_;  // stdout and stderr
+  std::optional<control::NetAttachment> net_;
   std::string id_, mode_, state_, control_path_, vsock_path_, serial_path_;
   uint64_t cid_ = 0, mem_mib_ = 0;
   uint32_t vcpus_ = 1;

@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "noderuntime/vmm_launcher.h"
+#include "vmm/control_protocol.h"
 
 namespace kubicle::noderuntime::testing {
 
@@ -60,6 +61,10 @@ class FakeVmmLauncher final : public VmmLauncher {
     std::string control_path;  // as bound (the node renames a pool VM's)
     std::string vsock_path;
     std::optional<int> exit_code;
+    // The network attachment: --net of `run` (tap=,mac=,netns= as given),
+    // a restore's or a fork child's.
+    std::optional<vmm::control::NetAttachment> net;
+    std::string cmdline;  // --cmdline of `run`
   };
 
   FakeVmmLauncher();
