@@ -129,6 +129,7 @@ class SandboxManager final : public SandboxService, private SweepTarget {
   Result<std::vector<guest::protocol::DirEntry>> ListFiles(const std::string& id,
                                                            const std::string& path) override;
   Status RemoveFile(const std::string& id, const std::string& path, bool recursive) override;
+  Result<UniqueFd> ConnectGuestPort(const std::string& id, uint16_t port) override;
 
   // Deletes sandboxes whose TTL passed (the sweeper thread does it every
   // sweep_interval; tests call it with a fake clock). Returns their ids.
@@ -193,6 +194,9 @@ class SandboxManager final : public SandboxService, private SweepTarget {
   void StopVm(Sandbox& sb);         // shutdown request, SIGKILL after the grace period
   Status Teardown(const std::shared_ptr<Sandbox>& sb);
   Result<std::shared_ptr<Sandbox>> Find(const std::string& id);
+  // The sandbox's network namespace ("" when it has none); requires sb.mu.
+  // sandbox_manager_ports.cc: none yet, until per-sandbox namespaces land.
+  std::string NetnsPathOf(const Sandbox& sb) const;
   std::shared_ptr<guest::client::AgentClient> AgentOf(Sandbox& sb, Status* why);
   // Every agent connection's options: the node's caps on what guests return.
   guest::client::ClientOptions AgentOptions() const;
