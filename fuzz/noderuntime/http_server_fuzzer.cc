@@ -3,7 +3,10 @@
 // parser, the header cap, the Gate decided from the header alone, declared
 // and chunked body caps, 100-continue, keep-alive and pipelining, a refusal
 // and its lingering close, StopAccepting) with ApiServer's own Gate (route,
-// auth, budgets) and handlers, over a FakeSandboxService.
+// auth, budgets) and handlers, over a FakeSandboxService; and the upgrade
+// to a guest port stream (Connection/Upgrade parsed from the header, the
+// Gate's 426, the port rule, the stream budget, the 101 and the relay that
+// follows it, to a guest that closes at once).
 //
 // Transport: one real loopback TCP connection per input. Its server side is
 // served by an HttpServer::Core whose io_context runs on the fuzzer's thread
@@ -25,7 +28,8 @@
 // The rest is what the client sends, cut into pieces at every 0xFF byte
 // that is not doubled ("\xff\xff" sends one 0xFF). The node has the admin
 // token "admin-token" and sandbox sb-1 (template tg) with the token
-// "sandbox-token".
+// "sandbox-token"; a port stream's guest is one end of a socket pair whose
+// other end is already closed.
 //
 // Checked beyond no crash and no ASan/UBSan report:
 //  - the service is called only by an admitted request's handler, never by
@@ -44,6 +48,9 @@
 //    an answer, and the client sees the connection's end before it sends
 //    another piece (the body is never waited for); after a refusal the Gate
 //    is not asked again and no handler runs;
+//  - a 101 is the last answer: after it the connection carries no HTTP,
+//    nothing more is decided, and what the client reads past it is what
+//    the guest sent (nothing: it closes at once);
 //  - a half-closed or gone client's connection ends without any deadline,
 //    no timeout or eviction fires, and every budget is back afterwards.
 #include <arpa/inet.h>
@@ -96,6 +103,7 @@ struct Answer {
   bool refusal = false;
   bool by_gate = false;  // a refusal from the header alone
   bool aborted = false;  // a stream the handler gave up on: may arrive cut
+  bool upgraded = false;  // 101: the connection is a relay from then on
 };
 
 // The Responder a handler gets: records its answer, then passes it on.
@@ -116,6 +124,11 @@ class Recorder final : public api::Responder {
   void Abort() override {
     if (index_) (*answers_)[*index_].aborted = true;
     inner_->Abort();
+  }
+  void SwitchProtocols(api::Response r, UniqueFd upstream, std::shared_ptr<void> hold) override {
+    Record(101);
+    (*answers_)[*index_].upgraded = true;
+    inner_->SwitchProtocols(std::move(r), std::move(upstream), std::move(hold));
   }
   bool replied() const override { return inner_->replied(); }
 
@@ -259,7 +272,7 @@ class Session {
       Pump();
       Drain();
     }
-    if (delivered && refusals_ == 0) {
+    if (delivered && refusals_ == 0 && !Upgraded()) {
       // The Gate has decided every request whose header is in, without
       // waiting for a body byte.
       size_t due = 0;
@@ -335,6 +348,10 @@ class Session {
     if (r == "bad_request") return Refused(400);
     std::fprintf(stderr, "unexpected http server event: %s\n", reason);
     FUZZ_CHECK(!"a timeout, eviction or limit fired during an input");
+  }
+  // A handler answered 101: what the client sends next is relayed.
+  bool Upgraded() const {
+    return std::any_of(answers_.begin(), answers_.end(), [](const Answer& a) { return a.upgraded; });
   }
   void Refused(int code, bool by_gate = false) {
     ++refusals_;
@@ -490,7 +507,7 @@ class Session {
       FUZZ_CHECK(m.version() == 11);
       rest.remove_prefix(used);
       at += used;
-      if (m.result_int() < 200) {
+      if (m.result_int() < 200 && m.result() != http::status::switching_protocols) {
         FUZZ_CHECK(m.result() == http::status::continue_ && !continued);
         continued = true;
         continue;
@@ -506,6 +523,13 @@ class Session {
                      m.result_int(), want.code);
       }
       FUZZ_CHECK(int(m.result_int()) == want.code);
+      if (want.upgraded) {
+        // The relay's guest sends nothing: nothing follows, nothing more
+        // was decided.
+        FUZZ_CHECK(m.result() == http::status::switching_protocols);
+        FUZZ_CHECK(rest.empty() && finals == answers_.size());
+        break;
+      }
       // A refusal closes; nothing follows an answer that closes.
       if (want.refusal) FUZZ_CHECK(!m.keep_alive());
       if (!m.keep_alive()) FUZZ_CHECK(rest.empty() && finals == answers_.size());
