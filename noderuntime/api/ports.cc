@@ -2,6 +2,7 @@
 // port reached through the data plane. The Gate has checked the upgrade,
 // the token, the port and the stream budget; this connects to the guest
 // (inside its namespace) and hands the connection over to the relay.
+#include "common/log.h"
 #include "noderuntime/api/codec.h"
 #include "noderuntime/api/http_call.h"
 
@@ -35,6 +36,7 @@ void HandlePort(Call& call, SandboxService& svc) {
   }
   auto upstream = svc.ConnectGuestPort(call.name(), *port);
   if (!upstream.ok()) return FailConnect(call, upstream.status());
+  log::Debug("port stream", {{"sandbox", call.name()}, {"port", int(*port)}});
   call.Upgrade(std::move(*upstream));
 }
 
