@@ -34,6 +34,7 @@ from .errors import (
     UnsupportedError,
 )
 from ._ports import PortForward, PortStream
+from ._ports_async import AsyncPortForward
 from .models import EntryInfo, ExecResult, FileInfo, SandboxInfo
 
 __version__ = "0.1.0"
@@ -41,7 +42,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Kubicle", "Sandboxes", "Sandbox", "Filesystem",
     "AsyncKubicle", "AsyncSandboxes", "AsyncSandbox", "AsyncFilesystem",
-    "ExecResult", "SandboxInfo", "EntryInfo", "FileInfo", "PortStream", "PortForward",
+    "ExecResult", "SandboxInfo", "EntryInfo", "FileInfo", "PortStream", "PortForward", "AsyncPortForward",
     "KubicleError", "ApiError", "AuthError", "CapacityError", "CommandError", "ConflictError",
     "ExecTimeoutError", "KubicleTimeoutError", "NotFoundError", "PathNotFoundError", "PortError",
     "SandboxFailedError", "SandboxNotFoundError", "SandboxNotReadyError", "SandboxTimeoutError",

@@ -1,6 +1,7 @@
 """Sandbox.connect_port and forward_port against the fake node, whose
 guest ports are listeners of the test's own on 127.0.0.1 (FakeSandbox.ports)."""
 
+import asyncio
 import socket
 import ssl
 import threading
@@ -210,3 +211,48 @@ def test_ports_over_tls_verify_the_node(tls_node, guest, tmp_path):
                                timeout=10, sandbox=sb.name)
         assert "CERTIFICATE_VERIFY_FAILED" in str(e.value)
         assert len(tls_node.requests) == before
+
+
+# --- asyncio ----------------------------------------------------------------
+
+async def test_async_connect_port_both_ways_and_half_close(astandalone, node, guest):
+    sb = await astandalone.sandboxes.create("tg")
+    attach(node, sb, 3000, guest.port)
+    reader, writer = await sb.connect_port(3000)
+    writer.write(b"hello")
+    await writer.drain()
+    assert await reader.readexactly(5) == b"hello"
+    big = bytes(range(256)) * 1024
+    writer.write(big)
+    writer.write_eof()                   # the guest sees the end and answers it
+    assert await reader.read() == big
+    writer.close()
+    with pytest.raises(errors.PortError) as e:
+        await sb.connect_port(3001)      # nothing listens there
+    assert e.value.reason == "PortRefused"
+    with pytest.raises(ValueError):
+        await sb.connect_port(0)
+
+
+async def test_async_forward_port(astandalone, node, guest):
+    sb = await astandalone.sandboxes.create("tg")
+    attach(node, sb, 3000, guest.port)
+    async with await sb.forward_port(3000) as fwd:
+        async def client(i):
+            r, w = await asyncio.open_connection("127.0.0.1", fwd.local_port)
+            w.write(f"client {i}".encode())
+            w.write_eof()
+            got = await r.read()
+            w.close()
+            return got
+
+        got = await asyncio.gather(*(client(i) for i in range(5)))
+        assert got == [f"client {i}".encode() for i in range(5)]
+        assert fwd.errors == []
+    node.sandboxes[sb.id].network = False
+    async with await sb.forward_port(3000) as fwd:
+        r, w = await asyncio.open_connection("127.0.0.1", fwd.local_port)
+        assert await r.read() == b""
+        w.close()
+        assert isinstance(fwd.errors[0], errors.PortError)
+        assert fwd.errors[0].reason == "NoNetwork"
