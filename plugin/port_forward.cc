@@ -223,7 +223,9 @@ Status PortForward::Impl::Open(tcp::socket& sock) {
   tcp::resolver resolver(ioc_);
   auto found = resolver.resolve(ep_.host, ep_.port, ec);
   if (!ec) asio::connect(sock, found, ec);
-  if (ec) return Status::Unavailable("cannot reach the node at " + ep_.authority + ": " + ec.message());
+  if (ec) {
+    return Status::Unavailable("cannot reach the node at " + ep_.authority + ": " + ec.message());
+  }
   sock.set_option(tcp::no_delay(true), ec);
   return Status::Ok();
 }
@@ -259,7 +261,10 @@ void PortForward::Impl::Serve(std::shared_ptr<tcp::socket> local) {
   asio::ip::make_address(ep_.host, ec);
   if (ec) SSL_set_tlsext_host_name(node->native_handle(), ep_.host.c_str());
   node->handshake(asio::ssl::stream_base::client, ec);
-  if (ec) return fail(Status::Unavailable("TLS with the node at " + ep_.authority + ": " + ec.message()));
+  if (ec) {
+    return fail(
+        Status::Unavailable("TLS with the node at " + ep_.authority + ": " + ec.message()));
+  }
   auto first = Upgrade(*node, ep_, path, dp_.token);
   if (!first.ok()) return fail(first.status());
   Relay(local, node, std::move(*first));
@@ -315,6 +320,14 @@ void PortForward::Impl::Stop() {
   work_.reset();
   ioc_.stop();
   if (io_.joinable()) io_.join();
+  // The I/O thread is gone, perhaps before it ran the close posted above:
+  // close the listener here, then run what is left (the aborted accept,
+  // the relays' failed reads), so no handler keeps this Impl alive.
+  error_code ignored;
+  acceptor_.close(ignored);
+  ioc_.restart();
+  for (int round = 0; round < 100 && ioc_.poll() > 0; ++round) {
+  }
 }
 
 Result<std::unique_ptr<PortForward>> PortForward::Start(DataPlane dp, uint16_t remote_port,
