@@ -618,8 +618,9 @@ void HttpServerSeeds() {
   seed("port-no-upgrade",
        HttpSeed(0x0c, {HttpRequest("GET", "/v1/sandboxes/sb-1/ports/1", tenant)}));
   seed("port-bad",
-       HttpSeed(0x0c, {HttpRequest("GET", "/v1/sandboxes/sb-1/ports/01", tenant, "",
-                                   "Connection: keep-alive, upgrade\r\nUpgrade: KUBICLE-TCP\r\n")}));
+       HttpSeed(0x0c, {HttpRequest(
+                           "GET", "/v1/sandboxes/sb-1/ports/01", tenant, "",
+                           "Connection: keep-alive, upgrade\r\nUpgrade: KUBICLE-TCP\r\n")}));
 }
 
 }  // namespace

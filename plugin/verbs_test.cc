@@ -529,7 +529,8 @@ TEST_F(VerbsTest, PortForwardOverTlsVerifiesTheNodesCa) {
   node_.SetGuestNetwork(vm, "127.0.0.1");
   ASSERT_TRUE(kube_.Patch(kube::LeaseResource(), "kubicle-node-lease", "kubicle-node-n1",
                           kube::PatchType::kMerge,
-                          {{"metadata", {{"annotations", {{"kubicle.dev/serving-ca", ca.cert_pem}}}}}})
+                          {{"metadata",
+                            {{"annotations", {{"kubicle.dev/serving-ca", ca.cert_pem}}}}}})
                   .ok());
   EchoGuest guest;
   {
@@ -548,7 +549,8 @@ TEST_F(VerbsTest, PortForwardOverTlsVerifiesTheNodesCa) {
   auto other = *noderuntime::api::MakeCa("other CA", 24h);
   ASSERT_TRUE(kube_.Patch(kube::LeaseResource(), "kubicle-node-lease", "kubicle-node-n1",
                           kube::PatchType::kMerge,
-                          {{"metadata", {{"annotations", {{"kubicle.dev/serving-ca", other.cert_pem}}}}}})
+                          {{"metadata",
+                            {{"annotations", {{"kubicle.dev/serving-ca", other.cert_pem}}}}}})
                   .ok());
   const int local = *noderuntime::api::PickFreePort();
   ForwardRun fwd([this](const auto& a) { return Run(a); },

@@ -351,7 +351,8 @@ class Session {
   }
   // A handler answered 101: what the client sends next is relayed.
   bool Upgraded() const {
-    return std::any_of(answers_.begin(), answers_.end(), [](const Answer& a) { return a.upgraded; });
+    return std::any_of(answers_.begin(), answers_.end(),
+                       [](const Answer& a) { return a.upgraded; });
   }
   void Refused(int code, bool by_gate = false) {
     ++refusals_;
