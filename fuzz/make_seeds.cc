@@ -510,6 +510,7 @@ void NodeSeeds() {
             "/v1/sandboxes/sb-1/files?path=%2Ftmp%2Fa%20b.txt&mode=0644");
   WriteText("noderuntime", "request_target", "exec-stream", "/v1/sandboxes/sb-1/exec?stream=true");
   WriteText("noderuntime", "request_target", "bad-escape", "/v1/templates/%zz?%=&&=");
+  WriteText("noderuntime", "request_target", "port", "/v1/sandboxes/sb-1/ports/3000");
 }
 
 // http_server: a flags byte, then the client's bytes in pieces cut by 0xFF
@@ -610,6 +611,24 @@ void HttpServerSeeds() {
                        HttpRequest("POST", "/v1/sandboxes/sb-1/fork", admin, R"({"count":2})") +
                            "DELETE /v1/sandboxes/sb-2 HTTP/1.1\r\nAuthor",
                        "ization: Bearer admin-token\r\n\r\n"}));
+  // Port streams (http_server_fuzzer.cc: sb-1's guest port 1 takes the
+  // stream and closes at once; 2 is the fake's 409, others are refused):
+  // a 409 and a 502 kept alive, then a 101 with bytes sent right behind
+  // the request and more in the next piece, relayed to the guest.
+  const std::string upgrade = "Connection: Upgrade\r\nUpgrade: kubicle-tcp\r\n";
+  seed("port-stream",
+       HttpSeed(0x0c, {HttpRequest("GET", "/v1/sandboxes/sb-1/ports/2", tenant, "", upgrade) +
+                           HttpRequest("GET", "/v1/sandboxes/sb-1/ports/3000", admin, "", upgrade) +
+                           HttpRequest("GET", "/v1/sandboxes/sb-1/ports/1", tenant, "", upgrade) +
+                           "early bytes",
+                       "GET / HTTP/1.1\r\n\r\n"}));
+  // No upgrade asked for (426), a bad port (400): refusals from the header.
+  seed("port-no-upgrade",
+       HttpSeed(0x0c, {HttpRequest("GET", "/v1/sandboxes/sb-1/ports/1", tenant)}));
+  seed("port-bad",
+       HttpSeed(0x0c, {HttpRequest(
+                           "GET", "/v1/sandboxes/sb-1/ports/01", tenant, "",
+                           "Connection: keep-alive, upgrade\r\nUpgrade: KUBICLE-TCP\r\n")}));
 }
 
 }  // namespace

@@ -144,6 +144,7 @@ class SandboxManager final : public SandboxService, private SweepTarget {
   Result<std::vector<guest::protocol::DirEntry>> ListFiles(const std::string& id,
                                                            const std::string& path) override;
   Status RemoveFile(const std::string& id, const std::string& path, bool recursive) override;
+  Result<UniqueFd> ConnectGuestPort(const std::string& id, uint16_t port) override;
 
   // Deletes sandboxes whose TTL passed (the sweeper thread does it every
   // sweep_interval; tests call it with a fake clock). Returns their ids.

@@ -1,6 +1,7 @@
 // The sandbox calls beyond create/exec/read/write: its console log and what
 // its VM uses (sandbox_service.h, ConsoleRead and SandboxStats), read on the
-// host, and the guest's file stat, list and remove through its agent.
+// host, the guest's file stat, list and remove through its agent, and TCP
+// connections to the guest's ports inside its network namespace.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -9,6 +10,8 @@
 #include "common/unique_fd.h"
 #include "noderuntime/sandbox_manager.h"
 #include "noderuntime/sandbox_manager_internal.h"
+#include "noderuntime/network/guest_network.h"
+#include "noderuntime/network/netns_connect.h"
 #include "noderuntime/vm_stats.h"
 
 namespace kubicle::noderuntime {
@@ -101,6 +104,27 @@ Status SandboxManager::RemoveFile(const std::string& id, const std::string& path
   auto agent = AgentOf(*sb, &why);
   if (!agent) return why;
   return agent->Remove(path, recursive, guest::client::DeadlineIn(kFileOpTimeout));
+}
+
+Result<UniqueFd> SandboxManager::ConnectGuestPort(const std::string& id, uint16_t port) {
+  ASSIGN_OR_RETURN(auto sb, Find(id));
+  std::string netns;
+  {
+    std::lock_guard l(sb->mu);
+    const SandboxInfo& info = sb->rec.info;
+    if (info.state != SandboxState::kRunning || sb->exited) {
+      return Status::FailedPrecondition("sandbox " + id + " is " + SandboxStateName(info.state));
+    }
+    netns = NetnsPathOf(*sb);
+  }
+  if (netns.empty()) {
+    return Status::FailedPrecondition("sandbox " + id +
+                                      " has no network: its guest ports cannot be reached");
+  }
+  // Off the sandbox's lock: a guest that does not answer holds this
+  // request for up to the timeout, nobody else.
+  return network::ConnectInNetns(netns, network::kGuestAddress, port,
+                                 network::kGuestConnectTimeout);
 }
 
 }  // namespace kubicle::noderuntime

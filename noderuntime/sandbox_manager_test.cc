@@ -326,6 +326,29 @@ TEST_F(SandboxManagerTest, VmmCrashFailsTheSandboxAndFreesItsResources) {
   EXPECT_FALSE(fs::exists(state_dir_ + "/sandboxes/a"));
 }
 
+// Until per-sandbox namespaces land (NetnsPathOf, sandbox_manager_ports.cc)
+// no sandbox has a network: its ports are refused before any connect, and
+// a missing or crashed sandbox says so first.
+TEST_F(SandboxManagerTest, GuestPortsNeedARunningSandboxWithANetwork) {
+  ASSERT_NO_FATAL_FAILURE(OpenAndBake());
+  EXPECT_EQ(m_->ConnectGuestPort("nope", 3000).status().code(), StatusCode::kNotFound);
+  auto a = Create("a");
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  auto port = m_->ConnectGuestPort("a", 3000);
+  EXPECT_EQ(port.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(port.status().message().find("has no network"), std::string::npos)
+      << port.status().ToString();
+  ASSERT_TRUE(launcher_->Crash(a->vmm_pid, 128 + 9));
+  ASSERT_TRUE(Eventually([&] {
+    auto info = m_->GetSandbox("a");
+    return info.ok() && info->state == SandboxState::kFailed;
+  }));
+  auto failed = m_->ConnectGuestPort("a", 3000);
+  EXPECT_EQ(failed.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(failed.status().message().find("is Failed"), std::string::npos)
+      << failed.status().ToString();
+}
+
 TEST_F(SandboxManagerTest, VmmDyingMidRestoreFailsTheCreateCleanly) {
   ASSERT_NO_FATAL_FAILURE(OpenAndBake());
   launcher_->InjectFault("restore", FakeVmmLauncher::Fault::kCrash);

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/unique_fd.h"
 #include "guest/client/agent_client.h"
 #include "guest/protocol/messages.h"
 #include "noderuntime/network/egress_policy.h"
@@ -224,6 +225,14 @@ class SandboxService {
   virtual Result<std::vector<guest::protocol::DirEntry>> ListFiles(const std::string& id,
                                                                    const std::string& path) = 0;
   virtual Status RemoveFile(const std::string& id, const std::string& path, bool recursive) = 0;
+
+  // A TCP connection to `port` (1..65535) of the sandbox's guest, made
+  // inside the sandbox's network namespace (network/netns_connect.h), for
+  // the data plane's port streams (docs/api.md, "Ports"). NotFound for no
+  // such sandbox; FailedPrecondition unless it is Running with a network;
+  // Unavailable when nothing listens there; DeadlineExceeded when the
+  // guest does not answer within 10 s.
+  virtual Result<UniqueFd> ConnectGuestPort(const std::string& id, uint16_t port) = 0;
 };
 
 const char* TemplateStateName(TemplateState s);

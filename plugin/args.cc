@@ -43,6 +43,7 @@ const std::map<std::string, std::vector<FlagSpec>>& VerbSpecs() {
       {"logs", {{"follow", 'f', true, false}}},
       {"wait", {{"for", 0, false, false}, {"timeout", 0, false, false}}},
       {"top", {{"selector", 'l', false, false}, {"interval", 0, false, false}}},
+      {"port-forward", {{"address", 0, false, false}}},
   };
   return specs;
 }
@@ -78,7 +79,7 @@ const std::vector<std::string>& Invocation::All(const std::string& name) const {
 
 const std::vector<std::string>& Verbs() {
   static const std::vector<std::string> verbs = {"exec", "cp",   "fork", "sweep",
-                                                 "logs", "wait", "top"};
+                                                 "logs", "wait", "top",  "port-forward"};
   return verbs;
 }
 

@@ -2,6 +2,9 @@
 // docs/kubectl-plugin.md. main() only parses, connects and dispatches.
 #include <cstdlib>
 #include <iostream>
+#include <optional>
+
+#include "common/stop_signals.h"
 
 #include "kube/http_kube_client.h"
 #include "kube/kubeconfig_chain.h"
@@ -22,6 +25,11 @@ int main(int argc, char** argv) {
     std::cout << plugin::Usage(inv->verb);
     return 0;
   }
+  // port-forward runs until SIGINT/SIGTERM: taken synchronously, so they
+  // are blocked before any thread starts (the other verbs keep the default
+  // of dying on Ctrl-C).
+  std::optional<StopSignals> stop;
+  if (inv->verb == "port-forward") stop.emplace();
   auto cfg = kube::LoadKubeconfigLikeKubectl(inv->global.kubeconfig, inv->global.context);
   // In a pod without a kubeconfig: the service account, as kubectl does.
   if (!cfg.ok() && inv->global.kubeconfig.empty() && std::getenv("KUBERNETES_SERVICE_HOST") &&
@@ -44,6 +52,7 @@ int main(int argc, char** argv) {
   env.in = &std::cin;
   env.out = &std::cout;
   env.err = &std::cerr;
+  if (stop) env.wait_for_stop = [&stop] { stop->Wait(); };
   int code = plugin::RunVerb(*inv, env);
   std::cout.flush();
   return code;

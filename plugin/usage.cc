@@ -29,6 +29,7 @@ Commands:
   logs SBX [-f]                 the VM's serial console (-f: follow)
   wait SBX --for=ready          wait until a Sandbox is Ready
   top [SBX...] [-l SELECTOR]    CPU and memory of each running Sandbox's VM
+  port-forward SBX LOCAL:REMOTE  forward a local port to a TCP port of a Sandbox's VM
 
 `kubectl kubicle COMMAND --help` describes one command.
 )";
@@ -111,6 +112,20 @@ CPU and memory of each running Sandbox's VM, from its node (the VM's
 cgroup): CPU in millicores averaged over --interval (two samples), memory
 in MiB with the VM's limit, the guest's vCPUs and RAM. Without names, every
 running Sandbox of the namespace (matching -l SELECTOR, a label selector).
+)";
+  }
+  if (verb == "port-forward") {
+    return R"(Usage: kubectl kubicle port-forward SBX [LOCAL:]REMOTE [--address 127.0.0.1]
+
+Listens on LOCAL and forwards every connection to TCP port REMOTE of the
+Sandbox's VM, through its node's data plane with the Sandbox's token (TLS
+verified against the node's CA), until interrupted (Ctrl-C). Each
+connection is a stream of its own; one the node refuses (nothing listens
+on REMOTE, the Sandbox has no network, too many streams) is closed and the
+reason printed. PORT alone is the same port on both sides; :REMOTE picks a
+free local port.
+
+  --address ADDR     the local address to listen on (default 127.0.0.1)
 )";
   }
   return "";

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <iosfwd>
 #include <string>
 
@@ -22,6 +23,9 @@ struct Env {
   std::istream* in = nullptr;
   std::ostream* out = nullptr;
   std::ostream* err = nullptr;
+  // Blocks until a long-running verb (port-forward) should end: main waits
+  // for SIGINT or SIGTERM, tests for their own signal.
+  std::function<void()> wait_for_stop;
 };
 
 inline constexpr int kExitFailed = 1;
@@ -35,6 +39,7 @@ int RunTop(const Invocation& inv, Env& env);
 int RunFork(const Invocation& inv, Env& env);
 int RunSweep(const Invocation& inv, Env& env);
 int RunWait(const Invocation& inv, Env& env);
+int RunPortForward(const Invocation& inv, Env& env);
 // Dispatches on inv.verb.
 int RunVerb(const Invocation& inv, Env& env);
 

@@ -216,6 +216,7 @@ int RunVerb(const Invocation& inv, Env& env) {
   if (inv.verb == "fork") return RunFork(inv, env);
   if (inv.verb == "sweep") return RunSweep(inv, env);
   if (inv.verb == "wait") return RunWait(inv, env);
+  if (inv.verb == "port-forward") return RunPortForward(inv, env);
   *env.err << "kubectl-kubicle: unknown command \"" << inv.verb << "\"\n";
   return kExitUsage;
 }

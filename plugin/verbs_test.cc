@@ -11,12 +11,21 @@
 #include <sstream>
 #include <thread>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <future>
+
 #include "kube/fake_kube_client.h"
 #include "kube/json_fields.h"
 #include "kube/resource.h"
 #include "noderuntime/api/api_server.h"
 #include "noderuntime/api/codec.h"
 #include "noderuntime/api/fake_sandbox_service.h"
+#include "noderuntime/api/serving_cert.h"
+#include "plugin/port_forward.h"
 
 namespace kubicle::plugin {
 namespace {
@@ -333,6 +342,228 @@ TEST_F(VerbsTest, SweepDeletesTheRunAndWaitsUntilEveryOneIsGone) {
                           {{"metadata", {{"finalizers", {"kubicle.dev/vm-teardown"}}}}}).ok());
   EXPECT_EQ(Run({"sweep", "--run", "r2", "--timeout", "1s"}), kExitFailed);
   EXPECT_NE(err_.str().find("keep"), std::string::npos) << err_.str();
+}
+
+// --- port-forward -------------------------------------------------------
+
+// A listener on 127.0.0.1 standing in for a server in the guest (the fake
+// node connects the port route there): echoes each connection on a thread.
+class EchoGuest {
+ public:
+  EchoGuest() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    EXPECT_EQ(::listen(fd_, 16), 0);
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port = ntohs(a.sin_port);
+    thread_ = std::thread([this] {
+      for (;;) {
+        int c = ::accept(fd_, nullptr, nullptr);
+        if (c < 0) return;
+        conns_.emplace_back([c] {
+          char buf[65536];
+          ssize_t n;
+          while ((n = ::recv(c, buf, sizeof buf, 0)) > 0) ::send(c, buf, size_t(n), MSG_NOSIGNAL);
+          ::close(c);
+        });
+      }
+    });
+  }
+  ~EchoGuest() {
+    ::shutdown(fd_, SHUT_RDWR);
+    thread_.join();
+    for (auto& t : conns_) t.join();
+    ::close(fd_);
+  }
+  uint16_t port = 0;
+
+ private:
+  int fd_;
+  std::thread thread_;
+  std::vector<std::thread> conns_;
+};
+
+// A client of the forwarded local port; -1 when nothing listens.
+int ConnectLocal(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  timeval tv{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  return fd;
+}
+
+std::string Echoed(int fd, const std::string& data) {
+  if (::send(fd, data.data(), data.size(), MSG_NOSIGNAL) != ssize_t(data.size())) return "";
+  std::string got;
+  char buf[65536];
+  while (got.size() < data.size()) {
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    got.append(buf, size_t(n));
+  }
+  return got;
+}
+
+// Runs `port-forward` on a thread until Stop(); Connect() waits (bounded)
+// for its listener.
+class ForwardRun {
+ public:
+  ForwardRun(std::function<int(const std::vector<std::string>&)> run,
+             std::vector<std::string> args, Env& env) {
+    auto stopped = stop_.get_future().share();
+    env.wait_for_stop = [stopped] { stopped.wait(); };
+    thread_ = std::thread([this, run, args] { code_ = run(args); });
+  }
+  ~ForwardRun() { Stop(); }
+  int Connect(int port) {
+    for (int i = 0; i < 500; ++i) {
+      int fd = ConnectLocal(port);
+      if (fd >= 0) return fd;
+      std::this_thread::sleep_for(10ms);
+    }
+    return -1;
+  }
+  int Stop() {
+    if (thread_.joinable()) {
+      stop_.set_value();
+      thread_.join();
+    }
+    return code_;
+  }
+
+ private:
+  std::promise<void> stop_;
+  std::thread thread_;
+  std::atomic<int> code_{-1};
+};
+
+TEST(PortPair, ParsedStrictly) {
+  auto both = ParsePortPair("8080:3000");
+  ASSERT_TRUE(both.ok());
+  EXPECT_EQ(both->local, 8080);
+  EXPECT_EQ(both->remote, 3000);
+  EXPECT_EQ(ParsePortPair("3000")->local, 3000);
+  EXPECT_EQ(ParsePortPair("3000")->remote, 3000);
+  EXPECT_EQ(ParsePortPair(":3000")->local, 0);
+  for (const char* bad : {"", ":", "3000:", "0:80", "80:0", "65536", "a:80", "80:b", "1:2:3",
+                          "080:80", " 80"}) {
+    EXPECT_FALSE(ParsePortPair(bad).ok()) << bad;
+  }
+}
+
+TEST_F(VerbsTest, PortForwardRelaysEachLocalConnectionToTheGuestPort) {
+  const std::string vm = AddSandbox("a");
+  node_.SetGuestNetwork(vm, "127.0.0.1");
+  EchoGuest guest;
+  const int local = *noderuntime::api::PickFreePort();
+  ForwardRun fwd([this](const auto& a) { return Run(a); },
+                 {"port-forward", "a", std::to_string(local) + ":" + std::to_string(guest.port)},
+                 env_);
+  int c1 = fwd.Connect(local);
+  ASSERT_GE(c1, 0);
+  int c2 = ConnectLocal(local);
+  ASSERT_GE(c2, 0);
+  EXPECT_EQ(Echoed(c1, "one"), "one");
+  EXPECT_EQ(Echoed(c2, std::string(300000, 'x')), std::string(300000, 'x'));
+  EXPECT_EQ(Echoed(c1, "again"), "again");
+  EXPECT_EQ(fwd.Stop(), 0);
+  char b;
+  EXPECT_LE(::recv(c1, &b, 1, 0), 0) << "stopping ends the streams";
+  ::close(c1);
+  ::close(c2);
+  EXPECT_NE(out_.str().find("Forwarding from 127.0.0.1:" + std::to_string(local) + " -> " +
+                            std::to_string(guest.port)),
+            std::string::npos)
+      << out_.str();
+  EXPECT_LT(ConnectLocal(local), 0) << "nothing listens after the verb ends";
+}
+
+TEST_F(VerbsTest, PortForwardClosesARefusedConnectionAndSaysWhy) {
+  AddSandbox("a");  // no network on the fake node
+  const int local = *noderuntime::api::PickFreePort();
+  ForwardRun fwd([this](const auto& a) { return Run(a); },
+                 {"port-forward", "a", std::to_string(local) + ":3000"}, env_);
+  int c = fwd.Connect(local);
+  ASSERT_GE(c, 0);
+  char b;
+  EXPECT_LE(::recv(c, &b, 1, 0), 0);
+  ::close(c);
+  EXPECT_EQ(fwd.Stop(), 0);
+  EXPECT_NE(err_.str().find("409"), std::string::npos) << err_.str();
+  EXPECT_NE(err_.str().find("has no network"), std::string::npos) << err_.str();
+}
+
+TEST_F(VerbsTest, PortForwardUsageAndMissingSandbox) {
+  EXPECT_EQ(Run({"port-forward", "a"}), kExitUsage);
+  EXPECT_EQ(Run({"port-forward", "a", "0:80"}), kExitUsage);
+  EXPECT_NE(err_.str().find("LOCAL:REMOTE"), std::string::npos) << err_.str();
+  EXPECT_EQ(Run({"port-forward", "nope", "8080:80"}), kExitFailed);
+  EXPECT_NE(err_.str().find("not found"), std::string::npos) << err_.str();
+}
+
+TEST_F(VerbsTest, PortForwardOverTlsVerifiesTheNodesCa) {
+  // A second node API, on TLS, whose CA the Lease publishes.
+  auto ca = *noderuntime::api::MakeCa("node CA", 24h);
+  auto leaf = *noderuntime::api::MakeServingCert(ca, {"127.0.0.1"}, 24h);
+  noderuntime::api::ApiServerOptions o;
+  o.admin_token = "admin";
+  o.tls_cert_pem = leaf.cert_pem + ca.cert_pem;
+  o.tls_key_pem = leaf.key_pem;
+  metrics::Registry registry;
+  noderuntime::api::ApiServer tls_server(&node_, &registry, o);
+  const int node_port = *noderuntime::api::PickFreePort();
+  ASSERT_TRUE(tls_server.Start("127.0.0.1", node_port).ok());
+  endpoint_ = "127.0.0.1:" + std::to_string(node_port);
+  const std::string vm = AddSandbox("a");
+  node_.SetGuestNetwork(vm, "127.0.0.1");
+  ASSERT_TRUE(kube_.Patch(kube::LeaseResource(), "kubicle-node-lease", "kubicle-node-n1",
+                          kube::PatchType::kMerge,
+                          {{"metadata",
+                            {{"annotations", {{"kubicle.dev/serving-ca", ca.cert_pem}}}}}})
+                  .ok());
+  EchoGuest guest;
+  {
+    const int local = *noderuntime::api::PickFreePort();
+    ForwardRun fwd([this](const auto& a) { return Run(a); },
+                   {"port-forward", "a", std::to_string(local) + ":" + std::to_string(guest.port)},
+                   env_);
+    int c = fwd.Connect(local);
+    ASSERT_GE(c, 0);
+    EXPECT_EQ(Echoed(c, "over tls"), "over tls");
+    EXPECT_EQ(Echoed(c, std::string(200000, 'y')), std::string(200000, 'y'));
+    ::close(c);
+    EXPECT_EQ(fwd.Stop(), 0);
+  }
+  // Another CA on the Lease: the handshake fails, the connection is closed.
+  auto other = *noderuntime::api::MakeCa("other CA", 24h);
+  ASSERT_TRUE(kube_.Patch(kube::LeaseResource(), "kubicle-node-lease", "kubicle-node-n1",
+                          kube::PatchType::kMerge,
+                          {{"metadata",
+                            {{"annotations", {{"kubicle.dev/serving-ca", other.cert_pem}}}}}})
+                  .ok());
+  const int local = *noderuntime::api::PickFreePort();
+  ForwardRun fwd([this](const auto& a) { return Run(a); },
+                 {"port-forward", "a", std::to_string(local) + ":" + std::to_string(guest.port)},
+                 env_);
+  int c = fwd.Connect(local);
+  ASSERT_GE(c, 0);
+  char b;
+  EXPECT_LE(::recv(c, &b, 1, 0), 0);
+  ::close(c);
+  EXPECT_EQ(fwd.Stop(), 0);
+  EXPECT_NE(err_.str().find("TLS with the node"), std::string::npos) << err_.str();
+  tls_server.Stop();
 }
 
 }  // namespace

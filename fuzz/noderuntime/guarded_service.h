@@ -6,6 +6,9 @@
 // only from the Gate. A call outside these is a fuzz invariant failure.
 #pragma once
 
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <optional>
 #include <string>
 #include <string_view>
@@ -132,6 +135,22 @@ class GuardedService final : public noderuntime::api::FakeSandboxService {
   Status RemoveFile(const std::string& id, const std::string& path, bool recursive) override {
     Tenant(id);
     return Fake::RemoveFile(id, path, recursive);
+  }
+  // sb-1's guest (the fake gives it no network, so its rules end in a 409
+  // for every port): port 1 is one end of a socket pair whose other end is
+  // closed, so the relay after the 101 ends as soon as the client's side
+  // does; port 2 keeps the fake's 409; every other port is refused (502).
+  Result<UniqueFd> ConnectGuestPort(const std::string& id, uint16_t port) override {
+    Tenant(id);
+    auto fake = Fake::ConnectGuestPort(id, port);  // 404, or 409: no network
+    if (fake.ok() || fake.status().code() != StatusCode::kFailedPrecondition || port == 2) {
+      return fake;
+    }
+    if (port != 1) return Status::Unavailable("connecting to 172.16.0.2: Connection refused");
+    int sv[2];
+    FUZZ_CHECK(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+    ::close(sv[1]);
+    return UniqueFd(sv[0]);
   }
 
  private:

@@ -3,7 +3,10 @@
 // parser, the header cap, the Gate decided from the header alone, declared
 // and chunked body caps, 100-continue, keep-alive and pipelining, a refusal
 // and its lingering close, StopAccepting) with ApiServer's own Gate (route,
-// auth, budgets) and handlers, over a FakeSandboxService.
+// auth, budgets) and handlers, over a FakeSandboxService; and the upgrade
+// to a guest port stream (Connection/Upgrade parsed from the header, the
+// Gate's 426, the port rule, the stream budget, the 101 and the relay that
+// follows it, to a guest that closes at once).
 //
 // Transport: one real loopback TCP connection per input. Its server side is
 // served by an HttpServer::Core whose io_context runs on the fuzzer's thread
@@ -25,7 +28,8 @@
 // The rest is what the client sends, cut into pieces at every 0xFF byte
 // that is not doubled ("\xff\xff" sends one 0xFF). The node has the admin
 // token "admin-token" and sandbox sb-1 (template tg) with the token
-// "sandbox-token".
+// "sandbox-token"; a port stream's guest is one end of a socket pair whose
+// other end is already closed.
 //
 // Checked beyond no crash and no ASan/UBSan report:
 //  - the service is called only by an admitted request's handler, never by
@@ -44,6 +48,9 @@
 //    an answer, and the client sees the connection's end before it sends
 //    another piece (the body is never waited for); after a refusal the Gate
 //    is not asked again and no handler runs;
+//  - a 101 is the last answer: after it the connection carries no HTTP,
+//    nothing more is decided, and what the client reads past it is what
+//    the guest sent (nothing: it closes at once);
 //  - a half-closed or gone client's connection ends without any deadline,
 //    no timeout or eviction fires, and every budget is back afterwards.
 #include <arpa/inet.h>
@@ -96,6 +103,7 @@ struct Answer {
   bool refusal = false;
   bool by_gate = false;  // a refusal from the header alone
   bool aborted = false;  // a stream the handler gave up on: may arrive cut
+  bool upgraded = false;  // 101: the connection is a relay from then on
 };
 
 // The Responder a handler gets: records its answer, then passes it on.
@@ -116,6 +124,11 @@ class Recorder final : public api::Responder {
   void Abort() override {
     if (index_) (*answers_)[*index_].aborted = true;
     inner_->Abort();
+  }
+  void SwitchProtocols(api::Response r, UniqueFd upstream, std::shared_ptr<void> hold) override {
+    Record(101);
+    (*answers_)[*index_].upgraded = true;
+    inner_->SwitchProtocols(std::move(r), std::move(upstream), std::move(hold));
   }
   bool replied() const override { return inner_->replied(); }
 
@@ -259,7 +272,7 @@ class Session {
       Pump();
       Drain();
     }
-    if (delivered && refusals_ == 0) {
+    if (delivered && refusals_ == 0 && !Upgraded()) {
       // The Gate has decided every request whose header is in, without
       // waiting for a body byte.
       size_t due = 0;
@@ -336,6 +349,11 @@ class Session {
     std::fprintf(stderr, "unexpected http server event: %s\n", reason);
     FUZZ_CHECK(!"a timeout, eviction or limit fired during an input");
   }
+  // A handler answered 101: what the client sends next is relayed.
+  bool Upgraded() const {
+    return std::any_of(answers_.begin(), answers_.end(),
+                       [](const Answer& a) { return a.upgraded; });
+  }
   void Refused(int code, bool by_gate = false) {
     ++refusals_;
     FUZZ_CHECK(refusals_ == 1);
@@ -357,7 +375,7 @@ class Session {
     int one = 1;
     ::setsockopt(client_.get(), IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one);
     FUZZ_CHECK(::bind(client_.get(), reinterpret_cast<sockaddr*>(&from), sizeof from) == 0);
-    if (::connect(client_.get(), reinterpret_cast<sockaddr*>(&a), len) != 0) {
+    if (::connect(client_.get(), reinterpret_cast<sockaddr*>(&a), len) != 0 && !Connected()) {
       std::fprintf(stderr, "connect: %s\n", std::strerror(errno));
       FUZZ_CHECK(!"the client connects");
     }
@@ -377,6 +395,19 @@ class Session {
     socket.set_option(api::tcp::no_delay(true), ec);
     api::StartConnection(core_, std::move(socket));
     Pump();
+  }
+
+  // After a connect() that failed: true if it was only interrupted (by
+  // libFuzzer's -timeout alarm: connect is not restarted) and completes.
+  bool Connected() const {
+    if (errno != EINTR) return false;
+    pollfd p{client_.get(), POLLOUT, 0};
+    while (::poll(&p, 1, 1000) < 0 && errno == EINTR) {
+    }
+    int err = -1;
+    socklen_t n = sizeof err;
+    return ::getsockopt(client_.get(), SOL_SOCKET, SO_ERROR, &err, &n) == 0 && err == 0 &&
+           (p.revents & POLLOUT);
   }
 
   // Bytes the server has not read yet; -1 once its socket is closed.
@@ -490,7 +521,7 @@ class Session {
       FUZZ_CHECK(m.version() == 11);
       rest.remove_prefix(used);
       at += used;
-      if (m.result_int() < 200) {
+      if (m.result_int() < 200 && m.result() != http::status::switching_protocols) {
         FUZZ_CHECK(m.result() == http::status::continue_ && !continued);
         continued = true;
         continue;
@@ -506,6 +537,13 @@ class Session {
                      m.result_int(), want.code);
       }
       FUZZ_CHECK(int(m.result_int()) == want.code);
+      if (want.upgraded) {
+        // The relay's guest sends nothing: nothing follows, nothing more
+        // was decided.
+        FUZZ_CHECK(m.result() == http::status::switching_protocols);
+        FUZZ_CHECK(rest.empty() && finals == answers_.size());
+        break;
+      }
       // A refusal closes; nothing follows an answer that closes.
       if (want.refusal) FUZZ_CHECK(!m.keep_alive());
       if (!m.keep_alive()) FUZZ_CHECK(rest.empty() && finals == answers_.size());

@@ -10,7 +10,9 @@
 // string, percent-encoded, decodes back to itself; a target that parses,
 // encoded again from its parts, parses to the same path and parameters;
 // a selector that parses matches or not without crashing, and the empty
-// selector matches everything.
+// selector matches everything; a guest port segment parses exactly when it
+// is 1..65535 in canonical decimal (checked against a reading of its own),
+// and only the ports route has one.
 #include <map>
 #include <string>
 #include <string_view>
@@ -54,6 +56,22 @@ void Selector(std::string s, const std::map<std::string, std::string>& labels) {
   if (sel->empty()) FUZZ_CHECK(sel->Matches(labels));
 }
 
+// The port rule read independently of routes.cc: digits, no leading zero,
+// 1..65535, printed back as itself.
+bool CanonicalPort(std::string_view s) {
+  if (s.empty() || s.size() > 5 || s.front() == '0') return false;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+  }
+  return std::stoul(std::string(s)) <= 65535;
+}
+
+void Port(std::string_view segment) {
+  auto p = api::ParsePort(segment);
+  FUZZ_CHECK(p.has_value() == CanonicalPort(segment));
+  if (p) FUZZ_CHECK(std::to_string(*p) == segment && *p >= 1);
+}
+
 void Target(std::string_view text) {
   auto t = api::ParseTarget(text);
   if (!t) return;
@@ -66,7 +84,11 @@ void Target(std::string_view text) {
   auto t2 = api::ParseTarget(again);
   FUZZ_CHECK(t2.has_value());
   FUZZ_CHECK(t2->path == t->path && t2->query == t->query);
-  if (auto m = api::MatchRoute(t->path)) FUZZ_CHECK(!api::AllowedMethods(m->route).empty());
+  if (auto m = api::MatchRoute(t->path)) {
+    FUZZ_CHECK(!api::AllowedMethods(m->route).empty());
+    FUZZ_CHECK((m->route == api::Route::kPort) == !m->port.empty());
+    if (m->route == api::Route::kPort) Port(m->port);
+  }
   if (auto it = t->query.find("labelSelector"); it != t->query.end()) {
     Selector(it->second, t->query);
   }
@@ -80,6 +102,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   Decode(text);
   Target(text);
+  Port(text);
   // The whole input as a selector too, so mutations reach the parser
   // without first forming a valid query.
   Selector(std::string(text), {{"kubicle.dev/run", "r1"}, {"app", "demo"}});

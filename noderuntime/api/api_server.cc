@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
 #include <optional>
 
@@ -31,6 +32,8 @@ HttpLimits LimitsFrom(const ApiServerOptions& o) {
   l.write_timeout = o.write_timeout;
   l.stream_high_water = o.stream_high_water;
   l.io_threads = o.io_threads;
+  l.relay_buffer_bytes = o.port_buffer_bytes;
+  l.relay_idle_timeout = o.port_idle_timeout;
   return l;
 }
 
@@ -40,6 +43,27 @@ Admission::Limits BudgetsFrom(const ApiServerOptions& o) {
           .tenants = o.max_in_flight_tenants,
           .per_tenant = o.max_in_flight_per_sandbox};
 }
+
+// Port streams use the tenant class only: one budget per token, one for all.
+Admission::Limits StreamBudgetsFrom(const ApiServerOptions& o) {
+  return {.health = 0, .admin = 0, .tenants = o.max_port_streams,
+          .per_tenant = o.max_port_streams_per_token};
+}
+// ASCII only: protocol tokens are.
+bool EqualsIgnoringCase(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(a[i])) !=
+        std::tolower(static_cast<unsigned char>(b[i]))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// The admin token's streams are budgeted like a sandbox's, under a key no
+// sandbox id can be (ids are DNS-1123 labels).
+constexpr char kAdminStreams[] = "(admin)";
 
 const char* ClassName(Admission::Class c) {
   switch (c) {
@@ -59,6 +83,7 @@ class ApiServer::Impl : public std::enable_shared_from_this<ApiServer::Impl> {
         registry_(registry),
         opts_(std::move(opts)),
         admission_(BudgetsFrom(opts_)),
+        streams_(StreamBudgetsFrom(opts_)),
         latency_(registry->AddHistogram("kubicle_http_request_seconds",
                                         "HTTP API request latency by route and status code",
                                         {"route", "code"},
@@ -89,6 +114,12 @@ class ApiServer::Impl : public std::enable_shared_from_this<ApiServer::Impl> {
                                     std::string* tenant);
   Decision Refuse(const std::string& route_label, Response r, const char* reason,
                   Clock::time_point start);
+  // kPort's checks from the header: the upgrade asked for, the port, a slot
+  // of the stream budget (*hold). Nullopt when they pass, else the refusal.
+  std::optional<Decision> AdmitPortStream(const RequestHead& head, const RouteMatch& m,
+                                          Admission::Class cls, const std::string& tenant,
+                                          const std::string& label, Clock::time_point start,
+                                          std::shared_ptr<void>* hold);
   // On the request's thread.
   void Handle(Call& call, const std::string& route_label, Clock::time_point start);
   void Dispatch(Call& call);
@@ -98,6 +129,7 @@ class ApiServer::Impl : public std::enable_shared_from_this<ApiServer::Impl> {
   metrics::Registry* registry_;
   ApiServerOptions opts_;
   Admission admission_;
+  Admission streams_;
   metrics::Family<metrics::Histogram>& latency_;
   metrics::Family<metrics::Counter>& refused_;
 };
@@ -120,6 +152,12 @@ void ApiServer::Impl::RegisterGauges() {
           out.push_back({{ClassName(c)}, self ? double(self->admission_.in_flight(c)) : 0});
         }
         return out;
+      });
+  registry_->AddGaugeCallback(
+      "kubicle_port_streams", "Guest-port streams open (or connecting) through the data plane",
+      {}, [weak]() -> std::vector<std::pair<metrics::LabelValues, double>> {
+        auto self = weak.lock();
+        return {{{}, self ? double(self->streams_.in_flight(Admission::Class::kTenant)) : 0}};
       });
 }
 
@@ -173,6 +211,12 @@ Decision ApiServer::Impl::Decide(const RequestHead& head) {
     return Refuse(label, ErrorResponse(413, "PayloadTooLarge", label + " takes no request body"),
                   "body_too_large", start);
   }
+  std::shared_ptr<void> stream_hold;
+  if (route == Route::kPort) {
+    if (auto refused = AdmitPortStream(head, *match, cls, tenant, label, start, &stream_hold)) {
+      return std::move(*refused);
+    }
+  }
   Admission::Refusal why = Admission::Refusal::kNone;
   auto ticket = admission_.TryAcquire(cls, tenant, &why);
   if (!ticket) {
@@ -196,12 +240,51 @@ Decision ApiServer::Impl::Decide(const RequestHead& head) {
   a.hold = std::make_shared<Admission::Ticket>(std::move(*ticket));
   a.handler = [self = shared_from_this(), method = head.method, match = std::move(*match),
                query = std::move(target->query), label = std::move(label),
-               start](std::string body, std::shared_ptr<Responder> responder) mutable {
+               start, stream_hold = std::move(stream_hold)](
+                  std::string body, std::shared_ptr<Responder> responder) mutable {
     Call call(std::move(method), std::move(match), std::move(query), std::move(body),
               std::move(responder));
+    call.SetStreamHold(std::move(stream_hold));
     self->Handle(call, label, start);
   };
   return a;
+}
+
+std::optional<Decision> ApiServer::Impl::AdmitPortStream(
+    const RequestHead& head, const RouteMatch& m, Admission::Class cls,
+    const std::string& tenant, const std::string& label, Clock::time_point start,
+    std::shared_ptr<void>* hold) {
+  if (!EqualsIgnoringCase(head.upgrade, kPortUpgrade)) {
+    Response r = ErrorResponse(426, "UpgradeRequired",
+                               label + " needs \"Connection: Upgrade\" and \"Upgrade: " +
+                                   kPortUpgrade + "\"");
+    r.headers.push_back({"Upgrade", kPortUpgrade});
+    return Refuse(label, std::move(r), "upgrade_required", start);
+  }
+  if (!ParsePort(m.port)) {
+    return Refuse(label,
+                  ErrorResponse(400, "InvalidArgument",
+                                "port \"" + m.port + "\" must be a number from 1 to 65535"),
+                  "bad_request", start);
+  }
+  const std::string key = cls == Admission::Class::kAdmin ? kAdminStreams : tenant;
+  Admission::Refusal why = Admission::Refusal::kNone;
+  auto ticket = streams_.TryAcquire(Admission::Class::kTenant, key, &why);
+  if (!ticket) {
+    const bool mine = why == Admission::Refusal::kTenantFull;
+    Response r = mine ? ErrorResponse(429, "ResourceExhausted",
+                                      "this token already has " +
+                                          std::to_string(opts_.max_port_streams_per_token) +
+                                          " port streams open")
+                      : ErrorResponse(503, "Unavailable",
+                                      "the node already has " +
+                                          std::to_string(opts_.max_port_streams) +
+                                          " port streams open");
+    r.headers.push_back({"Retry-After", "1"});
+    return Refuse(label, std::move(r), mine ? "port_stream_limit" : "port_streams_full", start);
+  }
+  *hold = std::make_shared<Admission::Ticket>(std::move(*ticket));
+  return std::nullopt;
 }
 
 std::optional<Response> ApiServer::Impl::Authorize(const RouteMatch& m, const std::string& method,
@@ -281,6 +364,7 @@ void ApiServer::Impl::Dispatch(Call& call) {
     case Route::kStats: return HandleStats(call, *svc_, opts_);
     case Route::kStat: return HandleStat(call, *svc_, opts_);
     case Route::kList: return HandleList(call, *svc_, opts_);
+    case Route::kPort: return HandlePort(call, *svc_);
   }
 }
 

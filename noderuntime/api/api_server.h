@@ -20,9 +20,15 @@
 //    max_in_flight_tenants for all sandbox tokens, and separate budgets for
 //    the admin token and for /healthz and /metrics (503 past them), so one
 //    tenant cannot starve the node, the operator or the other tenants.
+//  - Ports (docs/api.md): GET /v1/sandboxes/{id}/ports/{port} with
+//    "Connection: Upgrade" and "Upgrade: kubicle-tcp" answers 101 and then
+//    relays the connection to that TCP port of the guest (426 without the
+//    upgrade). An open stream spends a slot of its own budget, not of the
+//    requests in flight: max_port_streams_per_token per token (429 past
+//    it), max_port_streams in all (503).
 //  - Records kubicle_http_request_seconds{route,code},
 //    kubicle_http_refused_total{reason}, kubicle_http_connections and
-//    kubicle_http_in_flight{class} in the registry (one ApiServer per
+//    kubicle_http_in_flight{class}, kubicle_port_streams in the registry (one ApiServer per
 //    registry: the families are registered by the constructor).
 //  - Each admitted request is handled on a thread of its own (service calls
 //    block: a create returns once the VM answers, an exec when the command
@@ -68,6 +74,12 @@ struct ApiServerOptions {
   size_t max_in_flight_tenants = 1024;
   size_t max_in_flight_admin = 256;
   size_t max_in_flight_health = 64;
+  // Port streams (their connects included): per token (each sandbox's,
+  // and the admin's), and all together.
+  size_t max_port_streams_per_token = 16;
+  size_t max_port_streams = 1024;
+  std::chrono::milliseconds port_idle_timeout{15 * 60 * 1000};  // no byte either way
+  size_t port_buffer_bytes = 64 << 10;                          // per direction
   // TLS (both set): the serving certificate chain and its key, PEM. Unset:
   // plain HTTP.
   std::string tls_cert_pem;

@@ -4,6 +4,7 @@
 #include <random>
 
 #include "kube/label_selector.h"
+#include "noderuntime/network/netns_connect.h"
 #include "noderuntime/node_util.h"
 
 namespace kubicle::noderuntime::api {
@@ -426,6 +427,30 @@ void FakeSandboxService::RotateConsole(const std::string& id) {
 void FakeSandboxService::SetStats(const std::string& id, const SandboxStats& stats) {
   std::lock_guard l(mu_);
   if (auto it = sandboxes_.find(id); it != sandboxes_.end()) it->second.stats = stats;
+}
+
+Result<UniqueFd> FakeSandboxService::ConnectGuestPort(const std::string& id, uint16_t port) {
+  ++calls_;
+  std::string host;
+  {
+    std::lock_guard l(mu_);
+    auto it = sandboxes_.find(id);
+    if (it == sandboxes_.end()) return Status::NotFound("sandbox " + id + " not found");
+    if (it->second.info.state != SandboxState::kRunning) {
+      return Status::FailedPrecondition("sandbox " + id + " is not running");
+    }
+    host = it->second.guest_host;
+  }
+  if (host.empty()) {
+    return Status::FailedPrecondition("sandbox " + id +
+                                      " has no network: its guest ports cannot be reached");
+  }
+  return network::ConnectTcp(host, port, network::kGuestConnectTimeout);
+}
+
+void FakeSandboxService::SetGuestNetwork(const std::string& id, const std::string& host) {
+  std::lock_guard l(mu_);
+  if (auto it = sandboxes_.find(id); it != sandboxes_.end()) it->second.guest_host = host;
 }
 
 void FakeSandboxService::FailSandbox(const std::string& id, const std::string& message) {

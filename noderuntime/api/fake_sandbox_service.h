@@ -59,6 +59,11 @@ class FakeSandboxService : public SandboxService {
   Result<std::vector<guest::protocol::DirEntry>> ListFiles(const std::string& id,
                                                            const std::string& path) override;
   Status RemoveFile(const std::string& id, const std::string& path, bool recursive) override;
+  // A sandbox has a network once SetGuestNetwork gave it one: its guest is
+  // then `host` (an IPv4 address on this machine, "127.0.0.1" in tests),
+  // reached with a real connect, so a listener there is the guest's port.
+  Result<UniqueFd> ConnectGuestPort(const std::string& id, uint16_t port) override;
+  void SetGuestNetwork(const std::string& id, const std::string& host);
   void AppendConsole(const std::string& id, const std::string& bytes);
   void RotateConsole(const std::string& id);
   void SetStats(const std::string& id, const SandboxStats& stats);
@@ -89,6 +94,7 @@ class FakeSandboxService : public SandboxService {
     std::map<std::string, std::pair<guest::protocol::Bytes, uint32_t>> files;
     std::string console;
     SandboxStats stats;
+    std::string guest_host;  // empty: no network
   };
   Result<SandboxInfo> NewLocked(SandboxInfo info);
   Result<guest::protocol::Bytes> FileLocked(const std::string& id, const std::string& path);

@@ -59,6 +59,15 @@ void Call::Send(Response response) {
   responder_->Send(std::move(response));
 }
 
+void Call::Upgrade(UniqueFd upstream) {
+  code_ = 101;
+  if (observer_) {
+    observer_(code_);
+    observer_ = nullptr;
+  }
+  responder_->SwitchProtocols(Response{}, std::move(upstream), std::move(stream_hold_));
+}
+
 void Call::StartStream(int code, const std::string& content_type) {
   code_ = code;
   streaming_ = true;

@@ -37,6 +37,7 @@ class Call {
         responder_(std::move(responder)) {}
 
   const std::string& name() const { return match_.name; }
+  const std::string& port() const { return match_.port; }
   Route route() const { return match_.route; }
   const std::string& method() const { return method_; }
   // A query parameter (decoded), or nullopt.
@@ -62,6 +63,11 @@ class Call {
   void EndStream();
   // Ends a streamed answer as failed (the client sees a truncated body).
   void AbortStream();
+  // Answers 101 and relays the connection to `upstream` (Responder::
+  // SwitchProtocols), keeping the stream hold (SetStreamHold) until the
+  // relay ends.
+  void Upgrade(UniqueFd upstream);
+  void SetStreamHold(std::shared_ptr<void> hold) { stream_hold_ = std::move(hold); }
   // Called with the status code just before a complete response is sent, so
   // metrics are recorded before the client can see the answer.
   void SetObserver(std::function<void(int code)> observer) { observer_ = std::move(observer); }
@@ -81,6 +87,7 @@ class Call {
   int code_ = 0;
   bool streaming_ = false;
   std::function<void(int)> observer_;
+  std::shared_ptr<void> stream_hold_;
 };
 
 // Route handlers (handlers.cc, exec_files.cc). Auth is already checked.
@@ -99,5 +106,7 @@ void HandleStats(Call& call, SandboxService& svc, const ApiServerOptions& opts);
 // file is HandleFiles).
 void HandleStat(Call& call, SandboxService& svc, const ApiServerOptions& opts);
 void HandleList(Call& call, SandboxService& svc, const ApiServerOptions& opts);
+// ports.cc: a guest TCP port as an upgraded connection.
+void HandlePort(Call& call, SandboxService& svc);
 
 }  // namespace kubicle::noderuntime::api

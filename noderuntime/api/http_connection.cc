@@ -18,6 +18,7 @@
 #include <boost/beast/ssl.hpp>
 
 #include "common/log.h"
+#include "noderuntime/api/http_relay.h"
 #include "noderuntime/api/http_server_internal.h"
 
 namespace kubicle::noderuntime::api {
@@ -33,6 +34,20 @@ bool IsTimeout(const error_code& ec) { return ec == beast::error::timeout; }
 bool IsBadRequest(const error_code& ec) {
   return ec.category() == make_error_code(http::error::bad_method).category() &&
          ec != http::error::end_of_stream && ec != http::error::partial_message;
+}
+
+// The Upgrade protocol a request asks for: HTTP/1.1, "upgrade" among the
+// Connection header's tokens, a non-empty Upgrade header. Else empty.
+template <class Fields>
+std::string RequestedUpgrade(const http::request<http::empty_body, Fields>& req) {
+  if (req.version() != 11) return "";
+  auto conn = req.find(http::field::connection);
+  auto up = req.find(http::field::upgrade);
+  if (conn == req.end() || up == req.end()) return "";
+  for (auto token : http::token_list(conn->value())) {
+    if (beast::iequals(token, "upgrade")) return std::string(up->value());
+  }
+  return "";
 }
 
 Response PlainError(int code, const char* err, const std::string& message) {
@@ -91,6 +106,7 @@ class Connection final : public ConnBase,
     }
     PostClose(nullptr);
   }
+  void SwitchProtocols(uint64_t gen, Response r, UniqueFd upstream, std::shared_ptr<void> hold);
   bool Replied(uint64_t gen) const {
     std::lock_guard l(mu_);
     return gen != gen_ || replied_;
@@ -113,6 +129,8 @@ class Connection final : public ConnBase,
                  std::shared_ptr<http::serializer<false, typename Msg::body_type>> sr,
                  bool refusal);
   void WriteStreamHeader(int code, std::string content_type);
+  void WriteSwitch(Response r, std::shared_ptr<UniqueFd> upstream, std::shared_ptr<void> hold);
+  void StartRelay(UniqueFd upstream, std::shared_ptr<void> hold);
   void Pump();
   void Finish();
   void Linger();
@@ -136,6 +154,8 @@ class Connection final : public ConnBase,
   bool handed_off_ = false;  // given to a handler, until its answer is written
   bool closed_ = false;
   std::optional<net::steady_timer> linger_timer_;
+  std::string upgrade_;                 // what the request asked to upgrade to
+  std::optional<tcp::socket> upstream_;  // the relay's other side, after a 101
 
   // Shared with handler threads.
   mutable std::mutex mu_;
@@ -162,6 +182,9 @@ class Reply final : public Responder {
   bool Write(std::string data) override { return c_->Write(gen_, std::move(data)); }
   void EndStream() override { c_->EndStream(gen_); }
   void Abort() override { c_->Abort(gen_); }
+  void SwitchProtocols(Response r, UniqueFd upstream, std::shared_ptr<void> hold) override {
+    c_->SwitchProtocols(gen_, std::move(r), std::move(upstream), std::move(hold));
+  }
   bool replied() const override { return c_->Replied(gen_); }
 
  private:
@@ -241,6 +264,7 @@ void Connection<Stream>::OnHeader(error_code ec) {
   }
   if (auto n = head_->content_length()) h.content_length = *n;
   h.chunked = head_->chunked();
+  h.upgrade = upgrade_ = RequestedUpgrade(req);
   bool expect_continue = false;
   if (auto it = req.find(http::field::expect); it != req.end()) {
     expect_continue = beast::iequals(it->value(), "100-continue");
@@ -428,6 +452,70 @@ void Connection<Stream>::WriteStreamHeader(int code, std::string content_type) {
 }
 
 template <class Stream>
+void Connection<Stream>::SwitchProtocols(uint64_t gen, Response r, UniqueFd upstream,
+                                         std::shared_ptr<void> hold) {
+  {
+    std::lock_guard l(mu_);
+    if (broken_ || gen != gen_ || replied_) return;
+    replied_ = true;
+  }
+  auto fd = std::make_shared<UniqueFd>(std::move(upstream));
+  net::post(stream_.get_executor(), [self = this->shared_from_this(), r = std::move(r), fd,
+                                     hold = std::move(hold)]() mutable {
+    self->WriteSwitch(std::move(r), std::move(fd), std::move(hold));
+  });
+}
+
+template <class Stream>
+void Connection<Stream>::WriteSwitch(Response r, std::shared_ptr<UniqueFd> upstream,
+                                     std::shared_ptr<void> hold) {
+  if (closed_) return;
+  if (upgrade_.empty()) {
+    return WriteResponse(PlainError(500, "Internal", "an upgrade the request did not ask for"),
+                         /*refusal=*/true);
+  }
+  auto msg = std::make_shared<http::response<http::empty_body>>();
+  msg->version(11);
+  msg->result(http::status::switching_protocols);
+  msg->set(http::field::connection, "Upgrade");
+  msg->set(http::field::upgrade, upgrade_);
+  for (auto& [k, v] : r.headers) msg->set(k, v);
+  auto sr = std::make_shared<http::serializer<false, http::empty_body>>(*msg);
+  Lowest().expires_after(limits_.write_timeout);
+  http::async_write(stream_, *sr,
+                    [self = this->shared_from_this(), msg, sr, upstream,
+                     hold = std::move(hold)](error_code ec, size_t) mutable {
+                      if (ec) return self->Close(IsTimeout(ec) ? "write_timeout" : nullptr);
+                      self->StartRelay(std::move(*upstream), std::move(hold));
+                    });
+}
+
+// After the 101 the connection carries the client's bytes, not HTTP: what
+// was read past the header goes to the upstream first.
+template <class Stream>
+void Connection<Stream>::StartRelay(UniqueFd upstream, std::shared_ptr<void> hold) {
+  if (closed_) return;
+  admitted_ = Admitted{};  // the request's budget back; `hold` is the stream's
+  head_.reset();
+  error_code ec;
+  upstream_.emplace(stream_.get_executor());
+  upstream_->assign(tcp::v4(), upstream.get(), ec);
+  if (ec) return Close(nullptr);
+  (void)upstream.release();
+  std::string first = beast::buffers_to_string(buffer_.data());
+  buffer_.clear();
+  buffer_.shrink_to_fit();
+  Lowest().expires_never();
+  RelayLimits limits{limits_.relay_buffer_bytes, limits_.relay_idle_timeout};
+  auto self = this->shared_from_this();
+  Relay<Stream, tcp::socket>::Start(
+      stream_, *upstream_, std::move(first), limits,
+      std::make_shared<std::pair<std::shared_ptr<Connection>, std::shared_ptr<void>>>(
+          self, std::move(hold)),
+      [self](const char* reason) { self->Close(reason); });
+}
+
+template <class Stream>
 bool Connection<Stream>::Write(uint64_t gen, std::string data) {
   if (data.empty()) return true;  // an empty chunk would end the stream
   {
@@ -559,6 +647,7 @@ void Connection<Stream>::Close(const char* reason) {
   error_code ignored;
   Lowest().socket().shutdown(tcp::socket::shutdown_both, ignored);
   Lowest().close();
+  if (upstream_) upstream_->close(ignored);
   handed_off_ = false;
   admitted_ = Admitted{};
   head_.reset();

@@ -26,6 +26,13 @@
 //  - With HttpTls every connection is TLS (1.2 or later) from its first
 //    byte, the handshake within `header_timeout`; the limits above apply to
 //    what is inside.
+//  - A request that asks for an upgrade ("Connection: Upgrade" and an
+//    "Upgrade" protocol, HTTP/1.1) may be answered with SwitchProtocols:
+//    101, then the connection is a byte relay to a descriptor the handler
+//    opened (http_relay.h: `relay_buffer_bytes` per direction, closed after
+//    `relay_idle_timeout` without traffic). The request's admission is
+//    released at the 101; what the handler passes as `hold` stays until
+//    the relay ends.
 //
 // Start/Stop are not thread-safe with each other.
 #pragma once
@@ -42,6 +49,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/unique_fd.h"
 
 namespace kubicle::noderuntime::api {
 
@@ -55,6 +63,8 @@ struct HttpLimits {
   std::chrono::milliseconds linger_timeout{1000};
   size_t stream_high_water = 1 << 20;
   int io_threads = 2;
+  size_t relay_buffer_bytes = 64 << 10;
+  std::chrono::milliseconds relay_idle_timeout{15 * 60 * 1000};
 };
 
 // The serving certificate (PEM: the leaf first, then any intermediates) and
@@ -71,6 +81,9 @@ struct RequestHead {
   std::string authorization;              // empty when absent
   std::optional<uint64_t> content_length;
   bool chunked = false;
+  // The Upgrade header's value when the request asks for an upgrade
+  // (HTTP/1.1, "upgrade" among the Connection tokens); else empty.
+  std::string upgrade;
 };
 
 struct Response {
@@ -94,6 +107,13 @@ class Responder {
   // Ends a streamed answer as failed: the connection is closed without the
   // last chunk, so the client sees a truncated body, never a short one.
   virtual void Abort() = 0;
+  // Answers 101 Switching Protocols (with `response.headers` added to
+  // Connection and Upgrade) and relays bytes between the client and
+  // `upstream`, a connected stream socket, until both have ended; `hold`
+  // is kept until then. A request that did not ask for an upgrade is
+  // answered 500 instead and `upstream` closed.
+  virtual void SwitchProtocols(Response response, UniqueFd upstream,
+                               std::shared_ptr<void> hold) = 0;
   virtual bool replied() const = 0;
 };
 
@@ -114,7 +134,7 @@ using Gate = std::function<Decision(const RequestHead& head)>;
 // Refusals and timeouts the server itself decides, by reason
 // ("header_too_large", "body_too_large", "bad_request", "header_timeout",
 // "body_timeout", "write_timeout", "evicted", "connection_limit",
-// "tls_handshake").
+// "tls_handshake", "stream_idle_timeout").
 using EventSink = std::function<void(const char* reason)>;
 
 class HttpServer {

@@ -35,6 +35,7 @@ const char* Pattern(Route r) {
     case Route::kStats: return "/v1/sandboxes/{id}/stats";
     case Route::kStat: return "/v1/sandboxes/{id}/stat";
     case Route::kList: return "/v1/sandboxes/{id}/ls";
+    case Route::kPort: return "/v1/sandboxes/{id}/ports/{port}";
   }
   return "?";
 }
@@ -58,6 +59,7 @@ std::optional<RouteMatch> MatchRoute(std::string_view path) {
   if (p.size() == 2) return RouteMatch{Route::kSandboxes, ""};
   std::string id(p[2]);
   if (p.size() == 3) return RouteMatch{Route::kSandbox, id};
+  if (p.size() == 5 && p[3] == "ports") return RouteMatch{Route::kPort, id, std::string(p[4])};
   if (p.size() != 4) return std::nullopt;
   if (p[3] == "fork") return RouteMatch{Route::kFork, id};
   if (p[3] == "exec") return RouteMatch{Route::kExec, id};
@@ -77,7 +79,8 @@ std::string AllowedMethods(Route r) {
     case Route::kConsole:
     case Route::kStats:
     case Route::kStat:
-    case Route::kList: return "GET";
+    case Route::kList:
+    case Route::kPort: return "GET";
     case Route::kTemplate: return "GET, PUT, DELETE";
     case Route::kSandboxes: return "GET, POST, DELETE";
     case Route::kSandbox: return "GET, DELETE";
@@ -110,7 +113,8 @@ Access RouteAccess(Route r, std::string_view method) {
     case Route::kConsole:
     case Route::kStats:
     case Route::kStat:
-    case Route::kList: return Access::kAdminOrSandbox;
+    case Route::kList:
+    case Route::kPort: return Access::kAdminOrSandbox;
     case Route::kSandbox: return method == "GET" ? Access::kAdminOrSandbox : Access::kAdmin;
     default: return Access::kAdmin;
   }
@@ -124,6 +128,17 @@ BodyKind RouteBody(Route r, std::string_view method) {
   if (r == Route::kFiles && method == "PUT") return BodyKind::kFile;
   if (method == "POST" || method == "PUT") return BodyKind::kJson;
   return BodyKind::kNone;
+}
+
+std::optional<uint16_t> ParsePort(std::string_view s) {
+  if (s.empty() || s.size() > 5 || s.front() == '0') return std::nullopt;
+  uint32_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return std::nullopt;
+    v = v * 10 + static_cast<uint32_t>(c - '0');
+  }
+  if (v > 65535) return std::nullopt;
+  return static_cast<uint16_t>(v);
 }
 
 std::optional<std::string> PercentDecode(std::string_view s) {

@@ -3,6 +3,7 @@
 // tested without a listener.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -27,11 +28,13 @@ enum class Route {
   kStats,       // GET /v1/sandboxes/{id}/stats
   kStat,        // GET /v1/sandboxes/{id}/stat?path=   (one file's metadata)
   kList,        // GET /v1/sandboxes/{id}/ls?path=     (a directory's entries)
+  kPort,        // GET /v1/sandboxes/{id}/ports/{port} (Upgrade: kubicle-tcp)
 };
 
 struct RouteMatch {
   Route route;
   std::string name;  // the {name} or {id} segment, percent-decoded; else empty
+  std::string port;  // kPort's {port} segment, percent-decoded (ParsePort reads it)
 };
 
 // The route for an (already percent-decoded) path; nullopt for unknown paths.
@@ -62,6 +65,12 @@ struct Target {
 std::optional<Target> ParseTarget(std::string_view target);
 // Percent-decoding; nullopt when a '%' is not followed by two hex digits.
 std::optional<std::string> PercentDecode(std::string_view s);
+
+// A TCP port as a path segment: 1..65535 in decimal, digits only, no sign,
+// no leading zero (one spelling per port); nullopt otherwise.
+std::optional<uint16_t> ParsePort(std::string_view s);
+// The protocol a port stream upgrades to (compared case-insensitively).
+inline constexpr char kPortUpgrade[] = "kubicle-tcp";
 
 using ::kubicle::ConstantTimeEqual;  // common/constant_time.h
 // The token of an "Authorization: Bearer <token>" header; nullopt if the

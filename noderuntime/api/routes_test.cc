@@ -26,6 +26,28 @@ TEST(Routes, MatchesEveryRoute) {
   EXPECT_EQ(MatchRoute("/v1/sandboxes/s1/stats")->route, Route::kStats);
   EXPECT_EQ(MatchRoute("/v1/sandboxes/s1/stat")->route, Route::kStat);
   EXPECT_EQ(MatchRoute("/v1/sandboxes/s1/ls")->route, Route::kList);
+  auto port = MatchRoute("/v1/sandboxes/s1/ports/3000");
+  ASSERT_TRUE(port.has_value());
+  EXPECT_EQ(port->route, Route::kPort);
+  EXPECT_EQ(port->name, "s1");
+  EXPECT_EQ(port->port, "3000");
+  EXPECT_FALSE(MatchRoute("/v1/sandboxes/s1/ports").has_value());
+  EXPECT_FALSE(MatchRoute("/v1/sandboxes/s1/ports/3000/x").has_value());
+  EXPECT_FALSE(MatchRoute("/v1/sandboxes/s1/port/3000").has_value());
+}
+
+TEST(Routes, PortsAreParsedStrictly) {
+  EXPECT_EQ(ParsePort("1"), 1);
+  EXPECT_EQ(ParsePort("3000"), 3000);
+  EXPECT_EQ(ParsePort("65535"), 65535);
+  for (const char* bad : {"", "0", "00", "03000", "65536", "99999", "100000", "+80", "-1", "80 ",
+                          " 80", "8o", "0x50", "1e3"}) {
+    EXPECT_FALSE(ParsePort(bad).has_value()) << bad;
+  }
+  EXPECT_EQ(AllowedMethods(Route::kPort), "GET");
+  EXPECT_EQ(RouteAccess(Route::kPort, "GET"), Access::kAdminOrSandbox);
+  EXPECT_EQ(RouteBody(Route::kPort, "GET"), BodyKind::kNone);
+  EXPECT_EQ(RouteLabel(Route::kPort, "GET"), "GET /v1/sandboxes/{id}/ports/{port}");
 }
 
 TEST(Routes, UnknownPaths) {

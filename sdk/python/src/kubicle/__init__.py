@@ -23,6 +23,7 @@ from .errors import (
     KubicleTimeoutError,
     NotFoundError,
     PathNotFoundError,
+    PortError,
     SandboxFailedError,
     SandboxNotFoundError,
     SandboxNotReadyError,
@@ -32,6 +33,8 @@ from .errors import (
     TemplateNotReadyError,
     UnsupportedError,
 )
+from ._ports import PortForward, PortStream
+from ._ports_async import AsyncPortForward
 from .models import EntryInfo, ExecResult, FileInfo, SandboxInfo
 
 __version__ = "0.1.0"
@@ -39,9 +42,9 @@ __version__ = "0.1.0"
 __all__ = [
     "Kubicle", "Sandboxes", "Sandbox", "Filesystem",
     "AsyncKubicle", "AsyncSandboxes", "AsyncSandbox", "AsyncFilesystem",
-    "ExecResult", "SandboxInfo", "EntryInfo", "FileInfo",
+    "ExecResult", "SandboxInfo", "EntryInfo", "FileInfo", "PortStream", "PortForward", "AsyncPortForward",
     "KubicleError", "ApiError", "AuthError", "CapacityError", "CommandError", "ConflictError",
-    "ExecTimeoutError", "KubicleTimeoutError", "NotFoundError", "PathNotFoundError",
+    "ExecTimeoutError", "KubicleTimeoutError", "NotFoundError", "PathNotFoundError", "PortError",
     "SandboxFailedError", "SandboxNotFoundError", "SandboxNotReadyError", "SandboxTimeoutError",
     "TemplateError", "TemplateNotFoundError", "TemplateNotReadyError", "UnsupportedError",
 ]

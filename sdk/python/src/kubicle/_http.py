@@ -53,6 +53,19 @@ def async_client(cfg: TransportConfig) -> httpx.AsyncClient:
     return httpx.AsyncClient(**cfg.httpx_kwargs())
 
 
+def ssl_context(verify: Verify) -> ssl.SSLContext:
+    """The context raw sockets (port streams) use for a `verify=` setting."""
+    if isinstance(verify, ssl.SSLContext):
+        return verify
+    if isinstance(verify, str):
+        return ssl.create_default_context(cafile=verify)
+    ctx = ssl.create_default_context()
+    if verify is False:   # the caller's explicit choice, as httpx takes it
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
 def tls_context(ca_pem: str) -> ssl.SSLContext:
     """Verifies the chain against `ca_pem` only, and the host name or
     address in the URL against the certificate."""

@@ -295,6 +295,7 @@ class KubeBackend:
         ref.token = _kobj.token_from_secret(s.data, secret)
         # The client's own verify= wins when given; else exactly the node's CA.
         ref.http = self._tls.client(ca) if ca and self._transport.verify is True else None
+        ref.ssl = _http.tls_context(ca) if ca and self._transport.verify is True else None
         ref.base = base
 
     def _serving_ca(self, node: str, sandbox: str) -> Optional[str]:

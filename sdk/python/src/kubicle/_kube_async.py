@@ -270,6 +270,7 @@ class AsyncKubeBackend:
                            what=f"read token Secret {secret}", sandbox=ref.info.name)
         ref.token = _kobj.token_from_secret(s.data, secret)
         ref.http = self._tls.client(ca) if ca and self._transport.verify is True else None
+        ref.ssl = _http.tls_context(ca) if ca and self._transport.verify is True else None
         ref.base = base
 
     async def _serving_ca(self, node: str, sandbox: str) -> Optional[str]:

@@ -18,6 +18,9 @@ class Ref:
     # The pooled client that verifies this sandbox's node (its Lease's CA);
     # None: the Kubicle client's own.
     http: Any = None
+    # The TLS context that verifies this sandbox's node, for raw streams
+    # (port streams: httpx cannot carry them); None: the client's own.
+    ssl: Any = None
     # Standalone node only: the create's env, sent with every exec (the
     # node's create API takes none).
     env: Dict[str, str] = field(default_factory=dict)

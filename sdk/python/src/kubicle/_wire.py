@@ -163,6 +163,19 @@ def parse_error(body: bytes) -> tuple:
 _PATH_OPS = frozenset({"read", "exists", "stat", "list", "remove"})
 
 
+def _port_reason(status: int, msg: str) -> str:
+    """The reason of a port stream's refusal that is about the port, else ""."""
+    if status == 502:
+        return "PortRefused"
+    if status == 504:
+        return "PortTimeout"
+    if status == 409 and "has no network" in msg:
+        return "NoNetwork"
+    if status in (429, 503):
+        return "TooManyStreams"
+    return ""
+
+
 def _no_route(status: int, code: str, msg: str) -> bool:
     """The node's own answers for a route or method it does not have."""
     return (status == 404 and msg.startswith("no route ")) or status == 405 or \
@@ -179,6 +192,11 @@ def error_for(status: int, code: str, message: str, *, op: str = "",
     msg = message or f"HTTP {status}"
     if status in (401, 403) or code in ("Unauthenticated", "PermissionDenied"):
         return errors.AuthError(msg, **kw)
+    if op == "port":
+        port_reason = _port_reason(status, msg)
+        if port_reason:
+            kw["reason"] = port_reason
+            return errors.PortError(msg, **kw)
     if _no_route(status, code, msg):
         # A node older than the SDK: without this a missing /stat route
         # would read as a missing file, and exists() as False.

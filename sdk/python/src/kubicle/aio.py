@@ -10,8 +10,9 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
-from . import _http, _labels, _wire, errors
+from . import _http, _labels, _ports, _ports_async, _wire, errors
 from ._dataplane import AsyncDataPlane
+from ._ports_async import AsyncPortForward
 from ._ref import Ref
 from .client import DEFAULT_CREATE_TIMEOUT, DEFAULT_DELETE_TIMEOUT, _merge_env, finish_exec
 from .models import EntryInfo, ExecResult, FileInfo, SandboxInfo
@@ -121,6 +122,27 @@ class AsyncSandbox:
                 raise
             result = await run(_wire.exec_body(cmd, force_argv=argv, **kw))
         return finish_exec(result, raise_on_timeout, self.name, _wire.exec_timeout(timeout_seconds))
+
+    async def connect_port(self, port: int, *, timeout: Optional[float] = 30.0) -> Any:
+        """Like Sandbox.connect_port, as an asyncio (StreamReader,
+        StreamWriter) pair; ``writer.write_eof()`` half-closes on plain
+        http."""
+        _ports.check_port(port)
+        await self._client._backend.resolve(self._ref)
+        assert self._ref.base and self._ref.token
+        ctx = self._ref.ssl if self._ref.ssl is not None else \
+            _http.ssl_context(self._client._transport.verify)
+        return await _ports_async.open_stream(self._ref.base, self._ref.token, port,
+                                              ssl_context=ctx, timeout=timeout, sandbox=self.name)
+
+    async def forward_port(self, port: int, local_port: int = 0, *,
+                           timeout: Optional[float] = 30.0) -> AsyncPortForward:
+        """Like Sandbox.forward_port, on this event loop, already listening:
+        ``async with await sb.forward_port(3000) as fwd:``."""
+        _ports.check_port(port)
+        await self._client._backend.resolve(self._ref)
+        return await AsyncPortForward(lambda: self.connect_port(port, timeout=timeout),
+                                      local_port).start()
 
     async def fork(self, count: int = 1, *, metadata: Optional[Mapping[str, str]] = None,
                    ttl_seconds: Optional[int] = None,

@@ -7,8 +7,9 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
-from . import _http, _labels, _wire, errors
+from . import _http, _labels, _ports, _wire, errors
 from ._dataplane import Content, DataPlane
+from ._ports import PortForward, PortStream
 from ._ref import Ref
 from .models import EntryInfo, ExecResult, FileInfo, SandboxInfo
 
@@ -156,6 +157,36 @@ class Sandbox:
 
         result = exec_with_fallback(run, cmd, kw)
         return finish_exec(result, raise_on_timeout, self.name, _wire.exec_timeout(timeout_seconds))
+
+    # --- ports ------------------------------------------------------------
+    def connect_port(self, port: int, *, timeout: Optional[float] = 30.0) -> PortStream:
+        """A stream to the guest's TCP ``port`` through the node's data plane
+        (only this sandbox's token holder can open one): a socket-like
+        PortStream (``sendall``, ``recv``, ``shutdown_write``, ``close``; a
+        context manager). ``timeout`` bounds connecting and the node's
+        answer. PortError when nothing listens there, it does not answer,
+        the sandbox has no network, or too many streams are open."""
+        self._client._backend.resolve(self._ref)
+        assert self._ref.base and self._ref.token
+        return _ports.open_stream(self._ref.base, self._ref.token, _ports.check_port(port),
+                                  ssl_context=self._ssl(), timeout=timeout, sandbox=self.name)
+
+    def forward_port(self, port: int, local_port: int = 0, *,
+                     timeout: Optional[float] = 30.0) -> PortForward:
+        """Listens on ``127.0.0.1:local_port`` (0: any free port, see
+        ``.local_port``) and forwards every connection to the guest's
+        ``port`` over a stream of its own. A context manager:
+        ``with sb.forward_port(3000) as fwd: urlopen(f"http://127.0.0.1:{fwd.local_port}/")``.
+        A refused stream closes that local connection; the error is kept
+        in ``.errors``."""
+        _ports.check_port(port)
+        self._client._backend.resolve(self._ref)
+        return PortForward(lambda: self.connect_port(port, timeout=timeout), local_port)
+
+    def _ssl(self) -> Any:
+        if self._ref.ssl is not None:
+            return self._ref.ssl
+        return _http.ssl_context(self._client._transport.verify)
 
     # --- lifecycle --------------------------------------------------------
     def fork(self, count: int = 1, *, metadata: Optional[Mapping[str, str]] = None,

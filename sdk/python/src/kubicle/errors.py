@@ -109,5 +109,12 @@ class ConflictError(KubicleError):
     """409: the object exists with another spec, or is in the wrong state."""
 
 
+class PortError(KubicleError, ConnectionError):
+    """A guest port cannot be reached through the data plane: nothing
+    listens there (reason PortRefused, 502), it does not answer (PortTimeout,
+    504), the sandbox has no network (NoNetwork, 409), or the token's port
+    streams are all open (TooManyStreams, 429/503)."""
+
+
 class ApiError(KubicleError):
     """Any other error answer from the apiserver or the node."""

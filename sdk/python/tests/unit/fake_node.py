@@ -1,7 +1,8 @@
 """An in-process fake of kubicle-node's HTTP API (docs/node.md): sandboxes,
 fork, exec (collected and streamed NDJSON), files (read, write, stat, ls,
-remove), auth with the admin token and per-sandbox tokens, the same error
-bodies. Commands are a few built-ins, like the test guest's, plus ones that
+remove), port streams (a guest port is a listener on 127.0.0.1 the test
+names in FakeSandbox.ports), auth with the admin token and per-sandbox
+tokens, the same error bodies. Commands are a few built-ins, like the test guest's, plus ones that
 exercise the SDK. Files behave as in the test guest's RamFs
 (guest/testguest/ramfs.h): flat paths, directories implied by the files
 under them, "/" always one."""
@@ -11,7 +12,9 @@ from __future__ import annotations
 import base64
 import itertools
 import json
+import select
 import secrets
+import socket
 import ssl
 import threading
 import time
@@ -21,7 +24,7 @@ from urllib.parse import parse_qs, urlparse
 
 # The methods of each sandbox sub-route (noderuntime/api/routes.cc).
 _SUB_METHODS = {"fork": "POST", "exec": "POST", "files": "GET, PUT, DELETE", "stat": "GET",
-                "ls": "GET"}
+                "ls": "GET", "ports": "GET"}
 _BAD_GUEST_PATH = ("invalid path for the test guest (absolute, at most 127 bytes, no empty, . or "
                    ".. parts)")
 
@@ -44,6 +47,8 @@ class FakeSandbox:
         self.fork_of = fork_of
         self.state = "Running"
         self.message = ""   # why, for a Failed one (the node's words)
+        self.network = True
+        self.ports: Dict[int, int] = {}   # guest port -> a listener's port on 127.0.0.1
 
     def json(self, with_token: bool = False) -> Dict[str, Any]:
         j: Dict[str, Any] = {
@@ -142,8 +147,12 @@ class FakeNode:
         self.requests.append((method, u.path, js if js is not None else q))
         auth = h.headers.get("Authorization", "")
         token = auth[7:] if auth.startswith("Bearer ") else ""
+        is_port = len(parts) == 5 and parts[:2] == ["v1", "sandboxes"] and parts[3] == "ports"
+        if is_port:
+            parts = parts[:4]
         if parts[:2] != ["v1", "sandboxes"] or len(parts) > 4 or \
-                (len(parts) == 4 and parts[3] not in _SUB_METHODS):
+                (len(parts) == 4 and (parts[3] not in _SUB_METHODS or
+                                      (parts[3] == "ports") != is_port)):
             return self._error(h, 404, "NotFound", f"no route {u.path}")
         sid = parts[2] if len(parts) > 2 else None
         sub = parts[3] if len(parts) > 3 else None
@@ -172,6 +181,8 @@ class FakeNode:
             # As the manager's AgentOf: no agent to talk to (fork: the source's state).
             why = f": {sb.message}" if sb.message and sub != "fork" else ""
             return self._error(h, 409, "FailedPrecondition", f"sandbox '{sid}' is {sb.state}{why}")
+        if sub == "ports":
+            return self._port(h, sb, u.path.rsplit("/", 1)[1])
         if sub == "fork":
             return self._fork(h, sb, js or {})
         if sub == "exec":
@@ -428,6 +439,30 @@ class FakeNode:
         h.end_headers()
         h.wfile.write(data)
 
+    def _port(self, h: BaseHTTPRequestHandler, sb: FakeSandbox, port_s: str) -> None:
+        """As noderuntime/api/ports.cc: 426, 400, 409, 502, then 101 and a relay."""
+        if "upgrade" not in h.headers.get("Connection", "").lower() or \
+                h.headers.get("Upgrade", "").lower() != "kubicle-tcp":
+            return self._error(h, 426, "UpgradeRequired", "needs Upgrade: kubicle-tcp")
+        if not port_s.isdigit() or port_s.startswith("0") or int(port_s) > 65535:
+            return self._error(h, 400, "InvalidArgument",
+                               f'port "{port_s}" must be a number from 1 to 65535')
+        if not sb.network:
+            return self._error(h, 409, "FailedPrecondition",
+                               f"sandbox {sb.id} has no network: its guest ports cannot be reached")
+        try:
+            guest = socket.create_connection(("127.0.0.1", sb.ports.get(int(port_s), 1)))
+        except OSError as e:
+            return self._error(h, 502, "BadGateway",
+                               f"connecting to 172.16.0.2:{port_s}: {e.strerror}")
+        h.send_response(101)
+        h.send_header("Connection", "Upgrade")
+        h.send_header("Upgrade", "kubicle-tcp")
+        h.end_headers()
+        h.wfile.flush()
+        h.close_connection = True
+        _pipe(h.connection, guest)
+
     def _error(self, h: BaseHTTPRequestHandler, code: int, err: str, message: str) -> None:
         self._json(h, code, {"error": {"code": err, "message": message}})
 
@@ -447,3 +482,34 @@ class _Fail(Exception):
     def __init__(self, code: int, err: str, message: str) -> None:
         super().__init__(message)
         self.code, self.err, self.message = code, err, message
+
+
+def _pipe(client: socket.socket, guest: socket.socket) -> None:
+    """Both ways until both ended (a TLS client's end ends both), one
+    thread: the client side may be an SSLSocket. Blocking sends are fine
+    for the tests' sizes."""
+    open_ = {client: True, guest: True}
+    try:
+        while any(open_.values()):
+            live = [s for s in open_ if open_[s]]
+            ready = [s for s in live if isinstance(s, ssl.SSLSocket) and s.pending()]
+            if not ready:
+                ready, _, _ = select.select(live, [], [], 30)
+                if not ready:
+                    return
+            for s in ready:
+                other = guest if s is client else client
+                try:
+                    data = s.recv(65536)
+                    if data:
+                        other.sendall(data)
+                        continue
+                    open_[s] = False
+                    if isinstance(other, ssl.SSLSocket):
+                        return
+                    other.shutdown(socket.SHUT_WR)
+                except OSError:
+                    return
+    finally:
+        guest.close()
+
