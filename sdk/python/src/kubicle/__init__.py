@@ -31,17 +31,19 @@ from .errors import (
     TemplateNotFoundError,
     TemplateNotReadyError,
     UnsupportedError,
+    WorkspaceNotSupportedError,
 )
-from .models import EntryInfo, ExecResult, FileInfo, SandboxInfo
+from .models import EntryInfo, ExecResult, FileInfo, RunResult, RunTimings, SandboxInfo
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Kubicle", "Sandboxes", "Sandbox", "Filesystem",
     "AsyncKubicle", "AsyncSandboxes", "AsyncSandbox", "AsyncFilesystem",
-    "ExecResult", "SandboxInfo", "EntryInfo", "FileInfo",
+    "ExecResult", "RunResult", "RunTimings", "SandboxInfo", "EntryInfo", "FileInfo",
     "KubicleError", "ApiError", "AuthError", "CapacityError", "CommandError", "ConflictError",
     "ExecTimeoutError", "KubicleTimeoutError", "NotFoundError", "PathNotFoundError",
     "SandboxFailedError", "SandboxNotFoundError", "SandboxNotReadyError", "SandboxTimeoutError",
     "TemplateError", "TemplateNotFoundError", "TemplateNotReadyError", "UnsupportedError",
+    "WorkspaceNotSupportedError",
 ]
