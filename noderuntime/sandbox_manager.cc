@@ -118,6 +118,7 @@ Status SandboxManager::Init() {
   }
   pool_->Start();
   sweeper_->Start();
+  teardowns_.Start();
   log::Info("node runtime started", {{"state_dir", config_.state_dir},
                                      {"sandboxes", table_->size()},
                                      {"templates", templates_.size()},
@@ -142,10 +143,11 @@ void SandboxManager::Shutdown(bool stop_vms) {
     bakers_.clear();
   }
   if (pool_) pool_->Stop();
+  teardowns_.Stop();  // finished runs' VMs go now
   const std::vector<std::shared_ptr<Sandbox>> all = table_->All();
   for (auto& sb : all) {
     std::lock_guard op(sb->op_mu);  // waits for creates and deletes in flight
-    if (stop_vms) {
+    if (stop_vms || sb->ephemeral) {  // a run in flight fails: its VM must not outlive it
       Status s = Teardown(sb);
       if (!s.ok()) log::Warn("teardown at shutdown", {{"sandbox", sb->rec.info.id}, {"error", s.ToString()}});
       continue;
@@ -184,6 +186,9 @@ std::string SandboxManager::SockPath(uint32_t cid, const char* kind) const {
 }
 
 Status SandboxManager::Persist(Sandbox& sb) {
+  // A run's VM has no record on purpose: after a daemon crash it is an
+  // orphan that Open() kills, never a sandbox to re-adopt.
+  if (sb.ephemeral) return Status::Ok();
   return AtomicWriteFile(sb.dir + "/record.json", EncodeSandboxRecord(sb.rec));
 }
 
@@ -246,6 +251,11 @@ void SandboxManager::StopVm(Sandbox& sb) {
     vmm = sb.vmm.get();  // stays: only Teardown/FreeResources let it go
     control = sb.rec.control_path;
   }
+  if (sb.ephemeral) {  // nothing in a discarded VM is worth a clean shutdown
+    (void)vmm->Signal(SIGKILL);
+    WaitExited(vmm->exit_fd(), 10s);
+    return;
+  }
   Status r = vmm::control::ControlClient(control).Shutdown(500ms);
   if (!r.ok() || !WaitExited(vmm->exit_fd(), config_.delete_grace)) {
     (void)vmm->Signal(SIGKILL);
@@ -293,7 +303,7 @@ Result<std::shared_ptr<SandboxManager::Sandbox>> SandboxManager::Find(const std:
     if (shut_down_) return Status::Unavailable("the node runtime is shutting down");
   }
   auto sb = table_->Find(id);
-  if (!sb) return Status::NotFound("no sandbox '" + id + "'");
+  if (!sb || sb->ephemeral) return Status::NotFound("no sandbox '" + id + "'");
   return sb;
 }
 
@@ -310,7 +320,7 @@ Result<std::vector<SandboxInfo>> SandboxManager::ListSandboxes(const std::string
   std::vector<SandboxInfo> out;
   for (auto& sb : all) {
     std::lock_guard l(sb->mu);
-    if (!sb->removed && sel->Matches(sb->rec.info.labels)) out.push_back(sb->rec.info);
+    if (!sb->removed && !sb->ephemeral && sel->Matches(sb->rec.info.labels)) out.push_back(sb->rec.info);
   }
   return out;
 }
@@ -453,6 +463,7 @@ void SandboxManager::RegisterMetrics() {
   pool_vms_ = &metrics_->AddGauge("kubicle_pool_vms", "Idle warm-pool VMs");
   vmm_crashes_ = &metrics_->AddCounter("kubicle_vmm_crashes_total", "VMM processes that exited unexpectedly");
   vmm_crashes_->WithLabels({});
+  RegisterRunMetrics();
   scrape_link_ = std::make_shared<ScrapeLink>();
   scrape_link_->manager = this;
   metrics_->AddGaugeCallback(

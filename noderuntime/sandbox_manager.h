@@ -42,6 +42,7 @@
 #include "noderuntime/records.h"
 #include "noderuntime/sandbox_service.h"
 #include "noderuntime/sandbox_sweeper.h"
+#include "noderuntime/teardown_queue.h"
 #include "noderuntime/template_baker.h"
 #include "noderuntime/vmm_launcher.h"
 #include "noderuntime/warm_pool.h"
@@ -145,6 +146,12 @@ class SandboxManager final : public SandboxService, private SweepTarget {
                                                            const std::string& path) override;
   Status RemoveFile(const std::string& id, const std::string& path, bool recursive) override;
   Result<UniqueFd> ConnectGuestPort(const std::string& id, uint16_t port) override;
+  // sandbox_manager_run.cc: per-call runs.
+  Result<RunResult> Run(const RunOptions& options) override;
+  Status SetRunToken(const std::string& template_name, const std::string& token_sha256) override;
+  bool CheckRunToken(const std::string& template_name, const std::string& token) override;
+  // Waits until every finished run's VM has been torn down (tests).
+  void DrainRunTeardowns() { teardowns_.Drain(); }
 
   // Deletes sandboxes whose TTL passed (the sweeper thread does it every
   // sweep_interval; tests call it with a fake clock). Returns their ids.
@@ -199,6 +206,13 @@ class SandboxManager final : public SandboxService, private SweepTarget {
   Status SetUpCgroup(Sandbox& sb, const std::string& pool_group);
   CgroupLimits LimitsFor(const VmShape& shape) const;
   Status FinishStart(const std::shared_ptr<Sandbox>& sb, const std::string& hostname);
+  // Per-call runs (sandbox_manager_run.cc).
+  Result<std::shared_ptr<Sandbox>> StartRunVm(const RunOptions& options, RunTimings* timings);
+  Result<guest::client::ExecResult> ExecInRunVm(Sandbox& sb, const ExecOptions& exec);
+  // Hands the VM to teardowns_: its teardown is not the caller's to wait for.
+  void DiscardRunVm(std::shared_ptr<Sandbox> sb);
+  void CountRun(const char* result);
+  void RegisterRunMetrics();
   Result<std::shared_ptr<Sandbox>> NewForkChild(const ForkRequest& request, const ForkChildSpec* spec,
                                                  const Sandbox& src, std::string* token);
   Status ReserveForkChild(const std::shared_ptr<Sandbox>& child);
@@ -251,6 +265,9 @@ class SandboxManager final : public SandboxService, private SweepTarget {
   metrics::Family<metrics::Histogram>* bake_seconds_ = nullptr;
   metrics::Family<metrics::Gauge>* pool_vms_ = nullptr;
   metrics::Family<metrics::Counter>* vmm_crashes_ = nullptr;
+  metrics::Family<metrics::Counter>* runs_total_ = nullptr;
+  metrics::Family<metrics::Gauge>* runs_in_flight_ = nullptr;
+  metrics::Family<metrics::Histogram>* run_restore_seconds_ = nullptr;
   // Lets the scrape-time gauge callback outlive this manager safely.
   struct ScrapeLink {
     std::mutex mu;
@@ -268,6 +285,8 @@ class SandboxManager final : public SandboxService, private SweepTarget {
   std::unique_ptr<WarmPool> pool_;
   std::unique_ptr<TemplateBaker> baker_;
   std::unique_ptr<network::SandboxNetwork> network_;  // null: --sandbox-network off
+  // Finished runs' VMs, torn down after their answer went out.
+  TeardownQueue teardowns_;
 
   // Guards templates_ and shut_down_. A template's mu and table_'s lock
   // nest inside it; it is never held while taking a sandbox's mu.

@@ -19,24 +19,6 @@ namespace kubicle::noderuntime {
 using namespace std::chrono_literals;
 using guest::client::AgentClient;
 
-// "name=ms name=ms ..." of a create's steps, for the log line.
-class StepTimes {
- public:
-  void Mark(const char* step) {
-    auto now = std::chrono::steady_clock::now();
-    char buf[64];
-    std::snprintf(buf, sizeof(buf), "%s%s=%.1f", text_.empty() ? "" : " ", step,
-                  std::chrono::duration<double, std::milli>(now - last_).count());
-    text_ += buf;
-    last_ = now;
-  }
-  const std::string& text() const { return text_; }
-
- private:
-  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
-  std::string text_;
-};
-
 namespace {
 
 constexpr uint32_t kMaxForkCount = 64;

@@ -2,7 +2,9 @@
 // library's interface).
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -37,6 +39,10 @@ struct SandboxManager::Sandbox {
   bool holds_cgroup = false;
   bool holds_slot = false;     // rec.info.network's slot is ours to release
   bool nic = false;            // its snapshot has a network device
+  // A per-call run's VM (sandbox_manager_run.cc): never persisted, listed
+  // or found by id, killed rather than shut down, and torn down at any
+  // Shutdown — it must not outlive its call.
+  bool ephemeral = false;
   std::shared_ptr<guest::client::AgentClient> agent;
 };
 
@@ -44,6 +50,7 @@ struct SandboxManager::Template {
   std::mutex mu;
   TemplateInfo info;
   bool in_pool = false;  // its shape is registered with the warm pool
+  std::string run_token_sha256;  // hex; empty: only the admin token may run
 };
 
 // Memory and vCPUs handed out to sandboxes and pool VMs.
@@ -116,6 +123,23 @@ class SandboxManager::Table {
 
 // The 6 bytes of a MAC SandboxManager formatted ("02:..:..:..:..:..").
 guest::protocol::Bytes MacBytes(const std::string& mac);
+// "name=ms name=ms ..." of a create's steps, for the log line.
+class StepTimes {
+ public:
+  void Mark(const char* step) {
+    auto now = std::chrono::steady_clock::now();
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "%s%s=%.1f", text_.empty() ? "" : " ", step,
+                  std::chrono::duration<double, std::milli>(now - last_).count());
+    text_ += buf;
+    last_ = now;
+  }
+  const std::string& text() const { return text_; }
+
+ private:
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+  std::string text_;
+};
 
 inline double SecondsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -142,6 +142,28 @@ struct ExecOptions {
   std::chrono::milliseconds timeout{60000};
 };
 
+// A per-call run (docs/node.md, "Per-call runs"): a VM restored from the
+// template for one command and discarded after it. The VM is never a
+// sandbox: it has no record, no token, is not listed, and a node restart
+// mid-call kills it as an orphan instead of re-adopting it.
+struct RunOptions {
+  std::string template_name;
+  // The command, as for Exec; exec.timeout bounds the command alone (the
+  // restore is bounded by the node's agent timeout).
+  ExecOptions exec;
+};
+
+struct RunTimings {
+  double restore_ms = 0;  // call start to the agent answering in the new VM
+  double exec_ms = 0;     // the command through the agent
+  double total_ms = 0;    // call start to the command's end (teardown is after)
+};
+
+struct RunResult {
+  guest::client::ExecResult exec;
+  RunTimings timings;
+};
+
 // A piece of a sandbox's serial console: the log kubicle-vmm writes
 // (<sandbox>/serial.log), bounded on disk by the VMM's --serial-* limits
 // (rotated at NodeConfig::console.max_file_bytes), so a read is bounded too.
@@ -233,6 +255,19 @@ class SandboxService {
   // Unavailable when nothing listens there; DeadlineExceeded when the
   // guest does not answer within 10 s.
   virtual Result<UniqueFd> ConnectGuestPort(const std::string& id, uint16_t port) = 0;
+  // Per-call runs. Run returns once the command has ended; the VM is torn
+  // down after, off the caller's path. NotFound for no such template,
+  // FailedPrecondition when it is not Ready here, ResourceExhausted when
+  // the node is full.
+  virtual Result<RunResult> Run(const RunOptions& options) = 0;
+  // Sets the hex SHA-256 of the template's run token (the node agent takes
+  // it from SandboxTemplate status.runTokenSha256); empty clears it. Kept in
+  // memory only: the node agent sets it again after a restart. NotFound for
+  // no such template, InvalidArgument for a hash that is not 64 lowercase hex.
+  virtual Status SetRunToken(const std::string& template_name, const std::string& token_sha256) = 0;
+  // True if `token` is the template's run token (constant-time compare);
+  // false when none is set.
+  virtual bool CheckRunToken(const std::string& template_name, const std::string& token) = 0;
 };
 
 const char* TemplateStateName(TemplateState s);

@@ -1,6 +1,11 @@
 #include "operator/api.h"
 
+#include <openssl/rand.h>
+
 #include <cstdio>
+#include <span>
+
+#include "common/hex.h"
 
 #include "kube/json_fields.h"
 #include "kube/time_format.h"
@@ -103,6 +108,12 @@ std::string BoundedName(const std::string& base, const std::string& suffix, size
   char hash[16];
   std::snprintf(hash, sizeof(hash), "-%08x", h);
   return base.substr(0, max - suffix.size() - 9) + hash + suffix;
+}
+
+Result<std::string> NewToken() {
+  unsigned char raw[32];
+  if (RAND_bytes(raw, sizeof(raw)) != 1) return Status::Internal("RAND_bytes failed");
+  return HexEncode(std::span<const uint8_t>(raw, sizeof(raw)));
 }
 
 }  // namespace kubicle::op

@@ -59,6 +59,9 @@ Json ControllerRef(const Json& owner);
 // True when `obj` has a controller ownerReference with `owner_uid`.
 bool IsControlledBy(const Json& obj, const std::string& owner_uid);
 
+// A new bearer token: 32 random bytes, hex.
+Result<std::string> NewToken();
+
 // Truncates to a valid object name (<= max chars) with a hash suffix when cut.
 std::string BoundedName(const std::string& base, const std::string& suffix, size_t max = 253);
 

@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "kube/json_fields.h"
 #include "operator/test_world.h"
 
 namespace kubicle::op {
@@ -57,7 +58,10 @@ TEST(ControllerTest, FanOutOfFiftySandboxesConvergesWithoutDuplicates) {
   EXPECT_LE(per_node["node-a"], 30);
   EXPECT_LE(per_node["node-b"], 30);
   auto secrets = w.client.List(kube::SecretResource(), kNs, {});
-  EXPECT_EQ((*secrets)["items"].size(), 50u);
+  std::map<std::string, int> by_type;
+  for (const Json& sec : (*secrets)["items"]) by_type[sec.value("type", "")]++;
+  EXPECT_EQ(by_type["kubicle.dev/sandbox-token"], 50);
+  EXPECT_EQ(by_type["kubicle.dev/run-token"], 1) << "the template's run token";
   std::string text = reg.Render();
   EXPECT_NE(text.find("kubicle_operator_reconcile_duration_seconds_count{kind=\"Sandbox\"}"),
             std::string::npos);
@@ -68,6 +72,28 @@ TEST(ControllerTest, FanOutOfFiftySandboxesConvergesWithoutDuplicates) {
 // A node that stops renewing its Lease produces no event at all; its
 // Sandboxes still fail once the Lease has expired and the grace has passed
 // (the per-node timer of NodeReconciler), and only then.
+// A run-token Secret deleted behind the operator's back is seen through its
+// Secret informer and made again; the template publishes the new hash.
+TEST(ControllerTest, ADeletedRunTokenSecretIsMadeAgain) {
+  testing::World w;
+  w.AddTemplate("py");
+  metrics::Registry reg;
+  ControllerOptions opts;
+  opts.config.node_lease_namespace = testing::kLeaseNs;
+  Controller c(&w.client, &w.clock, &reg, opts);
+  ASSERT_TRUE(c.Start(std::chrono::seconds(5)).ok());
+  auto hash = [&] {
+    auto t = w.client.Get(kube::SandboxTemplateResource(), kNs, "py");
+    return t.ok() ? kube::StrAt(*t, {"status", "runTokenSha256"}) : std::string();
+  };
+  ASSERT_TRUE(Eventually([&] { return !hash().empty(); }));
+  const std::string first = hash();
+  ASSERT_TRUE(w.client.Delete(kube::SecretResource(), kNs, "py-run").ok());
+  ASSERT_TRUE(Eventually([&] { return !hash().empty() && hash() != first; })) << hash();
+  EXPECT_TRUE(w.client.Get(kube::SecretResource(), kNs, "py-run").ok());
+  c.Stop();
+}
+
 TEST(ControllerTest, ASilentlyDeadNodesSandboxesFailAfterTheGrace) {
   testing::World w;
   w.AddTemplate("py");

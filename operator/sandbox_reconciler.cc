@@ -18,12 +18,6 @@ using kube::SandboxResource;
 
 namespace {
 
-Result<std::string> NewToken() {
-  unsigned char raw[32];
-  if (RAND_bytes(raw, sizeof(raw)) != 1) return Status::Internal("RAND_bytes failed");
-  return HexEncode(std::span<const uint8_t>(raw, sizeof(raw)));
-}
-
 // Metadata patch guarded by the resourceVersion we read.
 Json GuardedMetaPatch(const ObjectMeta& meta, Json metadata) {
   metadata["resourceVersion"] = meta.resource_version;

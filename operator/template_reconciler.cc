@@ -1,5 +1,7 @@
 #include "operator/template_reconciler.h"
 
+#include "operator/run_token.h"
+
 namespace kubicle::op {
 
 namespace {
@@ -70,8 +72,15 @@ Result<Outcome> TemplateReconciler::Reconcile(const std::string& key) {
   const kube::TimePoint now = ctx_.clock->Now();
   auto nodes = NodesFromLeases(ctx_.lister->List(kube::LeaseResource()), now);
   Json desired = ComputeTemplateStatus(tmpl, ValidateTemplate(tmpl), nodes, now);
-  RETURN_IF_ERROR(
-      WriteStatusIfChanged(ctx_, kube::SandboxTemplateResource(), tmpl.object, desired).status());
+  // A Secret the API would not give or take now must not hold back the
+  // nodes' readiness: the rest of status is written, the pass retried.
+  auto run_token = EnsureRunToken(ctx_, tmpl);
+  if (run_token.ok()) AddRunTokenStatus(*run_token, tmpl, now, &desired);
+  ASSIGN_OR_RETURN(bool wrote,
+                   WriteStatusIfChanged(ctx_, kube::SandboxTemplateResource(), tmpl.object, desired));
+  if (!run_token.ok()) return run_token.status();
+  if (wrote && !run_token->problem.empty())
+    ctx_.Event(tmpl.object, "Warning", run_token->problem_reason, run_token->problem);
   Outcome out;
   for (const auto& [name, n] : nodes) {
     if (n.alive) out.RequeueWithin(n.expires - now);

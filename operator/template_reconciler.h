@@ -3,7 +3,9 @@
 // aggregates the per-node entries that node daemons write into
 // status.nodes[] into readyNodes, phase and the Valid/Ready conditions. Only
 // entries of live nodes (fresh heartbeat Lease) for the current generation
-// count; the pass is requeued for the moment the next one goes stale.
+// count; the pass is requeued for the moment the next one goes stale. Each
+// pass also ensures the template's run-token Secret and publishes its hash
+// (run_token.h).
 #pragma once
 
 #include <map>

@@ -76,7 +76,7 @@ TEST(TemplateReconcilerTest, HostileShapesAreReportedAsInvalid) {
   EXPECT_EQ(got["status"]["phase"], "Invalid");
   EXPECT_EQ(FindCondition(got, "Valid")->value("message", ""),
             "spec.kernel: expected a string, got object");
-  EXPECT_EQ(got["status"]["conditions"].size(), 2u) << "garbage entries dropped";
+  EXPECT_EQ(got["status"]["conditions"].size(), 3u) << "garbage entries dropped (Valid, Ready, RunToken)";
 }
 
 TEST(TemplateReconcilerTest, InvalidSpecIsReported) {

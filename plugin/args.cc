@@ -32,6 +32,11 @@ const std::map<std::string, std::vector<FlagSpec>>& VerbSpecs() {
         {"timeout", 0, false, false},
         {"env", 'e', false, true},
         {"cwd", 0, false, false}}},
+      {"run",
+       {{"stdin", 'i', true, false},
+        {"timeout", 0, false, false},
+        {"env", 'e', false, true},
+        {"cwd", 0, false, false}}},
       {"cp", {}},
       {"fork",
        {{"replicas", 0, false, false},
@@ -78,7 +83,7 @@ const std::vector<std::string>& Invocation::All(const std::string& name) const {
 }
 
 const std::vector<std::string>& Verbs() {
-  static const std::vector<std::string> verbs = {"exec", "cp",   "fork", "sweep",
+  static const std::vector<std::string> verbs = {"exec", "run",  "cp",   "fork", "sweep",
                                                  "logs", "wait", "top",  "port-forward"};
   return verbs;
 }

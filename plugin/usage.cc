@@ -22,6 +22,9 @@ Usage: kubectl kubicle COMMAND [flags]
 Commands:
   exec SBX [-i] -- CMD...       run a command in a Sandbox's VM; streams its output
                                 and exits with its exit code
+  run TEMPLATE [-i] -- CMD...    run a command once in a VM restored from a
+                                SandboxTemplate for this call alone; prints its
+                                output and exits with its exit code
   cp SRC DST                    copy a file in or out: LOCAL SBX:/path or SBX:/path LOCAL
   fork SBX --replicas N [--wait]  N copy-on-write copies of a running Sandbox (a SandboxFork)
   sweep --run ID                delete the Sandboxes and SandboxForks of a run and wait
@@ -35,6 +38,24 @@ Commands:
 )";
 
 std::string VerbText(const std::string& verb) {
+  if (verb == "run") {
+    return R"(Usage: kubectl kubicle run TEMPLATE [-i] [--timeout 60s] [-e K=V]... [--cwd DIR] -- CMD [ARG...]
+
+Runs CMD (an argv, no shell) once in a VM restored from the SandboxTemplate
+for this call alone and discarded after it (a per-call run). A node where
+the template is Ready is picked from its status.nodes[]; the run token is
+read from the Secret its status.runTokenSecretName names (you need get on
+it). The output is printed when the command ends; the exit code is the
+command's (124 timed out, 128+N killed by signal N, 125 when kubectl-kubicle
+itself failed).
+
+Flags:
+  -i, --stdin         send this process's stdin to the command (at most 512 KiB)
+      --timeout D     the command's time limit (default 60s)
+  -e, --env K=V       an environment variable (repeatable)
+      --cwd DIR       the working directory
+)";
+  }
   if (verb == "exec") {
     return R"(Usage: kubectl kubicle exec SBX [-i] [--timeout 60s] [-e K=V]... [--cwd DIR] -- CMD [ARG...]
 

@@ -33,6 +33,8 @@ inline constexpr int kExitUsage = 2;
 inline constexpr int kExecFailed = 125;
 
 int RunExec(const Invocation& inv, Env& env);
+// verbs_run.cc: a per-call run of a SandboxTemplate.
+int RunRun(const Invocation& inv, Env& env);
 int RunCp(const Invocation& inv, Env& env);
 int RunLogs(const Invocation& inv, Env& env);
 int RunTop(const Invocation& inv, Env& env);

@@ -210,6 +210,7 @@ int RunSweep(const Invocation& inv, Env& env) {
 
 int RunVerb(const Invocation& inv, Env& env) {
   if (inv.verb == "exec") return RunExec(inv, env);
+  if (inv.verb == "run") return RunRun(inv, env);
   if (inv.verb == "cp") return RunCp(inv, env);
   if (inv.verb == "logs") return RunLogs(inv, env);
   if (inv.verb == "top") return RunTop(inv, env);

@@ -38,7 +38,8 @@ std::optional<Admission::Ticket> Admission::TryAcquire(Class c, const std::strin
   // whether or not the node as a whole is busy.
   if (c == Class::kTenant) {
     auto it = per_tenant_.find(tenant);
-    if (it != per_tenant_.end() && it->second >= limits_.per_tenant) {
+    const size_t tenant_cap = IsRunTenant(tenant) ? limits_.per_run_token : limits_.per_tenant;
+    if (it != per_tenant_.end() && it->second >= tenant_cap) {
       *why = Refusal::kTenantFull;
       return std::nullopt;
     }

@@ -36,6 +36,7 @@ class Admission {
     size_t admin = 256;
     size_t tenants = 1024;   // every sandbox token together
     size_t per_tenant = 8;   // one sandbox's token
+    size_t per_run_token = 16;  // one template's run token (RunTenant)
   };
   // Why a request was refused.
   enum class Refusal { kNone, kClassFull, kTenantFull };
@@ -59,9 +60,15 @@ class Admission {
 
   explicit Admission(Limits limits) : limits_(limits) {}
 
-  // A slot of `c` (and of `tenant`, a sandbox id, for kTenant), or nullopt
-  // with *why set when that budget is spent.
+  // A slot of `c` (and of `tenant`, a sandbox id or RunTenant(template), for
+  // kTenant), or nullopt with *why set when that budget is spent. A run
+  // token's tenant is capped at per_run_token, a sandbox's at per_tenant.
   std::optional<Ticket> TryAcquire(Class c, const std::string& tenant, Refusal* why);
+
+  // The tenant key of a template's run token: never a sandbox id (ids
+  // have no '/').
+  static std::string RunTenant(const std::string& template_name) { return "run/" + template_name; }
+  static bool IsRunTenant(const std::string& tenant) { return tenant.rfind("run/", 0) == 0; }
 
   size_t in_flight() const;
   size_t in_flight(Class c) const;

@@ -41,7 +41,8 @@ Admission::Limits BudgetsFrom(const ApiServerOptions& o) {
   return {.health = o.max_in_flight_health,
           .admin = o.max_in_flight_admin,
           .tenants = o.max_in_flight_tenants,
-          .per_tenant = o.max_in_flight_per_sandbox};
+          .per_tenant = o.max_in_flight_per_sandbox,
+          .per_run_token = o.max_in_flight_per_run_token};
 }
 
 // Port streams use the tenant class only: one budget per token, one for all.
@@ -220,10 +221,14 @@ Decision ApiServer::Impl::Decide(const RequestHead& head) {
   Admission::Refusal why = Admission::Refusal::kNone;
   auto ticket = admission_.TryAcquire(cls, tenant, &why);
   if (!ticket) {
+    const bool run = Admission::IsRunTenant(tenant);
     Response r = why == Admission::Refusal::kTenantFull
                      ? ErrorResponse(429, "ResourceExhausted",
-                                     "sandbox " + tenant + " already has " +
-                                         std::to_string(opts_.max_in_flight_per_sandbox) +
+                                     (run ? "the run token of template " + tenant.substr(4)
+                                          : "sandbox " + tenant) +
+                                         " already has " +
+                                         std::to_string(run ? opts_.max_in_flight_per_run_token
+                                                            : opts_.max_in_flight_per_sandbox) +
                                          " requests in flight")
                      : ErrorResponse(503, "Unavailable",
                                      std::string("too many ") + ClassName(cls) +
@@ -307,6 +312,16 @@ std::optional<Response> ApiServer::Impl::Authorize(const RouteMatch& m, const st
     *cls = Admission::Class::kAdmin;
     return std::nullopt;
   }
+  if (access == Access::kAdminOrRunToken) {
+    // A run token is only checked against the template the path names.
+    if (ValidId(m.name) && svc_->CheckRunToken(m.name, *token)) {
+      *cls = Admission::Class::kTenant;
+      *tenant = Admission::RunTenant(m.name);
+      return std::nullopt;
+    }
+    return ErrorResponse(401, "Unauthenticated",
+                         "the token is not the run token of template \"" + m.name + "\"");
+  }
   // A sandbox token is only checked against the sandbox the path names.
   bool sandbox_ok = !m.name.empty() && m.route != Route::kTemplate && ValidId(m.name) &&
                     svc_->CheckToken(m.name, *token);
@@ -355,6 +370,7 @@ void ApiServer::Impl::Dispatch(Call& call) {
     }
     case Route::kTemplates: return HandleTemplates(call, *svc_, opts_);
     case Route::kTemplate: return HandleTemplate(call, *svc_, opts_);
+    case Route::kRun: return HandleRun(call, *svc_, opts_);
     case Route::kSandboxes: return HandleSandboxes(call, *svc_, opts_);
     case Route::kSandbox: return HandleSandbox(call, *svc_, opts_);
     case Route::kFork: return HandleFork(call, *svc_, opts_);

@@ -14,7 +14,9 @@
 //  - Auth: "Authorization: Bearer <token>". The admin token allows every
 //    route; a sandbox's data-plane token allows GET of that sandbox, exec and
 //    files on it. No or a wrong token: 401; a sandbox token on a route it may
-//    not use (delete, fork): 403. /healthz and /metrics need no token.
+//    not use (delete, fork): 403. A template's run token (SetRunToken)
+//    allows POST /v1/templates/{name}/run of that template only.
+//    /healthz and /metrics need no token.
 //  - Fairness: requests in flight are budgeted per class (admission.h): at
 //    most max_in_flight_per_sandbox per sandbox token (429 past it),
 //    max_in_flight_tenants for all sandbox tokens, and separate budgets for
@@ -71,6 +73,7 @@ struct ApiServerOptions {
   int io_threads = 2;
   // Requests in flight (admission.h).
   size_t max_in_flight_per_sandbox = 8;
+  size_t max_in_flight_per_run_token = 16;  // per-call runs of one template's token
   size_t max_in_flight_tenants = 1024;
   size_t max_in_flight_admin = 256;
   size_t max_in_flight_health = 64;

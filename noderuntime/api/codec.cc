@@ -345,4 +345,37 @@ json ExecResultToJson(const guest::client::ExecResult& r) {
   return j;
 }
 
+Result<RunOptions> RunOptionsFromJson(const std::string& template_name, const json& body) {
+  if (!body.is_object()) return Status::InvalidArgument("the body must be a JSON object");
+  json exec = body;
+  std::optional<std::string> workspace;
+  if (auto it = exec.find("workspace"); it != exec.end()) {
+    if (!it->is_null() && !it->is_string())
+      return Status::InvalidArgument("field \"workspace\" must be a string");
+    if (it->is_string()) workspace = it->get<std::string>();
+    exec.erase(it);
+  }
+  RunOptions o;
+  o.template_name = template_name;
+  ASSIGN_OR_RETURN(o.exec, ExecOptionsFromJson(exec));
+  if (workspace)
+    return Status(StatusCode::kUnimplemented,
+                  "workspaces are not supported yet: run without \"workspace\"");
+  return o;
+}
+
+json RunTimingsToJson(const RunTimings& t) {
+  return {{"restoreMs", t.restore_ms}, {"execMs", t.exec_ms}, {"totalMs", t.total_ms}};
+}
+
+json RunResultToJson(const RunResult& r) {
+  json j = ExecResultToJson(r.exec);
+  j["timings"] = RunTimingsToJson(r.timings);
+  return j;
+}
+
+std::string NdjsonLine(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+}
+
 }  // namespace kubicle::noderuntime::api

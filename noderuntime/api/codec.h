@@ -49,6 +49,15 @@ json ToJson(const SandboxInfo& info, bool with_token);
 // exitCode/signal/timedOut/truncated plus stdout and stderr: UTF-8 text when
 // both are valid UTF-8 ("encoding": "utf-8"), else both base64 ("base64").
 json ExecResultToJson(const guest::client::ExecResult& result);
+// A per-call run's body (docs/node.md, "Per-call runs"): the exec fields
+// and an optional "workspace", which is Unimplemented (501) until
+// workspaces land. `template_name` comes from the path.
+Result<RunOptions> RunOptionsFromJson(const std::string& template_name, const json& body);
+// ExecResultToJson plus "timings": {restoreMs, execMs, totalMs}.
+json RunResultToJson(const RunResult& result);
+json RunTimingsToJson(const RunTimings& timings);
+// One NDJSON line of a streamed answer (invalid UTF-8 replaced).
+std::string NdjsonLine(const json& j);
 // GET .../stats: {"id", "cpuUsageNanos", "memoryBytes", "memoryLimitBytes",
 // "pids", "memMib", "vcpus", "source"}.
 json StatsToJson(const std::string& id, const SandboxStats& stats);

@@ -15,10 +15,6 @@ bool CheckId(Call& call) {
   return false;
 }
 
-std::string Line(const nlohmann::json& j) {
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-}
-
 // Each output chunk becomes one NDJSON line written as it is produced. The
 // write blocks while the client is behind, which holds the exec's output
 // back instead of buffering it here; once the client is gone the rest is
@@ -29,7 +25,7 @@ void StreamExec(Call& call, SandboxService& svc, ExecOptions options) {
   if (!info.ok()) return call.Fail(info.status());
   call.StartStream(200, "application/x-ndjson");
   options.io.on_output = [&call](OutputStream s, guest::protocol::ByteSpan data) {
-    call.Write(Line({{"stream", s == OutputStream::kStdout ? "stdout" : "stderr"},
+    call.Write(NdjsonLine({{"stream", s == OutputStream::kStdout ? "stdout" : "stderr"},
                      {"data", Base64Encode(data)}}));
   };
   auto result = svc.Exec(call.name(), options);
@@ -38,9 +34,9 @@ void StreamExec(Call& call, SandboxService& svc, ExecOptions options) {
     exit.erase("stdout");
     exit.erase("stderr");
     exit.erase("encoding");
-    call.Write(Line({{"exit", exit}}));
+    call.Write(NdjsonLine({{"exit", exit}}));
   } else {
-    call.Write(Line({{"error",
+    call.Write(NdjsonLine({{"error",
                       {{"code", std::string(StatusCodeName(result.status().code()))},
                        {"message", result.status().message()}}}}));
   }

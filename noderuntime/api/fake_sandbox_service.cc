@@ -474,4 +474,45 @@ uint32_t FakeSandboxService::file_mode(const std::string& id, const std::string&
   return f == it->second.files.end() ? 0 : f->second.second;
 }
 
+Result<RunResult> FakeSandboxService::Run(const RunOptions& options) {
+  ++calls_;
+  {
+    std::lock_guard l(mu_);
+    auto t = templates_.find(options.template_name);
+    if (t == templates_.end()) return Status::NotFound("no template '" + options.template_name + "'");
+    if (t->second.state != TemplateState::kReady)
+      return Status::FailedPrecondition("template '" + options.template_name + "' is " +
+                                        TemplateStateName(t->second.state));
+  }
+  ++runs_;
+  RunResult out;
+  ASSIGN_OR_RETURN(out.exec, run_hook ? run_hook(options) : BuiltinExec(options.exec));
+  out.timings = {.restore_ms = 1, .exec_ms = 0, .total_ms = 1};
+  return out;
+}
+
+Status FakeSandboxService::SetRunToken(const std::string& template_name,
+                                       const std::string& token_sha256) {
+  ++calls_;
+  std::lock_guard l(mu_);
+  if (!templates_.count(template_name)) return Status::NotFound("no template '" + template_name + "'");
+  run_tokens_[template_name] = token_sha256;
+  return Status::Ok();
+}
+
+bool FakeSandboxService::CheckRunToken(const std::string& template_name, const std::string& token) {
+  std::lock_guard l(mu_);
+  auto it = run_tokens_.find(template_name);
+  return it != run_tokens_.end() && !it->second.empty() && !token.empty() &&
+         Sha256Hex(token) == it->second;
+}
+
+void FakeSandboxService::FailTemplate(const std::string& name, const std::string& message) {
+  std::lock_guard l(mu_);
+  auto t = templates_.find(name);
+  if (t == templates_.end()) return;
+  t->second.state = TemplateState::kFailed;
+  t->second.message = message;
+}
+
 }  // namespace kubicle::noderuntime::api

@@ -64,6 +64,14 @@ class FakeSandboxService : public SandboxService {
   // reached with a real connect, so a listener there is the guest's port.
   Result<UniqueFd> ConnectGuestPort(const std::string& id, uint16_t port) override;
   void SetGuestNetwork(const std::string& id, const std::string& host);
+  // A run needs a Ready template (FailTemplate makes one Failed); its
+  // command goes to run_hook when set, else to the built-in commands.
+  // Timings are fixed (restore 1 ms, total 1 ms + the command).
+  Result<RunResult> Run(const RunOptions& options) override;
+  Status SetRunToken(const std::string& template_name, const std::string& token_sha256) override;
+  bool CheckRunToken(const std::string& template_name, const std::string& token) override;
+  void FailTemplate(const std::string& name, const std::string& message);
+  int runs() const { return runs_.load(); }
   void AppendConsole(const std::string& id, const std::string& bytes);
   void RotateConsole(const std::string& id);
   void SetStats(const std::string& id, const SandboxStats& stats);
@@ -72,6 +80,8 @@ class FakeSandboxService : public SandboxService {
 
   // Set before requests arrive.
   ExecHook exec_hook;
+  using RunHook = std::function<Result<guest::client::ExecResult>(const RunOptions& options)>;
+  RunHook run_hook;
   // Makes CreateSandbox fail with this status (when not OK). Set it before
   // requests arrive, or with SetCreateError while they do.
   Status create_error;
@@ -103,10 +113,12 @@ class FakeSandboxService : public SandboxService {
 
   mutable std::mutex mu_;
   std::map<std::string, TemplateInfo> templates_;
+  std::map<std::string, std::string> run_tokens_;  // template -> hex SHA-256
   std::map<std::string, Sandbox> sandboxes_;
   uint64_t next_id_ = 1;
   uint32_t next_cid_ = 3;
   std::atomic<int> calls_{0};
+  std::atomic<int> runs_{0};
 };
 
 }  // namespace kubicle::noderuntime::api

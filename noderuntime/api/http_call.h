@@ -97,6 +97,8 @@ void HandleSandboxes(Call& call, SandboxService& svc, const ApiServerOptions& op
 void HandleSandbox(Call& call, SandboxService& svc, const ApiServerOptions& opts);
 void HandleFork(Call& call, SandboxService& svc, const ApiServerOptions& opts);
 void HandleExec(Call& call, SandboxService& svc, const ApiServerOptions& opts);
+// run.cc: POST /v1/templates/{name}/run.
+void HandleRun(Call& call, SandboxService& svc, const ApiServerOptions& opts);
 void HandleFiles(Call& call, SandboxService& svc, const ApiServerOptions& opts);
 // console_stats.cc. A followed console ends once `stopping` is set.
 void HandleConsole(Call& call, SandboxService& svc, const ApiServerOptions& opts,

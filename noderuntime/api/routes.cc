@@ -26,6 +26,7 @@ const char* Pattern(Route r) {
     case Route::kMetrics: return "/metrics";
     case Route::kTemplates: return "/v1/templates";
     case Route::kTemplate: return "/v1/templates/{name}";
+    case Route::kRun: return "/v1/templates/{name}/run";
     case Route::kSandboxes: return "/v1/sandboxes";
     case Route::kSandbox: return "/v1/sandboxes/{id}";
     case Route::kFork: return "/v1/sandboxes/{id}/fork";
@@ -53,6 +54,7 @@ std::optional<RouteMatch> MatchRoute(std::string_view path) {
   if (p[1] == "templates") {
     if (p.size() == 2) return RouteMatch{Route::kTemplates, ""};
     if (p.size() == 3) return RouteMatch{Route::kTemplate, std::string(p[2])};
+    if (p.size() == 4 && p[3] == "run") return RouteMatch{Route::kRun, std::string(p[2])};
     return std::nullopt;
   }
   if (p[1] != "sandboxes") return std::nullopt;
@@ -85,6 +87,7 @@ std::string AllowedMethods(Route r) {
     case Route::kSandboxes: return "GET, POST, DELETE";
     case Route::kSandbox: return "GET, DELETE";
     case Route::kFork:
+    case Route::kRun:
     case Route::kExec: return "POST";
     case Route::kFiles: return "GET, PUT, DELETE";
   }
@@ -116,6 +119,7 @@ Access RouteAccess(Route r, std::string_view method) {
     case Route::kList:
     case Route::kPort: return Access::kAdminOrSandbox;
     case Route::kSandbox: return method == "GET" ? Access::kAdminOrSandbox : Access::kAdmin;
+    case Route::kRun: return Access::kAdminOrRunToken;
     default: return Access::kAdmin;
   }
 }

@@ -19,6 +19,7 @@ enum class Route {
   kMetrics,     // GET /metrics                       (no auth)
   kTemplates,   // GET /v1/templates
   kTemplate,    // GET|PUT|DELETE /v1/templates/{name}
+  kRun,         // POST /v1/templates/{name}/run      (a per-call run)
   kSandboxes,   // GET|POST|DELETE /v1/sandboxes
   kSandbox,     // GET|DELETE /v1/sandboxes/{id}
   kFork,        // POST /v1/sandboxes/{id}/fork
@@ -43,9 +44,10 @@ std::optional<RouteMatch> MatchRoute(std::string_view path);
 bool MethodAllowed(Route route, std::string_view method);
 // "GET, PUT, DELETE" for the Allow header of a 405.
 std::string AllowedMethods(Route route);
-// Who may call it: no token, only the admin token, or also the data-plane
-// token of the sandbox named in the path.
-enum class Access { kPublic, kAdmin, kAdminOrSandbox };
+// Who may call it: no token, only the admin token, also the data-plane
+// token of the sandbox named in the path, or also the run token of the
+// template named in the path.
+enum class Access { kPublic, kAdmin, kAdminOrSandbox, kAdminOrRunToken };
 Access RouteAccess(Route route, std::string_view method);
 // The route label of kubicle_http_request_seconds, e.g. "POST /v1/sandboxes/{id}/exec".
 std::string RouteLabel(Route route, std::string_view method);

@@ -48,11 +48,14 @@ TEST(Routes, PortsAreParsedStrictly) {
   EXPECT_EQ(RouteAccess(Route::kPort, "GET"), Access::kAdminOrSandbox);
   EXPECT_EQ(RouteBody(Route::kPort, "GET"), BodyKind::kNone);
   EXPECT_EQ(RouteLabel(Route::kPort, "GET"), "GET /v1/sandboxes/{id}/ports/{port}");
+  auto run = MatchRoute("/v1/templates/py/run");
+  EXPECT_EQ(run->route, Route::kRun);
+  EXPECT_EQ(run->name, "py");
 }
 
 TEST(Routes, UnknownPaths) {
   for (const char* p : {"", "/", "/v2/sandboxes", "/v1", "/v1/sandboxes/a/b/c", "/v1/x",
-                        "/v1/sandboxes/s1/nope", "/v1/templates/a/b", "/v1//sandboxes",
+                        "/v1/sandboxes/s1/nope", "/v1/templates/a/b", "/v1/templates/a/run/x", "/v1//sandboxes",
                         "healthz"}) {
     EXPECT_FALSE(MatchRoute(p).has_value()) << p;
   }
@@ -71,6 +74,11 @@ TEST(Routes, MethodsAndAccess) {
   EXPECT_EQ(RouteAccess(Route::kFork, "POST"), Access::kAdmin);
   EXPECT_EQ(RouteAccess(Route::kExec, "POST"), Access::kAdminOrSandbox);
   EXPECT_EQ(RouteLabel(Route::kExec, "POST"), "POST /v1/sandboxes/{id}/exec");
+  // A per-call run: POST only, a JSON body, the template's run token.
+  EXPECT_EQ(AllowedMethods(Route::kRun), "POST");
+  EXPECT_EQ(RouteAccess(Route::kRun, "POST"), Access::kAdminOrRunToken);
+  EXPECT_EQ(RouteBody(Route::kRun, "POST"), BodyKind::kJson);
+  EXPECT_EQ(RouteLabel(Route::kRun, "POST"), "POST /v1/templates/{name}/run");
   // The console and the stats are the sandbox's own, read-only.
   EXPECT_EQ(AllowedMethods(Route::kFiles), "GET, PUT, DELETE");
   EXPECT_EQ(RouteAccess(Route::kFiles, "DELETE"), Access::kAdminOrSandbox);

@@ -4,6 +4,8 @@
 // same against the real ones (e2e/node_e2e_test.cc).
 #include <gtest/gtest.h>
 
+#include "common/sha256.h"
+
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -236,6 +238,26 @@ TEST_F(NodeAgentWorld, SandboxRunsWithTheOperatorsTokenAndEnvThenTearsDown) {
   ASSERT_TRUE(kube_.Delete(kube::SandboxResource(), kNs, "agent-1").ok());
   ASSERT_TRUE(Eventually([&] { return VmState("agent-1") == "Terminated"; }));
   EXPECT_FALSE(svc_.GetSandbox(id).ok());
+}
+
+TEST_F(NodeAgentWorld, AReadyEntrySaysWhereToRunAndTheRunTokenReachesTheNode) {
+  ReadyTemplate();
+  auto e = EntryOf(Template("tg"), "n1");
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->endpoint, "10.0.0.7:7443");
+  ASSERT_FALSE(e->node_template.empty());
+  EXPECT_TRUE(svc_.GetTemplate(e->node_template).ok());
+  EXPECT_FALSE(svc_.CheckRunToken(e->node_template, "tok-1")) << "none published yet";
+  // The operator publishes the hash; the node takes it, then a new one.
+  auto publish = [&](const std::string& token) {
+    ASSERT_TRUE(kube_.Patch(kube::SandboxTemplateResource(), kNs, "tg", kube::PatchType::kMerge,
+                            Json{{"status", {{"runTokenSha256", Sha256Hex(token)}}}}, "status").ok());
+  };
+  publish("tok-1");
+  ASSERT_TRUE(Eventually([&] { return svc_.CheckRunToken(e->node_template, "tok-1"); }));
+  publish("tok-2");
+  ASSERT_TRUE(Eventually([&] { return svc_.CheckRunToken(e->node_template, "tok-2"); }));
+  EXPECT_FALSE(svc_.CheckRunToken(e->node_template, "tok-1")) << "the old token is revoked";
 }
 
 TEST_F(NodeAgentWorld, NoVmBeforeTheTokenIsPublished) {

@@ -23,6 +23,8 @@ std::optional<NodeEntry> EntryFromJson(const Json& e) {
   n.message = StrAt(e, {"message"});
   n.snapshot_digest = StrAt(e, {"snapshotDigest"});
   n.bake_seconds = NumAt(e, {"bakeSeconds"});
+  n.endpoint = StrAt(e, {"endpoint"});
+  n.node_template = StrAt(e, {"nodeTemplate"});
   return n;
 }
 
@@ -142,6 +144,11 @@ void TemplateSync::Sync(const std::string& key) {
     entry.phase = "Ready";
     entry.snapshot_digest = info->digest;
     entry.bake_seconds = info->bake_seconds;
+    entry.endpoint = config_.endpoint;
+    entry.node_template = info->spec.name;
+    // Every pass: a new Secret means a new hash, and the old token stops.
+    Status st = service_->SetRunToken(info->spec.name, StrAt(*obj, {"status", "runTokenSha256"}));
+    if (!st.ok()) log::Warn("run token not set", {{"template", key}, {"error", st.ToString()}});
     DeleteOldGenerations(known, info->spec.name);
   } else {
     entry.phase = "Failed";
@@ -193,6 +200,8 @@ void TemplateSync::Report(const std::string& key, const Json& tmpl, const NodeEn
   if (!entry.message.empty()) e["message"] = entry.message;
   if (!entry.snapshot_digest.empty()) e["snapshotDigest"] = entry.snapshot_digest;
   if (entry.phase == "Ready") e["bakeSeconds"] = entry.bake_seconds;
+  if (!entry.endpoint.empty()) e["endpoint"] = entry.endpoint;
+  if (!entry.node_template.empty()) e["nodeTemplate"] = entry.node_template;
   Json apply = {{"apiVersion", "kubicle.dev/v1alpha1"}, {"kind", "SandboxTemplate"},
                 {"metadata", {{"name", StrAt(tmpl, {"metadata", "name"})},
                               {"namespace", StrAt(tmpl, {"metadata", "namespace"})}}},

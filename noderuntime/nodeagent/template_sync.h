@@ -7,7 +7,9 @@
 // TemplateNodeId(uid, generation): images resolved under the node's image
 // roots (or downloaded and verified), then PutTemplate, whose bake is
 // polled and reported as Baking (with progress), Ready (digest, bake time)
-// or Failed (the reason). Older generations' node templates are deleted
+// or Failed (the reason). A Ready entry carries the node's data-plane
+// endpoint and node template name (where per-call runs go), and the
+// template's status.runTokenSha256 is handed to the node (SetRunToken). Older generations' node templates are deleted
 // once no sandbox uses them, and all of a template's when it is deleted.
 // Status is written only when it differs from what the object shows, so
 // the agent's own writes do not loop.
@@ -38,6 +40,9 @@ struct NodeEntry {
   std::string message;
   std::string snapshot_digest;
   double bake_seconds = 0;
+  // While Ready: where and under which name clients run it (per-call runs).
+  std::string endpoint;
+  std::string node_template;
   bool operator==(const NodeEntry&) const = default;
 };
 // The entry for `node` in a SandboxTemplate object, if any.

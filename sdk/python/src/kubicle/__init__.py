@@ -32,19 +32,22 @@ from .errors import (
     TemplateNotFoundError,
     TemplateNotReadyError,
     UnsupportedError,
+    WorkspaceNotSupportedError,
 )
 from ._ports import PortForward, PortStream
 from ._ports_async import AsyncPortForward
-from .models import EntryInfo, ExecResult, FileInfo, SandboxInfo
+from .models import EntryInfo, ExecResult, FileInfo, RunResult, RunTimings, SandboxInfo
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Kubicle", "Sandboxes", "Sandbox", "Filesystem",
     "AsyncKubicle", "AsyncSandboxes", "AsyncSandbox", "AsyncFilesystem",
-    "ExecResult", "SandboxInfo", "EntryInfo", "FileInfo", "PortStream", "PortForward", "AsyncPortForward",
+    "ExecResult", "RunResult", "RunTimings", "SandboxInfo", "EntryInfo", "FileInfo",
+    "PortStream", "PortForward", "AsyncPortForward",
     "KubicleError", "ApiError", "AuthError", "CapacityError", "CommandError", "ConflictError",
     "ExecTimeoutError", "KubicleTimeoutError", "NotFoundError", "PathNotFoundError", "PortError",
     "SandboxFailedError", "SandboxNotFoundError", "SandboxNotReadyError", "SandboxTimeoutError",
     "TemplateError", "TemplateNotFoundError", "TemplateNotReadyError", "UnsupportedError",
+    "WorkspaceNotSupportedError",
 ]

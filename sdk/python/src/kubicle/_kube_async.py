@@ -273,6 +273,26 @@ class AsyncKubeBackend:
         ref.ssl = _http.tls_context(ca) if ca and self._transport.verify is True else None
         ref.base = base
 
+    async def run_target(self, template: str) -> Any:
+        """As KubeBackend.run_target."""
+        from ._run import RunTarget, pick_node, run_token_secret
+
+        try:
+            obj = await self._do(self._co.get_namespaced_custom_object, _kobj.GROUP, _kobj.VERSION,
+                                 self.namespace, _kobj.TEMPLATES, template,
+                                 what=f"get SandboxTemplate {template}")
+        except errors.NotFoundError as e:
+            raise errors.TemplateNotFoundError(f"no SandboxTemplate {template}",
+                                               reason="TemplateNotFound", status_code=404) from e
+        node, endpoint, node_template = pick_node(obj)
+        secret = run_token_secret(obj)
+        s = await self._do(self._core.read_namespaced_secret, secret, self.namespace,
+                           what=f"read run-token Secret {secret}")
+        ca = await self._serving_ca(node, template)
+        return RunTarget(base=f"{'https' if ca else self._scheme}://{endpoint}",
+                         node_template=node_template, token=_kobj.token_from_secret(s.data, secret),
+                         http=self._tls.client(ca) if ca and self._transport.verify is True else None)
+
     async def _serving_ca(self, node: str, sandbox: str) -> Optional[str]:
         from kubernetes_asyncio.client.rest import ApiException
 

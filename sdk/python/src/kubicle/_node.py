@@ -93,6 +93,13 @@ class NodeBackend:
         j = self._call("GET", "/v1/sandboxes", op="list", params=params)
         return [make_ref(self.url, s, None) for s in j.get("items", [])]
 
+    def run_target(self, template: str) -> Any:
+        """A standalone node: ``template`` is the node's template name; the
+        admin token may run every template."""
+        from ._run import RunTarget
+
+        return RunTarget(base=self.url, node_template=template, token=self._token)
+
     def resolve(self, ref: Ref) -> None:
         if not ref.token:
             ref.token = self._token  # the admin token may use every sandbox

@@ -10,12 +10,14 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
-from . import _http, _labels, _ports, _ports_async, _wire, errors
+import httpx
+
+from . import _http, _labels, _ports, _ports_async, _run, _wire, errors
 from ._dataplane import AsyncDataPlane
 from ._ports_async import AsyncPortForward
 from ._ref import Ref
 from .client import DEFAULT_CREATE_TIMEOUT, DEFAULT_DELETE_TIMEOUT, _merge_env, finish_exec
-from .models import EntryInfo, ExecResult, FileInfo, SandboxInfo
+from .models import EntryInfo, ExecResult, FileInfo, RunResult, SandboxInfo
 
 
 class AsyncFilesystem:
@@ -237,6 +239,24 @@ class AsyncKubicle:
     async def connect(self) -> "AsyncKubicle":
         await self._backend.start()
         return self
+
+    async def run(self, template: str, command: Union[str, Sequence[str]], *,
+                  workspace: Optional[str] = None, timeout_seconds: Optional[float] = 60,
+                  env: Optional[Mapping[str, str]] = None, stdin: Union[bytes, str, None] = None,
+                  raise_on_timeout: bool = True) -> RunResult:
+        """As ``Kubicle.run``."""
+        _run.check_no_workspace(workspace)
+        body = _run.run_body(command, timeout_seconds=timeout_seconds, env=env, stdin=stdin)
+        target = await self._backend.run_target(template)
+        http = target.http or self._http
+        try:
+            resp = await http.post(target.base + _run.run_path(target.node_template), json=body,
+                                   headers=_http.auth(target.token),
+                                   timeout=_run.read_timeout(http.timeout.connect, body))
+        except httpx.TransportError as e:
+            raise _run.transport_error(e) from e
+        return _run.finish(_run.answer(resp.status_code, resp.content, template),
+                           raise_on_timeout, template)
 
     async def aclose(self) -> None:
         """Closes the connections; calls still running then fail with

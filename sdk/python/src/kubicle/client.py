@@ -7,11 +7,13 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
-from . import _http, _labels, _ports, _wire, errors
+import httpx
+
+from . import _http, _labels, _ports, _run, _wire, errors
 from ._dataplane import Content, DataPlane
 from ._ports import PortForward, PortStream
 from ._ref import Ref
-from .models import EntryInfo, ExecResult, FileInfo, SandboxInfo
+from .models import EntryInfo, ExecResult, FileInfo, RunResult, SandboxInfo
 
 DEFAULT_CREATE_TIMEOUT = 120.0
 DEFAULT_DELETE_TIMEOUT = 120.0
@@ -320,6 +322,34 @@ class Kubicle:
         from ._node import NodeBackend
 
         return "node" if isinstance(self._backend, NodeBackend) else "kubernetes"
+
+    def run(self, template: str, command: Union[str, Sequence[str]], *,
+            workspace: Optional[str] = None, timeout_seconds: Optional[float] = 60,
+            env: Optional[Mapping[str, str]] = None, stdin: Union[bytes, str, None] = None,
+            raise_on_timeout: bool = True) -> RunResult:
+        """Runs ``command`` (an argv list, or a shell command string) once in
+        a VM restored from ``template`` for this call alone and discarded
+        after it; returns a RunResult with the node's ``timings``. With
+        Kubernetes, ``template`` is a SandboxTemplate: a node where it is
+        Ready is picked and its run token read from the Secret the template
+        names (``get`` on that Secret is the permission to run). With a
+        standalone node, it is the node's template name. ``workspace`` is
+        not supported yet (WorkspaceNotSupportedError). Errors are typed:
+        TemplateNotFoundError, TemplateNotReadyError, AuthError,
+        CapacityError; past ``timeout_seconds`` ExecTimeoutError (or a
+        result with ``timed_out`` when ``raise_on_timeout=False``)."""
+        _run.check_no_workspace(workspace)
+        body = _run.run_body(command, timeout_seconds=timeout_seconds, env=env, stdin=stdin)
+        target = self._backend.run_target(template)
+        http = target.http or self._http
+        try:
+            resp = http.post(target.base + _run.run_path(target.node_template), json=body,
+                             headers=_http.auth(target.token),
+                             timeout=_run.read_timeout(http.timeout.connect, body))
+        except httpx.TransportError as e:
+            raise _run.transport_error(e) from e
+        return _run.finish(_run.answer(resp.status_code, resp.content, template),
+                           raise_on_timeout, template)
 
     def close(self) -> None:
         self._backend.close()

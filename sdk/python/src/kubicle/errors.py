@@ -105,6 +105,10 @@ class UnsupportedError(KubicleError):
     """The node, guest or mode cannot do this (e.g. a shell in a guest without one)."""
 
 
+class WorkspaceNotSupportedError(UnsupportedError):
+    """A per-call run asked for a workspace: not supported yet (HTTP 501)."""
+
+
 class ConflictError(KubicleError):
     """409: the object exists with another spec, or is in the wrong state."""
 

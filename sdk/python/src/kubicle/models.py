@@ -40,6 +40,24 @@ class ExecResult:
 
 
 @dataclass(frozen=True)
+class RunTimings:
+    """Where a per-call run's time went, in ms, as the node measured it:
+    restore (call start to the new VM answering), the command through the
+    agent, and the total (the VM's teardown comes after, off the call)."""
+
+    restore_ms: float = 0.0
+    exec_ms: float = 0.0
+    total_ms: float = 0.0
+
+
+@dataclass(frozen=True)
+class RunResult(ExecResult):
+    """An ExecResult of a per-call run, with the node's ``timings``."""
+
+    timings: RunTimings = RunTimings()
+
+
+@dataclass(frozen=True)
 class SandboxInfo:
     """A snapshot of one Sandbox as the control plane (or the node) reports it.
 

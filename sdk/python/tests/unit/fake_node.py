@@ -67,6 +67,8 @@ class FakeNode:
         self.admin_token = admin_token
         self.shell = shell                   # False: "shell" is Unimplemented (the test guest)
         self.templates: Dict[str, str] = {"tg": "Ready"}
+        self.run_tokens: Dict[str, str] = {}   # template -> its run token
+        self.runs = 0
         self.capacity = 1000
         self.sandboxes: Dict[str, FakeSandbox] = {}
         self.requests: List[Tuple[str, str, Any]] = []   # (method, path, json body or None)
@@ -150,6 +152,8 @@ class FakeNode:
         is_port = len(parts) == 5 and parts[:2] == ["v1", "sandboxes"] and parts[3] == "ports"
         if is_port:
             parts = parts[:4]
+        if parts[:2] == ["v1", "templates"] and len(parts) == 4 and parts[3] == "run":
+            return self._run(h, method, parts[2], token, js)
         if parts[:2] != ["v1", "sandboxes"] or len(parts) > 4 or \
                 (len(parts) == 4 and (parts[3] not in _SUB_METHODS or
                                       (parts[3] == "ports") != is_port)):
@@ -301,6 +305,33 @@ class FakeNode:
             out.append(("stderr", f"{prog}: not found\n".encode()))
             code = 127
         return out, {"exitCode": code, "signal": None, "timedOut": timed_out, "truncated": False}
+
+    def _run(self, h: BaseHTTPRequestHandler, method: str, t: str, token: str, js: Any) -> None:
+        """POST /v1/templates/{name}/run, as noderuntime/api/run.cc."""
+        if method != "POST":
+            return self._error(h, 405, "MethodNotAllowed", f"{method} is not allowed (allowed: POST)")
+        if token != self.admin_token and (not token or self.run_tokens.get(t) != token):
+            return self._error(h, 401, "Unauthenticated",
+                               f"the token is not the run token of template \"{t}\"")
+        js = dict(js or {})
+        workspace = js.pop("workspace", None)
+        if workspace is not None:
+            return self._error(h, 501, "Unimplemented",
+                               "workspaces are not supported yet: run without \"workspace\"")
+        if t not in self.templates:
+            return self._error(h, 404, "NotFound", f"no template '{t}'")
+        if self.templates[t] != "Ready":
+            return self._error(h, 409, "FailedPrecondition",
+                               f"template \"{t}\" is not ready on this node ({self.templates[t]})")
+        try:
+            chunks, exit_ = self.run(FakeSandbox("run-1", t, {}, ""), js)
+        except _Fail as f:
+            return self._error(h, f.code, f.err, f.message)
+        self.runs += 1
+        o = b"".join(d for s, d in chunks if s == "stdout")
+        e = b"".join(d for s, d in chunks if s == "stderr")
+        self._json(h, 200, dict(exit_, encoding="utf-8", stdout=o.decode(), stderr=e.decode(),
+                                timings={"restoreMs": 2.5, "execMs": 0.5, "totalMs": 3.0}))
 
     def _exec(self, h: BaseHTTPRequestHandler, sb: FakeSandbox, js: Dict[str, Any],
               stream: bool) -> None:

@@ -1,0 +1,126 @@
+// kubectl kubicle run TEMPLATE -- CMD: a per-call run (docs/kubectl-plugin.md).
+// The node is one where the template's current generation is Ready
+// (status.nodes[], with its endpoint and node template name), the token the
+// one in the template's run-token Secret, the CA the node's Lease's.
+#include <iostream>
+#include <iterator>
+
+#include "kube/json_fields.h"
+#include "kube/resource.h"
+#include "noderuntime/api/codec.h"
+#include "plugin/sandbox_access.h"
+#include "plugin/verbs.h"
+
+namespace kubicle::plugin {
+
+using kube::At;
+using kube::StrAt;
+
+namespace {
+
+constexpr size_t kMaxStdin = 512u << 10;
+
+struct RunTarget {
+  std::string node, endpoint, node_template, secret;
+};
+
+// Pure: where a SandboxTemplate object says its runs go.
+Result<RunTarget> RunTargetOf(const Json& tmpl) {
+  const std::string name = StrAt(tmpl, {"metadata", "name"});
+  const int64_t gen = kube::IntAt(tmpl, {"metadata", "generation"}, 1);
+  RunTarget t;
+  t.secret = StrAt(tmpl, {"status", "runTokenSecretName"});
+  if (t.secret.empty() || StrAt(tmpl, {"status", "runTokenSha256"}).empty())
+    return Status::FailedPrecondition("SandboxTemplate " + name +
+                                      " has no run token published yet (see its RunToken condition)");
+  const Json& nodes = At(tmpl, {"status", "nodes"});
+  if (nodes.is_array()) {
+    for (const Json& e : nodes) {
+      if (StrAt(e, {"phase"}) != "Ready" || kube::IntAt(e, {"observedGeneration"}) != gen) continue;
+      t.endpoint = StrAt(e, {"endpoint"});
+      t.node_template = StrAt(e, {"nodeTemplate"});
+      t.node = StrAt(e, {"nodeName"});
+      if (!t.endpoint.empty() && !t.node_template.empty() && t.endpoint.find('/') == std::string::npos)
+        return t;
+    }
+  }
+  return Status::FailedPrecondition("SandboxTemplate " + name + " is not Ready on any node that serves runs");
+}
+
+Result<DataPlane> ResolveRun(Env& env, const std::string& name) {
+  auto tmpl = env.kube->Get(kube::SandboxTemplateResource(), env.ns, name);
+  if (!tmpl.ok()) {
+    if (kube::IsNotFound(tmpl.status()))
+      return Status::NotFound("SandboxTemplate \"" + name + "\" not found in namespace " + env.ns);
+    return tmpl.status();
+  }
+  ASSIGN_OR_RETURN(RunTarget t, RunTargetOf(*tmpl));
+  ASSIGN_OR_RETURN(Json secret, env.kube->Get(kube::SecretResource(), env.ns, t.secret));
+  auto token = noderuntime::api::Base64Decode(StrAt(secret, {"data", "token"}));
+  if (!token.ok() || token->empty())
+    return Status::FailedPrecondition("Secret " + t.secret + " has no data.token");
+  DataPlane dp;
+  dp.node = t.node;
+  dp.vm_id = t.node_template;
+  dp.token.assign(token->begin(), token->end());
+  auto lease = env.kube->Get(kube::LeaseResource(), env.lease_ns, "kubicle-node-" + t.node);
+  const Json& annotations = lease.ok() ? At(*lease, {"metadata", "annotations"}) : Json();
+  dp.ca_pem = annotations.is_object() ? StrAt(annotations, {kServingCaAnnotation}) : "";
+  dp.url = (dp.ca_pem.empty() ? "http://" : "https://") + t.endpoint;
+  return dp;
+}
+
+int Say(Env& env, const std::string& why, int code) {
+  *env.err << "kubectl-kubicle run: " << why << "\n";
+  return code;
+}
+
+}  // namespace
+
+int RunRun(const Invocation& inv, Env& env) {
+  if (!inv.dash_dash || inv.command.empty())
+    return Say(env, "give the command after --: run TEMPLATE -- CMD [ARG...]", kExitUsage);
+  if (inv.positional.size() != 1) return Say(env, "give one SandboxTemplate name before --", kExitUsage);
+  std::chrono::milliseconds timeout{60000};
+  if (inv.Has("timeout")) {
+    auto t = ParseDuration(inv.Get("timeout"));
+    if (!t.ok()) return Say(env, t.status().message(), kExitUsage);
+    timeout = *t;
+  }
+  Json req{{"argv", inv.command}, {"timeoutSeconds", (timeout.count() + 999) / 1000}};
+  for (const std::string& kv : inv.All("env"))
+    if (kv.find('=') == std::string::npos || kv[0] == '=') return Say(env, "--env " + kv + " is not K=V", kExitUsage);
+  if (!inv.All("env").empty()) req["env"] = inv.All("env");
+  if (inv.Has("cwd")) req["cwd"] = inv.Get("cwd");
+  if (inv.Bool("stdin")) {
+    std::string data((std::istreambuf_iterator<char>(*env.in)), std::istreambuf_iterator<char>());
+    if (data.size() > kMaxStdin) return Say(env, "stdin is over the 512 KiB -i takes", kExecFailed);
+    const auto* p = reinterpret_cast<const uint8_t*>(data.data());
+    req["stdinBase64"] = noderuntime::api::Base64Encode({p, data.size()});
+  }
+  auto dp = ResolveRun(env, inv.positional[0]);
+  if (!dp.ok()) return Say(env, dp.status().message(), kExecFailed);
+  auto client = Connect(*dp);
+  if (!client.ok()) return Say(env, client.status().message(), kExecFailed);
+  auto r = (*client)->Call("POST", "/v1/templates/" + dp->vm_id + "/run", req);
+  if (!r.ok()) return Say(env, r.status().message(), kExecFailed);
+  auto bytes = [&](const char* key) {
+    std::string s = StrAt(*r, {key});
+    if (StrAt(*r, {"encoding"}) != "base64") return s;
+    auto b = noderuntime::api::Base64Decode(s);
+    return b.ok() ? std::string(b->begin(), b->end()) : std::string();
+  };
+  *env.out << bytes("stdout") << std::flush;
+  *env.err << bytes("stderr") << std::flush;
+  if (r->value("timedOut", false))
+    return Say(env, "the command timed out after " + std::to_string(timeout.count() / 1000) + "s", 124);
+  if (r->contains("exitCode") && (*r)["exitCode"].is_number_integer()) {
+    int code = (*r)["exitCode"].get<int>();
+    return code >= 0 && code <= 255 ? code : kExitFailed;
+  }
+  if (r->contains("signal") && (*r)["signal"].is_number_integer())
+    return 128 + ((*r)["signal"].get<int>() & 127);
+  return Say(env, "the node's answer has no exit code: " + r->dump(), kExecFailed);
+}
+
+}  // namespace kubicle::plugin

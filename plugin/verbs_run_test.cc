@@ -1,0 +1,105 @@
+// kubectl kubicle run against an in-memory apiserver (a SandboxTemplate as
+// the operator and a node agent leave it, its run-token Secret) and a real
+// node API listener over FakeSandboxService.
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "common/sha256.h"
+#include "kube/fake_kube_client.h"
+#include "kube/resource.h"
+#include "noderuntime/api/api_server.h"
+#include "noderuntime/api/codec.h"
+#include "noderuntime/api/fake_sandbox_service.h"
+#include "plugin/verbs.h"
+
+namespace kubicle::plugin {
+namespace {
+
+using kube::Json;
+
+class RunVerbTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    noderuntime::api::ApiServerOptions opts;
+    opts.admin_token = "admin";
+    server_ = std::make_unique<noderuntime::api::ApiServer>(&node_, &registry_, opts);
+    Status st = Status::Unavailable("no attempt");
+    for (int i = 0; i < 5 && !st.ok(); ++i) {
+      auto port = noderuntime::api::PickFreePort();
+      ASSERT_TRUE(port.ok());
+      endpoint_ = "127.0.0.1:" + std::to_string(*port);
+      st = server_->Start("127.0.0.1", *port);
+    }
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    ASSERT_TRUE(node_.PutTemplate({.name = "py-node", .kernel = "/guest", .mem_mib = 64}).ok());
+    ASSERT_TRUE(node_.SetRunToken("py-node", Sha256Hex("run-tok")).ok());
+    env_.kube = &kube_;
+    env_.ns = "ns";
+    env_.in = &in_;
+    env_.out = &out_;
+    env_.err = &err_;
+  }
+  void TearDown() override { server_->Stop(); }
+
+  void Publish(bool ready = true, const std::string& token = "run-tok") {
+    ASSERT_TRUE(kube_.Create(kube::SandboxTemplateResource(), "ns",
+                             {{"metadata", {{"name", "py"}}}, {"spec", Json::object()}}).ok());
+    const auto* t = reinterpret_cast<const uint8_t*>(token.data());
+    ASSERT_TRUE(kube_.Create(kube::SecretResource(), "ns",
+                             {{"metadata", {{"name", "py-run"}}},
+                              {"data", {{"token", noderuntime::api::Base64Encode({t, token.size()})}}}}).ok());
+    Json status{{"runTokenSecretName", "py-run"}, {"runTokenSha256", Sha256Hex(token)},
+                {"nodes", {{{"nodeName", "n1"}, {"phase", ready ? "Ready" : "Failed"},
+                            {"observedGeneration", 1}, {"endpoint", endpoint_}, {"nodeTemplate", "py-node"}}}}};
+    ASSERT_TRUE(kube_.Patch(kube::SandboxTemplateResource(), "ns", "py", kube::PatchType::kMerge,
+                            {{"status", status}}, "status").ok());
+  }
+  int Run(const std::vector<std::string>& args) {
+    out_.str("");
+    err_.str("");
+    auto inv = ParseArgs(args);
+    EXPECT_TRUE(inv.ok()) << inv.status().ToString();
+    return inv.ok() ? RunVerb(*inv, env_) : -1;
+  }
+
+  noderuntime::api::FakeSandboxService node_;
+  metrics::Registry registry_;
+  std::unique_ptr<noderuntime::api::ApiServer> server_;
+  std::string endpoint_;
+  kube::FakeKubeClient kube_;
+  std::istringstream in_;
+  std::ostringstream out_, err_;
+  Env env_;
+};
+
+TEST_F(RunVerbTest, RunPrintsTheOutputAndExitsWithTheCommandsCode) {
+  Publish();
+  EXPECT_EQ(Run({"run", "py", "--", "echo", "hello", "run"}), 0) << err_.str();
+  EXPECT_EQ(out_.str(), "hello run\n");
+  EXPECT_EQ(Run({"run", "py", "--", "fail", "7"}), 7);
+  EXPECT_EQ(Run({"run", "py", "--", "no-such-command"}), 127);
+  EXPECT_EQ(node_.runs(), 3);
+}
+
+TEST_F(RunVerbTest, RefusalsAndFailures) {
+  EXPECT_EQ(Run({"run", "py", "echo"}), kExitUsage);
+  EXPECT_EQ(Run({"run", "--", "echo"}), kExitUsage);
+  EXPECT_EQ(Run({"run", "py", "-e", "novalue", "--", "echo"}), kExitUsage);
+  EXPECT_EQ(Run({"run", "py", "--", "echo"}), kExecFailed);
+  EXPECT_NE(err_.str().find("\"py\" not found in namespace ns"), std::string::npos) << err_.str();
+  Publish(/*ready=*/false);
+  EXPECT_EQ(Run({"run", "py", "--", "echo"}), kExecFailed);
+  EXPECT_NE(err_.str().find("not Ready on any node"), std::string::npos) << err_.str();
+  EXPECT_EQ(node_.runs(), 0);
+}
+
+TEST_F(RunVerbTest, AWrongRunTokenIsRefusedByTheNode) {
+  Publish(true, "stale-token");
+  EXPECT_EQ(Run({"run", "py", "--", "echo"}), kExecFailed);
+  EXPECT_NE(err_.str().find("401"), std::string::npos) << err_.str();
+  EXPECT_EQ(node_.runs(), 0);
+}
+
+}  // namespace
+}  // namespace kubicle::plugin
