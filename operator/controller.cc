@@ -20,8 +20,7 @@ Controller::Controller(kube::KubeClient* client, const kube::Clock* clock,
       forks_(client, kube::SandboxForkResource()),
       templates_(client, kube::SandboxTemplateResource()),
       leases_(client, kube::LeaseResource(), options_.config.node_lease_namespace,
-              std::string(kLabelNode)),
-      run_token_secrets_(client, kube::SecretResource(), "", std::string(kLabelRunToken)) {
+              std::string(kLabelNode)) {
   Context ctx{client_, this, clock_, &scheduler_, &events_, options_.config, &lease_absence_};
   reconcilers_["Sandbox"] = std::make_unique<SandboxReconciler>(ctx);
   reconcilers_["SandboxFork"] = std::make_unique<ForkReconciler>(ctx);
@@ -68,7 +67,6 @@ kube::Informer* Controller::InformerFor(const kube::Resource& r) {
   if (r.plural == "sandboxforks") return &forks_;
   if (r.plural == "sandboxtemplates") return &templates_;
   if (r.plural == "leases") return &leases_;
-  if (r.plural == "secrets") return &run_token_secrets_;  // run-token Secrets only
   return nullptr;
 }
 
@@ -114,10 +112,6 @@ void Controller::WireHandlers() {
     queue_.Add("SandboxTemplate:" + kube::KeyOf(t));
     EnqueuePendingSandboxes(Namespace(t), Name(t));
   });
-  run_token_secrets_.AddHandler([this](WatchEventType, const Json& secret) {
-    if (std::string t = RunTokenOwner(secret); !t.empty())
-      queue_.Add("SandboxTemplate:" + kube::ObjectKey(Namespace(secret), t));
-  });
   leases_.AddHandler([this](WatchEventType, const Json& lease) {
     if (auto node = ParseNodeLease(lease, clock_->Now())) queue_.Add("Node:" + node->name);
     for (const Json& t : templates_.List()) queue_.Add("SandboxTemplate:" + kube::KeyOf(t));
@@ -129,8 +123,8 @@ void Controller::WireHandlers() {
 }
 
 Status Controller::Start(std::chrono::milliseconds sync_timeout) {
-  for (kube::Informer* i : {&leases_, &templates_, &sandboxes_, &forks_, &run_token_secrets_}) i->Start();
-  for (kube::Informer* i : {&leases_, &templates_, &sandboxes_, &forks_, &run_token_secrets_}) {
+  for (kube::Informer* i : {&leases_, &templates_, &sandboxes_, &forks_}) i->Start();
+  for (kube::Informer* i : {&leases_, &templates_, &sandboxes_, &forks_}) {
     if (!i->WaitForSync(sync_timeout)) return Status::DeadlineExceeded("informer cache sync");
   }
   started_ = true;
@@ -143,7 +137,7 @@ void Controller::Stop() {
   queue_.ShutDown();
   for (auto& t : workers_) t.join();
   workers_.clear();
-  for (kube::Informer* i : {&sandboxes_, &forks_, &templates_, &leases_, &run_token_secrets_}) i->Stop();
+  for (kube::Informer* i : {&sandboxes_, &forks_, &templates_, &leases_}) i->Stop();
 }
 
 void Controller::Worker() {

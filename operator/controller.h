@@ -73,9 +73,6 @@ class Controller : private ObjectLister {
   kube::EventRecorder events_;
   kube::WorkQueue queue_;
   kube::Informer sandboxes_, forks_, templates_, leases_;
-  // Templates' run-token Secrets only (label kubicle.dev/run-token): a
-  // deleted one requeues its template, which makes a new one.
-  kube::Informer run_token_secrets_;
   std::map<std::string, std::unique_ptr<Reconciler>> reconcilers_;  // by kind
   metrics::Family<metrics::Histogram>* latency_;
   metrics::Family<metrics::Counter>* results_;

@@ -89,6 +89,7 @@ TEST(ControllerTest, ADeletedRunTokenSecretIsMadeAgain) {
   ASSERT_TRUE(Eventually([&] { return !hash().empty(); }));
   const std::string first = hash();
   ASSERT_TRUE(w.client.Delete(kube::SecretResource(), kNs, "py-run").ok());
+  w.Heartbeat("node-a", 30, /*duration_s=*/10);  // any node's heartbeat requeues every template
   ASSERT_TRUE(Eventually([&] { return !hash().empty() && hash() != first; })) << hash();
   EXPECT_TRUE(w.client.Get(kube::SecretResource(), kNs, "py-run").ok());
   c.Stop();

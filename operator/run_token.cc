@@ -55,8 +55,12 @@ Json NewRunTokenSecret(const SandboxTemplateView& tmpl, const std::string& name,
 
 Result<RunTokenFacts> EnsureRunToken(Context& ctx, const SandboxTemplateView& tmpl) {
   const std::string name = RunTokenSecretName(tmpl.meta.name);
-  if (auto cached = ctx.lister->Get(kube::SecretResource(), kube::ObjectKey(tmpl.meta.ns, name)))
-    return CheckRunTokenSecret(*cached, tmpl);
+  // Read by name, never listed or watched: the operator's RBAC on Secrets
+  // stays get and create (a deleted Secret is made again at the template's
+  // next pass; node heartbeats requeue every template).
+  auto existing = ctx.client->Get(kube::SecretResource(), tmpl.meta.ns, name);
+  if (existing.ok()) return CheckRunTokenSecret(*existing, tmpl);
+  if (!kube::IsNotFound(existing.status())) return existing.status();
   ASSIGN_OR_RETURN(std::string token, NewToken());
   auto created = ctx.client->Create(kube::SecretResource(), tmpl.meta.ns, NewRunTokenSecret(tmpl, name, token));
   if (created.ok()) {

@@ -10,9 +10,10 @@
 //  - The token is always read back from the Secret, never re-minted while
 //    the Secret stands: a pass that failed after the create publishes the
 //    same hash next time.
-//  - A deleted Secret is made again with a new token (the controller
-//    watches Secrets labelled kLabelRunToken and requeues the template),
-//    which revokes the old one once the nodes see the new hash.
+//  - A deleted Secret is made again with a new token at the template's
+//    next pass (node heartbeats requeue every template), which revokes the
+//    old one once the nodes see the new hash. Secrets are read by name,
+//    never listed or watched: the operator's RBAC on them is get and create.
 //  - A Secret of that name the template does not control is never changed:
 //    status carries no hash and the RunToken condition says why.
 #pragma once
