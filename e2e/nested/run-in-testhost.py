@@ -216,6 +216,12 @@ def run_once(testhost, args, attempt):
     if outcome == "exited" and os.path.exists(status_file):
         with open(status_file) as f:
             status = int(f.read().strip() or 125)
+    elif outcome == "exited" and "host_fault" in state:
+        # panic=-1 and -no-reboot: a test host kernel that faults exits QEMU
+        # before the watcher sees the fault; as retryable as a wedge.
+        log(f"the test host kernel failed ({state['host_fault']}) and stopped: QEMU's "
+            "emulated nested SVM, see docs/testing.md")
+        outcome = "wedged"
     elif outcome == "exited":
         log(f"the test host stopped without a command status (QEMU exit {proc.returncode})")
     log(f"command status {status} after {elapsed:.1f} s "
