@@ -1,0 +1,84 @@
+#include "bench/node/bench_node.h"
+
+#include <signal.h>
+#include <stdlib.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+namespace kubicle::bench {
+namespace {
+std::string& ProgramName() {
+  static std::string name = "kubicle-bench";
+  return name;
+}
+}  // namespace
+
+using namespace std::chrono_literals;
+
+void SetProgramName(std::string name) { ProgramName() = std::move(name); }
+
+void Die(const std::string& what, const Status& st) {
+  std::fprintf(stderr, "%s: %s: %s\n", ProgramName().c_str(), what.c_str(), st.ToString().c_str());
+  std::exit(1);
+}
+
+std::unique_ptr<BenchNode> BenchNode::Start(const BenchNodeOptions& options) {
+  std::unique_ptr<BenchNode> n(new BenchNode);
+  std::string tmpl = "/tmp/" + ProgramName() + "-XXXXXX";
+  if (!::mkdtemp(tmpl.data())) Die("mkdtemp", Status::FromErrno("mkdtemp"));
+  n->dir_ = tmpl;
+  std::vector<std::string> args = {
+      "--state-dir", n->dir_ + "/state", "--vmm", KUBICLE_VMM_BIN, "--listen", "127.0.0.1:0",
+      "--capacity-mem", "1T", "--capacity-vcpus", "100000", "--pool-size",
+      std::to_string(options.pool_size), "--no-cgroups", "--stop-vms-on-exit"};
+  if (options.tls) args.push_back("--tls=on");
+  args.insert(args.end(), options.extra_args.begin(), options.extra_args.end());
+  const std::string log = n->dir_ + "/daemon.log";
+  auto d = noderuntime::daemon::DaemonProcess::Start(KUBICLE_NODE_BIN, args, log, 30s);
+  if (!d.ok()) Die("starting kubicle-node (log in " + log + ")", d.status());
+  n->daemon_ = std::move(*d);
+  std::ifstream tf(n->dir_ + "/state/admin-token");
+  tf >> n->token_;
+  if (options.tls) n->ca_file_ = n->dir_ + "/state/tls/ca.crt";
+  return n;
+}
+
+BenchNode::~BenchNode() {
+  Stop();
+  std::error_code ec;
+  std::filesystem::remove_all(dir_, ec);
+}
+
+std::unique_ptr<noderuntime::cli::NodeClient> BenchNode::NewClient(const std::string& token) const {
+  auto c = noderuntime::cli::NodeClient::Create(url(), token.empty() ? token_ : token, ca_file_);
+  if (!c.ok()) Die("client", c.status());
+  return std::move(*c);
+}
+
+void BenchNode::BakeTestGuest(const std::string& name, uint64_t mem_mib) const {
+  auto c = NewClient();
+  auto put = c->Call("PUT", "/v1/templates/" + name,
+                     {{"kernel", KUBICLE_TESTGUEST_ELF}, {"memMib", mem_mib}});
+  if (!put.ok()) Die("template put", put.status());
+  for (int i = 0; i < 1200; ++i) {
+    auto t = c->Call("GET", "/v1/templates/" + name);
+    if (!t.ok()) Die("template get", t.status());
+    if ((*t)["state"] == "Ready") return;
+    if ((*t)["state"] == "Failed") Die("bake", Status::Internal((*t)["message"]));
+    std::this_thread::sleep_for(50ms);
+  }
+  Die("bake", Status::DeadlineExceeded("template " + name + " not ready in 60 s"));
+}
+
+void BenchNode::Stop() {
+  if (stopped_ || !daemon_) return;
+  stopped_ = true;
+  daemon_->Signal(SIGTERM);
+  auto rc = daemon_->Wait(30s);
+  std::printf("kubicle-node stopped: %s\n", rc == std::optional<int>(0) ? "exit 0" : "not cleanly");
+}
+
+}  // namespace kubicle::bench
