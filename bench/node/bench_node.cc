@@ -58,7 +58,20 @@ std::unique_ptr<noderuntime::cli::NodeClient> BenchNode::NewClient(const std::st
   return std::move(*c);
 }
 
-void BenchNode::BakeTestGuest(const std::string& name, uint64_t mem_mib) const {
+noderuntime::cli::json CreateSandbox(noderuntime::cli::NodeClient& c, const std::string& run) {
+  auto r = c.Call("POST", "/v1/sandboxes", {{"template", "tg"}, {"labels", {{"kubicle.dev/run", run}}}});
+  if (!r.ok()) Die("create", r.status());
+  return *r;
+}
+
+void SweepRun(noderuntime::cli::NodeClient& c, const std::string& run) {
+  auto r = c.Call("DELETE", "/v1/sandboxes?labelSelector=kubicle.dev%2Frun%3D" + run);
+  if (!r.ok()) Die("sweep " + run, r.status());
+}
+
+int BenchNode::port() const { return std::stoi(url().substr(url().rfind(':') + 1)); }
+
+double BenchNode::BakeTestGuest(const std::string& name, uint64_t mem_mib) const {
   auto c = NewClient();
   auto put = c->Call("PUT", "/v1/templates/" + name,
                      {{"kernel", KUBICLE_TESTGUEST_ELF}, {"memMib", mem_mib}});
@@ -66,7 +79,7 @@ void BenchNode::BakeTestGuest(const std::string& name, uint64_t mem_mib) const {
   for (int i = 0; i < 1200; ++i) {
     auto t = c->Call("GET", "/v1/templates/" + name);
     if (!t.ok()) Die("template get", t.status());
-    if ((*t)["state"] == "Ready") return;
+    if ((*t)["state"] == "Ready") return (*t)["bakeSeconds"].get<double>();
     if ((*t)["state"] == "Failed") Die("bake", Status::Internal((*t)["message"]));
     std::this_thread::sleep_for(50ms);
   }

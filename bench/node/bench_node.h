@@ -19,6 +19,11 @@ namespace kubicle::bench {
 // The name Die prints (the benchmark's binary name); set once in main.
 void SetProgramName(std::string name);
 
+// POST a sandbox of template "tg" labelled kubicle.dev/run=`run`; its answer.
+noderuntime::cli::json CreateSandbox(noderuntime::cli::NodeClient& c, const std::string& run);
+// DELETE every sandbox labelled kubicle.dev/run=`run`.
+void SweepRun(noderuntime::cli::NodeClient& c, const std::string& run);
+
 struct BenchNodeOptions {
   int pool_size = 4;                   // warm pool VMs per shape
   bool tls = false;
@@ -34,14 +39,17 @@ class BenchNode {
 
   // A client with `token` (the admin token when empty).
   std::unique_ptr<noderuntime::cli::NodeClient> NewClient(const std::string& token = "") const;
-  // PUT a test-guest template and wait until this node reports it Ready.
-  void BakeTestGuest(const std::string& name, uint64_t mem_mib) const;
+  // PUT a test-guest template and wait until this node reports it Ready;
+  // returns the bake's seconds as the node reports them.
+  double BakeTestGuest(const std::string& name, uint64_t mem_mib) const;
   // SIGTERM and wait; prints whether it exited cleanly. Idempotent.
   void Stop();
 
   const std::string& url() const { return daemon_->url(); }
   const std::string& dir() const { return dir_; }
   const std::string& admin_token() const { return token_; }
+  int port() const;
+  int pid() const { return daemon_->pid(); }
 
  private:
   BenchNode() = default;

@@ -28,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/node/bench_node.h"
 #include "bench/stats.h"
 #include "common/flag_args.h"
 #include "common/unique_fd.h"
@@ -35,14 +36,12 @@
 #include "noderuntime/api/fake_sandbox_service.h"
 #include "noderuntime/api/serving_cert.h"
 #include "noderuntime/cli/node_client.h"
-#include "noderuntime/daemon/daemon_process.h"
 
 namespace kubicle::bench {
 namespace {
 
 using noderuntime::cli::json;
 using noderuntime::cli::NodeClient;
-using noderuntime::daemon::DaemonProcess;
 namespace api = noderuntime::api;
 using namespace std::chrono_literals;
 
@@ -53,74 +52,22 @@ struct Options {
   int host_stream_mib = 256;
 };
 
-[[noreturn]] void Die(const std::string& what, const Status& st) {
-  std::fprintf(stderr, "kubicle-bench-dataplane: %s: %s\n", what.c_str(), st.ToString().c_str());
-  std::exit(1);
-}
-
+// One of the two daemons compared: its label and an admin client.
 struct Node {
   std::string name;  // "plain" or "tls"
-  std::string dir;
-  std::unique_ptr<DaemonProcess> daemon;
-  std::string token;
-  std::string ca_file;  // empty for plain
-  int port = 0;
+  std::unique_ptr<BenchNode> node;
   std::unique_ptr<NodeClient> client;
-
-  std::unique_ptr<NodeClient> NewClient(const std::string& tok) const {
-    auto c = NodeClient::Create(daemon->url(), tok, ca_file);
-    if (!c.ok()) Die("client", c.status());
-    return std::move(*c);
-  }
 };
 
 Node StartNode(const std::string& name, bool tls) {
-  Node n;
-  n.name = name;
-  char tmpl[] = "/tmp/kubicle-bench-dp-XXXXXX";
-  if (!::mkdtemp(tmpl)) Die("mkdtemp", Status::FromErrno("mkdtemp"));
-  n.dir = tmpl;
-  std::vector<std::string> args = {"--state-dir", n.dir + "/state", "--vmm", KUBICLE_VMM_BIN,
-                                   "--listen", "127.0.0.1:0", "--capacity-mem", "1T",
-                                   "--capacity-vcpus", "100000", "--pool-size", "4",
-                                   "--no-cgroups", "--stop-vms-on-exit"};
-  if (tls) args.push_back("--tls=on");
-  auto d = DaemonProcess::Start(KUBICLE_NODE_BIN, args, n.dir + "/daemon.log", 30s);
-  if (!d.ok()) Die("starting kubicle-node (log in " + n.dir + "/daemon.log)", d.status());
-  n.daemon = std::move(*d);
-  std::ifstream tf(n.dir + "/state/admin-token");
-  tf >> n.token;
-  if (tls) n.ca_file = n.dir + "/state/tls/ca.crt";
-  n.port = std::stoi(n.daemon->url().substr(n.daemon->url().rfind(':') + 1));
-  n.client = n.NewClient(n.token);
-  auto put = n.client->Call("PUT", "/v1/templates/tg", {{"kernel", KUBICLE_TESTGUEST_ELF}, {"memMib", 64}});
-  if (!put.ok()) Die("template put", put.status());
-  for (int i = 0; i < 1200; ++i) {
-    auto t = n.client->Call("GET", "/v1/templates/tg");
-    if (!t.ok()) Die("template get", t.status());
-    if ((*t)["state"] == "Ready") return n;
-    if ((*t)["state"] == "Failed") Die("bake", Status::Internal((*t)["message"]));
-    std::this_thread::sleep_for(50ms);
-  }
-  Die("bake", Status::DeadlineExceeded("not ready in 60 s"));
+  Node n{name, BenchNode::Start({.pool_size = 4, .tls = tls}), nullptr};
+  n.client = n.node->NewClient();
+  n.node->BakeTestGuest("tg", 64);
+  return n;
 }
 
-void StopNode(Node& n) {
-  n.daemon->Signal(SIGTERM);
-  (void)n.daemon->Wait(30s);
-  std::filesystem::remove_all(n.dir);
-}
-
-json Create(NodeClient& c, const std::string& run) {
-  auto r = c.Call("POST", "/v1/sandboxes", {{"template", "tg"}, {"labels", {{"kubicle.dev/run", run}}}});
-  if (!r.ok()) Die("create", r.status());
-  return *r;
-}
-
-void Sweep(NodeClient& c, const std::string& run) {
-  auto r = c.Call("DELETE", "/v1/sandboxes?labelSelector=kubicle.dev%2Frun%3D" + run);
-  if (!r.ok()) Die("sweep " + run, r.status());
-}
+json Create(NodeClient& c, const std::string& run) { return CreateSandbox(c, run); }
+void Sweep(NodeClient& c, const std::string& run) { SweepRun(c, run); }
 
 uint64_t RssKib(int pid) {
   std::ifstream f("/proc/" + std::to_string(pid) + "/status");
@@ -144,7 +91,7 @@ void CreateAndExec(Node& n, const Options& o) {
   json s = Create(*n.client, "exec");
   const std::string id = s["id"], tok = s["token"];
   const std::string path = "/v1/sandboxes/" + id + "/exec";
-  auto own = n.NewClient(tok);
+  auto own = n.node->NewClient(tok);
   for (int i = 0; i < o.samples * 2; ++i) {
     auto t0 = Clock::now();
     auto r = own->Call("POST", path, {{"argv", {"echo", "x"}}});
@@ -153,7 +100,7 @@ void CreateAndExec(Node& n, const Options& o) {
   }
   for (int i = 0; i < o.samples; ++i) {
     auto t0 = Clock::now();
-    auto fresh = n.NewClient(tok);  // a new connection: TCP (and TLS) handshake included
+    auto fresh = n.node->NewClient(tok);  // a new connection: TCP (and TLS) handshake included
     auto r = fresh->Call("POST", path, {{"argv", {"echo", "x"}}});
     exec_new.push_back(MillisSince(t0));
     if (!r.ok()) Die("exec (new connection)", r.status());
@@ -184,7 +131,7 @@ void GuestStreams(Node& n, const Options& o) {
     std::vector<std::thread> threads;
     for (const std::string& id : ids) {
       threads.emplace_back([&, id] {
-        auto c = n.NewClient(n.token);
+        auto c = n.node->NewClient();
         for (int e = 0; e < execs_each; ++e) {
           size_t got = 0;
           auto exit = c->ExecStream(id, {{"argv", {"cat", "/f"}}},
@@ -273,12 +220,12 @@ UniqueFd Connect(int port) {
 // Opens `count` connections that each send `first` and stall, then measures
 // the daemon's RSS and /healthz and admin latency while they stall.
 void Stalled(Node& n, const Options& o, const std::string& what, const std::string& first) {
-  const uint64_t before = RssKib(n.daemon->pid());
+  const uint64_t before = RssKib(n.node->pid());
   std::vector<UniqueFd> conns;
   int refused = 0;
   auto t0 = Clock::now();
   for (int i = 0; i < o.stalled; ++i) {
-    UniqueFd fd = Connect(n.port);
+    UniqueFd fd = Connect(n.node->port());
     if (!fd) {
       ++refused;
       continue;
@@ -289,7 +236,7 @@ void Stalled(Node& n, const Options& o, const std::string& what, const std::stri
   const double open_ms = MillisSince(t0);
   std::this_thread::sleep_for(300ms);
   std::vector<double> health, admin;
-  auto probe = n.NewClient(n.token);
+  auto probe = n.node->NewClient();
   for (int i = 0; i < 20; ++i) {
     auto h0 = Clock::now();
     auto h = probe->Call("GET", "/healthz");
@@ -299,7 +246,7 @@ void Stalled(Node& n, const Options& o, const std::string& what, const std::stri
     admin.push_back(MillisSince(a0));
     if (!h.ok() || !l.ok()) Die("probe under stall", h.ok() ? l.status() : h.status());
   }
-  const uint64_t during = RssKib(n.daemon->pid());
+  const uint64_t during = RssKib(n.node->pid());
   std::printf("%-44s RSS %+.1f MiB (%.1f -> %.1f MiB); /healthz p50 %.2f ms, admin list p50 %.2f ms"
               " (%zu open in %.0f ms)\n",
               ("[" + n.name + "] " + std::to_string(o.stalled) + " stalled: " + what).c_str(),
@@ -310,6 +257,7 @@ void Stalled(Node& n, const Options& o, const std::string& what, const std::stri
 }
 
 int Main(int argc, char** argv) {
+  SetProgramName("kubicle-bench-dataplane");
   Options o;
   const std::vector<std::string> args = SplitFlagValues(std::vector<std::string>(argv + 1, argv + argc));
   for (size_t i = 0; i < args.size(); i += 2) {
@@ -333,7 +281,7 @@ int Main(int argc, char** argv) {
   Node plain = StartNode("plain", false);
   Node tls = StartNode("tls", true);
   std::printf("kubicle-node plain %s, tls %s (own CA), test guest 64 MiB, no cgroups, pool 4\n",
-              plain.daemon->url().c_str(), tls.daemon->url().c_str());
+              plain.node->url().c_str(), tls.node->url().c_str());
   for (Node* n : {&plain, &tls}) CreateAndExec(*n, o);
   for (Node* n : {&plain, &tls}) GuestStreams(*n, o);
   HostStream(false, o);
@@ -347,8 +295,8 @@ int Main(int argc, char** argv) {
               "\r\nContent-Length: 100\r\n\r\n{");
   Stalled(tls, o, "TLS handshakes", std::string("\x16\x03\x01", 3));
   Sweep(*plain.client, "stall");
-  StopNode(plain);
-  StopNode(tls);
+  plain.node->Stop();
+  tls.node->Stop();
   return 0;
 }
 

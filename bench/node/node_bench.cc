@@ -6,22 +6,20 @@
 // idle sandboxes 24 GiB would hold. Prints figures; never asserts on timing.
 //
 //   kubicle-bench-node [--samples N] [--hold N] [--cycle-seconds S] [--workers N]
-#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "bench/node/bench_node.h"
 #include "bench/stats.h"
 #include "common/flag_args.h"
 #include "noderuntime/cli/node_client.h"
-#include "noderuntime/daemon/daemon_process.h"
 
 namespace kubicle::bench {
 namespace {
@@ -37,43 +35,11 @@ struct Options {
   int workers = 4;
 };
 
-[[noreturn]] void Die(const std::string& what, const Status& st) {
-  std::fprintf(stderr, "kubicle-bench-node: %s: %s\n", what.c_str(), st.ToString().c_str());
-  std::exit(1);
-}
-
-json Create(NodeClient& c, const std::string& run) {
-  auto r = c.Call("POST", "/v1/sandboxes", {{"template", "tg"}, {"labels", {{"kubicle.dev/run", run}}}});
-  if (!r.ok()) Die("create", r.status());
-  return *r;
-}
-
-void Sweep(NodeClient& c, const std::string& run) {
-  auto r = c.Call("DELETE", "/v1/sandboxes?labelSelector=kubicle.dev%2Frun%3D" + run);
-  if (!r.ok()) Die("sweep " + run, r.status());
-}
-
-void Bake(NodeClient& c) {
-  auto put = c.Call("PUT", "/v1/templates/tg", {{"kernel", KUBICLE_TESTGUEST_ELF}, {"memMib", 64}});
-  if (!put.ok()) Die("template put", put.status());
-  for (int i = 0; i < 1200; ++i) {
-    auto t = c.Call("GET", "/v1/templates/tg");
-    if (!t.ok()) Die("template get", t.status());
-    if ((*t)["state"] == "Ready") {
-      std::printf("template tg (test guest, 64 MiB): baked in %.2f s\n", (*t)["bakeSeconds"].get<double>());
-      return;
-    }
-    if ((*t)["state"] == "Failed") Die("bake", Status::Internal((*t)["message"]));
-    std::this_thread::sleep_for(50ms);
-  }
-  Die("bake", Status::DeadlineExceeded("not ready in 60 s"));
-}
-
 void CreateLatency(NodeClient& c, const Options& o) {
   std::vector<double> api, ready;
   for (int i = 0; i < o.samples; ++i) {
     auto t0 = Clock::now();
-    json s = Create(c, "lat");
+    json s = CreateSandbox(c, "lat");
     api.push_back(MillisSince(t0));
     ready.push_back(s["readyMs"].get<double>());
     auto d = c.Call("DELETE", "/v1/sandboxes/" + s["id"].get<std::string>());
@@ -89,16 +55,16 @@ void FanOut(NodeClient& c) {
     const std::string run = "fan" + std::to_string(round);
     auto t0 = Clock::now();
     std::vector<std::thread> threads;
-    for (int i = 0; i < 20; ++i) threads.emplace_back([&] { Create(c, run); });
+    for (int i = 0; i < 20; ++i) threads.emplace_back([&] { CreateSandbox(c, run); });
     for (auto& t : threads) t.join();
     walls.push_back(MillisSince(t0));
-    Sweep(c, run);
+    SweepRun(c, run);
   }
   PrintPercentiles("20-way fan-out wall time (20 parallel creates)", walls, "ms");
 }
 
 void ExecRoundTrip(NodeClient& c, const Options& o) {
-  json s = Create(c, "exec");
+  json s = CreateSandbox(c, "exec");
   const std::string path = "/v1/sandboxes/" + s["id"].get<std::string>() + "/exec";
   std::vector<double> ms;
   for (int i = 0; i < o.samples * 2; ++i) {
@@ -108,7 +74,7 @@ void ExecRoundTrip(NodeClient& c, const Options& o) {
     if (!r.ok() || (*r)["stdout"] != "x\n") Die("exec", r.ok() ? Status::Internal(r->dump()) : r.status());
   }
   PrintPercentiles("exec round trip through the API (echo x)", ms, "ms");
-  Sweep(c, "exec");
+  SweepRun(c, "exec");
 }
 
 void Cycles(NodeClient& c, const Options& o) {
@@ -119,7 +85,7 @@ void Cycles(NodeClient& c, const Options& o) {
   for (int w = 0; w < o.workers; ++w) {
     workers.emplace_back([&] {
       while (!stop) {
-        json s = Create(c, "cycle");
+        json s = CreateSandbox(c, "cycle");
         const std::string id = s["id"];
         auto r = c.Call("POST", "/v1/sandboxes/" + id + "/exec", {{"argv", {"echo", "x"}}});
         if (!r.ok()) Die("cycle exec", r.status());
@@ -172,7 +138,7 @@ void IdleMemory(NodeClient& c, const Options& o) {
   auto t0 = Clock::now();
   for (int w = 0; w < 8; ++w) {
     threads.emplace_back([&] {
-      while (next.fetch_add(1) < o.hold) Create(c, "hold");
+      while (next.fetch_add(1) < o.hold) CreateSandbox(c, "hold");
     });
   }
   for (auto& t : threads) t.join();
@@ -201,10 +167,11 @@ void IdleMemory(NodeClient& c, const Options& o) {
   std::printf("%-44s %.0f by PSS, %.0f by MemAvailable drop (EXTRAPOLATED from %zu held)\n",
               "idle sandboxes in 24 GiB", 24 * 1024 / pss_mib,
               avail_mib > 0 ? 24 * 1024 / avail_mib : 0.0, n);
-  Sweep(c, "hold");
+  SweepRun(c, "hold");
 }
 
 int Main(int argc, char** argv) {
+  SetProgramName("kubicle-bench-node");
   Options o;
   const std::vector<std::string> args = SplitFlagValues(argc, argv);  // --flag N or --flag=N
   for (size_t i = 0; i < args.size(); i += 2) {
@@ -219,32 +186,17 @@ int Main(int argc, char** argv) {
       return 2;
     }
   }
-  char tmpl[] = "/tmp/kubicle-bench-node-XXXXXX";
-  if (!::mkdtemp(tmpl)) Die("mkdtemp", Status::FromErrno("mkdtemp"));
-  const std::string dir = tmpl;
-  auto d = noderuntime::daemon::DaemonProcess::Start(
-      KUBICLE_NODE_BIN,
-      {"--state-dir", dir + "/state", "--vmm", KUBICLE_VMM_BIN, "--listen", "127.0.0.1:0",
-       "--capacity-mem", "1T", "--capacity-vcpus", "100000", "--pool-size", "4", "--no-cgroups"},
-      dir + "/daemon.log", 30s);
-  if (!d.ok()) Die("starting kubicle-node (log in " + dir + "/daemon.log)", d.status());
-  std::ifstream tf(dir + "/state/admin-token");
-  std::string token;
-  tf >> token;
-  auto c = NodeClient::Create((*d)->url(), token);
-  if (!c.ok()) Die("client", c.status());
-  std::printf("kubicle-node %s, state %s, no cgroups, warm pool 4 per shape\n",
-              (*d)->url().c_str(), dir.c_str());
-  Bake(**c);
-  CreateLatency(**c, o);
-  FanOut(**c);
-  ExecRoundTrip(**c, o);
-  Cycles(**c, o);
-  IdleMemory(**c, o);
-  (*d)->Signal(SIGTERM);
-  auto rc = (*d)->Wait(30s);
-  std::printf("kubicle-node stopped: %s\n", rc == std::optional<int>(0) ? "exit 0" : "not cleanly");
-  std::filesystem::remove_all(dir);
+  auto node = BenchNode::Start({.pool_size = 4});
+  auto c = node->NewClient();
+  std::printf("kubicle-node %s, state %s, no cgroups, warm pool 4 per shape\n", node->url().c_str(),
+              node->dir().c_str());
+  std::printf("template tg (test guest, 64 MiB): baked in %.2f s\n", node->BakeTestGuest("tg", 64));
+  CreateLatency(*c, o);
+  FanOut(*c);
+  ExecRoundTrip(*c, o);
+  Cycles(*c, o);
+  IdleMemory(*c, o);
+  node->Stop();
   return 0;
 }
 
