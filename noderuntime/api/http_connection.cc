@@ -1,35 +1,31 @@
 // One HTTP/1.1 connection of HttpServer (http_server.h states the
-// guarantees). Every member without a lock is touched only on the
-// connection's strand; the answer state shared with handler threads is
-// under mu_.
+// guarantees): TLS handshake, request admission, bodies, answers and
+// streams, lingering after a refusal. The hand-off of an upgraded
+// connection is in http_upgrade.cc.
+#include "noderuntime/api/http_connection.h"
+
 #include <sys/socket.h>
 
 #include <cerrno>
-#include <condition_variable>
-#include <deque>
 #include <limits>
-#include <mutex>
-#include <string>
 #include <thread>
-#include <type_traits>
-
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
-#include <boost/beast/ssl.hpp>
 
 #include "common/log.h"
-#include "noderuntime/api/http_relay.h"
-#include "noderuntime/api/http_server_internal.h"
 
 namespace kubicle::noderuntime::api {
-namespace {
-
-namespace beast = boost::beast;
-namespace http = beast::http;
-using beast::error_code;
-using TlsStream = beast::ssl_stream<beast::tcp_stream>;
+namespace connection {
 
 bool IsTimeout(const error_code& ec) { return ec == beast::error::timeout; }
+
+Response PlainError(int code, const char* err, const std::string& message) {
+  Response r;
+  r.code = code;
+  r.body = std::string(R"({"error":{"code":")") + err + R"(","message":")" + message + "\"}}";
+  return r;
+}
+
+namespace {
+
 // A parse error of the peer's making (not EOF or a socket error).
 bool IsBadRequest(const error_code& ec) {
   return ec.category() == make_error_code(http::error::bad_method).category() &&
@@ -50,128 +46,6 @@ std::string RequestedUpgrade(const http::request<http::empty_body, Fields>& req)
   return "";
 }
 
-Response PlainError(int code, const char* err, const std::string& message) {
-  Response r;
-  r.code = code;
-  r.body = std::string(R"({"error":{"code":")") + err + R"(","message":")" + message + "\"}}";
-  return r;
-}
-
-template <class Stream>
-class Connection final : public ConnBase,
-                         public std::enable_shared_from_this<Connection<Stream>> {
- public:
-  Connection(std::shared_ptr<HttpServer::Core> core, Stream stream)
-      : core_(std::move(core)),
-        limits_(core_->limits),
-        stream_(std::move(stream)),
-        buffer_(limits_.max_header_bytes + 64 * 1024) {}
-  ~Connection() override { core_->Unregister(this); }
-
-  void Start() {
-    core_->Register(this, this->weak_from_this());
-    net::dispatch(stream_.get_executor(), [self = this->shared_from_this()] {
-      if constexpr (kTls) {
-        self->Handshake();
-      } else {
-        self->WaitRequest(/*first=*/true);
-      }
-    });
-  }
-
-  void PostClose(const char* reason) override {
-    closing_ = true;
-    BreakAnswer();
-    net::post(stream_.get_executor(),
-              [self = this->shared_from_this(), reason] { self->Close(reason); });
-  }
-  // Not yet given to a handler (waiting, or reading a body): nothing has
-  // reached the service, so it may go.
-  void PostCloseIfNotAnswering() override {
-    net::post(stream_.get_executor(), [self = this->shared_from_this()] {
-      if (!self->handed_off_) self->Close(nullptr);
-    });
-  }
-
-  // The Responder side, called from handler threads; `gen` is the request
-  // the handler was given, so a stale call never touches a later request.
-  void Send(uint64_t gen, Response r);
-  void StartStream(uint64_t gen, int code, const std::string& content_type);
-  bool Write(uint64_t gen, std::string data);
-  void EndStream(uint64_t gen);
-  void Abort(uint64_t gen) {
-    {
-      std::lock_guard l(mu_);
-      if (gen != gen_) return;
-    }
-    PostClose(nullptr);
-  }
-  void SwitchProtocols(uint64_t gen, Response r, UniqueFd upstream, std::shared_ptr<void> hold);
-  bool Replied(uint64_t gen) const {
-    std::lock_guard l(mu_);
-    return gen != gen_ || replied_;
-  }
-
- private:
-  static constexpr bool kTls = std::is_same_v<Stream, TlsStream>;
-  void Handshake();
-  void WaitRequest(bool first);
-  void ReadHeader();
-  void OnHeader(error_code ec);
-  void Admit(Admitted a, bool expect_continue);
-  void ReadBody();
-  void OnBody(error_code ec);
-  void Run(std::string body);
-  void Refuse(Response r, const char* reason);
-  void WriteResponse(Response r, bool refusal);
-  template <class Msg>
-  void WriteLoop(std::shared_ptr<Msg> msg,
-                 std::shared_ptr<http::serializer<false, typename Msg::body_type>> sr,
-                 bool refusal);
-  void WriteStreamHeader(int code, std::string content_type);
-  void WriteSwitch(Response r, std::shared_ptr<UniqueFd> upstream, std::shared_ptr<void> hold);
-  void StartRelay(UniqueFd upstream, std::shared_ptr<void> hold);
-  void Pump();
-  void Finish();
-  void Linger();
-  void LingerRead(size_t left);
-  void Close(const char* reason);
-  void BreakAnswer() {
-    std::lock_guard l(mu_);
-    broken_ = true;
-    cv_.notify_all();
-  }
-  auto& Lowest() { return beast::get_lowest_layer(stream_); }
-
-  std::shared_ptr<HttpServer::Core> core_;
-  const HttpLimits& limits_;
-  Stream stream_;
-  beast::flat_buffer buffer_;
-  std::optional<http::request_parser<http::empty_body>> head_;
-  std::optional<http::request_parser<http::string_body>> body_;
-  Admitted admitted_;
-  bool keep_alive_ = false;
-  bool handed_off_ = false;  // given to a handler, until its answer is written
-  bool closed_ = false;
-  std::optional<net::steady_timer> linger_timer_;
-  std::string upgrade_;                 // what the request asked to upgrade to
-  std::optional<tcp::socket> upstream_;  // the relay's other side, after a 101
-
-  // Shared with handler threads.
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  uint64_t gen_ = 0;
-  bool replied_ = false;
-  bool broken_ = false;
-  bool end_requested_ = false;
-  size_t queued_ = 0;
-  std::deque<std::string> out_;
-  // Strand-only stream state.
-  bool header_done_ = false;
-  bool writing_ = false;
-  bool last_sent_ = false;
-};
-
 // The Responder handed to a handler: one request of one connection.
 template <class Stream>
 class Reply final : public Responder {
@@ -191,6 +65,8 @@ class Reply final : public Responder {
   std::shared_ptr<Connection<Stream>> c_;
   uint64_t gen_;
 };
+
+}  // namespace
 
 // TLS: the handshake is held to the header deadline, like the header that
 // follows it (a client that opens a connection and stalls costs a
@@ -452,70 +328,6 @@ void Connection<Stream>::WriteStreamHeader(int code, std::string content_type) {
 }
 
 template <class Stream>
-void Connection<Stream>::SwitchProtocols(uint64_t gen, Response r, UniqueFd upstream,
-                                         std::shared_ptr<void> hold) {
-  {
-    std::lock_guard l(mu_);
-    if (broken_ || gen != gen_ || replied_) return;
-    replied_ = true;
-  }
-  auto fd = std::make_shared<UniqueFd>(std::move(upstream));
-  net::post(stream_.get_executor(), [self = this->shared_from_this(), r = std::move(r), fd,
-                                     hold = std::move(hold)]() mutable {
-    self->WriteSwitch(std::move(r), std::move(fd), std::move(hold));
-  });
-}
-
-template <class Stream>
-void Connection<Stream>::WriteSwitch(Response r, std::shared_ptr<UniqueFd> upstream,
-                                     std::shared_ptr<void> hold) {
-  if (closed_) return;
-  if (upgrade_.empty()) {
-    return WriteResponse(PlainError(500, "Internal", "an upgrade the request did not ask for"),
-                         /*refusal=*/true);
-  }
-  auto msg = std::make_shared<http::response<http::empty_body>>();
-  msg->version(11);
-  msg->result(http::status::switching_protocols);
-  msg->set(http::field::connection, "Upgrade");
-  msg->set(http::field::upgrade, upgrade_);
-  for (auto& [k, v] : r.headers) msg->set(k, v);
-  auto sr = std::make_shared<http::serializer<false, http::empty_body>>(*msg);
-  Lowest().expires_after(limits_.write_timeout);
-  http::async_write(stream_, *sr,
-                    [self = this->shared_from_this(), msg, sr, upstream,
-                     hold = std::move(hold)](error_code ec, size_t) mutable {
-                      if (ec) return self->Close(IsTimeout(ec) ? "write_timeout" : nullptr);
-                      self->StartRelay(std::move(*upstream), std::move(hold));
-                    });
-}
-
-// After the 101 the connection carries the client's bytes, not HTTP: what
-// was read past the header goes to the upstream first.
-template <class Stream>
-void Connection<Stream>::StartRelay(UniqueFd upstream, std::shared_ptr<void> hold) {
-  if (closed_) return;
-  admitted_ = Admitted{};  // the request's budget back; `hold` is the stream's
-  head_.reset();
-  error_code ec;
-  upstream_.emplace(stream_.get_executor());
-  upstream_->assign(tcp::v4(), upstream.get(), ec);
-  if (ec) return Close(nullptr);
-  (void)upstream.release();
-  std::string first = beast::buffers_to_string(buffer_.data());
-  buffer_.clear();
-  buffer_.shrink_to_fit();
-  Lowest().expires_never();
-  RelayLimits limits{limits_.relay_buffer_bytes, limits_.relay_idle_timeout};
-  auto self = this->shared_from_this();
-  Relay<Stream, tcp::socket>::Start(
-      stream_, *upstream_, std::move(first), limits,
-      std::make_shared<std::pair<std::shared_ptr<Connection>, std::shared_ptr<void>>>(
-          self, std::move(hold)),
-      [self](const char* reason) { self->Close(reason); });
-}
-
-template <class Stream>
 bool Connection<Stream>::Write(uint64_t gen, std::string data) {
   if (data.empty()) return true;  // an empty chunk would end the stream
   {
@@ -655,7 +467,16 @@ void Connection<Stream>::Close(const char* reason) {
   if (linger_timer_) linger_timer_->cancel();
 }
 
-}  // namespace
+// http_upgrade.cc defines (and instantiates) the upgrade hand-off.
+template class Connection<PlainStream>;
+template class Connection<TlsStream>;
+
+}  // namespace connection
+
+using connection::Connection;
+using connection::PlainStream;
+using connection::TlsStream;
+namespace beast = boost::beast;
 
 void StartConnection(std::shared_ptr<HttpServer::Core> core, tcp::socket socket) {
   if (core->ssl) {
@@ -665,8 +486,7 @@ void StartConnection(std::shared_ptr<HttpServer::Core> core, tcp::socket socket)
         ->Start();
     return;
   }
-  std::make_shared<Connection<beast::tcp_stream>>(std::move(core),
-                                                  beast::tcp_stream(std::move(socket)))
+  std::make_shared<Connection<PlainStream>>(std::move(core), PlainStream(std::move(socket)))
       ->Start();
 }
 
