@@ -2,6 +2,10 @@
 
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
 
 #include <cstdio>
 #include <filesystem>
@@ -14,6 +18,9 @@ std::string& ProgramName() {
   static std::string name = "kubicle-bench";
   return name;
 }
+// The running node, so that Die (from any thread) stops it: its VMs would
+// outlive the benchmark otherwise.
+std::atomic<pid_t> running_node{0};
 }  // namespace
 
 using namespace std::chrono_literals;
@@ -22,7 +29,12 @@ void SetProgramName(std::string name) { ProgramName() = std::move(name); }
 
 void Die(const std::string& what, const Status& st) {
   std::fprintf(stderr, "%s: %s: %s\n", ProgramName().c_str(), what.c_str(), st.ToString().c_str());
-  std::exit(1);
+  if (pid_t pid = running_node.exchange(0); pid > 0) {
+    ::kill(pid, SIGTERM);  // --stop-vms-on-exit: it takes its VMs down
+    for (int i = 0; i < 300 && ::waitpid(pid, nullptr, WNOHANG) == 0; ++i) ::usleep(100 * 1000);
+  }
+  std::fflush(nullptr);
+  std::_Exit(1);  // other threads may still be running: no static destructors
 }
 
 std::unique_ptr<BenchNode> BenchNode::Start(const BenchNodeOptions& options) {
@@ -40,6 +52,7 @@ std::unique_ptr<BenchNode> BenchNode::Start(const BenchNodeOptions& options) {
   auto d = noderuntime::daemon::DaemonProcess::Start(KUBICLE_NODE_BIN, args, log, 30s);
   if (!d.ok()) Die("starting kubicle-node (log in " + log + ")", d.status());
   n->daemon_ = std::move(*d);
+  running_node = n->daemon_->pid();
   std::ifstream tf(n->dir_ + "/state/admin-token");
   tf >> n->token_;
   if (options.tls) n->ca_file_ = n->dir_ + "/state/tls/ca.crt";
@@ -49,7 +62,7 @@ std::unique_ptr<BenchNode> BenchNode::Start(const BenchNodeOptions& options) {
 BenchNode::~BenchNode() {
   Stop();
   std::error_code ec;
-  std::filesystem::remove_all(dir_, ec);
+  if (!keep_dir_) std::filesystem::remove_all(dir_, ec);
 }
 
 std::unique_ptr<noderuntime::cli::NodeClient> BenchNode::NewClient(const std::string& token) const {
@@ -89,9 +102,16 @@ double BenchNode::BakeTestGuest(const std::string& name, uint64_t mem_mib) const
 void BenchNode::Stop() {
   if (stopped_ || !daemon_) return;
   stopped_ = true;
+  running_node = 0;
   daemon_->Signal(SIGTERM);
   auto rc = daemon_->Wait(30s);
-  std::printf("kubicle-node stopped: %s\n", rc == std::optional<int>(0) ? "exit 0" : "not cleanly");
+  if (rc == std::optional<int>(0)) {
+    std::printf("kubicle-node stopped: exit 0\n");
+    return;
+  }
+  keep_dir_ = true;  // its log says why
+  std::printf("kubicle-node stopped: %s; log kept: %s/daemon.log\n",
+              rc ? ("exit " + std::to_string(*rc)).c_str() : "not within 30 s", dir_.c_str());
 }
 
 }  // namespace kubicle::bench

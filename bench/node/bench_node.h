@@ -35,7 +35,7 @@ class BenchNode {
   // Starts kubicle-node (no cgroups, capacity unbounded) on a new directory
   // under /tmp; dies with the daemon log's path if it does not come up.
   static std::unique_ptr<BenchNode> Start(const BenchNodeOptions& options);
-  ~BenchNode();  // Stop(), then the scratch directory goes
+  ~BenchNode();  // Stop(), then the scratch directory goes (kept after an unclean stop)
 
   // A client with `token` (the admin token when empty).
   std::unique_ptr<noderuntime::cli::NodeClient> NewClient(const std::string& token = "") const;
@@ -58,6 +58,7 @@ class BenchNode {
   std::string token_;
   std::string ca_file_;
   bool stopped_ = false;
+  bool keep_dir_ = false;  // an unclean stop leaves its log
 };
 
 }  // namespace kubicle::bench
