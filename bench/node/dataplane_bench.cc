@@ -36,6 +36,7 @@
 #include "noderuntime/api/serving_cert.h"
 #include "noderuntime/cli/node_client.h"
 #include "noderuntime/daemon/daemon_process.h"
+#include "noderuntime/network/host_share.h"
 
 namespace kubicle::bench {
 namespace {
@@ -66,6 +67,7 @@ struct Node {
   std::string ca_file;  // empty for plain
   int port = 0;
   std::unique_ptr<NodeClient> client;
+  std::optional<noderuntime::network::SandboxCidrLease> cidr;  // its sandbox network's
 
   std::unique_ptr<NodeClient> NewClient(const std::string& tok) const {
     auto c = NodeClient::Create(daemon->url(), tok, ca_file);
@@ -85,6 +87,10 @@ Node StartNode(const std::string& name, bool tls) {
                                    "--capacity-vcpus", "100000", "--pool-size", "4",
                                    "--no-cgroups", "--stop-vms-on-exit"};
   if (tls) args.push_back("--tls=on");
+  // Two daemons on this host: each its own sandbox CIDR (the default network).
+  auto net = noderuntime::network::SharedHostNetworkFlags(&n.cidr);
+  if (!net.ok()) Die("sandbox CIDR", net.status());
+  args.insert(args.end(), net->begin(), net->end());
   auto d = DaemonProcess::Start(KUBICLE_NODE_BIN, args, n.dir + "/daemon.log", 30s);
   if (!d.ok()) Die("starting kubicle-node (log in " + n.dir + "/daemon.log)", d.status());
   n.daemon = std::move(*d);
