@@ -246,6 +246,10 @@ class NodeProcess {
   // a duplicated VM shows up twice.
   std::vector<std::string> SandboxVms() const;
   NodeLeftovers Leftovers() const;
+  // Network namespace files under <state>/netns: one per sandbox, bake in
+  // progress or pooled slot (at most kSandboxNetworkPool when idle).
+  size_t NetnsFiles() const;
+  static constexpr int kSandboxNetworkPool = 2;
   // The node's cgroup parent (as daemon/main.cc derives it from the state dir).
   std::string CgroupParent() const;
 

@@ -128,7 +128,9 @@ Status NodeProcess::Spawn() {
   if (opts_.stop_vms_on_exit) argv.push_back("--stop-vms-on-exit");
   // Nodes on one host must not share a CIDR: each refuses one another's
   // veths route. A small pool: several nodes build theirs at once.
-  if (cidr_) argv.insert(argv.end(), {"--sandbox-network-cidr=" + cidr_->cidr(), "--sandbox-network-pool=2"});
+  if (cidr_)
+    argv.insert(argv.end(), {"--sandbox-network-cidr=" + cidr_->cidr(),
+                             "--sandbox-network-pool=" + std::to_string(kSandboxNetworkPool)});
   argv.insert(argv.end(), opts_.extra_flags.begin(), opts_.extra_flags.end());
   {
     std::ofstream log(log_path_, std::ios::app);
@@ -249,6 +251,8 @@ NodeLeftovers NodeProcess::Leftovers() const {
   l.cgroups.assign(groups.begin(), groups.end());
   return l;
 }
+
+size_t NodeProcess::NetnsFiles() const { return Entries(state_dir_ + "/netns").size(); }
 
 Result<Json> NodeProcess::Admin(const std::string& method, const std::string& path) {
   std::string token = ReadOrEmpty(state_dir_ + "/admin-token");
