@@ -223,15 +223,15 @@ int Main(int argc, char** argv) {
   char tmpl[] = "/tmp/kubicle-bench-node-XXXXXX";
   if (!::mkdtemp(tmpl)) Die("mkdtemp", Status::FromErrno("mkdtemp"));
   const std::string dir = tmpl;
-  std::vector<std::string> args = {"--state-dir", dir + "/state", "--vmm", KUBICLE_VMM_BIN, "--listen",
+  std::vector<std::string> node_args = {"--state-dir", dir + "/state", "--vmm", KUBICLE_VMM_BIN, "--listen",
                                    "127.0.0.1:0", "--capacity-mem", "1T", "--capacity-vcpus", "100000",
                                    "--pool-size", "4", "--no-cgroups"};
   // The sandbox network is on, as by default, on a CIDR of its own.
   static std::optional<noderuntime::network::SandboxCidrLease> cidr;
   auto net = noderuntime::network::SharedHostNetworkFlags(&cidr);
   if (!net.ok()) Die("sandbox CIDR", net.status());
-  args.insert(args.end(), net->begin(), net->end());
-  auto d = noderuntime::daemon::DaemonProcess::Start(KUBICLE_NODE_BIN, args, dir + "/daemon.log", 30s);
+  node_args.insert(node_args.end(), net->begin(), net->end());
+  auto d = noderuntime::daemon::DaemonProcess::Start(KUBICLE_NODE_BIN, node_args, dir + "/daemon.log", 30s);
   if (!d.ok()) Die("starting kubicle-node (log in " + dir + "/daemon.log)", d.status());
   std::ifstream tf(dir + "/state/admin-token");
   std::string token;
