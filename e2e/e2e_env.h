@@ -27,6 +27,7 @@
 
 #include "e2e/harness/control_plane.h"
 #include "kube/http_kube_client.h"
+#include "noderuntime/network/host_share.h"
 
 namespace kubicle::noderuntime::cli {
 class NodeClient;
@@ -188,6 +189,8 @@ struct NodeOptions {
   std::vector<std::string> image_roots;  // default {ImageRoot()}
   int pool_size = 1;
   bool stop_vms_on_exit = false;  // SIGTERM (Stop) deletes every VM
+  // The sandbox network is on, as it is by default, on a CIDR of the
+  // node's own (SandboxCidrLease); --sandbox-network=off here turns it off.
   std::vector<std::string> extra_flags;
 };
 
@@ -203,10 +206,11 @@ struct NodeLeftovers {
 
 // kubicle-node serve --node-name=<name> against the test cluster, with its
 // own state directory (/tmp/kn-XXXXXX/state: socket paths must stay short)
-// and port; the log is <work dir>/node-<name>.log. Several may run at once.
-// The destructor SIGKILLs the daemon and every VMM of its state directory
-// (they outlive the daemon by design) and removes the directory unless
-// KUBICLE_E2E_KEEP is set.
+// and port; the log is <work dir>/node-<name>.log. Several may run at once,
+// each with its own sandbox CIDR (held across restarts). The destructor
+// SIGKILLs the daemon and every VMM of its state directory (they outlive the
+// daemon by design), removes what its sandbox network left on the host, and
+// removes the directory unless KUBICLE_E2E_KEEP is set.
 class NodeProcess {
  public:
   // Spawns the daemon and waits until it has renewed its Lease.
@@ -242,6 +246,10 @@ class NodeProcess {
   // a duplicated VM shows up twice.
   std::vector<std::string> SandboxVms() const;
   NodeLeftovers Leftovers() const;
+  // Network namespace files under <state>/netns: one per sandbox, bake in
+  // progress or pooled slot (at most kSandboxNetworkPool when idle).
+  size_t NetnsFiles() const;
+  static constexpr int kSandboxNetworkPool = 2;
   // The node's cgroup parent (as daemon/main.cc derives it from the state dir).
   std::string CgroupParent() const;
 
@@ -258,6 +266,8 @@ class NodeProcess {
   NodeOptions opts_;
   std::string dir_, state_dir_, log_path_, kubeconfig_;
   int port_ = 0;
+  // The sandbox CIDR this node holds (none with --sandbox-network=off).
+  std::optional<noderuntime::network::SandboxCidrLease> cidr_;
   ChildProcess proc_;
 };
 

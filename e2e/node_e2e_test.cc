@@ -106,9 +106,10 @@ class NodeE2E : public ::testing::Test {
   // Nothing but idle pool VMs is left on `n` (eventually: teardown is async).
   void ExpectNothingLeft(NodeProcess* n, std::chrono::seconds timeout = 120s) {
     EXPECT_TRUE(Eventually([&] {
-      return n->Leftovers().empty() && n->VmmPids().size() <= 1;  // pool size 1
+      return n->Leftovers().empty() && n->VmmPids().size() <= 1 &&  // pool size 1
+             n->NetnsFiles() <= size_t(NodeProcess::kSandboxNetworkPool);  // the pooled slots
     }, timeout)) << n->name() << " left " << n->Leftovers().ToString() << "; " << n->VmmPids().size()
-                 << " VMM processes";
+                 << " VMM processes, " << n->NetnsFiles() << " network namespaces";
   }
   // `n` runs exactly the VMs `want` (node ids), each once, and idle pool VMs.
   void ExpectExactlyTheseVms(NodeProcess* n, std::vector<std::string> want) {
@@ -209,6 +210,13 @@ TEST_F(NodeE2E, ApplyRunExecDeleteLeavesNothing) {
       << "its cgroup under " << node->CgroupParent();
   ProcessId vm = VmOf("s1");
   ASSERT_TRUE(Alive(vm));
+  // The sandbox network is on by default: the VM has a namespace of its
+  // own, the default egress policy and a MAC of its own.
+  auto on_node = node->Admin("GET", "/v1/sandboxes/" + VmId(s));
+  ASSERT_TRUE(on_node.ok()) << on_node.status().ToString();
+  ASSERT_TRUE((*on_node)["network"].is_object()) << on_node->dump();
+  EXPECT_EQ((*on_node)["network"]["egress"], "internet") << on_node->dump();
+  EXPECT_EQ((*on_node)["network"]["mac"].get<std::string>().size(), 17u) << on_node->dump();
 
   {
     DeletionWatch watch(c.get(), ns, s, vm);

@@ -47,6 +47,13 @@ std::vector<std::string> Entries(const std::string& dir, bool dirs_only = false)
 
 bool IsPool(const std::string& name) { return name.rfind("pool-", 0) == 0; }
 
+// Whether these flags leave the sandbox network on (its default).
+bool NetworkOn(const std::vector<std::string>& flags) {
+  for (const std::string& f : flags)
+    if (f == "--sandbox-network=off" || f == "--sandbox-network=false") return false;
+  return true;
+}
+
 // The group directories of a cgroup parent: one per v1 controller that
 // kubicle uses, or the unified v2 one.
 std::vector<std::string> ParentDirs(const std::string& parent) {
@@ -94,6 +101,11 @@ Result<std::unique_ptr<NodeProcess>> NodeProcess::Start(const std::string& name,
   n->log_path_ = Cluster()->work_dir() + "/node-" + name + ".log";
   ASSIGN_OR_RETURN(n->port_, FreePort());
   ASSIGN_OR_RETURN(n->kubeconfig_, NodeKubeconfig(name));
+  if (NetworkOn(n->opts_.extra_flags)) {
+    noderuntime::network::LinuxNetSystem host;
+    ASSIGN_OR_RETURN(auto lease, noderuntime::network::SandboxCidrLease::Take(host));
+    n->cidr_ = std::move(lease);
+  }
   RETURN_IF_ERROR(n->Spawn());
   return n;
 }
@@ -114,6 +126,11 @@ Status NodeProcess::Spawn() {
       "--capacity-mem=64G", "--capacity-vcpus=4096", "--log-level=info"};
   for (const auto& r : opts_.image_roots) argv.push_back("--image-root=" + r);
   if (opts_.stop_vms_on_exit) argv.push_back("--stop-vms-on-exit");
+  // Nodes on one host must not share a CIDR: each refuses one another's
+  // veths route. A small pool: several nodes build theirs at once.
+  if (cidr_)
+    argv.insert(argv.end(), {"--sandbox-network-cidr=" + cidr_->cidr(),
+                             "--sandbox-network-pool=" + std::to_string(kSandboxNetworkPool)});
   argv.insert(argv.end(), opts_.extra_flags.begin(), opts_.extra_flags.end());
   {
     std::ofstream log(log_path_, std::ios::app);
@@ -139,6 +156,12 @@ NodeProcess::~NodeProcess() {
     if (pids.empty()) break;
     for (pid_t p : pids) ::kill(p, SIGKILL);
     std::this_thread::sleep_for(50ms);
+  }
+  // A killed node leaves its veths, namespaces and host table.
+  if (cidr_) {
+    noderuntime::network::LinuxNetSystem host;
+    noderuntime::network::RemoveNodeNetwork(host, state_dir_ + "/netns",
+                                            noderuntime::network::SandboxNetworkTag(state_dir_));
   }
   const std::string parent = CgroupParent();
   for (const std::string& d : ParentDirs(parent)) {
@@ -228,6 +251,8 @@ NodeLeftovers NodeProcess::Leftovers() const {
   l.cgroups.assign(groups.begin(), groups.end());
   return l;
 }
+
+size_t NodeProcess::NetnsFiles() const { return Entries(state_dir_ + "/netns").size(); }
 
 Result<Json> NodeProcess::Admin(const std::string& method, const std::string& path) {
   std::string token = ReadOrEmpty(state_dir_ + "/admin-token");

@@ -12,7 +12,10 @@ operator Deployment, expands the `$(VAR)` references the way the kubelet does
 it: it must exit 0 and print "<binary>: flags ok". It also checks the shape
 the values ask for (`--capacity-mem` only when set, one `--image-root` and one
 read-only hostPath mount per image root, no separate node metrics port, the
-data plane on TLS with an HTTPS liveness probe).
+data plane on TLS with an HTTPS liveness probe, and what the sandbox network
+needs when `node.network.enabled`: its flags, the host's network, NET_ADMIN
+and SYS_ADMIN, and Bidirectional propagation on <stateDir>/netns only;
+none of these with it off but `--sandbox-network=off`).
 
 Before the chart it checks that a bad flag makes `--check-flags` fail, so the
 test cannot pass because the binaries accept anything.
@@ -55,7 +58,14 @@ CASES = [
         "node": {"logFormat": "text", "logLevel": "warn", "capacity": {"sandboxes": 100000},
                  "leaseDurationSeconds": 3600, "dataPlanePort": 17443},
     }),
+    ("sandbox network off", {"node": {"network": {"enabled": False}}}),
+    ("sandbox network, own CIDR", {"node": {"stateDir": "/srv/kubicle", "network": {
+        "cidr": "10.77.0.0/20", "nameservers": ["9.9.9.9", "149.112.112.112"], "pool": 0}}}),
 ]
+
+# The chart's network defaults (values.yaml), to compare the rendered flags with.
+NETWORK_DEFAULTS = {"enabled": True, "cidr": "10.200.0.0/16",
+                    "nameservers": ["1.1.1.1", "8.8.8.8"], "pool": 4}
 
 
 class Failure(Exception):
@@ -176,6 +186,45 @@ def check_node_shape(container, values, argv):
         raise Failure(f"node liveness probe {container['livenessProbe']}, want httpGet {want_probe}")
 
 
+def check_network_shape(pod_spec, container, values, argv):
+    """The sandbox network's flags and privileges: all of them when it is on,
+    none when it is off (least privilege)."""
+    node = values.get("node", {})
+    net = {**NETWORK_DEFAULTS, **node.get("network", {})}
+    state_dir = node.get("stateDir", "/var/lib/kubicle")
+    flags = [a for a in argv if a.startswith("--sandbox-")]
+    security = container.get("securityContext", {})
+    caps = set(security.get("capabilities", {}).get("add", []))
+    bidirectional = [m for m in container.get("volumeMounts", [])
+                     if m.get("mountPropagation") == "Bidirectional"]
+    volumes = {v["name"]: v for v in pod_spec.get("volumes", [])}
+    if not net["enabled"]:
+        if flags != ["--sandbox-network=off"]:
+            raise Failure(f"network off: sandbox flags {flags}, want only --sandbox-network=off")
+        if pod_spec.get("hostNetwork") or bidirectional or caps & {"NET_ADMIN", "SYS_ADMIN"}:
+            raise Failure("network off: no hostNetwork, Bidirectional mount or NET_ADMIN/SYS_ADMIN "
+                          f"(least privilege): {pod_spec}")
+        return
+    want = ["--sandbox-network=on", f"--sandbox-network-cidr={net['cidr']}",
+            f"--sandbox-nameservers={','.join(net['nameservers'])}",
+            f"--sandbox-network-pool={net['pool']}"]
+    if flags != want:
+        raise Failure(f"network on: sandbox flags {flags}, want {want}")
+    # Veths, routes and the host table belong on the host's network.
+    if pod_spec.get("hostNetwork") is not True or pod_spec.get("dnsPolicy") != "ClusterFirstWithHostNet":
+        raise Failure("network on: the node needs hostNetwork with dnsPolicy ClusterFirstWithHostNet")
+    if not {"NET_ADMIN", "SYS_ADMIN"} <= caps:
+        raise Failure(f"network on: capabilities {sorted(caps)} lack NET_ADMIN and SYS_ADMIN")
+    # Kubernetes refuses Bidirectional propagation outside privileged containers.
+    if security.get("privileged") is not True:
+        raise Failure("network on: Bidirectional propagation needs a privileged container")
+    netns = f"{state_dir}/netns"
+    if [m["mountPath"] for m in bidirectional] != [netns]:
+        raise Failure(f"network on: Bidirectional mounts {bidirectional}, want exactly {netns}")
+    if volumes[bidirectional[0]["name"]].get("hostPath", {}).get("path") != netns:
+        raise Failure(f"{netns} is not the same host path")
+
+
 def check_host_paths(pod_spec, container):
     volumes = {v["name"]: v for v in pod_spec.get("volumes", [])}
     for m in container.get("volumeMounts", []):
@@ -191,6 +240,7 @@ def check_case(helm, chart, binaries, name, values):
     (node,) = ds["containers"]
     node_argv = command_line(node, binaries)
     check_node_shape(node, values, node_argv)
+    check_network_shape(ds, node, values, node_argv)
     check_host_paths(ds, node)
     expect_ok(node_argv)
     dep = workload(docs, "Deployment", "operator")["spec"]["template"]["spec"]
@@ -218,6 +268,8 @@ def self_check(operator, node):
         [node, "serve", "--state-dir=/s", "--data-plane-port=7443"],  # the chart's old flag
         [node, "serve", "--state-dir=/s", "--node-name=n", "--lease-duration-seconds=5"],
         [node, "--state-dir=/s"],  # no serve
+        [node, "serve", "--state-dir=/s", "--sandbox-network=off", "--sandbox-network-cidr=10.77.0.0/16"],
+        [node, "serve", "--state-dir=/s", "--sandbox-network=maybe"],
         [operator, "--no-such-flag=1"],
         [operator, "--workers=many"],
     ]

@@ -102,7 +102,7 @@ Status SandboxManager::Init() {
   RETURN_IF_ERROR(AdoptSandboxes());
   KillOrphans();
   // After adoption: what no running sandbox took back is swept.
-  if (network_) RETURN_IF_ERROR(network_->Start());
+  RETURN_IF_ERROR(StartNetwork());
   {
     std::lock_guard l(mu_);
     for (auto& [name, t] : templates_) {
@@ -466,6 +466,7 @@ void SandboxManager::RegisterMetrics() {
   RegisterRunMetrics();
   scrape_link_ = std::make_shared<ScrapeLink>();
   scrape_link_->manager = this;
+  RegisterNetworkMetrics();  // its gauges read through scrape_link_
   metrics_->AddGaugeCallback(
       "kubicle_sandboxes", "Sandboxes by state", {"state"}, [link = scrape_link_] {
         std::vector<std::pair<metrics::LabelValues, double>> out;

@@ -60,7 +60,9 @@ struct ConsoleLimits {
 
 // The node's sandbox network (docs/network.md): one namespace per sandbox.
 struct SandboxNetworkConfig {
-  bool enabled = false;
+  // On by default, as kubicle-node's --sandbox-network: Open fails when the
+  // host cannot give sandboxes their namespaces, never runs them without.
+  bool enabled = true;
   std::string cidr = "10.200.0.0/16";  // cut into /30 slots; must not overlap the host's routes
   // The guest's resolvers (kubicle.dns= on a template's kernel command line).
   std::vector<std::string> nameservers = {"1.1.1.1", "8.8.8.8"};
@@ -219,8 +221,13 @@ class SandboxManager final : public SandboxService, private SweepTarget {
   Status AttachForkChildren(const std::vector<std::shared_ptr<Sandbox>>& kids,
                             const vmm::control::ForkReply& reply);
   Result<SandboxInfo> ForkChild(const std::shared_ptr<Sandbox>& child, const std::string& hostname);
-  // The sandbox network (sandbox_manager_network.cc).
+  // The sandbox network (sandbox_manager_network.cc). Open checks the host
+  // and installs the host's side; Start (after adoption) sweeps orphans
+  // and builds a first slot. Their errors say what to grant, or to start
+  // with --sandbox-network=off.
   Status OpenNetwork();
+  Status StartNetwork();
+  void RegisterNetworkMetrics();
   // A namespace for `sb` with `policy` and a fresh MAC, when its template
   // has a NIC: sets rec.info.network and holds_slot.
   Status AttachNetwork(Sandbox& sb, const network::EgressPolicy& policy);
@@ -268,6 +275,9 @@ class SandboxManager final : public SandboxService, private SweepTarget {
   metrics::Family<metrics::Counter>* runs_total_ = nullptr;
   metrics::Family<metrics::Gauge>* runs_in_flight_ = nullptr;
   metrics::Family<metrics::Histogram>* run_restore_seconds_ = nullptr;
+  metrics::Family<metrics::Histogram>* slot_build_seconds_ = nullptr;
+  metrics::Family<metrics::Counter>* slot_build_failures_ = nullptr;
+  metrics::Family<metrics::Counter>* orphans_swept_ = nullptr;
   // Lets the scrape-time gauge callback outlive this manager safely.
   struct ScrapeLink {
     std::mutex mu;

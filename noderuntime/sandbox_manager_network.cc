@@ -3,9 +3,11 @@
 // re-adoption of a running sandbox's slot, and a bake's NIC. The slots
 // themselves are SandboxNetwork's (noderuntime/network/sandbox_network.h).
 #include <cstdio>
+#include <optional>
 
 #include "common/log.h"
 #include "noderuntime/network/guest_network.h"
+#include "noderuntime/network/host_share.h"
 #include "noderuntime/node_util.h"
 #include "noderuntime/sandbox_manager.h"
 #include "noderuntime/sandbox_manager_internal.h"
@@ -45,6 +47,20 @@ guest::protocol::Bytes MacBytes(const std::string& mac) {
   return {uint8_t(v[0]), uint8_t(v[1]), uint8_t(v[2]), uint8_t(v[3]), uint8_t(v[4]), uint8_t(v[5])};
 }
 
+namespace {
+
+// What every failure to set the network up says: the node never runs
+// sandboxes without the isolation it was asked for, so the way out is to
+// fix the host or to turn the network off out loud.
+Status NetworkSetupError(const Status& why) {
+  return Status(why.code(), "the sandbox network (--sandbox-network, on by default) cannot be set up: " +
+                                why.message() +
+                                ". Fix that, or start kubicle-node with --sandbox-network=off to run "
+                                "sandboxes without a network (docs/network.md)");
+}
+
+}  // namespace
+
 Status SandboxManager::OpenNetwork() {
   const SandboxNetworkConfig& c = config_.network;
   if (!c.enabled) return Status::Ok();
@@ -58,10 +74,49 @@ Status SandboxManager::OpenNetwork() {
   ASSIGN_OR_RETURN(o.cidr, network::ParseCidr(c.cidr));
   o.netns_dir = c.netns_dir.empty() ? config_.state_dir + "/netns" : c.netns_dir;
   // Two nodes on one host (e2e) never touch each other's veths or table.
-  o.tag = Sha256Hex(config_.state_dir).substr(0, 4);
+  o.tag = network::SandboxNetworkTag(config_.state_dir);
   o.pool_size = c.pool_size;
-  ASSIGN_OR_RETURN(network_, network::SandboxNetwork::Open(std::move(o)));
+  o.on_built = [h = slot_build_seconds_](double seconds) { h->WithLabels({}).Observe(seconds); };
+  o.on_build_failed = [c = slot_build_failures_] { c->WithLabels({}).Inc(); };
+  o.on_orphans_swept = [c = orphans_swept_](size_t n) { c->WithLabels({}).Inc(double(n)); };
+  auto n = network::SandboxNetwork::Open(std::move(o));
+  if (!n.ok()) return NetworkSetupError(n.status());
+  network_ = std::move(n).value();
   return Status::Ok();
+}
+
+Status SandboxManager::StartNetwork() {
+  if (!network_) return Status::Ok();
+  Status st = network_->Start();
+  return st.ok() ? st : NetworkSetupError(st);
+}
+
+void SandboxManager::RegisterNetworkMetrics() {
+  slot_build_seconds_ = &metrics_->AddHistogram(
+      "kubicle_sandbox_network_slot_build_seconds",
+      "Sandbox network: one namespace built (netns, veth, TAP, nftables), for the pool or a create", {},
+      metrics::ExponentialBuckets(0.001, 2, 14));
+  slot_build_failures_ = &metrics_->AddCounter("kubicle_sandbox_network_slot_build_failures_total",
+                                               "Sandbox network: namespace builds that failed");
+  slot_build_failures_->WithLabels({});
+  // Scrape-time views of the slots' census; all zero with the network off.
+  auto census = [link = scrape_link_]() -> std::optional<network::SandboxNetwork::Census> {
+    std::lock_guard l(link->mu);
+    if (link->manager == nullptr || !link->manager->network_) return std::nullopt;
+    return link->manager->network_->census();
+  };
+  metrics_->AddGaugeCallback(
+      "kubicle_sandbox_network_slots", "Sandbox network: namespaces by state (free: the CIDR's unused /30s)",
+      {"state"}, [census] {
+        const auto c = census().value_or(network::SandboxNetwork::Census{});
+        return std::vector<std::pair<metrics::LabelValues, double>>{
+            {{"in_use"}, double(c.in_use)},     {{"pooled"}, double(c.pooled)},
+            {{"building"}, double(c.building)}, {{"releasing"}, double(c.releasing)},
+            {{"free"}, double(c.free)}};
+      });
+  orphans_swept_ = &metrics_->AddCounter("kubicle_sandbox_network_orphans_swept_total",
+                                         "Sandbox network: namespaces and host veths no slot held, torn down");
+  orphans_swept_->WithLabels({});
 }
 
 Status SandboxManager::AttachNetwork(Sandbox& sb, const network::EgressPolicy& policy) {

@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "noderuntime/network/fake_net_system.h"
 #include "noderuntime/network/guest_network.h"
@@ -65,7 +67,7 @@ class SandboxManagerNetworkTest : public ::testing::Test {
     return c;
   }
   void Open(bool network = true) {
-    auto m = SandboxManager::Open(Config(network), nullptr);
+    auto m = SandboxManager::Open(Config(network), registry_);
     ASSERT_TRUE(m.ok()) << m.status().ToString();
     m_ = std::move(m).value();
   }
@@ -109,7 +111,20 @@ class SandboxManagerNetworkTest : public ::testing::Test {
   std::unique_ptr<SandboxManager> m_;
   std::atomic<int64_t> clock_offset_s_{0};
   size_t net_pool_ = 2;
+  metrics::Registry* registry_ = nullptr;  // null: the manager's own
+  // Registries the tests hand the manager: they outlive it (TearDown).
+  std::vector<std::unique_ptr<metrics::Registry>> registries_;
+  metrics::Registry& NewRegistry() { return *registries_.emplace_back(std::make_unique<metrics::Registry>()); }
 };
+
+// The value of the sample `series` (name and labels, as rendered) in a
+// Prometheus exposition, or -1.
+double Sample(const std::string& text, const std::string& series) {
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind(series + " ", 0) == 0) return std::stod(line.substr(series.size() + 1));
+  return -1;
+}
 
 TEST_F(SandboxManagerNetworkTest, BakeGivesTheTemplateANicAndTheGuestItsAddresses) {
   ASSERT_NO_FATAL_FAILURE(OpenAndBake());
@@ -273,6 +288,88 @@ TEST_F(SandboxManagerNetworkTest, NoNetworkMeansNoNicAnywhere) {
   EXPECT_FALSE(s->network);
   EXPECT_FALSE(VmNet(*s));
   EXPECT_EQ(net_->calls(), 0u) << "the host's network is never touched";
+}
+
+}  // namespace
+}  // namespace kubicle::noderuntime
+
+namespace kubicle::noderuntime {
+namespace {
+
+TEST_F(SandboxManagerNetworkTest, AHostThatCannotSetItUpFailsTheStartNamingTheFlag) {
+  net_->FailNext("preflight");  // no CAP_NET_ADMIN
+  auto m = SandboxManager::Open(Config(), nullptr);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(m.status().message().find("CAP_NET_ADMIN"), std::string::npos) << m.status().ToString();
+  EXPECT_NE(m.status().message().find("--sandbox-network=off"), std::string::npos) << m.status().ToString();
+  // The first slot is built at start: a host refusing namespaces fails it.
+  net_->FailNext("netns");
+  m = SandboxManager::Open(Config(), nullptr);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("first sandbox network slot"), std::string::npos) << m.status().ToString();
+  EXPECT_NE(m.status().message().find("--sandbox-network=off"), std::string::npos);
+  EXPECT_TRUE(net_->namespaces().empty() && net_->host_links().empty()) << "nothing half-built is left";
+  net_->SetRoutes("default via 192.0.2.1 dev eth0\n10.200.0.0/24 dev eth1 proto kernel scope link\n");
+  m = SandboxManager::Open(Config(), nullptr);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("choose another --sandbox-network-cidr"), std::string::npos)
+      << m.status().ToString();
+  // Off out loud: the host is not asked anything.
+  const size_t calls = net_->calls();
+  EXPECT_TRUE(SandboxManager::Open(Config(/*network=*/false), nullptr).ok());
+  EXPECT_EQ(net_->calls(), calls);
+}
+
+TEST_F(SandboxManagerNetworkTest, SlotMetricsCountAndParse) {
+  metrics::Registry& first = NewRegistry();
+  registry_ = &first;
+  net_pool_ = 0;  // every slot is built where it is asked for: no refill races the failure below
+  ASSERT_NO_FATAL_FAILURE(OpenAndBake());
+  ASSERT_TRUE(Create("a").ok());
+  ASSERT_TRUE(Create("b").ok());
+  net_->FailNext("netns");
+  EXPECT_FALSE(Create("c").ok());
+  ASSERT_TRUE(Eventually([&] { return m_->usage().network.releasing == 0; })) << "c's halves are gone";
+  std::string text = first.Render();
+  EXPECT_EQ(Sample(text, R"(kubicle_sandbox_network_slots{state="in_use"})"), 2) << text;
+  EXPECT_EQ(Sample(text, R"(kubicle_sandbox_network_slots{state="pooled"})"), 0) << text;
+  EXPECT_EQ(Sample(text, R"(kubicle_sandbox_network_slots{state="free"})"), 16384 - 2) << text;
+  EXPECT_EQ(Sample(text, "kubicle_sandbox_network_slot_build_failures_total"), 1) << text;
+  // Built: the start's first slot, the bake's, a's and b's.
+  EXPECT_EQ(Sample(text, "kubicle_sandbox_network_slot_build_seconds_count"), 4) << text;
+  EXPECT_EQ(m_->usage().network.built, 4u);
+
+  // A restart finds a namespace no sandbox holds: swept and counted.
+  m_->Shutdown(false);
+  m_.reset();
+  ASSERT_TRUE(net_->CreateNetns(NetnsDir() + "/slot-77").ok());
+  metrics::Registry& second = NewRegistry();  // one manager per registry
+  registry_ = &second;
+  ASSERT_NO_FATAL_FAILURE(Open());
+  text = second.Render();
+  EXPECT_EQ(Sample(text, "kubicle_sandbox_network_orphans_swept_total"), 1) << text;
+  EXPECT_EQ(Sample(text, R"(kubicle_sandbox_network_slots{state="in_use"})"), 2) << "a and b re-adopted";
+
+  // The reference parser reads the whole exposition, histogram included.
+  const std::string path = state_dir_ + "-metrics.txt";
+  std::ofstream(path) << first.Render();
+  const std::string cmd = std::string("python3 ") + KUBICLE_CHECK_METRICS + " " + path +
+                          " kubicle_sandbox_network_slot_build_seconds";
+  const int rc = std::system(cmd.c_str());
+  fs::remove(path);
+  if (WIFEXITED(rc) && WEXITSTATUS(rc) == 77) GTEST_SKIP() << "prometheus_client not installed";
+  EXPECT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 0) << cmd;
+}
+
+TEST_F(SandboxManagerNetworkTest, WithTheNetworkOffTheSlotGaugesAreZero) {
+  metrics::Registry& reg = NewRegistry();
+  registry_ = &reg;
+  ASSERT_NO_FATAL_FAILURE(Open(/*network=*/false));
+  const std::string text = reg.Render();
+  for (const char* state : {"in_use", "pooled", "building", "releasing", "free"})
+    EXPECT_EQ(Sample(text, std::string(R"(kubicle_sandbox_network_slots{state=")") + state + "\"}"), 0)
+        << state << "\n" << text;
 }
 
 }  // namespace

@@ -55,6 +55,7 @@ class SandboxManagerTest : public ::testing::Test {
     c.capacity_vcpus = 16;
     c.pool_size_per_shape = 1;
     c.use_cgroups = false;
+    c.network.enabled = false;  // unit tests leave the host's network alone (sandbox_manager_network_test fakes it)
     c.clock = [this] { return std::chrono::system_clock::now() + std::chrono::seconds(clock_offset_s_.load()); };
     c.sweep_interval = 3600s;  // tests sweep by hand
     c.orphan_sweep_interval = 0s;

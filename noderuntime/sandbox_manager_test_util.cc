@@ -35,6 +35,9 @@ NodeConfig ManagerTest::Config() const {
   c.pool_size_per_shape = 2;
   c.use_cgroups = real_cgroups_;
   c.cgroup_parent = cgroup_parent_;
+  // Never the real host's network: EnableNetwork gives the tests that want
+  // one a private "host" namespace.
+  c.network.enabled = false;
   c.clock = [this] { return std::chrono::system_clock::now() + std::chrono::seconds(clock_offset_s_.load()); };
   c.sweep_interval = 3600s;  // tests sweep by hand
   return c;

@@ -225,10 +225,23 @@ say "starting kubicle-operator"
   >"$logs/operator.log" 2>&1 &
 operator_pid=$!
 
+# Every sandbox gets its own network namespace (the node's default), on a
+# CIDR no other node on this host uses. Without root there is none to be
+# had: said here, and the node runs with the network off.
+. scripts/sandbox-cidr.sh
+if [ "$(id -u)" = 0 ]; then
+  take_sandbox_cidr || exit 2
+  net_flags=(--sandbox-network-cidr="$SANDBOX_CIDR")
+  say "sandbox network on: each sandbox in its own namespace, CIDR $SANDBOX_CIDR"
+else
+  net_flags=(--sandbox-network=off)
+  say "not root: kubicle-node runs with --sandbox-network=off (sandboxes have no network)"
+fi
 say "starting kubicle-node --node-name=$node (state $state, images $images)"
 "$B/noderuntime/daemon/kubicle-node" serve --node-name="$node" --kubeconfig="$KUBECONFIG" \
   --state-dir="$state" --listen=127.0.0.1:0 --advertise-address=127.0.0.1 --tls=on \
-  --vmm="$B/vmm/kubicle-vmm" --image-root="$images" --stop-vms-on-exit >"$logs/node.log" 2>&1 &
+  --vmm="$B/vmm/kubicle-vmm" --image-root="$images" --stop-vms-on-exit "${net_flags[@]}" \
+  >"$logs/node.log" 2>&1 &
 node_pid=$!
 deadline=$((SECONDS + 60))
 until grep -q 'operator running' "$logs/operator.log" && grep -q '^listening on ' "$logs/node.log" &&

@@ -53,8 +53,19 @@ esac
 state=$(mktemp -d /tmp/kubicle-demo-XXXXXX)
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 export KUBICLE_NODE_URL=http://127.0.0.1:$port KUBICLE_NODE_TOKEN_FILE=$state/admin.token
+# The sandbox network is on by default, on a CIDR of this node's own; it
+# needs root, so without it the node runs with it off, said out loud.
+. scripts/sandbox-cidr.sh
+if [ "$(id -u)" = 0 ]; then
+  take_sandbox_cidr || exit 2
+  net_flags=(--sandbox-network-cidr="$SANDBOX_CIDR")
+else
+  net_flags=(--sandbox-network=off)
+  say "not root: kubicle-node runs with --sandbox-network=off (sandboxes have no network)"
+fi
 "$B/noderuntime/daemon/kubicle-node" serve --state-dir "$state/node" --listen "127.0.0.1:$port" \
-  --token-file "$KUBICLE_NODE_TOKEN_FILE" --vmm "$B/vmm/kubicle-vmm" --stop-vms-on-exit >"$state/node.log" 2>&1 &
+  --token-file "$KUBICLE_NODE_TOKEN_FILE" --vmm "$B/vmm/kubicle-vmm" --stop-vms-on-exit "${net_flags[@]}" \
+  >"$state/node.log" 2>&1 &
 node_pid=$!
 cleanup() {
   kill -TERM "$node_pid" 2>/dev/null && wait "$node_pid" 2>/dev/null || true

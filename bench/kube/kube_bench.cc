@@ -26,6 +26,7 @@
 #include "e2e/harness/control_plane.h"
 #include "kube/http_kube_client.h"
 #include "kube/informer.h"
+#include "noderuntime/network/host_share.h"
 
 namespace kubicle::bench {
 namespace {
@@ -165,14 +166,18 @@ Result<Env> Start() {
                                 "--metrics-port=0", "--log-level=warn", "--workers=8"},
                                work + "/operator.log"));
   ASSIGN_OR_RETURN(int port, e2e::FreePort());
-  ASSIGN_OR_RETURN(env.node, e2e::ChildProcess::Spawn(
-                                 {KUBICLE_NODE_BIN, "serve", "--node-name=" + std::string(kNode),
-                                  "--kubeconfig=" + env.cp->kubeconfig_path(), "--vmm=" KUBICLE_VMM_BIN,
-                                  "--state-dir=" + work + "/node", "--listen=127.0.0.1:" + std::to_string(port),
-                                  "--image-root=" + work + "/images", "--pool-size=16",
-                                  "--capacity-sandboxes=1000", "--capacity-vcpus=1000", "--stop-vms-on-exit",
-                                  "--log-level=warn"},
-                                 work + "/node.log"));
+  std::vector<std::string> node_argv = {
+      KUBICLE_NODE_BIN, "serve", "--node-name=" + std::string(kNode),
+      "--kubeconfig=" + env.cp->kubeconfig_path(), "--vmm=" KUBICLE_VMM_BIN,
+      "--state-dir=" + work + "/node", "--listen=127.0.0.1:" + std::to_string(port),
+      "--image-root=" + work + "/images", "--pool-size=16",
+      "--capacity-sandboxes=1000", "--capacity-vcpus=1000", "--stop-vms-on-exit",
+      "--log-level=warn"};
+  // The sandbox network is on, as by default, on a CIDR of its own.
+  static std::optional<noderuntime::network::SandboxCidrLease> cidr;
+  ASSIGN_OR_RETURN(std::vector<std::string> net, noderuntime::network::SharedHostNetworkFlags(&cidr));
+  node_argv.insert(node_argv.end(), net.begin(), net.end());
+  ASSIGN_OR_RETURN(env.node, e2e::ChildProcess::Spawn(node_argv, work + "/node.log"));
   Json tmpl = {{"metadata", {{"name", "tg"}}},
                {"spec", {{"kernel", work + "/images/kubicle-testguest"}, {"rootfs", work + "/images/rootfs.img"},
                          {"memoryMiB", 64}, {"vcpus", 1}}}};

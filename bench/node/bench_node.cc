@@ -47,6 +47,9 @@ std::unique_ptr<BenchNode> BenchNode::Start(const BenchNodeOptions& options) {
       "--capacity-mem", "1T", "--capacity-vcpus", "100000", "--pool-size",
       std::to_string(options.pool_size), "--no-cgroups", "--stop-vms-on-exit"};
   if (options.tls) args.push_back("--tls=on");
+  auto net = noderuntime::network::SharedHostNetworkFlags(&n->cidr_);
+  if (!net.ok()) Die("sandbox CIDR", net.status());
+  args.insert(args.end(), net->begin(), net->end());
   args.insert(args.end(), options.extra_args.begin(), options.extra_args.end());
   const std::string log = n->dir_ + "/daemon.log";
   auto d = noderuntime::daemon::DaemonProcess::Start(KUBICLE_NODE_BIN, args, log, 30s);

@@ -11,6 +11,7 @@
 #include "common/status.h"
 #include "noderuntime/cli/node_client.h"
 #include "noderuntime/daemon/daemon_process.h"
+#include "noderuntime/network/host_share.h"
 
 namespace kubicle::bench {
 
@@ -57,6 +58,8 @@ class BenchNode {
   std::unique_ptr<noderuntime::daemon::DaemonProcess> daemon_;
   std::string token_;
   std::string ca_file_;
+  // Its sandbox network is on, as by default, on a CIDR block of its own.
+  std::optional<noderuntime::network::SandboxCidrLease> cidr_;
   bool stopped_ = false;
   bool keep_dir_ = false;  // an unclean stop leaves its log
 };

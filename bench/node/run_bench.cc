@@ -22,6 +22,7 @@
 #include "common/flag_args.h"
 #include "noderuntime/cli/node_client.h"
 #include "noderuntime/daemon/daemon_process.h"
+#include "noderuntime/network/host_share.h"
 
 namespace kubicle::bench {
 namespace {
@@ -128,12 +129,15 @@ int Main(int argc, char** argv) {
   char tmpl[] = "/tmp/kubicle-bench-run-XXXXXX";
   if (!::mkdtemp(tmpl)) Die("mkdtemp", Status::FromErrno("mkdtemp"));
   const std::string dir = tmpl;
-  auto d = noderuntime::daemon::DaemonProcess::Start(
-      KUBICLE_NODE_BIN,
-      {"--state-dir", dir + "/state", "--vmm", KUBICLE_VMM_BIN, "--listen", "127.0.0.1:0",
-       "--capacity-mem", "1T", "--capacity-vcpus", "100000", "--pool-size",
-       std::to_string(o.pool_size), "--no-cgroups"},
-      dir + "/daemon.log", 30s);
+  std::vector<std::string> node_args = {"--state-dir", dir + "/state", "--vmm", KUBICLE_VMM_BIN, "--listen",
+                                   "127.0.0.1:0", "--capacity-mem", "1T", "--capacity-vcpus", "100000",
+                                   "--pool-size", std::to_string(o.pool_size), "--no-cgroups"};
+  // The sandbox network is on, as by default, on a CIDR of its own.
+  static std::optional<noderuntime::network::SandboxCidrLease> cidr;
+  auto net = noderuntime::network::SharedHostNetworkFlags(&cidr);
+  if (!net.ok()) Die("sandbox CIDR", net.status());
+  node_args.insert(node_args.end(), net->begin(), net->end());
+  auto d = noderuntime::daemon::DaemonProcess::Start(KUBICLE_NODE_BIN, node_args, dir + "/daemon.log", 30s);
   if (!d.ok()) Die("starting kubicle-node (log in " + dir + "/daemon.log)", d.status());
   std::ifstream tf(dir + "/state/admin-token");
   std::string token;

@@ -11,6 +11,7 @@
 
 #include "noderuntime/cli/node_client.h"
 #include "noderuntime/daemon/daemon_process.h"
+#include "noderuntime/network/host_share.h"
 #include "noderuntime/node_util.h"
 #include "noderuntime/vmm_process.h"
 
@@ -47,6 +48,10 @@ class NodeDaemonTest : public ::testing::Test {
     for (int i = 0; i < 100 && !FindVmmProcesses(KUBICLE_VMM_BIN, dir_).empty(); ++i) {
       std::this_thread::sleep_for(20ms);
     }
+    if (cidr_) {  // a killed daemon leaves its veths, namespaces and table
+      network::LinuxNetSystem host;
+      network::RemoveNodeNetwork(host, dir_ + "/state/netns", network::SandboxNetworkTag(dir_ + "/state"));
+    }
     fs::remove_all(dir_);
   }
 
@@ -55,6 +60,19 @@ class NodeDaemonTest : public ::testing::Test {
                                   "--listen", "127.0.0.1:0", "--capacity-mem", "16G",
                                   "--capacity-vcpus", "256", "--pool-size", "2", "--no-cgroups"};
     args.insert(args.end(), extra.begin(), extra.end());
+    // The sandbox network is on by default; it needs root. Its CIDR is this
+    // test's own (kept across restarts): other nodes may share the host.
+    if (::geteuid() != 0) {
+      args.push_back("--sandbox-network=off");
+    } else {
+      if (!cidr_) {
+        network::LinuxNetSystem host;
+        auto lease = network::SandboxCidrLease::Take(host);
+        ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+        cidr_ = std::move(*lease);
+      }
+      args.push_back("--sandbox-network-cidr=" + cidr_->cidr());
+    }
     auto d = DaemonProcess::Start(KUBICLE_NODE_BIN, args, dir_ + "/daemon.log", 30s);
     ASSERT_TRUE(d.ok()) << d.status().ToString();
     daemon_ = std::move(*d);
@@ -95,6 +113,7 @@ class NodeDaemonTest : public ::testing::Test {
   std::unique_ptr<NodeClient> client_;
   std::string token_;
   std::string ca_file_;
+  std::optional<network::SandboxCidrLease> cidr_;
 };
 
 TEST_F(NodeDaemonTest, CreateExecFilesDeleteOverHttpAndMetricsParse) {
@@ -142,7 +161,8 @@ TEST_F(NodeDaemonTest, CreateExecFilesDeleteOverHttpAndMetricsParse) {
   cmd = std::string("python3 ") + KUBICLE_CHECK_METRICS + " " + dir_ + "/metrics.txt" +
         " 'kubicle_http_request_seconds{route=POST /v1/sandboxes,code=201}'"
         " 'kubicle_http_request_seconds{route=POST /v1/sandboxes/{id}/exec}'"
-        " kubicle_restore_seconds kubicle_exec_seconds kubicle_template_bake_seconds";
+        " kubicle_restore_seconds kubicle_exec_seconds kubicle_template_bake_seconds" +
+        std::string(::geteuid() == 0 ? " kubicle_sandbox_network_slot_build_seconds" : "");
   int rc = std::system(cmd.c_str());
   if (WIFEXITED(rc) && WEXITSTATUS(rc) == 77) GTEST_SKIP() << "prometheus_client not installed";
   EXPECT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 0) << cmd;

@@ -51,8 +51,11 @@ Value flags are written "--flag VALUE" or "--flag=VALUE".
   --insecure-http        plain HTTP, only with a loopback --listen address
   --sandbox-network on|off
                          give every sandbox its own network namespace with
-                         egress policy, and its template a NIC (default off;
-                         docs/network.md); the three below need it on
+                         egress policy, and its template a NIC (default on;
+                         docs/network.md): needs CAP_NET_ADMIN and
+                         CAP_SYS_ADMIN, ip and nft (nf_tables), and the start
+                         fails when it cannot be set up; off runs sandboxes
+                         without a network. The three below need it on
   --sandbox-network-cidr CIDR
                          node-local block cut into one /30 per sandbox, /8
                          to /28, overlapping no route of the host (default
@@ -82,7 +85,8 @@ Cluster node (all but --node-name need --node-name):
 On SIGTERM or SIGINT the daemon stops serving and exits 0, leaving sandbox
 VMs running (unless --stop-vms-on-exit): the next start on the same
 --state-dir re-adopts them.
-Exit codes: 0 clean stop, 1 usage, 2 setup failed (state dir, listen, token).
+Exit codes: 0 clean stop, 1 usage, 2 setup failed (state dir, listen, token,
+the sandbox network).
 )";
 
 namespace {
@@ -268,9 +272,11 @@ Status ApplyValueFlag(const std::string& name, const std::string& v, ServeFlags*
     if (v != "on" && v != "off") return Status::InvalidArgument("--tls: \"" + v + "\" is not on or off");
     f->tls = v == "on";
   } else if (name == "--sandbox-network") {
-    if (v != "on" && v != "off")
+    // true/false too: it reads as a boolean, and one typed wrong must not
+    // fall back to either side silently.
+    if (v != "on" && v != "off" && v != "true" && v != "false")
       return Status::InvalidArgument("--sandbox-network: \"" + v + "\" is not on or off");
-    f->sandbox_network = v == "on";
+    f->sandbox_network = v == "on" || v == "true";
   } else if (name == "--sandbox-network-cidr") {
     auto cidr = network::ParseCidr(v);
     Status st = cidr.ok() ? network::AddressPlan::For(*cidr).status() : cidr.status();
@@ -357,7 +363,8 @@ Status Validate(const std::set<std::string>& given, ServeFlags* f) {
   RETURN_IF_ERROR(ValidateTls(given, *f));
   if (!f->sandbox_network) {
     for (const char* flag : {"--sandbox-network-cidr", "--sandbox-nameservers", "--sandbox-network-pool"})
-      if (given.count(flag)) return Status::InvalidArgument(std::string(flag) + " needs --sandbox-network=on");
+      if (given.count(flag))
+        return Status::InvalidArgument(std::string(flag) + " means nothing with --sandbox-network=off");
   }
   return ValidateNodeAgent(given, f);
 }

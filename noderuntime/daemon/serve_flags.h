@@ -56,10 +56,11 @@ struct ServeFlags {
   // Absolute directories images are read from (--image-root, repeatable).
   // None given and node_name set: {"/var/lib/kubicle/images"}.
   std::vector<std::string> image_roots;
-  // One network namespace per sandbox (docs/network.md). Off by default:
-  // it changes the host's network (veths, an nftables table, forwarding),
-  // and nodes sharing a host need distinct CIDRs.
-  bool sandbox_network = false;
+  // One network namespace per sandbox (docs/network.md). On by default:
+  // isolation is what a sandbox promises. A node that cannot set it up
+  // fails at start; --sandbox-network=off is the only way to run without.
+  // Nodes sharing a host need distinct CIDRs.
+  bool sandbox_network = true;
   std::string sandbox_network_cidr = "10.200.0.0/16";
   std::vector<std::string> sandbox_nameservers = {"1.1.1.1", "8.8.8.8"};
   uint32_t sandbox_network_pool = 4;

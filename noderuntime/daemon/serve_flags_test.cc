@@ -233,33 +233,43 @@ TEST(ServeFlags, ClusterFlagsNeedNodeName) {
 }
 
 TEST(ServeFlags, SandboxNetwork) {
-  auto off = ParseServeFlags({"--state-dir=/s"});
-  ASSERT_TRUE(off.ok());
-  EXPECT_FALSE(off->sandbox_network);
-  EXPECT_EQ(off->sandbox_network_cidr, "10.200.0.0/16");
-  EXPECT_EQ(off->sandbox_nameservers, (std::vector<std::string>{"1.1.1.1", "8.8.8.8"}));
-  EXPECT_EQ(off->sandbox_network_pool, 4u);
-  auto on = ParseServeFlags({"--state-dir=/s", "--sandbox-network=on", "--sandbox-network-cidr=10.77.0.0/20",
-                             "--sandbox-nameservers=9.9.9.9", "--sandbox-network-pool", "0"});
-  ASSERT_TRUE(on.ok()) << on.status().ToString();
-  EXPECT_TRUE(on->sandbox_network);
-  EXPECT_EQ(on->sandbox_network_cidr, "10.77.0.0/20");
-  EXPECT_EQ(on->sandbox_nameservers, std::vector<std::string>{"9.9.9.9"});
-  EXPECT_EQ(on->sandbox_network_pool, 0u);
+  auto on = ParseServeFlags({"--state-dir=/s"});
+  ASSERT_TRUE(on.ok());
+  EXPECT_TRUE(on->sandbox_network) << "on by default: isolation is what a sandbox promises";
+  EXPECT_EQ(on->sandbox_network_cidr, "10.200.0.0/16");
+  EXPECT_EQ(on->sandbox_nameservers, (std::vector<std::string>{"1.1.1.1", "8.8.8.8"}));
+  EXPECT_EQ(on->sandbox_network_pool, 4u);
+  auto set = ParseServeFlags({"--state-dir=/s", "--sandbox-network-cidr=10.77.0.0/20",
+                              "--sandbox-nameservers=9.9.9.9", "--sandbox-network-pool", "0"});
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  EXPECT_TRUE(set->sandbox_network);
+  EXPECT_EQ(set->sandbox_network_cidr, "10.77.0.0/20");
+  EXPECT_EQ(set->sandbox_nameservers, std::vector<std::string>{"9.9.9.9"});
+  EXPECT_EQ(set->sandbox_network_pool, 0u);
   EXPECT_EQ(ParseServeFlags({"--state-dir=/s", "--sandbox-nameservers=1.1.1.1,8.8.4.4,9.9.9.9", "--sandbox-network=on"})
                 ->sandbox_nameservers.size(),
             3u);
+  for (const char* off : {"--sandbox-network=off", "--sandbox-network=false"}) {
+    auto f = ParseServeFlags({"--state-dir=/s", off});
+    ASSERT_TRUE(f.ok()) << off;
+    EXPECT_FALSE(f->sandbox_network) << off;
+  }
+  for (const char* on_flag : {"--sandbox-network=on", "--sandbox-network=true"})
+    EXPECT_TRUE(ParseServeFlags({"--state-dir=/s", on_flag})->sandbox_network) << on_flag;
+  auto meaningless = ParseServeFlags({"--state-dir=/s", "--sandbox-network=off", "--sandbox-network-cidr=10.77.0.0/16"});
+  ASSERT_FALSE(meaningless.ok());
+  EXPECT_EQ(meaningless.status().message(), "--sandbox-network-cidr means nothing with --sandbox-network=off");
   for (std::vector<std::string> bad : std::vector<std::vector<std::string>>{
            {"--sandbox-network=yes"},
-           {"--sandbox-network=on", "--sandbox-network-cidr=10.77.0.1/16"},   // host bits
-           {"--sandbox-network=on", "--sandbox-network-cidr=10.77.0.0"},      // no length
-           {"--sandbox-network=on", "--sandbox-network-cidr=10.77.0.0/29"},   // under 4 slots
-           {"--sandbox-network=on", "--sandbox-network-cidr=10.0.0.0/7"},
-           {"--sandbox-network=on", "--sandbox-nameservers=1.1.1.1,"},
-           {"--sandbox-network=on", "--sandbox-nameservers=dns.google"},
-           {"--sandbox-network=on", "--sandbox-nameservers=1.1.1.1,1.0.0.1,8.8.8.8,8.8.4.4"},
-           {"--sandbox-network=on", "--sandbox-network-pool=257"},
-           {"--sandbox-network-cidr=10.77.0.0/16"},                           // needs on
+           {"--sandbox-network=0"},
+           {"--sandbox-network-cidr=10.77.0.1/16"},   // host bits
+           {"--sandbox-network-cidr=10.77.0.0"},      // no length
+           {"--sandbox-network-cidr=10.77.0.0/29"},   // under 4 slots
+           {"--sandbox-network-cidr=10.0.0.0/7"},
+           {"--sandbox-nameservers=1.1.1.1,"},
+           {"--sandbox-nameservers=dns.google"},
+           {"--sandbox-nameservers=1.1.1.1,1.0.0.1,8.8.8.8,8.8.4.4"},
+           {"--sandbox-network-pool=257"},
            {"--sandbox-network=off", "--sandbox-network-pool=2"}}) {
     bad.insert(bad.begin(), "--state-dir=/s");
     EXPECT_FALSE(ParseServeFlags(bad).ok()) << bad.back();

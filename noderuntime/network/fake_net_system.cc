@@ -15,6 +15,12 @@ bool FakeNetSystem::Failing(const std::string& op) {
   return true;
 }
 
+Status FakeNetSystem::Preflight() {
+  std::lock_guard l(mu_);
+  if (Failing("preflight")) return Status::FailedPrecondition("missing CAP_NET_ADMIN (injected)");
+  return Status::Ok();
+}
+
 Status FakeNetSystem::IpBatch(const std::string& netns, const std::string& batch) {
   std::lock_guard l(mu_);
   if (Failing("ip")) return Status::Internal("ip failed (injected)");
@@ -31,10 +37,13 @@ Status FakeNetSystem::IpBatch(const std::string& netns, const std::string& batch
       if (!links_.insert(name).second) return Status::Internal("ip: link " + name + " exists");
       std::string w;
       while (words >> w)  // "... peer name veth0 netns PATH": the peer goes in
-        if (w == "netns" && words >> w && !namespaces_.count(w))
-          return Status::Internal("ip: no namespace " + w);
-    } else if (b == "del" && !links_.erase(name)) {
-      st = Status::Internal("ip: cannot find device " + name);
+        if (w == "netns" && words >> w) {
+          if (!namespaces_.count(w)) return Status::Internal("ip: no namespace " + w);
+          peer_netns_[name] = w;
+        }
+    } else if (b == "del") {
+      peer_netns_.erase(name);
+      if (!links_.erase(name)) st = Status::Internal("ip: cannot find device " + name);
     }
   }
   return st;
@@ -77,14 +86,14 @@ Status FakeNetSystem::DeleteNetns(const std::string& path) {
   namespaces_.erase(path);
   rulesets_.erase(path);
   // The namespace end of a veth goes with its namespace, and takes the
-  // host end along (as the kernel does).
-  for (auto it = links_.begin(); it != links_.end();) {
-    const std::string& n = *it;
-    const std::string slot = path.substr(path.rfind('-') + 1);
-    if (n.size() > slot.size() && n.compare(n.size() - slot.size() - 1, std::string::npos, "-" + slot) == 0)
-      it = links_.erase(it);
-    else
+  // host end along (as the kernel does): only the veths whose peer it holds.
+  for (auto it = peer_netns_.begin(); it != peer_netns_.end();) {
+    if (it->second == path) {
+      links_.erase(it->first);
+      it = peer_netns_.erase(it);
+    } else {
       ++it;
+    }
   }
   return Status::Ok();
 }

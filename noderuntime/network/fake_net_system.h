@@ -18,6 +18,7 @@ namespace kubicle::noderuntime::network::testing {
 
 class FakeNetSystem final : public NetSystem {
  public:
+  Status Preflight() override;
   Status IpBatch(const std::string& netns, const std::string& batch) override;
   Status Nft(const std::string& netns, const std::string& ruleset) override;
   Result<std::string> IpQuery(const std::vector<std::string>& args) override;
@@ -29,7 +30,8 @@ class FakeNetSystem final : public NetSystem {
   // `ip -4 -o route show table all` and `addr show` answer these lines.
   void SetRoutes(std::string text);
   void SetAddresses(std::string text);
-  // The next call of `op` ("ip", "nft", "netns", "sysctl") fails, `count` times.
+  // The next call of `op` ("ip", "nft", "netns", "sysctl", "preflight")
+  // fails, `count` times.
   void FailNext(const std::string& op, int count = 1);
   std::set<std::string> namespaces() const;
   std::set<std::string> host_links() const;
@@ -46,6 +48,7 @@ class FakeNetSystem final : public NetSystem {
   std::string routes_, addresses_;
   std::map<std::string, int> failures_;
   std::set<std::string> namespaces_, links_;
+  std::map<std::string, std::string> peer_netns_;  // host veth -> its peer's namespace
   std::map<std::string, std::string> rulesets_;
   std::map<std::string, std::string> sysctls_;
   std::map<std::string, std::vector<std::string>> batches_;

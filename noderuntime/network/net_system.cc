@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <functional>
 #include <thread>
 
@@ -136,6 +137,41 @@ Result<std::string> RunInNetns(const std::string& netns, const std::vector<std::
   while (!stderr_text.empty() && stderr_text.back() == '\n') stderr_text.pop_back();
   return Status::Internal(argv[0] + " failed (" + why + ")" +
                           (stderr_text.empty() ? "" : ": " + stderr_text));
+}
+
+namespace {
+
+// Whether capability `bit` is in this process's effective set
+// (/proc/self/status CapEff, hex).
+bool HasCapability(int bit) {
+  FILE* f = std::fopen("/proc/self/status", "re");
+  if (f == nullptr) return false;
+  char line[256];
+  unsigned long long eff = 0;
+  bool found = false;
+  while (std::fgets(line, sizeof(line), f))
+    if (std::sscanf(line, "CapEff: %llx", &eff) == 1) found = true;
+  std::fclose(f);
+  return found && (eff >> bit & 1);
+}
+
+}  // namespace
+
+Status LinuxNetSystem::Preflight() {
+  constexpr int kCapNetAdmin = 12, kCapSysAdmin = 21;  // linux/capability.h
+  if (!HasCapability(kCapNetAdmin))
+    return Status::FailedPrecondition("kubicle-node lacks CAP_NET_ADMIN (veths, TAPs, nftables): run it as root "
+                                      "or grant it");
+  if (!HasCapability(kCapSysAdmin))
+    return Status::FailedPrecondition("kubicle-node lacks CAP_SYS_ADMIN (new network namespaces and their bind "
+                                      "mounts): run it as root or grant it");
+  for (const char* tool : {"ip", "nft"})
+    if (::access(FindTool(tool).c_str(), X_OK) != 0)
+      return Status::FailedPrecondition(std::string("no '") + tool + "' in /usr/sbin, /sbin, /usr/bin or /bin: " +
+                                        "install " + (tool[0] == 'i' ? "iproute2" : "nftables"));
+  if (::access("/dev/net/tun", R_OK | W_OK) != 0)
+    return Status::FromErrno("/dev/net/tun (the sandboxes' TAPs)");
+  return Status::Ok();
 }
 
 Status LinuxNetSystem::IpBatch(const std::string& netns, const std::string& batch) {

@@ -21,6 +21,10 @@ namespace kubicle::noderuntime::network {
 class NetSystem {
  public:
   virtual ~NetSystem() = default;
+  // What the calls below need from the host, checked before any is made,
+  // so a node that lacks it fails with what to grant instead of with the
+  // first tool's error. FailedPrecondition naming the missing piece.
+  virtual Status Preflight() = 0;
   // `ip -batch -` with `batch` (one command a line) on stdin, in `netns`.
   virtual Status IpBatch(const std::string& netns, const std::string& batch) = 0;
   // `nft -f -` with `ruleset` on stdin, in `netns`.
@@ -41,6 +45,9 @@ class LinuxNetSystem final : public NetSystem {
  public:
   // `host_netns`: the namespace file that plays the host (empty: ours).
   explicit LinuxNetSystem(std::string host_netns = "") : host_netns_(std::move(host_netns)) {}
+  // CAP_NET_ADMIN and CAP_SYS_ADMIN in effect, `ip` and `nft` installed,
+  // /dev/net/tun present.
+  Status Preflight() override;
   Status IpBatch(const std::string& netns, const std::string& batch) override;
   Status Nft(const std::string& netns, const std::string& ruleset) override;
   Result<std::string> IpQuery(const std::vector<std::string>& args) override;

@@ -2,7 +2,9 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <filesystem>
 #include <sstream>
 
@@ -89,12 +91,13 @@ Result<std::unique_ptr<SandboxNetwork>> SandboxNetwork::Open(Options options) {
   fs::create_directories(options.netns_dir, ec);
   if (ec) return Status::Internal("create " + options.netns_dir + ": " + ec.message());
   std::unique_ptr<SandboxNetwork> n(new SandboxNetwork(std::move(options), plan));
+  RETURN_IF_ERROR(n->options_.system->Preflight());
   RETURN_IF_ERROR(n->CheckNoOverlap());
   RETURN_IF_ERROR(n->ReadNodeAddresses());
   NetSystem& sys = *n->options_.system;
-  RETURN_IF_ERROR(sys.Sysctl("", "net/ipv4/ip_forward", "1").WithContext("host forwarding"));
+  RETURN_IF_ERROR(sys.Sysctl("", "net/ipv4/ip_forward", "1").WithContext("turning on the host's IPv4 forwarding"));
   RETURN_IF_ERROR(sys.Nft("", RenderHostRuleset(n->host_table(), plan.cidr(), "kh" + n->options_.tag + "-*"))
-                      .WithContext("host table"));
+                      .WithContext("installing the host's nftables table (the kernel needs nf_tables)"));
   return n;
 }
 
@@ -164,6 +167,22 @@ Status SandboxNetwork::Build(const NetworkSlot& s, const EgressPolicy& policy) {
   return sys.Nft(s.netns, RenderSandboxRuleset(policy, inputs_));
 }
 
+Status SandboxNetwork::BuildCounted(const NetworkSlot& s, const EgressPolicy& policy) {
+  const auto start = std::chrono::steady_clock::now();
+  Status st = Build(s, policy);
+  if (!st.ok()) {
+    {
+      std::lock_guard l(mu_);
+      ++build_failures_;
+    }
+    if (options_.on_build_failed) options_.on_build_failed();
+    return st;
+  }
+  if (options_.on_built)
+    options_.on_built(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  return st;
+}
+
 void SandboxNetwork::TearDown(uint32_t index) {
   // Deleting the host end takes the namespace end with it, now rather than
   // whenever the namespace itself goes away.
@@ -199,8 +218,30 @@ Result<NetworkSlot> SandboxNetwork::Adopt(uint32_t index) {
 
 Status SandboxNetwork::Start() {
   SweepOrphans();
+  uint32_t index;
+  {
+    std::lock_guard l(mu_);
+    if (started_) return Status::Ok();
+    ASSIGN_OR_RETURN(index, TakeFreeIndexLocked());
+    ++building_;
+  }
+  // Built here, not on the worker: what the host refuses (capabilities,
+  // /dev/net/tun, bind mounts on netns_dir) fails the node's start with
+  // its reason instead of every create later.
+  const NetworkSlot first = SlotOf(index);
+  Status st = BuildCounted(first, EgressPolicy{});
+  const bool keep = st.ok() && options_.pool_size > 0;
+  if (!keep) TearDown(index);  // a failure's halves, or a slot no pool wants
   std::lock_guard l(mu_);
-  if (started_) return Status::Ok();
+  --building_;
+  if (st.ok()) ++built_;
+  if (keep) {
+    pool_.push_back(first);
+  } else {
+    taken_.erase(index);
+    if (st.ok()) ++released_;
+  }
+  if (!st.ok()) return st.WithContext("building a first sandbox network slot");
   started_ = true;
   worker_ = std::thread([this] { Work(); });
   return Status::Ok();
@@ -229,7 +270,11 @@ size_t SandboxNetwork::SweepOrphans() {
   for (uint32_t i : orphans) TearDown(i);
   std::lock_guard l(mu_);
   for (uint32_t i : orphans) taken_.erase(i);
-  if (!orphans.empty()) log::Warn("removed orphan sandbox namespaces", {{"count", orphans.size()}});
+  orphans_swept_ += orphans.size();
+  if (!orphans.empty()) {
+    log::Warn("removed orphan sandbox namespaces", {{"count", orphans.size()}});
+    if (options_.on_orphans_swept) options_.on_orphans_swept(orphans.size());
+  }
   return orphans.size();
 }
 
@@ -261,7 +306,7 @@ Result<NetworkSlot> SandboxNetwork::Acquire(const EgressPolicy& policy) {
     }
     return slot;
   }
-  Status st = Build(slot, policy);
+  Status st = BuildCounted(slot, policy);
   std::lock_guard l(mu_);
   --building_;
   if (!st.ok()) {
@@ -328,7 +373,7 @@ void SandboxNetwork::Work() {
     ++pool_building_;
     l.unlock();
     NetworkSlot slot = SlotOf(*index);
-    Status st = Build(slot, EgressPolicy{});
+    Status st = BuildCounted(slot, EgressPolicy{});
     l.lock();
     --pool_building_;
     if (!st.ok()) {
@@ -381,6 +426,10 @@ SandboxNetwork::Census SandboxNetwork::census() const {
   c.releasing = releasing_.size() + tearing_down_;
   c.built = built_;
   c.released = released_;
+  c.build_failures = build_failures_;
+  c.orphans_swept = orphans_swept_;
+  c.capacity = plan_.slots();
+  c.free = c.capacity - std::min(c.capacity, taken_.size());
   return c;
 }
 

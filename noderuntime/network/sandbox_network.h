@@ -19,7 +19,13 @@
 //  - Slots a running sandbox holds survive the node daemon: Adopt (before
 //    Start) takes them back; Start then sweeps every namespace file and host
 //    veth of this node's tag that no slot holds. SweepOrphans does the same
-//    later (the node's periodic orphan sweep).
+//    later (the node's periodic orphan sweep). What it sweeps is this
+//    node's only: files under its own netns_dir and veths of its own tag,
+//    so nodes sharing a host (distinct state directories) never sweep each
+//    other's.
+//  - Start builds one slot before it returns: a host that cannot build
+//    one (no CAP_NET_ADMIN or CAP_SYS_ADMIN, no /dev/net/tun, a netns_dir
+//    that cannot take bind mounts) fails the start rather than every create.
 //  - Every method is thread-safe. Stop() finishes queued releases, tears
 //    down idle pool slots and leaves slots in use alone.
 #pragma once
@@ -27,6 +33,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -57,6 +64,11 @@ class SandboxNetwork {
     std::string netns_dir;        // absolute; created if missing
     std::string tag;              // 1..4 of [a-z0-9]: this node's names on the host
     size_t pool_size = 4;         // slots kept built (0: build at Acquire)
+    // Told of each slot built (its build time) and each build that failed,
+    // on the thread that built it; may be empty. For the node's metrics.
+    std::function<void(double seconds)> on_built;
+    std::function<void()> on_build_failed;
+    std::function<void(size_t count)> on_orphans_swept;  // after a sweep that found some
   };
   struct Census {
     size_t pooled = 0;     // built, idle
@@ -65,6 +77,10 @@ class SandboxNetwork {
     size_t releasing = 0;  // queued or being torn down
     uint64_t built = 0;    // since Open
     uint64_t released = 0;
+    uint64_t build_failures = 0;  // builds that failed (their halves released)
+    uint64_t orphans_swept = 0;   // namespaces and veths no slot held, torn down
+    size_t capacity = 0;          // slots the CIDR holds
+    size_t free = 0;              // of those, in no state above
   };
 
   // Checks the CIDR against the host's routes, reads the node's addresses,
@@ -77,7 +93,9 @@ class SandboxNetwork {
   // Before Start: slot `index` is a running sandbox's. NotFound if its
   // namespace is gone, InvalidArgument if the plan has no such slot.
   Result<NetworkSlot> Adopt(uint32_t index);
-  // Sweeps orphans and starts the worker.
+  // Sweeps orphans, builds the first slot (into the pool, or torn down
+  // again with a pool of 0) and starts the worker. The build's error is
+  // returned: the host cannot give sandboxes a network.
   Status Start();
   // A slot with `policy` in force.
   Result<NetworkSlot> Acquire(const EgressPolicy& policy);
@@ -103,6 +121,8 @@ class SandboxNetwork {
   Status ReadNodeAddresses();
   NetworkSlot SlotOf(uint32_t index) const;
   Status Build(const NetworkSlot& slot, const EgressPolicy& policy);
+  // Build, timed and counted (on_built / on_build_failed, the census).
+  Status BuildCounted(const NetworkSlot& slot, const EgressPolicy& policy);
   void TearDown(uint32_t index);
   // The lowest index nothing holds; requires mu_. ResourceExhausted if none.
   Result<uint32_t> TakeFreeIndexLocked();
@@ -120,7 +140,7 @@ class SandboxNetwork {
   std::set<uint32_t> in_use_;
   std::deque<uint32_t> releasing_;
   size_t building_ = 0, pool_building_ = 0, tearing_down_ = 0;
-  uint64_t built_ = 0, released_ = 0;
+  uint64_t built_ = 0, released_ = 0, build_failures_ = 0, orphans_swept_ = 0;
   bool started_ = false, stopping_ = false;
   std::thread worker_;
 };

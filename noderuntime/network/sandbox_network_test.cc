@@ -6,8 +6,10 @@
 #include <stdlib.h>
 
 #include <filesystem>
+#include <mutex>
 
 #include "noderuntime/network/fake_net_system.h"
+#include "noderuntime/network/host_share.h"
 #include "noderuntime/testing/eventually.h"
 
 namespace kubicle::noderuntime::network {
@@ -96,8 +98,8 @@ TEST_F(SandboxNetworkTest, BuildsASlotWhenThePoolIsEmpty) {
   ASSERT_FALSE(host.empty());
   EXPECT_EQ(host.back(), "link add khab12-0 type veth peer name veth0 netns " + slot->netns +
                              "\naddr add 10.200.0.1/30 dev khab12-0\nlink set khab12-0 up\n");
-  ASSERT_EQ(sys_.batches(slot->netns).size(), 1u);
-  EXPECT_EQ(sys_.batches(slot->netns)[0],
+  ASSERT_EQ(sys_.batches(slot->netns).size(), 2u) << "Start's first slot was slot 0 too";
+  EXPECT_EQ(sys_.batches(slot->netns)[1],
             "link set lo up\nlink set veth0 up\naddr add 10.200.0.2/30 dev veth0\n"
             "route add default via 10.200.0.1\ntuntap add tap0 mode tap\n"
             "link set tap0 address 02:6b:75:62:00:01\naddr add 172.16.0.1/30 dev tap0\nlink set tap0 up\n");
@@ -108,7 +110,7 @@ TEST_F(SandboxNetworkTest, BuildsASlotWhenThePoolIsEmpty) {
   EXPECT_EQ(second->index, 1u);
   EXPECT_EQ(sys_.ruleset(second->netns), RenderSandboxRuleset({EgressMode::kNone, {}}, n->ruleset_inputs()));
   EXPECT_EQ(n->census().in_use, 2u);
-  EXPECT_EQ(n->census().built, 2u);
+  EXPECT_EQ(n->census().built, 3u) << "Start's first slot (torn down again: no pool), then these two";
 }
 
 TEST_F(SandboxNetworkTest, PoolHandsOutBuiltSlotsAndRefills) {
@@ -137,7 +139,8 @@ TEST_F(SandboxNetworkTest, ReleaseTearsDownOffTheCallersPath) {
   ASSERT_TRUE(a.ok() && b.ok());
   n->Release(a->index);
   n->Release(a->index);  // twice is once
-  ASSERT_TRUE(Eventually([&] { return n->census().released == 1 && n->census().releasing == 0; }));
+  // Start's first slot (no pool) was released too.
+  ASSERT_TRUE(Eventually([&] { return n->census().released == 2 && n->census().releasing == 0; }));
   EXPECT_FALSE(sys_.namespaces().count(a->netns));
   EXPECT_FALSE(sys_.host_links().count(a->host_veth));
   EXPECT_FALSE(std::filesystem::exists(a->netns));
@@ -225,6 +228,153 @@ TEST_F(SandboxNetworkTest, StopTearsDownThePoolAndKeepsSlotsInUse) {
   EXPECT_FALSE(n->Acquire({}).ok());
   n->Release(held->index);  // after Stop: torn down at once
   EXPECT_TRUE(Empty());
+}
+
+TEST_F(SandboxNetworkTest, StartBuildsAFirstSlotOrFails) {
+  sys_.FailNext("preflight");
+  auto refused = SandboxNetwork::Open(Opts(2));
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(sys_.ruleset(""), "") << "a host that fails the preflight is not changed";
+  for (const char* op : {"netns", "ip", "nft", "sysctl"}) {
+    auto n = SandboxNetwork::Open(Opts(2));
+    ASSERT_TRUE(n.ok());
+    // Start's sweep lists links first (an `ip` it shrugs off): fail the build's too.
+    sys_.FailNext(op, std::string(op) == "ip" ? 2 : 1);
+    Status st = (*n)->Start();
+    EXPECT_FALSE(st.ok()) << op;
+    EXPECT_NE(st.message().find("first sandbox network slot"), std::string::npos) << st.ToString();
+    EXPECT_TRUE(Empty()) << op << ": nothing half-built is left";
+    EXPECT_EQ((*n)->census().build_failures, 1u);
+    EXPECT_EQ((*n)->Acquire({}).status().code(), StatusCode::kUnavailable) << "not started";
+  }
+  // With a pool the first slot is its first; without, it is torn down again.
+  auto pooled = Started(1);
+  EXPECT_EQ(pooled->census().pooled, 1u) << "in the pool when Start returns";
+  pooled.reset();
+  auto bare = Started(0);
+  EXPECT_TRUE(Empty());
+  EXPECT_EQ(bare->census().built, 1u);
+  EXPECT_EQ(bare->census().released, 1u);
+}
+
+TEST_F(SandboxNetworkTest, CensusAndEventsCountBuildsFailuresAndOrphans) {
+  std::vector<double> built;
+  int failed = 0;
+  size_t swept = 0;
+  std::mutex mu;
+  auto opts = Opts(0, "10.200.0.0/28");
+  opts.on_built = [&](double s) { std::lock_guard l(mu); built.push_back(s); };
+  opts.on_build_failed = [&] { std::lock_guard l(mu); ++failed; };
+  opts.on_orphans_swept = [&](size_t n) { std::lock_guard l(mu); swept += n; };
+  std::filesystem::create_directories(opts.netns_dir);
+  ASSERT_TRUE(sys_.CreateNetns(opts.netns_dir + "/slot-2").ok());  // a crash's leftover
+  auto n = SandboxNetwork::Open(opts);
+  ASSERT_TRUE(n.ok());
+  ASSERT_TRUE((*n)->Start().ok());
+  ASSERT_TRUE((*n)->Acquire({}).ok());
+  sys_.FailNext("nft");
+  EXPECT_FALSE((*n)->Acquire({}).ok());
+  ASSERT_TRUE(Eventually([&] { return (*n)->census().releasing == 0; }));
+  const auto c = (*n)->census();
+  std::lock_guard l(mu);
+  EXPECT_EQ(built.size(), 2u) << "the first slot and one Acquire";
+  for (double s : built) EXPECT_GE(s, 0);
+  EXPECT_EQ(failed, 1);
+  EXPECT_EQ(swept, 1u);
+  EXPECT_EQ(c.build_failures, 1u);
+  EXPECT_EQ(c.orphans_swept, 1u);
+  EXPECT_EQ(c.capacity, 4u);
+  EXPECT_EQ(c.free, 3u) << "one in use";
+}
+
+// Two nodes on one host (e2e runs several): distinct state directories, so
+// distinct netns directories and tags. Neither's sweep, at start or later,
+// touches the other's namespaces, veths or host table, even after the
+// other died without cleaning up.
+TEST_F(SandboxNetworkTest, TwoNodesOnOneHostDoNotSweepEachOther) {
+  SandboxNetwork::Options a_opts = Opts(1, "10.200.0.0/16");
+  SandboxNetwork::Options b_opts = Opts(1, "10.201.0.0/16");
+  b_opts.netns_dir = dir_ + "/other/netns";
+  b_opts.tag = "cd34";
+  auto a = SandboxNetwork::Open(a_opts);
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE((*a)->Start().ok());
+  auto a_slot = (*a)->Acquire({});
+  ASSERT_TRUE(a_slot.ok());
+  ASSERT_TRUE(Eventually([&] { return (*a)->census().pooled == 1; }));
+  const std::set<std::string> a_namespaces = sys_.namespaces();
+  const std::set<std::string> a_links = sys_.host_links();
+  ASSERT_EQ(a_namespaces.size(), 2u) << "a's sandbox's and a's pool's";
+  auto b = SandboxNetwork::Open(b_opts);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  ASSERT_TRUE((*b)->Start().ok());
+  auto b_slot = (*b)->Acquire({});
+  ASSERT_TRUE(b_slot.ok());
+  EXPECT_EQ((*b)->SweepOrphans(), 0u);
+  for (const std::string& ns : a_namespaces) EXPECT_TRUE(sys_.namespaces().count(ns)) << ns;
+  for (const std::string& link : a_links) EXPECT_TRUE(sys_.host_links().count(link)) << link;
+  EXPECT_EQ(b_slot->host_veth.rfind("khcd34-", 0), 0u);
+  EXPECT_EQ(b_slot->netns.rfind(b_opts.netns_dir + "/", 0), 0u);
+  EXPECT_EQ((*b)->host_table(), "kubicle_cd34");
+  // a stops as a plain stop does (its sandbox's slot stays for the next
+  // start); its restart sweeps its own leftover (nothing re-adopts it)
+  // and nothing of b's.
+  a->reset();
+  auto a_again = SandboxNetwork::Open(a_opts);
+  ASSERT_TRUE(a_again.ok());
+  ASSERT_TRUE((*a_again)->Start().ok());
+  EXPECT_EQ((*a_again)->census().orphans_swept, 1u) << "a's own orphan (slot 0, built again as its first)";
+  EXPECT_TRUE(sys_.namespaces().count(b_slot->netns)) << "b's slot in use stays";
+  EXPECT_TRUE(sys_.host_links().count(b_slot->host_veth));
+  EXPECT_EQ((*a_again)->SweepOrphans(), 0u);
+  EXPECT_TRUE(sys_.namespaces().count(b_slot->netns));
+}
+
+}  // namespace
+}  // namespace kubicle::noderuntime::network
+
+namespace kubicle::noderuntime::network {
+namespace {
+
+TEST(HostShare, LeasesAreDistinctAndSkipRoutedBlocks) {
+  testing::FakeNetSystem sys;
+  sys.SetRoutes("default via 192.0.2.1 dev eth0\n10.240.0.0/20 dev eth1 proto kernel scope link\n"
+                "local 10.240.16.1 dev eth2 table local proto kernel scope host src 10.240.16.1\n");
+  const Cidr all = ParseCidr("10.240.0.0/12").value();
+  auto a = SandboxCidrLease::Take(sys);
+  auto b = SandboxCidrLease::Take(sys);
+  ASSERT_TRUE(a.ok() && b.ok()) << a.status().ToString() << b.status().ToString();
+  EXPECT_NE(a->cidr(), b->cidr()) << "held blocks are not handed out again";
+  for (const std::string& c : {a->cidr(), b->cidr()}) {
+    const Cidr cidr = ParseCidr(c).value();
+    EXPECT_EQ(cidr.prefix, 20);
+    EXPECT_TRUE(all.Contains(cidr.base)) << c;
+    EXPECT_NE(c, "10.240.0.0/20") << "a routed block";
+    EXPECT_NE(c, "10.240.16.0/20") << "a block holding a host address";
+    EXPECT_TRUE(AddressPlan::For(cidr).ok()) << "a node takes it";
+  }
+}
+
+TEST(HostShare, RemoveNodeNetworkTakesOnlyItsOwn) {
+  char tmpl[] = "/tmp/kubicle-netns-test-XXXXXX";
+  const std::string dir = ::mkdtemp(tmpl);
+  testing::FakeNetSystem sys;
+  std::filesystem::create_directories(dir + "/a/netns");
+  std::filesystem::create_directories(dir + "/b/netns");
+  for (const char* node : {"a", "b"}) {
+    const std::string ns = dir + "/" + node + "/netns/slot-0";
+    ASSERT_TRUE(sys.CreateNetns(ns).ok());
+    const std::string tag = std::string(node) == "a" ? "ab12" : "cd34";
+    ASSERT_TRUE(sys.IpBatch("", "link add kh" + tag + "-0 type veth peer name veth0 netns " + ns + "\n").ok());
+  }
+  ASSERT_TRUE(sys.Nft("", "table ip kubicle_ab12 {}\n").ok());
+  RemoveNodeNetwork(sys, dir + "/a/netns", "ab12");
+  EXPECT_EQ(sys.host_links(), std::set<std::string>{"khcd34-0"});
+  EXPECT_EQ(sys.namespaces(), std::set<std::string>{dir + "/b/netns/slot-0"});
+  EXPECT_EQ(sys.ruleset(""), RenderHostRulesetRemoval("kubicle_ab12"));
+  EXPECT_EQ(SandboxNetworkTag("/var/lib/kubicle").size(), 4u);
+  EXPECT_NE(SandboxNetworkTag("/tmp/kn-a/state"), SandboxNetworkTag("/tmp/kn-b/state"));
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

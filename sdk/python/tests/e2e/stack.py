@@ -2,7 +2,9 @@
 benchmark: the local control plane (``kubicle-e2e-cluster``: etcd,
 kube-apiserver, kube-controller-manager, the CRDs), ``kubicle-operator``
 and one ``kubicle-node --node-name=n1`` with the tiny test guest, as host
-processes, plus a SandboxTemplate ``tg`` baked and Ready.
+processes, plus a SandboxTemplate ``tg`` baked and Ready. The node runs
+with its sandbox network on (its default), on a CIDR no other node on this
+host holds (``take_sandbox_cidr``).
 
 ``Stack.start()`` raises ``Missing`` (the caller skips, exit 77) when
 /dev/kvm or a binary is absent. ``stop()`` ends everything it started and
@@ -10,6 +12,8 @@ says whether any VM outlived the node."""
 
 from __future__ import annotations
 
+import fcntl
+import ipaddress
 import os
 import shutil
 import signal
@@ -38,6 +42,39 @@ def _tail(path: str, n: int = 30) -> str:
             return "".join(f.readlines()[-n:])
     except OSError:
         return ""
+
+
+def take_sandbox_cidr():
+    """(cidr, lock file): a /20 of 10.240.0.0/12 no other process on this
+    host holds and no host route overlaps, held while the file stays open.
+    The same lock files as noderuntime/network/host_share.h and
+    scripts/sandbox-cidr.sh: nodes sharing a host need distinct CIDRs."""
+    lock_dir = "/tmp/kubicle-sandbox-cidr"
+    os.makedirs(lock_dir, exist_ok=True)
+    out = subprocess.run(["ip", "-4", "-o", "route", "show", "table", "all"],
+                         capture_output=True, text=True).stdout
+    routed = []
+    for line in out.splitlines():
+        words = line.split()
+        if words and words[0] in ("local", "broadcast", "unicast", "multicast", "anycast",
+                                  "blackhole", "unreachable", "prohibit", "throw", "nat"):
+            words = words[1:]
+        try:
+            routed.append(ipaddress.ip_network(words[0]))
+        except (IndexError, ValueError):
+            pass  # "default" and the like
+    for k in range(256):
+        cidr = ipaddress.ip_network(f"10.{240 + k // 16}.{k % 16 * 16}.0/20")
+        if any(cidr.overlaps(r) for r in routed):
+            continue
+        f = open(os.path.join(lock_dir, f"{k}.lock"), "a")  # not inherited (PEP 446)
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            f.close()
+            continue
+        return str(cidr), f
+    raise StackError("no free sandbox CIDR in 10.240.0.0/12")
 
 
 class Stack:
@@ -132,11 +169,16 @@ class Stack:
         shutil.copy(self.bin("kubicle-testguest"), os.path.join(self.images, "kubicle-testguest"))
         with open(os.path.join(self.images, "rootfs.img"), "wb") as f:
             f.truncate(1 << 20)  # the test guest only lists its disk
+        node_args = list(self.node_args)
+        if not any(a in ("--sandbox-network=off", "--sandbox-network=false") for a in node_args):
+            cidr, lock = take_sandbox_cidr()
+            self._files.append(lock)  # held until stop()
+            node_args.append(f"--sandbox-network-cidr={cidr}")
         self.node = self._spawn("node", [
             self.bin("noderuntime/daemon/kubicle-node"), "serve", f"--node-name={NODE_NAME}",
             f"--kubeconfig={self.kubeconfig}", f"--vmm={self.bin('vmm/kubicle-vmm')}",
             f"--state-dir={self.state}", "--listen=127.0.0.1:0", "--advertise-address=127.0.0.1",
-            f"--image-root={self.images}", "--stop-vms-on-exit", *self.node_args])
+            f"--image-root={self.images}", "--stop-vms-on-exit", *node_args])
         self.node_url = self._wait_log("node", self.node, "listening on ", 60)
         if not self.node_url.startswith("https://"):
             raise StackError(f"a cluster node serves TLS by default, yet it listens on {self.node_url}")
@@ -240,6 +282,10 @@ class Stack:
         for f in self._files:
             f.close()
         self._files = []
+        # A node that had to be killed leaves its namespaces mounted there.
+        netns = os.path.join(self.state, "netns")
+        for name in (os.listdir(netns) if os.path.isdir(netns) else []):
+            subprocess.run(["umount", "-l", os.path.join(netns, name)], capture_output=True)
         if not os.environ.get("KUBICLE_E2E_KEEP"):
             shutil.rmtree(self.state, ignore_errors=True)
         return left
