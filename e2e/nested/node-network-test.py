@@ -515,7 +515,7 @@ def main():
         return 2
     build = os.path.realpath(sys.argv[1])
     images = os.path.realpath(sys.argv[2])
-    return subprocess.call([os.path.join(HERE, "run-in-testhost.py"), "--timeout", "600", "--",
+    return subprocess.call([os.path.join(HERE, "run-in-testhost.py"), "--timeout", "900", "--",
                             sys.executable, os.path.abspath(__file__), "--inside", build, images])
 
 
