@@ -2,7 +2,8 @@
 # Builds the nested KVM test host's boot files: Debian's linux-image-amd64
 # kernel (taken from the .deb with `apt-get download`, never installed) and an
 # initramfs with busybox, the kernel modules the test host needs (kvm-amd and
-# its dependencies, 9p over virtio-pci) and testhost-init.sh as /init.
+# its dependencies, 9p over virtio-pci, TAP, veth and nftables for the sandbox
+# network, vhost for the network benchmark's QEMU) and testhost-init.sh as /init.
 #
 #   e2e/nested/build-testhost.sh     prints the directory with vmlinuz and
 #                                     initramfs.cpio.gz
@@ -78,8 +79,13 @@ add_module() {
 }
 # TCG emulates the CPU we name (-cpu EPYC): always AMD, so kvm-amd. tun and
 # veth carry the guests' networks (TAPs in namespaces), nftables their NAT
-# and egress policy (docs/network.md).
-for m in kvm-amd 9pnet_virtio 9p virtio_pci tun veth nf_tables nft_chain_nat nft_masq nft_ct; do
+# and egress policy (docs/network.md: masquerade, ct state, and `reject` in
+# table ip, which is nft_reject_ipv4; the kernel would autoload these, but
+# the initramfs has no modprobe). vhost_vsock and vhost_net let
+# bench/linux/net-bench.sh run QEMU's virtio-net beside kubicle-vmm's, with
+# the agent reached over vhost-vsock.
+for m in kvm-amd 9pnet_virtio 9p virtio_pci tun veth nf_tables nft_chain_nat nft_masq nft_ct \
+  nft_reject_ipv4 vhost_vsock vhost_net; do
   add_module "$m"
 done
 
