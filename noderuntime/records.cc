@@ -74,7 +74,7 @@ Result<SandboxNetworkInfo> DecodeNetwork(const json& j) {
 
 Result<SandboxState> ParseSandboxState(const std::string& s) {
   for (SandboxState st : {SandboxState::kCreating, SandboxState::kRunning, SandboxState::kFailed,
-                          SandboxState::kDeleting})
+                          SandboxState::kDeleting, SandboxState::kSuspended})
     if (s == SandboxStateName(st)) return st;
   return Status::DataLoss("unknown sandbox state '" + s + "'");
 }
@@ -107,6 +107,12 @@ std::string EncodeSandboxRecord(const SandboxRecord& r) {
             {"vsock", r.vsock_path}};
   if (i.expires_at) j["expires_at_ms"] = ToMs(*i.expires_at);
   if (!i.env.empty()) j["env"] = i.env;  // absent in records of older versions
+  // Only a suspended sandbox's record has these (docs/node.md, "Suspend and
+  // resume"): a running one's golden stays as older versions wrote it.
+  if (i.suspended_at) {
+    j["suspended_at_ms"] = ToMs(*i.suspended_at);
+    j["suspended_bytes"] = i.suspended_bytes;
+  }
   if (i.network) {
     j["network"] = {{"netns", i.network->netns},
                     {"slot", i.network->slot},
@@ -122,7 +128,7 @@ Result<SandboxRecord> DecodeSandboxRecord(const std::string& text) {
   SandboxInfo& i = r.info;
   Reader rd(j);
   std::string state;
-  int64_t created = 0, expires = 0;
+  int64_t created = 0, expires = 0, suspended = 0;
   rd.Get("id", &i.id);
   rd.Get("template", &i.template_name);
   rd.Get("labels", &i.labels);
@@ -142,6 +148,8 @@ Result<SandboxRecord> DecodeSandboxRecord(const std::string& text) {
   rd.Get("generation", &r.generation, false);
   rd.Get("control", &r.control_path);
   rd.Get("vsock", &r.vsock_path);
+  rd.Get("suspended_at_ms", &suspended, false);
+  rd.Get("suspended_bytes", &i.suspended_bytes, false);
   RETURN_IF_ERROR(rd.status());
   if (auto n = j.find("network"); n != j.end()) {
     ASSIGN_OR_RETURN(i.network, DecodeNetwork(*n));
@@ -149,6 +157,11 @@ Result<SandboxRecord> DecodeSandboxRecord(const std::string& text) {
   ASSIGN_OR_RETURN(i.state, ParseSandboxState(state));
   i.created_at = FromMs(created);
   if (rd.Has("expires_at_ms")) i.expires_at = FromMs(expires);
+  if (rd.Has("suspended_at_ms")) i.suspended_at = FromMs(suspended);
+  // A suspended sandbox is its snapshot: a record that says Suspended
+  // without saying when is not one this node wrote.
+  if ((i.state == SandboxState::kSuspended) != i.suspended_at.has_value())
+    return Status::DataLoss("record: \"suspended_at_ms\" does not match state " + state);
   return r;
 }
 

@@ -153,6 +153,63 @@ TEST(RecordsTest, SandboxNetworkGoldenAndRoundTrip) {
   }
 }
 
+// A suspended sandbox (docs/node.md, "Suspend and resume"): no VMM, its
+// snapshot's size counted against the node's suspend disk budget.
+constexpr char kGoldenSuspended[] = R"({
+  "cid": 7,
+  "control": "/s/sock/7.ctl",
+  "created_at_ms": 1764687600123,
+  "expires_at_ms": 1764687660123,
+  "fork_of": "sb-0",
+  "generation": 3,
+  "id": "sb-1",
+  "labels": {
+    "kubicle.dev/run": "r1"
+  },
+  "mem_mib": 64,
+  "message": "",
+  "pid": 0,
+  "pid_start_time": 0,
+  "ready_ms": 4.5,
+  "state": "Suspended",
+  "suspended_at_ms": 1764687610000,
+  "suspended_bytes": 8392704,
+  "template": "tg",
+  "token_sha256": "ab",
+  "vcpus": 1,
+  "version": 1,
+  "vsock": "/s/sock/7.vsock"
+}
+)";
+
+TEST(RecordsTest, SuspendedGoldenAndRoundTrip) {
+  SandboxRecord r = Sample();
+  r.info.state = SandboxState::kSuspended;
+  r.info.vmm_pid = 0;
+  r.pid_start_time = 0;
+  r.info.suspended_at = WallTime(std::chrono::milliseconds(1764687610000));
+  r.info.suspended_bytes = 8392704;
+  EXPECT_EQ(EncodeSandboxRecord(r), kGoldenSuspended);
+  auto back = DecodeSandboxRecord(kGoldenSuspended);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->info.state, SandboxState::kSuspended);
+  EXPECT_EQ(back->info.suspended_at, r.info.suspended_at);
+  EXPECT_EQ(back->info.suspended_bytes, 8392704u);
+  EXPECT_EQ(EncodeSandboxRecord(*back), kGoldenSuspended);
+  // A running record has neither field; a state and a time that disagree
+  // are not a record this node wrote.
+  EXPECT_FALSE(DecodeSandboxRecord(kGolden)->info.suspended_at);
+  std::string no_time = kGoldenSuspended;
+  no_time.erase(no_time.find("  \"suspended_at_ms\""), std::string("  \"suspended_at_ms\": 1764687610000,\n").size());
+  EXPECT_EQ(DecodeSandboxRecord(no_time).status().code(), StatusCode::kDataLoss);
+  std::string running = kGoldenSuspended;
+  running.replace(running.find("Suspended"), 9, "Running");
+  EXPECT_EQ(DecodeSandboxRecord(running).status().code(), StatusCode::kDataLoss);
+  std::string bad = kGoldenSuspended;
+  bad.replace(bad.find("8392704"), 7, "-1");
+  EXPECT_EQ(DecodeSandboxRecord(bad).status().code(), StatusCode::kDataLoss);
+}
+
 TEST(RecordsTest, BadSandboxRecordsAreDataLoss) {
   for (const char* bad : {"", "[]", "{", R"({"version":2})", R"({"version":1})",
                           R"({"version":1,"id":5})"}) {

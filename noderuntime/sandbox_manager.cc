@@ -25,6 +25,9 @@ SandboxManager::SandboxManager(NodeConfig config, metrics::Registry* metrics)
       metrics_(metrics),
       cgroups_(config_.cgroup_root, config_.use_cgroups, config_.cgroup_parent),
       capacity_(std::make_unique<Capacity>(config_.capacity_mem_mib, config_.capacity_vcpus)),
+      suspend_disk_(std::make_unique<SuspendDisk>(
+          (config_.capacity_suspend_disk_mib ? config_.capacity_suspend_disk_mib : config_.capacity_mem_mib)
+          << 20)),
       table_(std::make_unique<Table>()) {
   if (metrics_ == nullptr) {
     own_metrics_ = std::make_unique<metrics::Registry>();
@@ -237,6 +240,8 @@ void SandboxManager::FreeResources(Sandbox& sb) {
   // The VMM is gone (or going): its TAP's namespace is torn down off this path.
   if (sb.holds_slot && network_ && sb.rec.info.network) network_->Release(sb.rec.info.network->slot);
   sb.holds_slot = false;
+  if (sb.holds_suspend_disk) suspend_disk_->Release(sb.rec.info.suspended_bytes);
+  sb.holds_suspend_disk = false;
   if (!sb.rec.control_path.empty()) ::unlink(sb.rec.control_path.c_str());
   if (!sb.rec.vsock_path.empty()) ::unlink(sb.rec.vsock_path.c_str());
   sb.vmm.reset();
@@ -370,6 +375,10 @@ guest::client::ClientOptions SandboxManager::AgentOptions() const {
 
 std::shared_ptr<AgentClient> SandboxManager::AgentOf(Sandbox& sb, Status* why) {
   std::lock_guard l(sb.mu);
+  if (sb.rec.info.state == SandboxState::kSuspended) {
+    *why = Status::FailedPrecondition("sandbox '" + sb.rec.info.id + "' is Suspended: resume it first");
+    return nullptr;
+  }
   if (sb.rec.info.state != SandboxState::kRunning || !sb.agent) {
     *why = Status::FailedPrecondition("sandbox '" + sb.rec.info.id + "' is " +
                                       SandboxStateName(sb.rec.info.state) +
@@ -443,6 +452,8 @@ SandboxManager::Usage SandboxManager::usage() const {
   u.pool_vms = pool_ ? pool_->idle() : 0;
   u.watched_processes = watcher_.size();
   u.pending_cgroups = sweeper_->pending_cgroups();
+  u.suspended_bytes = suspend_disk_->used();
+  u.suspend_disk_bytes = suspend_disk_->total();
   if (network_) u.network = network_->census();
   return u;
 }
@@ -474,7 +485,7 @@ void SandboxManager::RegisterMetrics() {
         if (link->manager == nullptr) return out;
         std::map<std::string, double> counts;
         for (SandboxState s : {SandboxState::kCreating, SandboxState::kRunning, SandboxState::kFailed,
-                               SandboxState::kDeleting})
+                               SandboxState::kDeleting, SandboxState::kSuspended})
           counts[SandboxStateName(s)] = 0;
         auto all = link->manager->ListSandboxes("");
         if (all.ok())
@@ -482,6 +493,7 @@ void SandboxManager::RegisterMetrics() {
         for (auto& [state, n] : counts) out.push_back({{state}, n});
         return out;
       });
+  RegisterSuspendMetrics();  // its gauge reads through scrape_link_
 }
 
 }  // namespace kubicle::noderuntime

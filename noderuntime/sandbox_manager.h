@@ -81,6 +81,10 @@ struct NodeConfig {
   std::shared_ptr<VmmLauncher> launcher;
   uint64_t capacity_mem_mib = 0;       // guest RAM of sandboxes + pool
   uint32_t capacity_vcpus = 0;
+  // Node disk for suspended sandboxes' memory snapshots (docs/node.md,
+  // "Suspend and resume"); 0: capacity_mem_mib (every sandbox the node can
+  // run can be suspended once: a memory file is at most its guest's RAM).
+  uint64_t capacity_suspend_disk_mib = 0;
   uint32_t pool_size_per_shape = 2;    // idle pool VMs kept per template shape
   std::string cgroup_root = "/sys/fs/cgroup";
   bool use_cgroups = true;
@@ -129,6 +133,9 @@ class SandboxManager final : public SandboxService, private SweepTarget {
   Result<SandboxInfo> GetSandbox(const std::string& id) override;
   Result<std::vector<SandboxInfo>> ListSandboxes(const std::string& selector) override;
   Status DeleteSandbox(const std::string& id) override;
+  // sandbox_manager_suspend.cc.
+  Result<SandboxInfo> SuspendSandbox(const std::string& id) override;
+  Result<SandboxInfo> ResumeSandbox(const std::string& id) override;
   Result<std::vector<std::string>> DeleteSandboxes(const std::string& selector) override;
   bool CheckToken(const std::string& id, const std::string& token) override;
 
@@ -168,6 +175,8 @@ class SandboxManager final : public SandboxService, private SweepTarget {
     size_t pool_vms = 0;
     size_t watched_processes = 0;
     size_t pending_cgroups = 0;  // busy groups the sweeper retries
+    uint64_t suspended_bytes = 0;       // suspended sandboxes' snapshots on disk
+    uint64_t suspend_disk_bytes = 0;    // the budget for them
     network::SandboxNetwork::Census network;  // all zero with the network off
   };
   Usage usage() const;
@@ -201,8 +210,10 @@ class SandboxManager final : public SandboxService, private SweepTarget {
   Status AcquireVm(const VmShape& shape, std::optional<PoolVm>* vm);
   // Evicts idle pool VMs of other shapes if that makes room.
   Status ReserveCapacity(const VmShape& shape);
+  // `resume`: a suspended sandbox's own snapshot (not counted as a create).
   Status RunCreate(const std::shared_ptr<Sandbox>& sb, const std::string& snapshot_dir,
-                   std::optional<PoolVm> vm, const std::string& hostname, class StepTimes* steps);
+                   std::optional<PoolVm> vm, const std::string& hostname, class StepTimes* steps,
+                   bool resume = false);
   // Renames `pool_group` (the pool VM's own group) to the sandbox's if it
   // can, else creates the group and moves the VMM in.
   Status SetUpCgroup(Sandbox& sb, const std::string& pool_group);
@@ -221,6 +232,25 @@ class SandboxManager final : public SandboxService, private SweepTarget {
   Status AttachForkChildren(const std::vector<std::shared_ptr<Sandbox>>& kids,
                             const vmm::control::ForkReply& reply);
   Result<SandboxInfo> ForkChild(const std::shared_ptr<Sandbox>& child, const std::string& hostname);
+  // Suspend and resume (sandbox_manager_suspend.cc).
+  class SuspendDisk;
+  // The budget's hold on what a snapshot of `sb` may take (its guest RAM);
+  // ResourceExhausted when neither the budget nor the filesystem has it.
+  Result<uint64_t> ReserveSuspendDisk(const Sandbox& sb);
+  // After the snapshot: the VM goes, its RAM, vCPUs and cgroup are freed.
+  void StopSuspendedVm(const std::shared_ptr<Sandbox>& sb);
+  // A resume that failed: its new VM goes and the sandbox is Suspended again.
+  void AbortResume(const std::shared_ptr<Sandbox>& sb);
+  // Removes the layer files in `sb`'s directory that its suspend snapshot
+  // does not name (earlier chains, a killed VM's overlay, flatten output),
+  // unless a fork descendant may still read them.
+  void CollectLayers(const Sandbox& sb);
+  bool MayHaveForkDescendants(const std::string& id);
+  // Re-adoption of a suspended sandbox, and of a running one whose suspend
+  // did not finish (a snapshot or a paused VM left behind).
+  Status AdoptSuspended(Sandbox& sb);
+  void CleanUpUnfinishedSuspend(Sandbox& sb);
+  void RegisterSuspendMetrics();
   // The sandbox network (sandbox_manager_network.cc). Open checks the host
   // and installs the host's side; Start (after adoption) sweeps orphans
   // and builds a first slot. Their errors say what to grant, or to start
@@ -278,6 +308,8 @@ class SandboxManager final : public SandboxService, private SweepTarget {
   metrics::Family<metrics::Histogram>* slot_build_seconds_ = nullptr;
   metrics::Family<metrics::Counter>* slot_build_failures_ = nullptr;
   metrics::Family<metrics::Counter>* orphans_swept_ = nullptr;
+  metrics::Family<metrics::Histogram>* suspend_seconds_ = nullptr;
+  metrics::Family<metrics::Histogram>* resume_seconds_ = nullptr;
   // Lets the scrape-time gauge callback outlive this manager safely.
   struct ScrapeLink {
     std::mutex mu;
@@ -287,6 +319,7 @@ class SandboxManager final : public SandboxService, private SweepTarget {
 
   Cgroups cgroups_;
   std::unique_ptr<Capacity> capacity_;
+  std::unique_ptr<SuspendDisk> suspend_disk_;
   std::unique_ptr<Table> table_;
   ProcessWatcher watcher_;
   // TTL, orphans and busy cgroups. Made before and destroyed after pool_,

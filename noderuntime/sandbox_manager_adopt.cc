@@ -103,11 +103,32 @@ void SandboxManager::AdoptOne(SandboxRecord record) {
     log::Info("removed unfinished sandbox", {{"sandbox", info.id}, {"state", SandboxStateName(info.state)}});
     return;
   }
+  if (info.state == SandboxState::kSuspended) {
+    // The snapshot is the sandbox: a VMM still alive died with its suspend
+    // between the record and the stop.
+    if (handle.ok()) KillAndWait(**handle);
+    Status st = AdoptSuspended(*sb);
+    if (!st.ok()) {
+      info.state = SandboxState::kFailed;
+      info.message = "lost while suspended: " + st.message();
+      info.suspended_at.reset();
+      info.suspended_bytes = 0;
+      FreeResources(*sb);
+      (void)Persist(*sb);
+      log::Error("sandbox failed", {{"sandbox", info.id}, {"reason", info.message}});
+    } else {
+      log::Info("suspended sandbox re-adopted", {{"sandbox", info.id}, {"bytes", info.suspended_bytes}});
+    }
+    table_->Readopt(sb, sb->holds_cid);
+    return;
+  }
   Status st = info.state == SandboxState::kFailed ? Status::Ok() : handle.status();
   if (info.state == SandboxState::kRunning && st.ok()) {
     sb->vmm = std::move(handle).value();
     auto status = vmm::control::ControlClient(sb->rec.control_path).GetStatus(2s);
     st = status.status();
+    // Before the agent: a suspend that died after its snapshot left the VM paused.
+    if (st.ok()) CleanUpUnfinishedSuspend(*sb);
     if (st.ok()) {
       auto agent = guest::client::AgentClient::ConnectVsock(
           sb->rec.vsock_path, guest::protocol::kAgentVsockPort, AgentOptions(),

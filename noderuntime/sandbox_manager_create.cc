@@ -196,7 +196,8 @@ Result<SandboxInfo> SandboxManager::CreateSandbox(const SandboxSpec& spec) {
 }
 
 Status SandboxManager::RunCreate(const std::shared_ptr<Sandbox>& sb, const std::string& snapshot_dir,
-                                 std::optional<PoolVm> vm, const std::string& hostname, StepTimes* steps) {
+                                 std::optional<PoolVm> vm, const std::string& hostname, StepTimes* steps,
+                                 bool resume) {
   std::string id, control, vsock, serial;
   uint32_t cid;
   {
@@ -253,7 +254,7 @@ Status SandboxManager::RunCreate(const std::shared_ptr<Sandbox>& sb, const std::
   steps->Mark("restore");
   RETURN_IF_ERROR(FinishStart(sb, hostname));
   steps->Mark("agent");
-  restore_seconds_->WithLabels({}).Observe(SecondsSince(t0));
+  if (!resume) restore_seconds_->WithLabels({}).Observe(SecondsSince(t0));
   return Status::Ok();
 }
 

@@ -38,6 +38,7 @@ struct SandboxManager::Sandbox {
   bool holds_cid = false;
   bool holds_cgroup = false;
   bool holds_slot = false;     // rec.info.network's slot is ours to release
+  bool holds_suspend_disk = false;  // rec.info.suspended_bytes are counted
   bool nic = false;            // its snapshot has a network device
   // A per-call run's VM (sandbox_manager_run.cc): never persisted, listed
   // or found by id, killed rather than shut down, and torn down at any
@@ -84,6 +85,37 @@ class SandboxManager::Capacity {
   mutable std::mutex mu_;
   uint64_t mem_total_, mem_used_ = 0;
   uint32_t vcpus_total_, vcpus_used_ = 0;
+};
+
+// Node disk held by suspended sandboxes' snapshots (bytes).
+class SandboxManager::SuspendDisk {
+ public:
+  explicit SuspendDisk(uint64_t total) : total_(total) {}
+  bool TryReserve(uint64_t bytes) {
+    std::lock_guard l(mu_);
+    if (used_ + bytes > total_) return false;
+    used_ += bytes;
+    return true;
+  }
+  // Re-adopted snapshots count even when a smaller budget is configured now.
+  void ForceReserve(uint64_t bytes) {
+    std::lock_guard l(mu_);
+    used_ += bytes;
+  }
+  void Release(uint64_t bytes) {
+    std::lock_guard l(mu_);
+    used_ -= std::min(used_, bytes);
+  }
+  uint64_t used() const {
+    std::lock_guard l(mu_);
+    return used_;
+  }
+  uint64_t total() const { return total_; }
+
+ private:
+  mutable std::mutex mu_;
+  const uint64_t total_;
+  uint64_t used_ = 0;
 };
 
 // The sandbox table: every sandbox of the node by id, and the vsock CIDs

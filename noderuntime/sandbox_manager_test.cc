@@ -380,5 +380,115 @@ TEST_F(SandboxManagerTest, CapacityIsEnforcedAndPoolVmsOfOtherShapesAreEvicted) 
   EXPECT_TRUE(Create("again").ok());
 }
 
+// Suspend and resume over the fake VMM (docs/node.md, "Suspend and
+// resume"): the VM goes and its capacity with it, the record says
+// Suspended and a restarted manager adopts it so, resume restores the
+// sandbox's own snapshot into a pool VM with its own CID and sockets.
+TEST_F(SandboxManagerTest, SuspendFreesTheVmSurvivesARestartAndResumes) {
+  ASSERT_NO_FATAL_FAILURE(OpenAndBake());
+  auto a = Create("a", {}, 600);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  const uint64_t mem_running = m_->usage().mem_mib - 64u * m_->usage().pool_vms;
+  auto s = m_->SuspendSandbox("a");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->state, SandboxState::kSuspended);
+  EXPECT_EQ(s->expires_at, a->expires_at);  // the TTL keeps counting
+  EXPECT_TRUE(Eventually([&] { return !VmRunning(a->vmm_pid); }));
+  EXPECT_EQ(m_->usage().mem_mib - 64u * m_->usage().pool_vms, mem_running - 64);
+  EXPECT_GT(m_->usage().suspended_bytes, 0u);
+  EXPECT_EQ(m_->usage().suspended_bytes, s->suspended_bytes);
+  auto rec = ReadFileToString(state_dir_ + "/sandboxes/a/record.json");
+  ASSERT_TRUE(rec.ok());
+  EXPECT_NE(rec->find("\"state\": \"Suspended\""), std::string::npos) << *rec;
+  EXPECT_EQ(m_->Exec("a", {}).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(m_->ConnectGuestPort("a", 80).status().code(), StatusCode::kFailedPrecondition);
+
+  m_->Shutdown(false);
+  m_.reset();
+  ASSERT_NO_FATAL_FAILURE(Open());
+  auto got = m_->GetSandbox("a");
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->state, SandboxState::kSuspended);
+  EXPECT_EQ(m_->usage().suspended_bytes, s->suspended_bytes);
+  EXPECT_TRUE(fs::exists(state_dir_ + "/sandboxes/a/suspend/state")) << "not an orphan";
+
+  auto r = m_->ResumeSandbox("a");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->state, SandboxState::kRunning);
+  EXPECT_EQ(r->cid, a->cid);
+  EXPECT_TRUE(VmRunning(r->vmm_pid));
+  auto vm = launcher_->Vm(r->vmm_pid);
+  ASSERT_TRUE(vm);
+  EXPECT_EQ(vm->cid, a->cid);
+  EXPECT_EQ(vm->id, "a");
+  EXPECT_FALSE(fs::exists(state_dir_ + "/sandboxes/a/suspend"));
+  EXPECT_EQ(m_->usage().suspended_bytes, 0u);
+  EXPECT_EQ(Run("a", {"echo", "back"}), "back\n");
+  EXPECT_TRUE(m_->CheckToken("a", a->token));
+}
+
+// A failed snapshot leaves the sandbox running; a failed restore leaves it
+// suspended with its snapshot; both can be tried again.
+TEST_F(SandboxManagerTest, FailedSuspendOrResumeChangesNothing) {
+  ASSERT_NO_FATAL_FAILURE(OpenAndBake());
+  auto a = Create("a");
+  ASSERT_TRUE(a.ok());
+  launcher_->InjectFault("snapshot", FakeVmmLauncher::Fault::kError);
+  EXPECT_FALSE(m_->SuspendSandbox("a").ok());
+  EXPECT_EQ(m_->GetSandbox("a")->state, SandboxState::kRunning);
+  EXPECT_TRUE(VmRunning(a->vmm_pid));
+  EXPECT_FALSE(fs::exists(state_dir_ + "/sandboxes/a/suspend"));
+  EXPECT_EQ(m_->usage().suspended_bytes, 0u);
+  EXPECT_EQ(Run("a", {"echo", "still"}), "still\n");
+
+  ASSERT_TRUE(m_->SuspendSandbox("a").ok());
+  const uint64_t bytes = m_->usage().suspended_bytes;
+  launcher_->InjectFault("restore", FakeVmmLauncher::Fault::kError);
+  EXPECT_FALSE(m_->ResumeSandbox("a").ok());
+  EXPECT_EQ(m_->GetSandbox("a")->state, SandboxState::kSuspended);
+  EXPECT_TRUE(fs::exists(state_dir_ + "/sandboxes/a/suspend/state"));
+  EXPECT_EQ(m_->usage().suspended_bytes, bytes);
+  auto r = m_->ResumeSandbox("a");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(Run("a", {"echo", "again"}), "again\n");
+}
+
+// Delete and TTL expiry of suspended sandboxes leave no files; the suspend
+// disk budget refuses a suspend it cannot hold.
+TEST_F(SandboxManagerTest, SuspendedSandboxesExpireDeleteAndAreBudgeted) {
+  ASSERT_NO_FATAL_FAILURE(OpenAndBake());
+  ASSERT_TRUE(Create("a", {}, 60).ok());
+  ASSERT_TRUE(Create("b").ok());
+  ASSERT_TRUE(m_->SuspendSandbox("a").ok());
+  ASSERT_TRUE(m_->SuspendSandbox("b").ok());
+  clock_offset_s_ = 61;
+  EXPECT_EQ(m_->SweepExpired(), std::vector<std::string>{"a"});
+  EXPECT_FALSE(fs::exists(state_dir_ + "/sandboxes/a"));
+  ASSERT_TRUE(m_->DeleteSandbox("b").ok());
+  EXPECT_FALSE(fs::exists(state_dir_ + "/sandboxes/b"));
+  EXPECT_EQ(m_->usage().suspended_bytes, 0u);
+  m_->Shutdown(true);
+  m_.reset();
+
+  ASSERT_TRUE(fs::remove_all(state_dir_) > 0);
+  ASSERT_TRUE(fs::create_directory(state_dir_));
+  NodeConfig c = Config();
+  c.capacity_suspend_disk_mib = 64;  // less than one 64 MiB guest + 1 MiB
+  auto m = SandboxManager::Open(c, nullptr);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  m_ = std::move(m).value();
+  TemplateSpec spec;
+  spec.name = "tg";
+  spec.kernel = kernel_;
+  spec.mem_mib = 64;
+  ASSERT_TRUE(m_->PutTemplate(spec).ok());
+  ASSERT_TRUE(Eventually([&] { return m_->GetTemplate("tg")->state == TemplateState::kReady; }));
+  ASSERT_TRUE(Create("c").ok());
+  auto refused = m_->SuspendSandbox("c");
+  EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted) << refused.status().ToString();
+  EXPECT_EQ(m_->GetSandbox("c")->state, SandboxState::kRunning);
+  EXPECT_EQ(m_->usage().suspend_disk_bytes, 64u << 20);
+}
+
 }  // namespace
 }  // namespace kubicle::noderuntime

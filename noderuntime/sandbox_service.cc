@@ -17,6 +17,7 @@ const char* SandboxStateName(SandboxState s) {
     case SandboxState::kRunning: return "Running";
     case SandboxState::kFailed: return "Failed";
     case SandboxState::kDeleting: return "Deleting";
+    case SandboxState::kSuspended: return "Suspended";
   }
   return "Unknown";
 }

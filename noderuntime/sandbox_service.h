@@ -80,7 +80,9 @@ struct SandboxSpec {
   network::EgressPolicy network;
 };
 
-enum class SandboxState { kCreating, kRunning, kFailed, kDeleting };
+// kSuspended: the VM is stopped and its memory, devices and disks are a
+// snapshot on the node's disk (docs/node.md, "Suspend and resume").
+enum class SandboxState { kCreating, kRunning, kFailed, kDeleting, kSuspended };
 
 // A sandbox's own network namespace (docs/network.md): set when its
 // template has a network device.
@@ -108,6 +110,9 @@ struct SandboxInfo {
   uint64_t mem_mib = 0;
   uint32_t vcpus = 0;
   std::optional<SandboxNetworkInfo> network;
+  // Set while kSuspended: when, and the node disk its memory snapshot takes.
+  std::optional<WallTime> suspended_at;
+  uint64_t suspended_bytes = 0;
   std::string token;                  // data-plane token; returned only by Create/Fork
 };
 
@@ -207,6 +212,19 @@ class SandboxService {
   virtual Result<std::vector<SandboxInfo>> ListSandboxes(const std::string& selector) = 0;
   // Returns once the VM is gone. NotFound if there is no such sandbox.
   virtual Status DeleteSandbox(const std::string& id) = 0;
+  // Suspend and resume (docs/node.md, "Suspend and resume"). Suspend
+  // snapshots the VM (memory, devices, disks) into the sandbox's directory
+  // and stops it: its RAM, vCPUs and cgroup are freed; its id, token, CID,
+  // network namespace and TTL stay (the TTL keeps counting). Exec, files,
+  // ports and stats of a Suspended sandbox are FailedPrecondition. Resume
+  // runs it again on this node from that snapshot (processes, memory and
+  // files as they were) and removes the snapshot. Both are idempotent (a
+  // Suspended sandbox suspends Ok, a Running one resumes Ok) and return the
+  // sandbox; FailedPrecondition from any other state; ResourceExhausted when
+  // the node's suspend disk budget (suspend) or its memory and vCPUs
+  // (resume) cannot take it. A failed call leaves the sandbox as it was.
+  virtual Result<SandboxInfo> SuspendSandbox(const std::string& id) = 0;
+  virtual Result<SandboxInfo> ResumeSandbox(const std::string& id) = 0;
   // Deletes every sandbox the selector matches; returns their ids.
   virtual Result<std::vector<std::string>> DeleteSandboxes(const std::string& selector) = 0;
   // True if `token` is the sandbox's data-plane token (constant-time compare).

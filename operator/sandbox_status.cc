@@ -24,6 +24,8 @@ std::string ComputePhase(const SandboxView& sbx, const std::string& node, bool n
   const std::string& vm = sbx.status.vm_state;
   if (vm == "Restoring" || vm == "Forking") return "Starting";
   if (vm == "Running") return "Running";
+  // The node suspended it (spec.suspend): it stays placed on that node.
+  if (vm == "Suspended") return "Suspended";
   if (vm == "Failed" || vm == "Terminated") return "Failed";
   return "Scheduled";
 }
@@ -42,7 +44,22 @@ Condition ReadyCondition(const std::string& phase, const SandboxView& sbx, const
   if (phase == "Scheduled") return {"Ready", "False", "Scheduled", "waiting for the node to restore the VM"};
   if (phase == "Starting") return {"Ready", "False", "Starting", "the node is starting the VM"};
   if (phase == "Terminating") return {"Ready", "False", "Terminating", "the Sandbox is being deleted"};
+  if (phase == "Suspended") return {"Ready", "False", "Suspended", "the VM is suspended (spec.suspend)"};
   return {"Ready", "False", "VMFailed", vm_message.empty() ? "the VM failed" : vm_message};
+}
+
+// Suspended: from the first spec.suspend on (a Sandbox never suspended
+// carries no such condition). True once the node reports the VM suspended;
+// False while it gets there or back, and once resumed.
+std::optional<Condition> SuspendedCondition(const SandboxView& sbx) {
+  const bool had = FindCondition(sbx.object, "Suspended").has_value();
+  if (!sbx.spec.suspend && !had) return std::nullopt;
+  const std::string& vm = sbx.status.vm_state;
+  if (vm == "Suspended" && sbx.spec.suspend)
+    return Condition{"Suspended", "True", "Suspended", "the VM's memory, devices and disks are saved on its node"};
+  if (vm == "Suspended") return Condition{"Suspended", "False", "Resuming", "the node is resuming the VM"};
+  if (sbx.spec.suspend) return Condition{"Suspended", "False", "Suspending", "the node is suspending the VM"};
+  return Condition{"Suspended", "False", "Resumed", "the VM runs again"};
 }
 
 }  // namespace
@@ -62,6 +79,7 @@ Json ComputeSandboxStatus(const SandboxView& sbx, const SandboxFacts& f, kube::T
                   : f.expires ? Condition{"Expired", "False", "NotExpired", "expires at " + kube::FormatTime(*f.expires)}
                               : Condition{"Expired", "False", "NoExpiry", "the Sandbox does not expire"};
   conds = SetCondition(conds, exp, gen, now);
+  if (auto susp = SuspendedCondition(sbx)) conds = SetCondition(conds, *susp, gen, now);
   Json st = {{"observedGeneration", gen}, {"phase", phase}, {"conditions", conds}};
   if (!f.node.empty()) st["nodeName"] = f.node;
   if (f.expires) st["expiresAt"] = kube::FormatTime(*f.expires);

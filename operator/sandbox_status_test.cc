@@ -42,6 +42,52 @@ TEST(ComputeSandboxStatusTest, PhasesFromPlacementAndVmState) {
   EXPECT_EQ(ComputePhase(V(s), "n"), "Terminating");
 }
 
+// spec.suspend: the node reports vm Suspended, the phase follows, the
+// Sandbox keeps its node and expiry, and a Suspended condition appears only
+// once suspend was asked for.
+TEST(ComputeSandboxStatusTest, SuspendedPhaseAndCondition) {
+  auto cond = [](const Json& st, const std::string& type) {
+    for (const Json& c : st["conditions"])
+      if (c["type"] == type) return c;
+    return Json();
+  };
+  Json s = Sbx({{"ttlSeconds", 60}});
+  SandboxFacts f;
+  f.node = "n";
+  f.expires = T("2026-01-01T00:01:00Z");
+  s["status"] = {{"vm", {{"state", "Running"}}}};
+  Json st = ComputeSandboxStatus(V(s), f, T("2026-01-01T00:00:01Z"));
+  EXPECT_TRUE(cond(st, "Suspended").is_null()) << "never suspended: no condition";
+  s["spec"]["suspend"] = true;
+  st = ComputeSandboxStatus(V(s), f, T("2026-01-01T00:00:02Z"));
+  EXPECT_EQ(st["phase"], "Running");
+  EXPECT_EQ(cond(st, "Suspended")["reason"], "Suspending");
+  s["status"] = st;
+  s["status"]["vm"] = {{"state", "Suspended"}};
+  EXPECT_EQ(ComputePhase(V(s), "n"), "Suspended");
+  st = ComputeSandboxStatus(V(s), f, T("2026-01-01T00:00:03Z"));
+  EXPECT_EQ(st["phase"], "Suspended");
+  EXPECT_EQ(st["nodeName"], "n");
+  EXPECT_EQ(st["expiresAt"], "2026-01-01T00:01:00Z");  // the TTL keeps counting
+  EXPECT_EQ(cond(st, "Suspended")["status"], "True");
+  EXPECT_EQ(cond(st, "Ready")["reason"], "Suspended");
+  s["status"] = st;
+  s["status"]["vm"] = {{"state", "Suspended"}};
+  s["spec"]["suspend"] = false;
+  st = ComputeSandboxStatus(V(s), f, T("2026-01-01T00:00:04Z"));
+  EXPECT_EQ(cond(st, "Suspended")["reason"], "Resuming");
+  s["status"] = st;
+  s["status"]["vm"] = {{"state", "Running"}};
+  st = ComputeSandboxStatus(V(s), f, T("2026-01-01T00:00:05Z"));
+  EXPECT_EQ(st["phase"], "Running");
+  EXPECT_EQ(cond(st, "Suspended")["status"], "False");
+  EXPECT_EQ(cond(st, "Suspended")["reason"], "Resumed");
+  // A suspend that is not a boolean is a spec problem, and no suspend.
+  Json bad = Sbx({{"suspend", "yes"}});
+  EXPECT_FALSE(V(bad).spec.suspend);
+  EXPECT_FALSE(V(bad).problems.empty());
+}
+
 TEST(ComputeSandboxStatusTest, ConditionsCarryGenerationAndKeepTransitionTimes) {
   Json s = Sbx({{"ttlSeconds", 60}});
   SandboxFacts f;

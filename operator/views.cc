@@ -35,6 +35,12 @@ class Fields {
     if (!v.is_null()) Problem(key, "a string", v);
     return std::nullopt;
   }
+  std::optional<bool> Bool(std::string_view key) const {
+    const Json& v = Get(key);
+    if (v.is_boolean()) return v.get<bool>();
+    if (!v.is_null()) Problem(key, "a boolean", v);
+    return std::nullopt;
+  }
   std::optional<int64_t> Int(std::string_view key, int64_t min, int64_t max) const {
     const Json& v = Get(key);
     if (v.is_null()) return std::nullopt;
@@ -147,6 +153,7 @@ SandboxSpec ParseSandboxSpec(const Json& sandbox, std::vector<std::string>* prob
   s.ttl_seconds = spec.Int("ttlSeconds", 0, kMaxSeconds);
   s.expires_at = spec.String("expiresAt");
   s.fork_source = spec.String("forkSource");
+  s.suspend = spec.Bool("suspend").value_or(false);
   Fields resources = spec.Object("resources");
   s.memory_mib = resources.Int("memoryMiB", 1, kMaxMib);
   s.vcpus = resources.Int("vcpus", 1, 1024);

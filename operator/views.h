@@ -57,6 +57,7 @@ struct SandboxSpec {
   std::optional<std::string> fork_source;  // set on SandboxFork children
   std::optional<int64_t> memory_mib;       // resources.memoryMiB
   std::optional<int64_t> vcpus;            // resources.vcpus
+  bool suspend = false;                    // spec.suspend (the node acts on it)
   // env and resources are checked for their shape only: fork children copy
   // them verbatim from the object (DesiredForkChild), the node reads them.
 };

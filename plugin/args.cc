@@ -45,6 +45,8 @@ const std::map<std::string, std::vector<FlagSpec>>& VerbSpecs() {
         {"name", 0, false, false},
         {"labels", 'l', false, true}}},
       {"sweep", {{"run", 0, false, false}, {"timeout", 0, false, false}}},
+      {"suspend", {{"wait", 0, true, false}, {"timeout", 0, false, false}}},
+      {"resume", {{"wait", 0, true, false}, {"timeout", 0, false, false}}},
       {"logs", {{"follow", 'f', true, false}}},
       {"wait", {{"for", 0, false, false}, {"timeout", 0, false, false}}},
       {"top", {{"selector", 'l', false, false}, {"interval", 0, false, false}}},
@@ -83,8 +85,9 @@ const std::vector<std::string>& Invocation::All(const std::string& name) const {
 }
 
 const std::vector<std::string>& Verbs() {
-  static const std::vector<std::string> verbs = {"exec", "run",  "cp",   "fork", "sweep",
-                                                 "logs", "wait", "top",  "port-forward"};
+  static const std::vector<std::string> verbs = {"exec", "run",  "cp",   "fork",         "sweep",
+                                                 "logs", "wait", "top",  "port-forward", "suspend",
+                                                 "resume"};
   return verbs;
 }
 

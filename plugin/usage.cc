@@ -31,6 +31,9 @@ Commands:
                                 until every VM is gone
   logs SBX [-f]                 the VM's serial console (-f: follow)
   wait SBX --for=ready          wait until a Sandbox is Ready
+  suspend SBX                   park a Sandbox on its node (spec.suspend: true) and
+                                wait until it is Suspended
+  resume SBX                    run it again (spec.suspend: false) and wait until Ready
   top [SBX...] [-l SELECTOR]    CPU and memory of each running Sandbox's VM
   port-forward SBX LOCAL:REMOTE  forward a local port to a TCP port of a Sandbox's VM
 
@@ -97,6 +100,20 @@ kubicle.dev/run and kubicle.dev/agent labels, so a sweep of the run takes it.
   --timeout D        how long --wait waits (default 120s)
   --name NAME        the fork's name (default SBX-f<random>)
   -l, --labels K=V   labels for every child (repeatable, or K=V,K2=V2)
+)";
+  }
+  if (verb == "suspend" || verb == "resume") {
+    return "Usage: kubectl kubicle " + verb + R"( SBX [--wait=false] [--timeout 120s]
+
+suspend sets spec.suspend: true on the Sandbox SBX: its node snapshots the
+VM's memory, devices and disks to its own storage and stops it (phase
+Suspended). resume sets it back to false: the node runs the VM again, on
+the same node, with its files, memory and processes as they were, and it
+is Ready again. The TTL keeps counting while suspended. Needs patch on
+Sandboxes.
+
+  --wait=false       only set spec.suspend, do not wait
+  --timeout D        how long to wait (default 120s)
 )";
   }
   if (verb == "sweep") {

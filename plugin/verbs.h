@@ -41,6 +41,9 @@ int RunTop(const Invocation& inv, Env& env);
 int RunFork(const Invocation& inv, Env& env);
 int RunSweep(const Invocation& inv, Env& env);
 int RunWait(const Invocation& inv, Env& env);
+// suspend / resume SBX: patches spec.suspend, then (unless --wait=false)
+// waits for phase Suspended, or Ready again.
+int RunSuspend(const Invocation& inv, Env& env);
 int RunPortForward(const Invocation& inv, Env& env);
 // Dispatches on inv.verb.
 int RunVerb(const Invocation& inv, Env& env);

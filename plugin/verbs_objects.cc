@@ -1,5 +1,6 @@
 // The verbs on Kubernetes objects: fork (a SandboxFork), sweep (a run's
-// Sandboxes and SandboxForks), wait (a Sandbox's Ready condition).
+// Sandboxes and SandboxForks), wait (a Sandbox's Ready condition), suspend
+// and resume (a Sandbox's spec.suspend).
 #include <iostream>
 #include <random>
 
@@ -208,6 +209,46 @@ int RunSweep(const Invocation& inv, Env& env) {
   return 0;
 }
 
+int RunSuspend(const Invocation& inv, Env& env) {
+  const std::string& verb = inv.verb;
+  const bool suspend = verb == "suspend";
+  if (inv.positional.size() != 1) return Usage(env, verb, "give one Sandbox name");
+  auto timeout = Timeout(inv);
+  if (!timeout.ok()) return Usage(env, verb, timeout.status().message());
+  const std::string name = inv.positional[0];
+  auto patched = env.kube->Patch(kube::SandboxResource(), env.ns, name, kube::PatchType::kMerge,
+                                 Json{{"spec", {{"suspend", suspend}}}});
+  if (!patched.ok()) {
+    return Fail(env, verb, kube::IsNotFound(patched.status())
+                               ? Status::NotFound("Sandbox \"" + name + "\" not found in namespace " + env.ns)
+                               : patched.status());
+  }
+  if (inv.Has("wait") && !inv.Bool("wait")) {
+    *env.out << "sandbox.kubicle.dev/" << name << (suspend ? " suspend" : " resume") << " requested\n";
+    return 0;
+  }
+  Status st = WatchUntil(
+      *env.kube, kube::SandboxResource(), env.ns, {"", name}, *timeout,
+      [&](const ObjectSet& objs) -> std::optional<Status> {
+        auto it = objs.find(name);
+        if (it == objs.end()) return Status::NotFound("Sandbox " + name + " was deleted");
+        const std::string phase = StrAt(it->second, {"status", "phase"});
+        if (suspend && phase == "Suspended") return Status::Ok();
+        if (!suspend && phase == "Running" && Ready(it->second)) return Status::Ok();
+        return Hopeless(it->second);
+      },
+      [&](const ObjectSet& objs) {
+        auto it = objs.find(name);
+        if (it == objs.end()) return std::string("Sandbox " + name + " is gone");
+        const std::string why = StrAt(it->second, {"status", "vm", "message"});
+        return "Sandbox " + name + " is " + StrAt(it->second, {"status", "phase"}) +
+               (why.empty() ? "" : " (" + why + ")");
+      });
+  if (!st.ok()) return Fail(env, verb, st);
+  *env.out << "sandbox.kubicle.dev/" << name << (suspend ? " suspended\n" : " resumed\n");
+  return 0;
+}
+
 int RunVerb(const Invocation& inv, Env& env) {
   if (inv.verb == "exec") return RunExec(inv, env);
   if (inv.verb == "run") return RunRun(inv, env);
@@ -217,6 +258,7 @@ int RunVerb(const Invocation& inv, Env& env) {
   if (inv.verb == "fork") return RunFork(inv, env);
   if (inv.verb == "sweep") return RunSweep(inv, env);
   if (inv.verb == "wait") return RunWait(inv, env);
+  if (inv.verb == "suspend" || inv.verb == "resume") return RunSuspend(inv, env);
   if (inv.verb == "port-forward") return RunPortForward(inv, env);
   *env.err << "kubectl-kubicle: unknown command \"" << inv.verb << "\"\n";
   return kExitUsage;

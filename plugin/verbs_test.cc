@@ -275,6 +275,46 @@ TEST_F(VerbsTest, WaitForReadyAndForDelete) {
   EXPECT_EQ(Run({"wait", "late", "--for=delete", "--timeout=5s"}), 0) << err_.str();
 }
 
+TEST_F(VerbsTest, SuspendAndResumePatchSpecAndWait) {
+  AddSandbox("a");
+  // What the node and operator would do with spec.suspend.
+  std::atomic<bool> stop{false};
+  std::thread node([&] {
+    while (!stop) {
+      auto s = kube_.Get(kube::SandboxResource(), "ns", "a");
+      if (s.ok()) {
+        const bool want = kube::At(*s, {"spec", "suspend"}).is_boolean() && (*s)["spec"]["suspend"].get<bool>();
+        const std::string phase = kube::StrAt(*s, {"status", "phase"});
+        if (want && phase != "Suspended") {
+          (void)kube_.Patch(kube::SandboxResource(), "ns", "a", kube::PatchType::kMerge,
+                            {{"status", {{"phase", "Suspended"},
+                                         {"conditions", {{{"type", "Ready"}, {"status", "False"}}}}}}},
+                            "status");
+        } else if (!want && phase == "Suspended") {
+          (void)kube_.Patch(kube::SandboxResource(), "ns", "a", kube::PatchType::kMerge,
+                            {{"status", {{"phase", "Running"},
+                                         {"conditions", {{{"type", "Ready"}, {"status", "True"}}}}}}},
+                            "status");
+        }
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+  });
+  EXPECT_EQ(Run({"suspend", "a", "--timeout=20s"}), 0) << err_.str();
+  EXPECT_EQ(out_.str(), "sandbox.kubicle.dev/a suspended\n");
+  EXPECT_EQ((*kube_.Get(kube::SandboxResource(), "ns", "a"))["spec"]["suspend"], true);
+  EXPECT_EQ(Run({"resume", "a", "--timeout=20s"}), 0) << err_.str();
+  EXPECT_EQ((*kube_.Get(kube::SandboxResource(), "ns", "a"))["spec"]["suspend"], false);
+  stop = true;
+  node.join();
+  EXPECT_EQ(Run({"suspend", "a", "--wait=false"}), 0) << err_.str();
+  EXPECT_NE(out_.str().find("suspend requested"), std::string::npos);
+  EXPECT_EQ(Run({"suspend", "nope"}), kExitFailed);
+  EXPECT_NE(err_.str().find("not found"), std::string::npos);
+  EXPECT_EQ(Run({"resume"}), kExitUsage);
+  EXPECT_EQ(Run({"suspend", "a", "b"}), kExitUsage);
+}
+
 TEST_F(VerbsTest, ForkCreatesASandboxForkAndWaitsForItsChildren) {
   AddSandbox("src", {{"kubicle.dev/run", "r1"}, {"kubicle.dev/agent", "a0"}, {"other", "x"}});
   // What the operator would do: children labelled fork-of, Ready one by one.

@@ -33,6 +33,7 @@
 #include "guest/client/agent_client.h"
 #include "guest/protocol/tlv.h"
 #include "noderuntime/network/guest_network.h"
+#include "noderuntime/sandbox_manager.h"
 #include "vmm/testing/vm_process.h"
 
 namespace kubicle::e2e::nested {
@@ -650,6 +651,147 @@ TEST(LinuxNetTest, EveryCloneReachesItsOwnNamespaceAtOnceWithItsNewMac) {
   EXPECT_EQ(ShOut(*agents[0], "cat /sys/class/net/eth0/address"), fork_mac + "\n");
   // The origin still reaches its own namespace, and only it.
   EXPECT_EQ(FetchServed(*g->agent), "served to the origin\n");
+}
+
+// Suspend and resume through the node runtime (docs/node.md, "Suspend and
+// resume"): SandboxManager bakes the python guest (its root read-only under
+// a tmpfs overlay, plus a writable ext4 disk under copy-on-write layers),
+// starts a sandbox with a background python counter, and runs five
+// suspend/resume cycles. Each cycle writes a file in RAM (tmpfs) and one on
+// the disk before suspending; after each resume the counter has kept its
+// count and goes on, and EVERY earlier file reads back — the disk ones
+// after a remount with the page cache dropped, so from the layers
+// themselves (the class of bug where files vanish after a second resume).
+TEST(LinuxSuspendTest, FiveCyclesKeepTheCounterAndEveryFile) {
+  const auto images = ReadEnvFile(KUBICLE_LINUX_IMAGES_ENV);
+  for (const char* key : {"KUBICLE_LINUX_KERNEL", "KUBICLE_LINUX_INITRAMFS", "KUBICLE_LINUX_ROOTFS_PYTHON"})
+    ASSERT_TRUE(images.count(key)) << key << " missing from " << KUBICLE_LINUX_IMAGES_ENV;
+  const std::string scratch = MakeTempDir("kls");
+  ASSERT_FALSE(scratch.empty());
+  struct Cleanup {
+    std::string dir;
+    std::unique_ptr<noderuntime::SandboxManager> m;
+    ~Cleanup() {
+      if (m) m->Shutdown(true);
+      m.reset();
+      RemoveTree(dir);
+    }
+  } cleanup{scratch, nullptr};
+  const std::string image = scratch + "/data.ext4";
+  ASSERT_EQ(std::system(("mke2fs -q -F -t ext4 " + image + " 64M >/dev/null").c_str()), 0);
+  noderuntime::NodeConfig config;
+  config.state_dir = scratch + "/state";
+  config.vmm_binary = KUBICLE_VMM_BIN;
+  config.capacity_mem_mib = 4096;
+  config.capacity_vcpus = 16;
+  config.pool_size_per_shape = 1;
+  config.use_cgroups = false;
+  config.bake_boot_timeout = 240s;
+  config.agent_timeout = 120s;
+  auto opened = noderuntime::SandboxManager::Open(config, nullptr);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  cleanup.m = std::move(*opened);
+  noderuntime::SandboxManager& m = *cleanup.m;
+
+  noderuntime::TemplateSpec t;
+  t.name = "py";
+  t.kernel = images.at("KUBICLE_LINUX_KERNEL");
+  t.initrd = images.at("KUBICLE_LINUX_INITRAMFS");
+  t.cmdline = "console=ttyS0 quiet reboot=k panic=1 i8042.noaux i8042.nomux i8042.dumbkbd "
+              "kubicle.overlay=tmpfs";
+  t.disks = {images.at("KUBICLE_LINUX_ROOTFS_PYTHON") + ",ro", image};
+  t.mem_mib = 512;
+  t.vcpus = kGuestVcpus;
+  Progress("baking the python template through the node runtime");
+  ASSERT_TRUE(m.PutTemplate(t).ok());
+  const auto bake_end = std::chrono::steady_clock::now() + 240s;
+  auto ti = m.GetTemplate("py");
+  while (ti.ok() && ti->state == noderuntime::TemplateState::kBaking &&
+         std::chrono::steady_clock::now() < bake_end) {
+    std::this_thread::sleep_for(200ms);
+    ti = m.GetTemplate("py");
+  }
+  ASSERT_TRUE(ti.ok() && ti->state == noderuntime::TemplateState::kReady)
+      << (ti.ok() ? ti->message : ti.status().ToString());
+  noderuntime::SandboxSpec spec;
+  spec.id = "susp";
+  spec.template_name = "py";
+  Progress("creating the sandbox");
+  auto sb = m.CreateSandbox(spec);
+  ASSERT_TRUE(sb.ok()) << sb.status().ToString();
+
+  auto sh = [&](const std::string& command) {
+    noderuntime::ExecOptions eo;
+    eo.request.shell_command = command;
+    eo.timeout = kCallTimeout;
+    auto r = m.Exec("susp", eo);
+    if (!r.ok()) {
+      ADD_FAILURE() << command << ": " << r.status().ToString();
+      return std::string();
+    }
+    EXPECT_EQ(r->exit_code, 0) << command << ": " << Str(r->stderr_data);
+    return Str(r->stdout_data);
+  };
+  auto counter = [&]() -> long {
+    auto b = m.ReadFile("susp", "/root/count");
+    return b.ok() && !b->empty() ? std::strtol(Str(*b).c_str(), nullptr, 10) : -1;
+  };
+  auto counter_passes = [&](long above) {
+    const auto end = std::chrono::steady_clock::now() + 120s;
+    while (std::chrono::steady_clock::now() < end) {
+      if (counter() > above) return true;
+      std::this_thread::sleep_for(200ms);
+    }
+    return false;
+  };
+  sh("mkdir -p /mnt/d && mount /dev/vdb /mnt/d");
+  noderuntime::ExecOptions bg;
+  bg.request.argv = {"python3", "-c", kCounterScript};
+  bg.request.background = true;
+  ASSERT_TRUE(m.Exec("susp", bg).ok());
+  ASSERT_TRUE(counter_passes(0)) << "the counter never started";
+
+  for (int c = 0; c < 5; ++c) {
+    SCOPED_TRACE("cycle " + std::to_string(c));
+    const std::string n = std::to_string(c);
+    ASSERT_TRUE(m.WriteFile("susp", "/root/ram-" + n, ToBytes("ram " + n), 0644).ok());
+    sh("echo disk " + n + " > /mnt/d/disk-" + n + ".txt && sync");
+    const long before = counter();
+    ASSERT_GT(before, 0);
+    const int pid = m.GetSandbox("susp")->vmm_pid;
+    Progress("suspend " + n);
+    auto t0 = std::chrono::steady_clock::now();
+    auto s = m.SuspendSandbox("susp");
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    const double suspend_ms = MsSince(t0);
+    EXPECT_EQ(s->state, noderuntime::SandboxState::kSuspended);
+    EXPECT_NE(::kill(pid, 0), 0) << "the VM process outlived its suspend";
+    Progress("resume " + n);
+    t0 = std::chrono::steady_clock::now();
+    auto r = m.ResumeSandbox("susp");
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    std::printf("suspend/resume cycle %d (python guest, 512 MiB): suspend %.0f ms (%llu bytes on "
+                "disk), resume %.0f ms\n",
+                c, suspend_ms, static_cast<unsigned long long>(s->suspended_bytes), MsSince(t0));
+    // The same processes: the counter went on from where it was.
+    const long after = counter();
+    EXPECT_GE(after, before) << "the counter restarted: a new process, not the suspended one";
+    EXPECT_TRUE(counter_passes(after)) << "the background python process stopped counting at " << counter();
+    for (int k = 0; k <= c; ++k) {
+      const std::string kn = std::to_string(k);
+      auto f = m.ReadFile("susp", "/root/ram-" + kn);
+      ASSERT_TRUE(f.ok()) << "RAM file of cycle " << k << ": " << f.status().ToString();
+      EXPECT_EQ(Str(*f), "ram " + kn);
+    }
+    std::string want;
+    for (int k = 0; k <= c; ++k) want += "disk " + std::to_string(k) + "\n";
+    EXPECT_EQ(sh("umount /mnt/d && echo 3 > /proc/sys/vm/drop_caches && mount /dev/vdb /mnt/d && "
+                 "cat $(ls /mnt/d/disk-*.txt | sort)"),
+              want);
+  }
+  ASSERT_TRUE(m.DeleteSandbox("susp").ok());
+  std::error_code ec;
+  EXPECT_TRUE(fs::is_empty(config.state_dir + "/sandboxes", ec));
 }
 
 }  // namespace

@@ -374,6 +374,8 @@ void ApiServer::Impl::Dispatch(Call& call) {
     case Route::kSandboxes: return HandleSandboxes(call, *svc_, opts_);
     case Route::kSandbox: return HandleSandbox(call, *svc_, opts_);
     case Route::kFork: return HandleFork(call, *svc_, opts_);
+    case Route::kSuspend:
+    case Route::kResume: return HandleSuspendResume(call, *svc_, opts_);
     case Route::kExec: return HandleExec(call, *svc_, opts_);
     case Route::kFiles: return HandleFiles(call, *svc_, opts_);
     case Route::kConsole: return HandleConsole(call, *svc_, opts_, stopping);

@@ -253,6 +253,38 @@ TEST_F(ApiServerTest, Fork) {
   EXPECT_EQ(fake_.sandbox_count(), 4u);
 }
 
+// docs/node.md, "Suspend and resume": the owner's token or the admin's,
+// no body, idempotent, and exec or files of a suspended sandbox are 409.
+TEST_F(ApiServerTest, SuspendAndResume) {
+  PutReadyTemplate();
+  json a = Create(R"({"template":"tg","id":"a"})");
+  json b = Create(R"({"template":"tg","id":"b"})");
+  const std::string tok = a["token"];
+  auto r = Do("POST", "/v1/sandboxes/a/suspend", "", tok);
+  ASSERT_EQ(r.code, 200) << r.body;
+  EXPECT_EQ(r.j["state"], "Suspended");
+  EXPECT_TRUE(r.j["suspendedAt"].is_string());
+  EXPECT_GT(r.j["suspendedBytes"].get<uint64_t>(), 0u);
+  EXPECT_EQ(Do("POST", "/v1/sandboxes/a/suspend", "", tok).code, 200);  // idempotent
+  EXPECT_EQ(Do("GET", "/v1/sandboxes/a", "", tok).j["state"], "Suspended");
+  ExpectError(Do("POST", "/v1/sandboxes/a/exec", R"({"argv":["echo","hi"]})", tok), 409, "Suspended");
+  ExpectError(Do("GET", "/v1/sandboxes/a/files?path=/f", "", tok), 409, "resume");
+  // Another sandbox's token does not reach it; a body is refused; GET is 405.
+  ExpectError(Do("POST", "/v1/sandboxes/a/resume", "", b["token"]), 401);
+  ExpectError(Do("POST", "/v1/sandboxes/a/resume", "{}", tok), 413, "no request body");
+  EXPECT_EQ(Do("GET", "/v1/sandboxes/a/resume", "", tok).code, 405);
+  ExpectError(Do("POST", "/v1/sandboxes/nope/resume"), 404);
+  ExpectError(Do("POST", "/v1/sandboxes/BAD/suspend"), 400, "DNS-1123");
+  r = Do("POST", "/v1/sandboxes/a/resume");  // the admin token too
+  ASSERT_EQ(r.code, 200) << r.body;
+  EXPECT_EQ(r.j["state"], "Running");
+  EXPECT_TRUE(r.j["suspendedAt"].is_null());
+  EXPECT_EQ(Do("POST", "/v1/sandboxes/a/resume", "", tok).code, 200);
+  EXPECT_EQ(Do("POST", "/v1/sandboxes/a/exec", R"({"argv":["echo","hi"]})", tok).code, 200);
+  fake_.FailSandbox("b", "boom");
+  ExpectError(Do("POST", "/v1/sandboxes/b/suspend"), 409, "Failed");
+}
+
 TEST_F(ApiServerTest, ExecCollected) {
   PutReadyTemplate();
   Create(R"({"template":"tg","id":"s"})");

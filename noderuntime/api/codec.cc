@@ -306,6 +306,8 @@ json ToJson(const SandboxInfo& info, bool with_token) {
          {"memMib", info.mem_mib},
          {"vcpus", info.vcpus}};
   j["expiresAt"] = info.expires_at ? json(FormatTime(*info.expires_at)) : json(nullptr);
+  j["suspendedAt"] = info.suspended_at ? json(FormatTime(*info.suspended_at)) : json(nullptr);
+  j["suspendedBytes"] = info.suspended_bytes;
   // The policy in force and the guest's MAC; the namespace path stays the node's.
   if (info.network) {
     j["network"] = network::ToJson(info.network->policy);

@@ -230,6 +230,46 @@ Result<std::vector<std::string>> FakeSandboxService::DeleteSandboxes(const std::
   return ids;
 }
 
+Status FakeSandboxService::NotSuspendedLocked(const std::string& id) const {
+  auto it = sandboxes_.find(id);
+  if (it != sandboxes_.end() && it->second.info.state == SandboxState::kSuspended)
+    return Status::FailedPrecondition("sandbox '" + id + "' is Suspended: resume it first");
+  return Status::Ok();
+}
+
+Result<SandboxInfo> FakeSandboxService::SuspendSandbox(const std::string& id) {
+  ++calls_;
+  std::lock_guard l(mu_);
+  auto it = sandboxes_.find(id);
+  if (it == sandboxes_.end()) return Status::NotFound("no sandbox " + id);
+  SandboxInfo& info = it->second.info;
+  if (info.state == SandboxState::kRunning) {
+    info.state = SandboxState::kSuspended;
+    info.suspended_at = std::chrono::system_clock::now();
+    info.suspended_bytes = info.mem_mib << 20;
+    info.vmm_pid = 0;
+  } else if (info.state != SandboxState::kSuspended) {
+    return Status::FailedPrecondition("sandbox '" + id + "' is " + SandboxStateName(info.state));
+  }
+  return info;
+}
+
+Result<SandboxInfo> FakeSandboxService::ResumeSandbox(const std::string& id) {
+  ++calls_;
+  std::lock_guard l(mu_);
+  auto it = sandboxes_.find(id);
+  if (it == sandboxes_.end()) return Status::NotFound("no sandbox " + id);
+  SandboxInfo& info = it->second.info;
+  if (info.state == SandboxState::kSuspended) {
+    info.state = SandboxState::kRunning;
+    info.suspended_at.reset();
+    info.suspended_bytes = 0;
+  } else if (info.state != SandboxState::kRunning) {
+    return Status::FailedPrecondition("sandbox '" + id + "' is " + SandboxStateName(info.state));
+  }
+  return info;
+}
+
 bool FakeSandboxService::CheckToken(const std::string& id, const std::string& token) {
   ++calls_;
   std::lock_guard l(mu_);
@@ -242,6 +282,7 @@ Result<ExecResult> FakeSandboxService::Exec(const std::string& id, const ExecOpt
   {
     std::lock_guard l(mu_);
     if (!sandboxes_.count(id)) return Status::NotFound("no sandbox " + id);
+    RETURN_IF_ERROR(NotSuspendedLocked(id));
   }
   if (exec_hook) return exec_hook(id, options);
   return BuiltinExec(options);
@@ -253,6 +294,7 @@ Status FakeSandboxService::WriteFile(const std::string& id, const std::string& p
   std::lock_guard l(mu_);
   auto it = sandboxes_.find(id);
   if (it == sandboxes_.end()) return Status::NotFound("no sandbox " + id);
+  RETURN_IF_ERROR(NotSuspendedLocked(id));
   if (path.empty() || path.front() != '/') return Status::InvalidArgument("path must be absolute");
   it->second.files[path] = {Bytes(data.begin(), data.end()), mode};
   return Status::Ok();
@@ -261,6 +303,7 @@ Status FakeSandboxService::WriteFile(const std::string& id, const std::string& p
 Result<Bytes> FakeSandboxService::FileLocked(const std::string& id, const std::string& path) {
   auto it = sandboxes_.find(id);
   if (it == sandboxes_.end()) return Status::NotFound("no sandbox " + id);
+  RETURN_IF_ERROR(NotSuspendedLocked(id));
   auto f = it->second.files.find(path);
   if (f == it->second.files.end()) return Status::NotFound("no file " + path);
   return f->second.first;

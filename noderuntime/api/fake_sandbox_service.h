@@ -35,6 +35,9 @@ class FakeSandboxService : public SandboxService {
   Result<SandboxInfo> GetSandbox(const std::string& id) override;
   Result<std::vector<SandboxInfo>> ListSandboxes(const std::string& selector) override;
   Status DeleteSandbox(const std::string& id) override;
+  // Suspended: exec and files are FailedPrecondition, the files are kept.
+  Result<SandboxInfo> SuspendSandbox(const std::string& id) override;
+  Result<SandboxInfo> ResumeSandbox(const std::string& id) override;
   Result<std::vector<std::string>> DeleteSandboxes(const std::string& selector) override;
   bool CheckToken(const std::string& id, const std::string& token) override;
 
@@ -107,6 +110,7 @@ class FakeSandboxService : public SandboxService {
     std::string guest_host;  // empty: no network
   };
   Result<SandboxInfo> NewLocked(SandboxInfo info);
+  Status NotSuspendedLocked(const std::string& id) const;
   Result<guest::protocol::Bytes> FileLocked(const std::string& id, const std::string& path);
   // Mints a token unless `token_sha256` is given; returns the info with the token.
   Result<SandboxInfo> AddLocked(SandboxInfo info, const std::string& token_sha256);

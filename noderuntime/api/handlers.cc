@@ -122,4 +122,10 @@ void HandleFork(Call& call, SandboxService& svc, const ApiServerOptions& opts) {
   call.Json(201, {{"items", SandboxList(*children, true)}});
 }
 
+void HandleSuspendResume(Call& call, SandboxService& svc, const ApiServerOptions&) {
+  if (!call.OnlyQuery({}) || !CheckSandboxId(call)) return;
+  auto info = call.route() == Route::kSuspend ? svc.SuspendSandbox(call.name()) : svc.ResumeSandbox(call.name());
+  info.ok() ? call.Json(200, ToJson(*info, false)) : call.Fail(info.status());
+}
+
 }  // namespace kubicle::noderuntime::api

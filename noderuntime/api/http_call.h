@@ -96,6 +96,8 @@ void HandleTemplate(Call& call, SandboxService& svc, const ApiServerOptions& opt
 void HandleSandboxes(Call& call, SandboxService& svc, const ApiServerOptions& opts);
 void HandleSandbox(Call& call, SandboxService& svc, const ApiServerOptions& opts);
 void HandleFork(Call& call, SandboxService& svc, const ApiServerOptions& opts);
+// POST /v1/sandboxes/{id}/suspend and /resume.
+void HandleSuspendResume(Call& call, SandboxService& svc, const ApiServerOptions& opts);
 void HandleExec(Call& call, SandboxService& svc, const ApiServerOptions& opts);
 // run.cc: POST /v1/templates/{name}/run.
 void HandleRun(Call& call, SandboxService& svc, const ApiServerOptions& opts);

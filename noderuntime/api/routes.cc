@@ -30,6 +30,8 @@ const char* Pattern(Route r) {
     case Route::kSandboxes: return "/v1/sandboxes";
     case Route::kSandbox: return "/v1/sandboxes/{id}";
     case Route::kFork: return "/v1/sandboxes/{id}/fork";
+    case Route::kSuspend: return "/v1/sandboxes/{id}/suspend";
+    case Route::kResume: return "/v1/sandboxes/{id}/resume";
     case Route::kExec: return "/v1/sandboxes/{id}/exec";
     case Route::kFiles: return "/v1/sandboxes/{id}/files";
     case Route::kConsole: return "/v1/sandboxes/{id}/console";
@@ -64,6 +66,8 @@ std::optional<RouteMatch> MatchRoute(std::string_view path) {
   if (p.size() == 5 && p[3] == "ports") return RouteMatch{Route::kPort, id, std::string(p[4])};
   if (p.size() != 4) return std::nullopt;
   if (p[3] == "fork") return RouteMatch{Route::kFork, id};
+  if (p[3] == "suspend") return RouteMatch{Route::kSuspend, id};
+  if (p[3] == "resume") return RouteMatch{Route::kResume, id};
   if (p[3] == "exec") return RouteMatch{Route::kExec, id};
   if (p[3] == "files") return RouteMatch{Route::kFiles, id};
   if (p[3] == "console") return RouteMatch{Route::kConsole, id};
@@ -87,6 +91,8 @@ std::string AllowedMethods(Route r) {
     case Route::kSandboxes: return "GET, POST, DELETE";
     case Route::kSandbox: return "GET, DELETE";
     case Route::kFork:
+    case Route::kSuspend:
+    case Route::kResume:
     case Route::kRun:
     case Route::kExec: return "POST";
     case Route::kFiles: return "GET, PUT, DELETE";
@@ -117,7 +123,10 @@ Access RouteAccess(Route r, std::string_view method) {
     case Route::kStats:
     case Route::kStat:
     case Route::kList:
-    case Route::kPort: return Access::kAdminOrSandbox;
+    case Route::kPort:
+    // The sandbox's owner may park and wake its own VM, as it may exec in it.
+    case Route::kSuspend:
+    case Route::kResume: return Access::kAdminOrSandbox;
     case Route::kSandbox: return method == "GET" ? Access::kAdminOrSandbox : Access::kAdmin;
     case Route::kRun: return Access::kAdminOrRunToken;
     default: return Access::kAdmin;
@@ -130,6 +139,7 @@ std::string RouteLabel(Route r, std::string_view method) {
 
 BodyKind RouteBody(Route r, std::string_view method) {
   if (r == Route::kFiles && method == "PUT") return BodyKind::kFile;
+  if (r == Route::kSuspend || r == Route::kResume) return BodyKind::kNone;
   if (method == "POST" || method == "PUT") return BodyKind::kJson;
   return BodyKind::kNone;
 }

@@ -23,6 +23,8 @@ enum class Route {
   kSandboxes,   // GET|POST|DELETE /v1/sandboxes
   kSandbox,     // GET|DELETE /v1/sandboxes/{id}
   kFork,        // POST /v1/sandboxes/{id}/fork
+  kSuspend,     // POST /v1/sandboxes/{id}/suspend   (no body)
+  kResume,      // POST /v1/sandboxes/{id}/resume    (no body)
   kExec,        // POST /v1/sandboxes/{id}/exec
   kFiles,       // GET|PUT|DELETE /v1/sandboxes/{id}/files
   kConsole,     // GET /v1/sandboxes/{id}/console

@@ -72,6 +72,13 @@ TEST(Routes, MethodsAndAccess) {
   EXPECT_EQ(RouteAccess(Route::kSandbox, "GET"), Access::kAdminOrSandbox);
   EXPECT_EQ(RouteAccess(Route::kSandbox, "DELETE"), Access::kAdmin);
   EXPECT_EQ(RouteAccess(Route::kFork, "POST"), Access::kAdmin);
+  EXPECT_EQ(MatchRoute("/v1/sandboxes/s1/suspend")->route, Route::kSuspend);
+  EXPECT_EQ(MatchRoute("/v1/sandboxes/s1/resume/")->route, Route::kResume);
+  EXPECT_EQ(RouteAccess(Route::kSuspend, "POST"), Access::kAdminOrSandbox);
+  EXPECT_EQ(RouteAccess(Route::kResume, "POST"), Access::kAdminOrSandbox);
+  EXPECT_EQ(RouteBody(Route::kSuspend, "POST"), BodyKind::kNone);
+  EXPECT_TRUE(MethodAllowed(Route::kResume, "POST"));
+  EXPECT_FALSE(MethodAllowed(Route::kResume, "GET"));
   EXPECT_EQ(RouteAccess(Route::kExec, "POST"), Access::kAdminOrSandbox);
   EXPECT_EQ(RouteLabel(Route::kExec, "POST"), "POST /v1/sandboxes/{id}/exec");
   // A per-call run: POST only, a JSON body, the template's run token.

@@ -29,6 +29,10 @@ Value flags are written "--flag VALUE" or "--flag=VALUE".
                          created with mode 0600 and a random token if absent
   --capacity-mem SIZE    guest memory the node may hand out: 20G, 512M, or
                          plain MiB (default: 3/4 of the host's RAM)
+  --capacity-suspend-disk SIZE
+                         node disk suspended sandboxes' memory snapshots may
+                         take, as --capacity-mem (default: --capacity-mem's
+                         value; docs/node.md, "Suspend and resume")
   --capacity-vcpus N     vCPUs the node may hand out (default: 16 per host
                          CPU, at least 64: idle VMs cost no CPU)
   --capacity-sandboxes N sandboxes the node may run at once, 1..100000
@@ -251,6 +255,10 @@ Status ApplyValueFlag(const std::string& name, const std::string& v, ServeFlags*
     f->advertise_address = v;
   } else if (name == "--capacity-mem") {
     ASSIGN_OR_RETURN(f->capacity_mem_mib, ParseMemMib(v));
+  } else if (name == "--capacity-suspend-disk") {
+    auto mib = ParseMemMib(v);
+    if (!mib.ok()) return Status::InvalidArgument(name + ": " + mib.status().message());
+    f->capacity_suspend_disk_mib = *mib;
   } else if (name == "--capacity-vcpus") {
     ASSIGN_OR_RETURN(f->capacity_vcpus, ParseUint32(name, v, 1 << 20));
   } else if (name == "--capacity-sandboxes") {

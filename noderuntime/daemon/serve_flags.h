@@ -27,6 +27,7 @@ struct ServeFlags {
   // empty when that is a wildcard (0.0.0.0, ::), and main uses the hostname.
   std::string advertise_address;
   uint64_t capacity_mem_mib = 0;   // 0: 3/4 of the host's RAM
+  uint64_t capacity_suspend_disk_mib = 0;  // 0: capacity_mem_mib
   uint32_t capacity_vcpus = 0;     // 0: 16 per host CPU, at least 64
   uint32_t capacity_sandboxes = 500;  // 1..100000
   uint32_t pool_size = 2;

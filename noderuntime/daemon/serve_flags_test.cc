@@ -56,7 +56,7 @@ TEST(ServeFlags, VmmIsOptionalAndLeftForMain) {
 TEST(ServeFlags, EqualsFormForEveryValueFlag) {
   auto f = ParseServeFlags(
       {"--state-dir=/s", "--vmm=/v", "--listen=0.0.0.0:8080", "--advertise-address=10.0.0.7",
-       "--token-file=/t", "--capacity-mem=2048", "--capacity-vcpus=16",
+       "--token-file=/t", "--capacity-mem=2048", "--capacity-suspend-disk=10G", "--capacity-vcpus=16",
        "--capacity-sandboxes=20", "--pool-size=3", "--log-format=json", "--log-level=debug",
        "--node-name=kvm-node-1", "--kubeconfig=/k", "--lease-namespace=leases",
        "--lease-duration-seconds=15", "--image-root=/a", "--image-root=/b"});
@@ -68,6 +68,7 @@ TEST(ServeFlags, EqualsFormForEveryValueFlag) {
   EXPECT_EQ(f->advertise_address, "10.0.0.7");
   EXPECT_EQ(f->token_file, "/t");
   EXPECT_EQ(f->capacity_mem_mib, 2048u);
+  EXPECT_EQ(f->capacity_suspend_disk_mib, 10u * 1024);
   EXPECT_EQ(f->capacity_vcpus, 16u);
   EXPECT_EQ(f->capacity_sandboxes, 20u);
   EXPECT_EQ(f->pool_size, 3u);
@@ -279,7 +280,7 @@ TEST(ServeFlags, SandboxNetwork) {
 TEST(ServeFlags, UsageNamesEveryFlag) {
   for (const char* flag :
        {"--state-dir", "--vmm", "--listen", "--advertise-address", "--token-file",
-        "--capacity-mem", "--capacity-vcpus", "--capacity-sandboxes", "--pool-size",
+        "--capacity-mem", "--capacity-suspend-disk", "--capacity-vcpus", "--capacity-sandboxes", "--pool-size",
         "--no-cgroups", "--stop-vms-on-exit", "--log-format", "--log-json", "--log-level",
         "--check-flags", "--help", "--node-name", "--kubeconfig", "--lease-namespace",
         "--lease-duration-seconds", "--image-root", "--tls", "--tls-cert", "--tls-key",

@@ -240,6 +240,44 @@ TEST_F(NodeAgentWorld, SandboxRunsWithTheOperatorsTokenAndEnvThenTearsDown) {
   EXPECT_FALSE(svc_.GetSandbox(id).ok());
 }
 
+// spec.suspend (docs/node.md, "Suspend and resume"): true suspends the VM
+// and reports Suspended without an endpoint; false resumes it, the same VM;
+// a Sandbox made with it set runs first, then suspends; a restart while
+// suspended keeps it so; delete of a suspended one tears it down.
+TEST_F(NodeAgentWorld, SpecSuspendSuspendsAndResumesTheSameVm) {
+  ReadyTemplate();
+  Json s = CreateSandbox("sus");
+  ASSERT_TRUE(Eventually([&] { return VmState("sus") == "Running"; }));
+  const std::string id = IdOf(s);
+  ASSERT_TRUE(svc_.WriteFile(id, "/kept", guest::protocol::Bytes{'x'}, 0644).ok());
+  auto set_suspend = [&](bool v) {
+    ASSERT_TRUE(kube_.Patch(kube::SandboxResource(), kNs, "sus", kube::PatchType::kMerge,
+                            Json{{"spec", {{"suspend", v}}}}).ok());
+  };
+  set_suspend(true);
+  ASSERT_TRUE(Eventually([&] { return VmState("sus") == "Suspended"; }));
+  EXPECT_EQ(svc_.GetSandbox(id)->state, SandboxState::kSuspended);
+  Json got = *kube_.Get(kube::SandboxResource(), kNs, "sus");
+  EXPECT_TRUE(StrAt(got, {"status", "vm", "endpoint"}).empty());
+  StopAgent();
+  StartAgent();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(VmState("sus"), "Suspended");
+  EXPECT_EQ(svc_.GetSandbox(id)->state, SandboxState::kSuspended);
+  set_suspend(false);
+  ASSERT_TRUE(Eventually([&] { return VmState("sus") == "Running"; }));
+  EXPECT_EQ(StrAt(*kube_.Get(kube::SandboxResource(), kNs, "sus"), {"status", "vm", "endpoint"}),
+            "10.0.0.7:7443");
+  auto f = svc_.ReadFile(id, "/kept");
+  ASSERT_TRUE(f.ok()) << f.status().ToString();  // the same VM, not a new one
+
+  Json later = CreateSandbox("born-suspended", Json{{"suspend", true}});
+  ASSERT_TRUE(Eventually([&] { return VmState("born-suspended") == "Suspended"; }));
+  ASSERT_TRUE(kube_.Delete(kube::SandboxResource(), kNs, "born-suspended").ok());
+  ASSERT_TRUE(Eventually([&] { return VmState("born-suspended") == "Terminated"; }));
+  EXPECT_FALSE(svc_.GetSandbox(IdOf(later)).ok());
+}
+
 TEST_F(NodeAgentWorld, AReadyEntrySaysWhereToRunAndTheRunTokenReachesTheNode) {
   ReadyTemplate();
   auto e = EntryOf(Template("tg"), "n1");

@@ -27,6 +27,16 @@ bool IsDeleting(const Json& obj) { return !At(obj, {"metadata", "deletionTimesta
 
 }  // namespace
 
+// spec.suspend: a boolean; anything else (the CRD forbids it) is false.
+bool WantsSuspend(const Json& sandbox) {
+  const Json& s = At(sandbox, {"spec", "suspend"});
+  return s.is_boolean() && s.get<bool>();
+}
+
+namespace {
+
+}  // namespace
+
 std::optional<VmReport> ReportedVm(const Json& sandbox) {
   const Json& vm = At(sandbox, {"status", "vm"});
   if (!vm.is_object()) return std::nullopt;
@@ -177,15 +187,21 @@ void SandboxSync::Sync(const std::string& key) {
   if (IsDeleting(*obj)) return Teardown(key, *obj, id);
   auto vm = service_->GetSandbox(id);
   if (vm.ok()) {
+    const bool suspend = WantsSuspend(*obj);
     switch (vm->state) {
-      case SandboxState::kRunning: return Report(key, *obj, RunningReport(*vm));
+      case SandboxState::kRunning:
+        if (suspend) return Suspend(key, *obj, id);
+        return Report(key, *obj, RunningReport(*vm));
+      case SandboxState::kSuspended:
+        if (!suspend) return Resume(key, *obj, id);
+        return Report(key, *obj, SuspendedReport(""));
       case SandboxState::kFailed: return Report(key, *obj, {"Failed", "", Bounded(vm->message), 0});
       default: return queue_.AddAfter(key, kWaitBusy);  // another pass is creating or deleting it
     }
   }
   auto reported = ReportedVm(*obj);
   const std::string was = reported ? reported->state : "";
-  if (was == "Running") {
+  if (was == "Running" || was == "Suspended") {
     return Report(key, *obj, {"Failed", "", "the VM is gone: kubicle-node on " + config_.node_name +
                                                " has no VM for this Sandbox (it exited, or the node lost its state)", 0});
   }
@@ -281,6 +297,8 @@ Result<SandboxInfo> SandboxSync::Fork(const std::string& key, const Json& obj, c
   if (IsDeleting(*source)) return Status::FailedPrecondition("fork source " + want.fork_source + " is being deleted");
   const std::string source_id = SandboxNodeId(StrAt(*source, {"metadata", "uid"}));
   auto src_vm = service_->GetSandbox(source_id);
+  if (src_vm.ok() && src_vm->state == SandboxState::kSuspended)
+    return Status::Unavailable("fork source " + want.fork_source + " is suspended");
   if (!src_vm.ok() || src_vm->state == SandboxState::kCreating) {
     auto reported = ReportedVm(*source);
     if (reported && (reported->state == "Failed" || reported->state == "Terminated"))
@@ -344,6 +362,42 @@ std::vector<std::pair<std::string, Json>> SandboxSync::ClaimSiblings(const std::
 void SandboxSync::Release(const std::vector<std::string>& ids) {
   std::lock_guard l(mu_);
   for (const auto& id : ids) claimed_.erase(id);
+}
+
+VmReport SandboxSync::SuspendedReport(const std::string& message) const {
+  // No endpoint: clients see the Sandbox is not Ready and do not call it.
+  return {"Suspended", "", message, 0};
+}
+
+void SandboxSync::Suspend(const std::string& key, const Json& obj, const std::string& id) {
+  auto vm = service_->SuspendSandbox(id);
+  if (vm.ok()) {
+    log::Info("VM suspended", {{"sandbox", key}, {"vm", id}, {"bytes", vm->suspended_bytes}});
+    return Report(key, obj, SuspendedReport(""));
+  }
+  // Still Running: say why the suspend waits (no disk budget, a busy VM)
+  // and try again with backoff.
+  log::Warn("VM suspend failed; retrying", {{"sandbox", key}, {"vm", id}, {"error", vm.status().ToString()}});
+  auto running = service_->GetSandbox(id);
+  if (running.ok() && running->state == SandboxState::kRunning) {
+    VmReport r = RunningReport(*running);
+    r.message = Bounded("suspend waits: " + vm.status().message());
+    Report(key, obj, r);
+  }
+  queue_.AddRateLimited(key);
+}
+
+void SandboxSync::Resume(const std::string& key, const Json& obj, const std::string& id) {
+  auto vm = service_->ResumeSandbox(id);
+  if (vm.ok()) {
+    log::Info("VM resumed", {{"sandbox", key}, {"vm", id}});
+    return Report(key, obj, RunningReport(*vm));
+  }
+  // Still Suspended (a failed resume changes nothing): the node may be full
+  // for now; try again with backoff, saying why.
+  log::Warn("VM resume failed; retrying", {{"sandbox", key}, {"vm", id}, {"error", vm.status().ToString()}});
+  Report(key, obj, SuspendedReport(Bounded("resume waits: " + vm.status().message())));
+  queue_.AddRateLimited(key);
 }
 
 VmReport SandboxSync::RunningReport(const SandboxInfo& vm) const {

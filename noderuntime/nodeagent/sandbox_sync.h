@@ -7,7 +7,10 @@
 // SandboxNodeId(uid)). So a restarted node re-adopts its VMs by UID with no
 // other memory, and nothing is created twice:
 //   deleting object      -> tear the VM down, then report Terminated
-//   VM exists            -> report it (Running with endpoint, or Failed)
+//   VM exists            -> report it (Running with endpoint, Suspended, or
+//                           Failed), after suspending or resuming it when
+//                           spec.suspend says the other (docs/node.md,
+//                           "Suspend and resume")
 //   no VM, was Running   -> Failed: the VM vanished (the reason says so)
 //   no VM, not started   -> restore from the template (or fork when
 //                           spec.forkSource is set), once the operator has
@@ -38,7 +41,7 @@ namespace kubicle::noderuntime::nodeagent {
 
 // status.vm as the node writes it (pure; for tests).
 struct VmReport {
-  std::string state;  // Restoring, Forking, Running, Failed, Terminated
+  std::string state;  // Restoring, Forking, Running, Suspended, Failed, Terminated
   std::string endpoint;
   std::string message;
   double restore_millis = 0;
@@ -54,6 +57,8 @@ struct DesiredVm {
   std::string fork_source;    // Sandbox name, same namespace
 };
 Result<DesiredVm> DesiredVmOf(const kube::Json& sandbox);
+// spec.suspend (pure).
+bool WantsSuspend(const kube::Json& sandbox);
 
 class SandboxSync {
  public:
@@ -86,6 +91,11 @@ class SandboxSync {
   void Release(const std::vector<std::string>& ids);
   void Report(const std::string& key, const kube::Json& obj, const VmReport& report);
   VmReport RunningReport(const SandboxInfo& vm) const;
+  VmReport SuspendedReport(const std::string& message) const;
+  // spec.suspend differs from the VM: suspend or resume it, report, and on
+  // failure retry with backoff (the VM stays as it was).
+  void Suspend(const std::string& key, const kube::Json& obj, const std::string& id);
+  void Resume(const std::string& key, const kube::Json& obj, const std::string& id);
   void Background();
   void OnEvent(kube::WatchEventType type, const kube::Json& obj);
 

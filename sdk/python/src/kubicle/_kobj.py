@@ -308,6 +308,46 @@ class ReadyStep:
         return timeout_error(f"Sandbox {self.name}: Ready", timeout, self.last, objs.get(self.name))
 
 
+def suspend_patch(suspend: bool) -> Dict[str, Any]:
+    """The merge patch that sets spec.suspend (docs/sdk.md, "Suspend and resume")."""
+    return {"spec": {"suspend": bool(suspend)}}
+
+
+class SuspendStep:
+    """One Sandbox suspended (phase Suspended) or resumed (Ready again); a
+    Sandbox that fails, is deleted, or is being deleted raises."""
+
+    def __init__(self, name: str, suspend: bool) -> None:
+        self.name, self.suspend = name, suspend
+        self.last: Optional[errors.KubicleError] = None
+
+    def __call__(self, objs: Objs) -> Optional[Dict[str, Any]]:
+        obj = objs.get(self.name)
+        if obj is None:
+            raise errors.SandboxFailedError("the Sandbox was deleted while waiting for it",
+                                            reason="Deleted", sandbox=self.name)
+        if _get(obj, "metadata", "deletionTimestamp"):
+            raise errors.SandboxFailedError("the Sandbox is being deleted", reason="Terminating",
+                                            sandbox=self.name)
+        phase = _get(obj, "status", "phase")
+        if phase == "Failed":
+            msg = _get(obj, "status", "vm", "message") or "the VM failed"
+            raise errors.SandboxFailedError(msg, reason="VMFailed", sandbox=self.name)
+        if self.suspend and phase == "Suspended":
+            return obj
+        if not self.suspend and phase == "Running" and is_ready(obj):
+            return obj
+        # The node says why it waits (no disk for the snapshot, a full node).
+        msg = _get(obj, "status", "vm", "message") or ""
+        self.last = errors.SandboxTimeoutError(msg, reason="Timeout", sandbox=self.name) if msg else None
+        return None
+
+    def timeout(self, timeout: float, objs: Objs) -> errors.KubicleError:
+        what = "Suspended" if self.suspend else "Running again"
+        return timeout_error(f"Sandbox {self.name}: {what}", timeout, self.last,
+                             objs.get(self.name))
+
+
 class ChildrenStep:
     """Every child of a SandboxFork Ready (they appear as the operator makes them)."""
 

@@ -331,6 +331,24 @@ class KubeBackend:
             raise _kobj.lease_error(e, node, self._lease_ns, sandbox) from e
         return _kobj.serving_ca(lease.metadata.annotations if lease.metadata else None)
 
+    def set_suspend(self, ref: Ref, suspend: bool, *, timeout: float) -> Ref:
+        """Patches spec.suspend and waits for the node: phase Suspended, or
+        Running and Ready again (docs/sdk.md, "Suspend and resume")."""
+        name = ref.info.name
+        patched = self._do(self._co.patch_namespaced_custom_object, _kobj.GROUP, _kobj.VERSION,
+                           self.namespace, _kobj.SANDBOXES, name, _kobj.suspend_patch(suspend),
+                           what=f"patch Sandbox {name}", sandbox=name)
+        step = _kobj.SuspendStep(name, suspend)
+        r, objs = self._wait(step, _watchcache.by_name(name), _watchcache.min_rv_of(patched),
+                             timeout, field_selector=f"metadata.name={name}")
+        if r is None:
+            raise step.timeout(timeout, objs)
+        fresh = self._ref(r)
+        # The node, its endpoint and the token stay: what resolve found holds.
+        fresh.base, fresh.token, fresh.http, fresh.ssl, fresh.env = (
+            ref.base, ref.token, ref.http, ref.ssl, ref.env)
+        return fresh
+
     def delete(self, name: str, *, wait: bool, timeout: float) -> None:
         gone = self._delete(_kobj.SANDBOXES, name, "Background")
         if wait:

@@ -304,6 +304,25 @@ class AsyncKubeBackend:
             raise _kobj.lease_error(e, node, self._lease_ns, sandbox) from e
         return _kobj.serving_ca(lease.metadata.annotations if lease.metadata else None)
 
+    async def set_suspend(self, ref: Ref, suspend: bool, *, timeout: float) -> Ref:
+        """KubeBackend.set_suspend's twin."""
+        await self.start()
+        name = ref.info.name
+        patched = await self._do(self._co.patch_namespaced_custom_object, _kobj.GROUP,
+                                 _kobj.VERSION, self.namespace, _kobj.SANDBOXES, name,
+                                 _kobj.suspend_patch(suspend), what=f"patch Sandbox {name}",
+                                 sandbox=name)
+        step = _kobj.SuspendStep(name, suspend)
+        r, objs = await self._wait(step, _watchcache.by_name(name),
+                                   _watchcache.min_rv_of(patched), timeout,
+                                   field_selector=f"metadata.name={name}")
+        if r is None:
+            raise step.timeout(timeout, objs)
+        fresh = self._ref(r)
+        fresh.base, fresh.token, fresh.http, fresh.ssl, fresh.env = (
+            ref.base, ref.token, ref.http, ref.ssl, ref.env)
+        return fresh
+
     async def delete(self, name: str, *, wait: bool, timeout: float) -> None:
         gone = await self._delete(_kobj.SANDBOXES, name, "Background")
         if wait:

@@ -48,6 +48,15 @@ def make_ref(node_url: str, j: Dict[str, Any], env: Optional[Mapping[str, str]])
                token=j.get("token"), env=dict(env or {}))
 
 
+def keep_access(fresh: Ref, old: Ref) -> Ref:
+    """``fresh`` with what ``old`` knew of reaching the sandbox (a node's
+    answer other than a create's carries no token)."""
+    fresh.token = old.token or fresh.token
+    fresh.base = old.base or fresh.base
+    fresh.http, fresh.ssl = old.http, old.ssl
+    return fresh
+
+
 def check_selector(selector: str) -> str:
     if not selector.strip():
         raise ValueError("a sweep needs metadata (e.g. {'run': run_id}): nothing deletes "
@@ -105,6 +114,13 @@ class NodeBackend:
             ref.token = self._token  # the admin token may use every sandbox
         if not ref.base:
             ref.base = f"{self.url}/v1/sandboxes/{ref.info.id}"
+
+    def set_suspend(self, ref: Ref, suspend: bool, *, timeout: float) -> Ref:
+        """POST .../suspend or .../resume: the node answers once it is done."""
+        verb = "suspend" if suspend else "resume"
+        j = self._call("POST", f"/v1/sandboxes/{ref.info.id}/{verb}", op=verb,
+                       sandbox=ref.info.name, timeout=timeout)
+        return keep_access(make_ref(self.url, j, ref.env), ref)
 
     def delete(self, name: str, *, wait: bool, timeout: float) -> None:
         try:

@@ -7,7 +7,7 @@ from typing import Any, List, Mapping, Optional
 import httpx
 
 from . import _http, errors
-from ._node import check_selector, create_body, fork_body, make_ref
+from ._node import check_selector, create_body, fork_body, keep_access, make_ref
 from ._ref import Ref
 
 
@@ -65,6 +65,12 @@ class AsyncNodeBackend:
             ref.token = self._token
         if not ref.base:
             ref.base = f"{self.url}/v1/sandboxes/{ref.info.id}"
+
+    async def set_suspend(self, ref: Ref, suspend: bool, *, timeout: float) -> Ref:
+        verb = "suspend" if suspend else "resume"
+        j = await self._call("POST", f"/v1/sandboxes/{ref.info.id}/{verb}", op=verb,
+                             sandbox=ref.info.name, timeout=timeout)
+        return keep_access(make_ref(self.url, j, ref.env), ref)
 
     async def delete(self, name: str, *, wait: bool, timeout: float) -> None:
         try:

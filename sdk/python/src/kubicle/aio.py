@@ -16,7 +16,8 @@ from . import _http, _labels, _ports, _ports_async, _run, _wire, errors
 from ._dataplane import AsyncDataPlane
 from ._ports_async import AsyncPortForward
 from ._ref import Ref
-from .client import DEFAULT_CREATE_TIMEOUT, DEFAULT_DELETE_TIMEOUT, _merge_env, finish_exec
+from .client import (DEFAULT_CREATE_TIMEOUT, DEFAULT_DELETE_TIMEOUT, DEFAULT_SUSPEND_TIMEOUT,
+                     _merge_env, finish_exec)
 from .models import EntryInfo, ExecResult, FileInfo, RunResult, SandboxInfo
 
 
@@ -153,6 +154,21 @@ class AsyncSandbox:
                                                 labels=_labels.to_labels(metadata),
                                                 ttl_seconds=ttl_seconds, timeout=timeout)
         return [AsyncSandbox(self._client, r) for r in refs]
+
+    async def suspend(self, *, timeout: float = DEFAULT_SUSPEND_TIMEOUT) -> SandboxInfo:
+        """Sandbox.suspend's twin."""
+        await self._set(True, timeout)
+        return self._ref.info
+
+    async def resume(self, *, timeout: float = DEFAULT_SUSPEND_TIMEOUT) -> SandboxInfo:
+        """Sandbox.resume's twin."""
+        await self._set(False, timeout)
+        return self._ref.info
+
+    async def _set(self, suspend: bool, timeout: float) -> None:
+        fresh = await self._client._backend.set_suspend(self._ref, suspend, timeout=timeout)
+        self._ref.raw, self._ref.info = fresh.raw, fresh.info
+        self._ref.token, self._ref.base = fresh.token, fresh.base
 
     async def delete(self, *, wait: bool = True, timeout: float = DEFAULT_DELETE_TIMEOUT) -> None:
         await self._client._backend.delete(self.name, wait=wait, timeout=timeout)

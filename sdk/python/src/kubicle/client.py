@@ -17,6 +17,7 @@ from .models import EntryInfo, ExecResult, FileInfo, RunResult, SandboxInfo
 
 DEFAULT_CREATE_TIMEOUT = 120.0
 DEFAULT_DELETE_TIMEOUT = 120.0
+DEFAULT_SUSPEND_TIMEOUT = 300.0  # a snapshot of a large guest is written to the node's disk
 
 
 def _merge_env(base: Mapping[str, str], own: Optional[Mapping[str, str]]) -> Dict[str, str]:
@@ -201,6 +202,28 @@ class Sandbox:
                                           labels=_labels.to_labels(metadata),
                                           ttl_seconds=ttl_seconds, timeout=timeout)
         return [Sandbox(self._client, r) for r in refs]
+
+    def suspend(self, *, timeout: float = DEFAULT_SUSPEND_TIMEOUT) -> SandboxInfo:
+        """Parks the sandbox on its node: its memory, devices and disks are
+        saved there and its VM stops (phase ``Suspended``); returns once
+        they are. Commands and files then raise ConflictError until
+        ``resume()``. Its TTL keeps counting. Idempotent. With Kubernetes
+        this sets ``spec.suspend: true`` (so ``patch`` on Sandboxes is
+        needed); CapacityError when the node has no disk room for it."""
+        self._set(True, timeout)
+        return self._ref.info
+
+    def resume(self, *, timeout: float = DEFAULT_SUSPEND_TIMEOUT) -> SandboxInfo:
+        """Runs a suspended sandbox again on the same node, with its files,
+        memory and running processes as they were; returns once it answers.
+        Idempotent."""
+        self._set(False, timeout)
+        return self._ref.info
+
+    def _set(self, suspend: bool, timeout: float) -> None:
+        fresh = self._client._backend.set_suspend(self._ref, suspend, timeout=timeout)
+        self._ref.raw, self._ref.info = fresh.raw, fresh.info
+        self._ref.token, self._ref.base = fresh.token, fresh.base
 
     def delete(self, *, wait: bool = True, timeout: float = DEFAULT_DELETE_TIMEOUT) -> None:
         """Deletes the sandbox; with ``wait`` returns once it is gone."""

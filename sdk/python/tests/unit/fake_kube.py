@@ -100,7 +100,7 @@ class FakeCluster:
                 cluster._http(self, "DELETE")
 
             def do_PATCH(self) -> None:
-                cluster._send(self, 405, {"kind": "Status", "code": 405})
+                cluster._http(self, "PATCH")
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
@@ -277,7 +277,10 @@ users:
                 if key in self.objects and not self.objects[key]["metadata"].get("finalizers"):
                     self._write(key, None, "DELETED")
             return
-        if status.get("phase") in ("Running", "Failed") or status.get("conditions"):
+        if status.get("phase") in ("Running", "Suspended") and \
+                bool(obj["spec"].get("suspend")) != (status["phase"] == "Suspended"):
+            return self._suspend(key, obj)
+        if status.get("phase") in ("Running", "Failed", "Suspended") or status.get("conditions"):
             if status.get("phase") != "Scheduled":
                 return
         time.sleep(self.delay)
@@ -328,6 +331,22 @@ users:
         self._set(key, "Running", sched=("True", "Scheduled", ""), ready=("True", "Running", ""),
                   vm={"state": "Running", "endpoint": self.node.address, "restoreMillis": 4.2},
                   secret=secret)
+
+    def _suspend(self, key: Key, obj: Dict[str, Any]) -> None:
+        """The node and the operator for spec.suspend: the VM is suspended
+        (phase Suspended, no endpoint) or resumed, files kept."""
+        time.sleep(self.delay)
+        sb = self.node.sandboxes.get("k-" + obj["metadata"]["uid"])
+        if obj["spec"].get("suspend"):
+            if sb is not None:
+                sb.state = "Suspended"
+            return self._set(key, "Suspended", sched=("True", "Scheduled", ""),
+                             ready=("False", "Suspended", "the VM is suspended (spec.suspend)"),
+                             vm={"state": "Suspended"})
+        if sb is not None:
+            sb.state = "Running"
+        self._set(key, "Running", sched=("True", "Scheduled", ""), ready=("True", "Running", ""),
+                  vm={"state": "Running", "endpoint": self.node.address, "restoreMillis": 4.2})
 
     def _placement(self, template: str, source: Optional[str], ns: str) -> Optional[Tuple[str, str]]:
         if source:
@@ -423,6 +442,8 @@ users:
         lsel, fsel = q.get("labelSelector", ""), q.get("fieldSelector", "")
         if method == "POST":
             return self._send(h, 201, self.create(plural, ns, body))
+        if method == "PATCH":
+            return self._send(h, 200, self._patch(plural, ns, name, body))
         if method == "DELETE":
             policy = body.get("propagationPolicy") or q.get("propagationPolicy") or "Background"
             if name:
@@ -445,6 +466,22 @@ users:
             items, rv = self.list(plural, ns, lsel, fsel), self.rv
         self._send(h, 200, {"kind": "List", "apiVersion": "kubicle.dev/v1alpha1",
                             "metadata": {"resourceVersion": str(rv)}, "items": items})
+
+    def _patch(self, plural: str, ns: str, name: Optional[str],
+               body: Dict[str, Any]) -> Dict[str, Any]:
+        """A merge patch of a Sandbox's spec (what the SDK patches: spec.suspend)."""
+        if plural != "sandboxes" or not name or set(body) != {"spec"}:
+            raise _ApiFail(405, "MethodNotAllowed", "the fake patches Sandbox specs only")
+        key = (plural, ns, name)
+        with self.cond:
+            if key not in self.objects:
+                raise _ApiFail(404, "NotFound", f"{plural} \"{name}\" not found")
+
+        def fn(o: Dict[str, Any]) -> None:
+            o["spec"].update(body["spec"])
+            o["metadata"]["generation"] = o["metadata"].get("generation", 1) + 1
+        self.update(key, fn)
+        return copy.deepcopy(self.get(plural, ns, name))
 
     def _watch(self, h: BaseHTTPRequestHandler, plural: str, ns: str, lsel: str, fsel: str,
                rv: int, timeout: float) -> None:

@@ -24,7 +24,7 @@ from urllib.parse import parse_qs, urlparse
 
 # The methods of each sandbox sub-route (noderuntime/api/routes.cc).
 _SUB_METHODS = {"fork": "POST", "exec": "POST", "files": "GET, PUT, DELETE", "stat": "GET",
-                "ls": "GET", "ports": "GET"}
+                "ls": "GET", "ports": "GET", "suspend": "POST", "resume": "POST"}
 _BAD_GUEST_PATH = ("invalid path for the test guest (absolute, at most 127 bytes, no empty, . or "
                    ".. parts)")
 
@@ -49,13 +49,16 @@ class FakeSandbox:
         self.message = ""   # why, for a Failed one (the node's words)
         self.network = True
         self.ports: Dict[int, int] = {}   # guest port -> a listener's port on 127.0.0.1
+        self.suspended_at: Optional[str] = None
 
     def json(self, with_token: bool = False) -> Dict[str, Any]:
         j: Dict[str, Any] = {
             "id": self.id, "template": self.template, "labels": self.labels,
             "state": self.state, "message": self.message, "forkOf": self.fork_of,
             "createdAt": "2026-01-01T00:00:00.000Z", "expiresAt": None, "cid": 3,
-            "vmmPid": 1, "readyMs": 1.5, "memMib": 64, "vcpus": 1}
+            "vmmPid": 0 if self.state == "Suspended" else 1, "readyMs": 1.5, "memMib": 64,
+            "vcpus": 1, "suspendedAt": self.suspended_at,
+            "suspendedBytes": 4 << 20 if self.state == "Suspended" else 0}
         if with_token:
             j["token"] = self.token
         return j
@@ -181,6 +184,8 @@ class FakeNode:
                 self.remove(sid)
                 return self._json(h, 200, {"deleted": sid})
             return self._json(h, 200, sb.json())
+        if sub in ("suspend", "resume"):
+            return self._suspend(h, sb, sub, body)
         if sb.state != "Running":
             # As the manager's AgentOf: no agent to talk to (fork: the source's state).
             why = f": {sb.message}" if sb.message and sub != "fork" else ""
@@ -194,6 +199,20 @@ class FakeNode:
         if sub == "files":
             return self._files(h, method, sb, q, body)
         return self._file_meta(h, sub, sb, q)
+
+    def _suspend(self, h: BaseHTTPRequestHandler, sb: FakeSandbox, sub: str, body: bytes) -> None:
+        """As the node (docs/node.md, "Suspend and resume"): no body,
+        idempotent, 409 from any other state; files are kept."""
+        if body:
+            return self._error(h, 400, "InvalidArgument", f"{sub} takes no body")
+        to, other = ("Suspended", "Running") if sub == "suspend" else ("Running", "Suspended")
+        if sb.state not in (to, other):
+            return self._error(h, 409, "FailedPrecondition",
+                               f"sandbox '{sb.id}' is {sb.state}: only a {other} sandbox can be "
+                               f"{'suspended' if sub == 'suspend' else 'resumed'}")
+        sb.state = to
+        sb.suspended_at = "2026-01-01T00:01:00.000Z" if to == "Suspended" else None
+        return self._json(h, 200, sb.json())
 
     def _body(self, h: BaseHTTPRequestHandler) -> bytes:
         if h.headers.get("Transfer-Encoding", "").lower() == "chunked":

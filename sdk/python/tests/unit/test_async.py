@@ -137,3 +137,28 @@ async def test_closed_client_opens_nothing_new(kubeconfig):
     await k.aclose()
     with pytest.raises(errors.KubicleError, match="closed"):
         await k.sandboxes.create("tg")
+
+
+async def test_standalone_suspend_and_resume(astandalone, node):
+    sb = await astandalone.sandboxes.create("tg", name="apark")
+    await sb.files.write("/kept", "before")
+    assert (await sb.suspend()).phase == "Suspended"
+    assert node.requests[-1][:2] == ("POST", "/v1/sandboxes/apark/suspend")
+    with pytest.raises(errors.ConflictError):
+        await sb.files.read("/kept")
+    assert (await sb.resume()).phase == "Running"
+    assert await sb.files.read("/kept") == "before"
+    await sb.delete()
+
+
+async def test_kube_suspend_and_resume(akube, cluster):
+    sb = await akube.sandboxes.create("tg")
+    await sb.files.write("/kept", "before")
+    info = await sb.suspend()
+    assert info.phase == "Suspended"
+    obj = cluster.get("sandboxes", "team-a", sb.name)
+    assert obj["spec"]["suspend"] is True and obj["status"]["phase"] == "Suspended"
+    assert (await sb.resume()).phase == "Running"
+    assert cluster.get("sandboxes", "team-a", sb.name)["spec"]["suspend"] is False
+    assert await sb.files.read("/kept") == "before"
+    await sb.delete()

@@ -206,3 +206,24 @@ def test_vm_refusing_its_secret_token_is_replaced(kube, cluster, caplog):
             break
         time.sleep(0.05)
     assert kube.sandboxes.list({"run": "tok2"}) == []
+
+
+def test_suspend_and_resume_patch_spec_and_wait(kube, cluster, node):
+    """Kubernetes mode: spec.suspend by merge patch, then the phase is
+    waited for on the watch; the data plane is the same sandbox after."""
+    sb = kube.sandboxes.create("tg")
+    sb.files.write("/kept", "before")
+    info = sb.suspend()
+    assert info.phase == "Suspended" and info.endpoint == ""
+    obj = cluster.get("sandboxes", "team-a", sb.name)
+    assert obj["spec"]["suspend"] is True
+    assert node.sandboxes[sb.id].state == "Suspended"
+    with pytest.raises(errors.ConflictError):
+        sb.exec(["echo", "hi"])
+    info = sb.resume()
+    assert info.phase == "Running" and info.endpoint == node.address
+    assert cluster.get("sandboxes", "team-a", sb.name)["spec"]["suspend"] is False
+    assert sb.files.read("/kept") == "before"
+    sb.delete()
+    with pytest.raises(errors.SandboxNotFoundError):
+        sb.suspend()

@@ -239,3 +239,26 @@ def test_fork_list_sweep(standalone, node):
     assert not node.sandboxes
     with pytest.raises(errors.SandboxNotFoundError):
         standalone.sandboxes.get(base.name)
+
+
+def test_suspend_and_resume(standalone, node):
+    """docs/sdk.md, "Suspend and resume": the node's POST .../suspend and
+    .../resume with no body; files stay; commands in between are refused."""
+    with standalone.sandboxes.create("tg", name="park") as sb:
+        sb.files.write("/kept", "before")
+        token = sb._ref.token
+        info = sb.suspend()
+        assert node.requests[-1][:2] == ("POST", "/v1/sandboxes/park/suspend")
+        assert info.phase == "Suspended" and sb.info.phase == "Suspended"
+        assert sb._ref.token == token  # the sandbox's own token is kept
+        with pytest.raises(errors.ConflictError) as e:
+            sb.exec(["echo", "hi"])
+        assert "Suspended" in e.value.message
+        assert sb.suspend().phase == "Suspended"  # idempotent
+        assert sb.resume().phase == "Running"
+        assert node.requests[-1][:2] == ("POST", "/v1/sandboxes/park/resume")
+        assert sb.files.read("/kept") == "before"
+        assert sb.exec(["echo", "hi"]).stdout == "hi\n"
+        assert sb.refresh().phase == "Running"
+    with pytest.raises(errors.SandboxNotFoundError):
+        sb.resume()
