@@ -99,6 +99,13 @@ struct NodeConfig {
   // what ReadConsole serves is bounded by these, whatever the guest writes.
   ConsoleLimits console;
   SandboxNetworkConfig network;
+  // ---- workspaces (docs/workspaces.md) ----
+  // The sum of every workspace's size_mib may not exceed this (0: no
+  // budget beyond the file system's free space, which is always checked).
+  uint64_t workspace_budget_mib = 0;
+  // The confined ext4 helper; empty: kubicle-ext4 beside vmm_binary.
+  std::string ext4_helper;
+  std::string mke2fs = "mke2fs";  // found on PATH
 };
 
 // kubicle-vmm's --serial-* flags for `limits`.
@@ -150,6 +157,23 @@ class SandboxManager final : public SandboxService, private SweepTarget {
   Result<RunResult> Run(const RunOptions& options) override;
   Status SetRunToken(const std::string& template_name, const std::string& token_sha256) override;
   bool CheckRunToken(const std::string& template_name, const std::string& token) override;
+
+  // ---- workspaces (sandbox_manager_workspaces.cc; docs/workspaces.md) ----
+  Result<WorkspaceInfo> PutWorkspace(const WorkspaceSpec& spec) override;
+  Result<WorkspaceInfo> GetWorkspace(const std::string& name) override;
+  std::vector<WorkspaceInfo> ListWorkspaces() override;
+  Status DeleteWorkspace(const std::string& name) override;
+  bool CheckWorkspaceToken(const std::string& name, const std::string& token) override;
+  Status ReadWorkspaceFile(const std::string& name, const std::string& path,
+                           const guest::client::FileChunkFn& on_chunk) override;
+  Status WriteWorkspaceFile(const std::string& name, const std::string& path,
+                            guest::protocol::ByteSpan data, uint32_t mode) override;
+  Result<guest::protocol::StatReply> StatWorkspaceFile(const std::string& name,
+                                                       const std::string& path) override;
+  Result<std::vector<guest::protocol::DirEntry>> ListWorkspaceFiles(
+      const std::string& name, const std::string& path) override;
+  Status RemoveWorkspaceFile(const std::string& name, const std::string& path,
+                             bool recursive) override;
   // Waits until every finished run's VM has been torn down (tests).
   void DrainRunTeardowns() { teardowns_.Drain(); }
 

@@ -142,6 +142,8 @@ Status SandboxManager::RegisterSandbox(const std::shared_ptr<Sandbox>& sb, std::
 
 Result<SandboxInfo> SandboxManager::CreateSandbox(const SandboxSpec& spec) {
   const auto t0 = std::chrono::steady_clock::now();
+  if (!spec.workspace.empty())
+    return Status(StatusCode::kUnimplemented, "workspaces are not implemented yet");
   std::string token, snapshot_dir;
   ASSIGN_OR_RETURN(std::shared_ptr<Sandbox> sb, NewSandbox(spec, &token));
   SandboxInfo& info = sb->rec.info;

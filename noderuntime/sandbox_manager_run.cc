@@ -39,6 +39,8 @@ Result<RunResult> SandboxManager::Run(const RunOptions& options) {
   const auto& req = options.exec.request;
   if (req.argv.empty() == req.shell_command.empty())
     return Status::InvalidArgument("a run needs exactly one of argv (non-empty) and a shell command");
+  if (!options.workspace.empty())
+    return Status(StatusCode::kUnimplemented, "workspaces are not implemented yet");
   runs_in_flight_->WithLabels({}).Add(1);
   RunResult out;
   auto vm = StartRunVm(options, &out.timings);
