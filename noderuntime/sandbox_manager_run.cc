@@ -39,8 +39,6 @@ Result<RunResult> SandboxManager::Run(const RunOptions& options) {
   const auto& req = options.exec.request;
   if (req.argv.empty() == req.shell_command.empty())
     return Status::InvalidArgument("a run needs exactly one of argv (non-empty) and a shell command");
-  if (!options.workspace.empty())
-    return Status(StatusCode::kUnimplemented, "workspaces are not implemented yet");
   runs_in_flight_->WithLabels({}).Add(1);
   RunResult out;
   auto vm = StartRunVm(options, &out.timings);
@@ -48,6 +46,10 @@ Result<RunResult> SandboxManager::Run(const RunOptions& options) {
                                                    : Result<guest::client::ExecResult>(vm.status());
   out.timings.exec_ms = MsSince(t0) - out.timings.restore_ms;
   out.timings.total_ms = MsSince(t0);
+  // The workspace is the caller's again when Run returns: unmounted in the
+  // guest, the VM stopped, the image synced and released. The rest of the
+  // teardown stays off the caller's path.
+  if (vm.ok() && !options.workspace.empty()) ReleaseRunWorkspace(**vm);
   if (vm.ok()) DiscardRunVm(*vm);
   runs_in_flight_->WithLabels({}).Add(-1);
   CountRun(ResultOf(exec));
@@ -80,7 +82,8 @@ Result<std::shared_ptr<SandboxManager::Sandbox>> SandboxManager::StartRunVm(cons
   info.vcpus = sb->shape.vcpus;
   std::optional<PoolVm> vm;
   StepTimes steps;
-  st = AcquireVm(sb->shape, &vm);
+  st = options.workspace.empty() ? Status::Ok() : AttachWorkspace(*sb, options.workspace);
+  if (st.ok()) st = AcquireVm(sb->shape, &vm);
   if (st.ok()) {
     {
       std::lock_guard l(sb->mu);
@@ -106,6 +109,17 @@ Result<guest::client::ExecResult> SandboxManager::ExecInRunVm(Sandbox& sb, const
   auto r = agent->Exec(exec.request, exec.io, guest::client::DeadlineIn(exec.timeout));
   if (r.ok()) exec_seconds_->WithLabels({}).Observe(SecondsSince(t0));
   return r;
+}
+
+void SandboxManager::ReleaseRunWorkspace(Sandbox& sb) {
+  UnmountWorkspace(sb);
+  {
+    std::lock_guard l(sb.mu);
+    sb.delete_requested = true;  // its exit is no failure
+  }
+  StopVm(sb);
+  std::lock_guard l(sb.mu);
+  ReleaseWorkspace(sb);
 }
 
 void SandboxManager::DiscardRunVm(std::shared_ptr<Sandbox> sb) {
