@@ -10,8 +10,12 @@
 #include "noderuntime/node_util.h"
 #include "noderuntime/sandbox_manager.h"
 #include "noderuntime/sandbox_manager_internal.h"
+#include "noderuntime/vmm_process.h"
+#include "vmm/control_client.h"
 
 namespace kubicle::noderuntime {
+
+using namespace std::chrono_literals;
 
 namespace {
 
@@ -113,11 +117,23 @@ Result<guest::client::ExecResult> SandboxManager::ExecInRunVm(Sandbox& sb, const
 
 void SandboxManager::ReleaseRunWorkspace(Sandbox& sb) {
   UnmountWorkspace(sb);
+  VmmProcess* vmm = nullptr;
+  std::string control;
   {
     std::lock_guard l(sb.mu);
     sb.delete_requested = true;  // its exit is no failure
+    if (!sb.exited && sb.vmm) vmm = sb.vmm.get();  // stays: only Teardown lets it go
+    control = sb.rec.control_path;
   }
-  StopVm(sb);
+  // A clean shutdown, not SIGKILL: kubicle-vmm stops its vCPUs and devices
+  // and exits while a helper holds the KVM VM (fast_exit.h), where a
+  // SIGKILLed VMM exits only once the kernel has torn its VM down (~15 ms
+  // here). Either way no write reaches the image after the exit.
+  if (vmm) {
+    Status r = vmm::control::ControlClient(control).Shutdown(500ms);
+    if (r.ok()) (void)WaitExited(vmm->exit_fd(), 2s);
+  }
+  StopVm(sb);  // SIGKILL if it is still there
   std::lock_guard l(sb.mu);
   ReleaseWorkspace(sb);
 }
