@@ -98,6 +98,7 @@ Status SandboxManager::Init() {
   baker_ = std::make_unique<TemplateBaker>(std::move(bo));
 
   RETURN_IF_ERROR(OpenNetwork());
+  RETURN_IF_ERROR(OpenWorkspaces());
   RETURN_IF_ERROR(LoadTemplates());
   RETURN_IF_ERROR(AdoptSandboxes());
   KillOrphans();
@@ -237,6 +238,7 @@ void SandboxManager::FreeResources(Sandbox& sb) {
   // The VMM is gone (or going): its TAP's namespace is torn down off this path.
   if (sb.holds_slot && network_ && sb.rec.info.network) network_->Release(sb.rec.info.network->slot);
   sb.holds_slot = false;
+  ReleaseWorkspace(sb);
   if (!sb.rec.control_path.empty()) ::unlink(sb.rec.control_path.c_str());
   if (!sb.rec.vsock_path.empty()) ::unlink(sb.rec.vsock_path.c_str());
   sb.vmm.reset();
@@ -264,6 +266,7 @@ void SandboxManager::StopVm(Sandbox& sb) {
 }
 
 Status SandboxManager::Teardown(const std::shared_ptr<Sandbox>& sb) {
+  UnmountWorkspace(*sb);  // while its agent still answers: a clean file system
   {
     std::lock_guard l(sb->mu);
     if (sb->removed) return Status::Ok();

@@ -46,6 +46,7 @@
 #include "noderuntime/template_baker.h"
 #include "noderuntime/vmm_launcher.h"
 #include "noderuntime/warm_pool.h"
+#include "noderuntime/workspace_store.h"
 #include "vmm/control_protocol.h"
 
 namespace kubicle::noderuntime {
@@ -233,6 +234,8 @@ class SandboxManager final : public SandboxService, private SweepTarget {
   // Per-call runs (sandbox_manager_run.cc).
   Result<std::shared_ptr<Sandbox>> StartRunVm(const RunOptions& options, RunTimings* timings);
   Result<guest::client::ExecResult> ExecInRunVm(Sandbox& sb, const ExecOptions& exec);
+  // Unmounts the run's workspace, stops its VM and releases the workspace.
+  void ReleaseRunWorkspace(Sandbox& sb);
   // Hands the VM to teardowns_: its teardown is not the caller's to wait for.
   void DiscardRunVm(std::shared_ptr<Sandbox> sb);
   void CountRun(const char* result);
@@ -243,6 +246,20 @@ class SandboxManager final : public SandboxService, private SweepTarget {
   Status AttachForkChildren(const std::vector<std::shared_ptr<Sandbox>>& kids,
                             const vmm::control::ForkReply& reply);
   Result<SandboxInfo> ForkChild(const std::shared_ptr<Sandbox>& child, const std::string& hostname);
+  // Workspaces (sandbox_manager_workspaces.cc).
+  Status OpenWorkspaces();
+  // Takes workspace `name` for `sb` (sets holds_workspace): NotFound, or
+  // FailedPrecondition naming its holder or for a template without a slot.
+  Status AttachWorkspace(Sandbox& sb, const std::string& name);
+  // Requires sb.mu, and the VMM gone: syncs the image and lets it go.
+  void ReleaseWorkspace(Sandbox& sb);
+  // In a Linux guest: the slot's device at /workspace (a guest without a
+  // shell, the test guest, uses the disk raw).
+  Status MountWorkspace(guest::client::AgentClient& agent, const std::string& name);
+  // Best effort, while the agent answers: the guest unmounts it.
+  void UnmountWorkspace(Sandbox& sb);
+  // Re-adoption: a running sandbox's workspace is its again.
+  void ReadoptWorkspace(Sandbox& sb);
   // The sandbox network (sandbox_manager_network.cc).
   Status OpenNetwork();
   // A namespace for `sb` with `policy` and a fresh MAC, when its template
@@ -309,6 +326,7 @@ class SandboxManager final : public SandboxService, private SweepTarget {
   std::unique_ptr<WarmPool> pool_;
   std::unique_ptr<TemplateBaker> baker_;
   std::unique_ptr<network::SandboxNetwork> network_;  // null: --sandbox-network off
+  std::unique_ptr<WorkspaceStore> workspaces_;
   // Finished runs' VMs, torn down after their answer went out.
   TeardownQueue teardowns_;
 

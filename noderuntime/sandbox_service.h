@@ -61,6 +61,10 @@ struct TemplateInfo {
   // The snapshot has a network device (baked with the node's sandbox
   // network on): every sandbox of it needs a namespace, and gets one.
   bool nic = false;
+  // The snapshot has a workspace slot (kubicle-vmm --workspace-slot): its
+  // sandboxes and runs may attach a workspace. Every bake since workspaces
+  // has one; older templates do not.
+  bool workspace_slot = false;
   double bake_seconds = 0;
   WallTime ready_at{};
 };
