@@ -40,6 +40,10 @@ TEST(ApiE2E, InvalidManifestsAreRefusedWithClearMessages) {
        "spec.replicas in body should be less than or equal to 100"},
       {"kind: SandboxTemplate\nmetadata: {name: t}\nspec: {kernel: /k, rootfs: /r, vcpus: 65}",
        "spec.vcpus in body should be less than or equal to 64"},
+      {"kind: Workspace\nmetadata: {name: w}\nspec: {sizeMiB: 7}",
+       "spec.sizeMiB in body should be greater than or equal to 8"},
+      {"kind: Workspace\nmetadata: {name: w}\nspec: {sizeMiB: 1048577}",
+       "spec.sizeMiB in body should be less than or equal to 1048576"},
   };
   for (const Case& k : cases) {
     std::string m = std::string("apiVersion: kubicle.dev/v1alpha1\n") + k.manifest;
@@ -64,6 +68,15 @@ TEST(ApiE2E, InvalidManifestsAreRefusedWithClearMessages) {
   r = Cluster()->Kubectl({"patch", "-n", ns, "sbxf", "f", "--type=merge", "-p",
                           R"({"spec":{"sourceRef":{"name":"x"}}})"});
   EXPECT_NE(r->output.find("spec.sourceRef is immutable"), std::string::npos) << r->output;
+  // A Workspace's size and a Sandbox's workspaceRef are immutable.
+  ASSERT_EQ(Cluster()->Kubectl({"apply", "-n", ns, "-f", "-"},
+                               "apiVersion: kubicle.dev/v1alpha1\nkind: Workspace\nmetadata: {name: w}\n"
+                               "spec: {sizeMiB: 64}")->exit_code, 0);
+  r = Cluster()->Kubectl({"patch", "-n", ns, "ws", "w", "--type=merge", "-p", R"({"spec":{"sizeMiB":128}})"});
+  EXPECT_NE(r->output.find("spec.sizeMiB is immutable"), std::string::npos) << r->output;
+  r = Cluster()->Kubectl({"patch", "-n", ns, "sbx", "ok", "--type=merge", "-p",
+                          R"({"spec":{"workspaceRef":{"name":"w"}}})"});
+  EXPECT_NE(r->output.find("spec.workspaceRef cannot be added or removed"), std::string::npos) << r->output;
   // Defaults applied by the apiserver.
   auto f = c->Get(kube::SandboxForkResource(), ns, "f");
   ASSERT_TRUE(f.ok());
@@ -319,6 +332,43 @@ TEST_F(TrustE2E, ANodeWritesOnlyItsOwnLease) {
   // Leases elsewhere (the operator's leader Lease) are out of reach.
   EXPECT_REFUSED(node_a->Create(leases, kSystemNs, Lease("kubicle-operator-leader", "x", "x")).status());
   (void)admin->Delete(leases, kLeaseNs, "kubicle-node-trust-node-a");
+}
+
+TEST_F(TrustE2E, ANodeWritesStatusDiskOnlyOfItsOwnWorkspaces) {
+  const auto& ws = kube::WorkspaceResource();
+  for (const char* node : {"trust-node-a", "trust-node-b"}) {
+    ASSERT_TRUE(admin->Create(ws, ns, Json{{"metadata", {{"name", std::string("ws-") + node},
+                                                         {"labels", {{"kubicle.dev/node", node}}}}},
+                                           {"spec", {{"sizeMiB", 64}}}}).ok());
+  }
+  auto disk = [&](kube::KubeClient* as, const std::string& name, const Json& status) {
+    return as->Patch(ws, ns, name, kube::PatchType::kMerge, Json{{"status", status}}, "status").status();
+  };
+  const Json ready = {{"disk", {{"state", "Ready"}, {"id", "w-x"}, {"bytesUsed", 4096}}}};
+  EXPECT_TRUE(disk(node_a.get(), "ws-trust-node-a", ready).ok());
+  EXPECT_REFUSED(disk(node_a.get(), "ws-trust-node-b", ready));
+  // The operator's fields: no token hash of the node's choosing, no phase.
+  EXPECT_REFUSED(disk(node_a.get(), "ws-trust-node-a", Json{{"tokenSha256", std::string(64, 'a')}}));
+  EXPECT_REFUSED(disk(node_a.get(), "ws-trust-node-a", Json{{"phase", "Ready"}}));
+  // Never the object itself: not its finalizer, not its placement, not a delete.
+  EXPECT_REFUSED(node_a->Patch(ws, ns, "ws-trust-node-a", kube::PatchType::kMerge,
+                               Json{{"metadata", {{"finalizers", Json::array()}}}}).status());
+  EXPECT_REFUSED(node_a->Delete(ws, ns, "ws-trust-node-a"));
+  EXPECT_TRUE(node_a->List(ws, ns, {}).ok());
+  // The operator: placement and status, never a create or a delete.
+  auto kc = OperatorKubeconfig("kubicle-operator-leader");
+  ASSERT_TRUE(kc.ok()) << kc.status().ToString();
+  auto op = NewClientAs(*kc);
+  ASSERT_TRUE(op.ok()) << op.status().ToString();
+  EXPECT_TRUE((*op)->Patch(ws, ns, "ws-trust-node-a", kube::PatchType::kMerge,
+                           Json{{"status", {{"phase", "Ready"}}}}, "status").ok());
+  EXPECT_TRUE((*op)->Patch(ws, ns, "ws-trust-node-a", kube::PatchType::kMerge,
+                           Json{{"metadata", {{"finalizers", {"kubicle.dev/workspace-teardown"}}}}}).ok());
+  EXPECT_REFUSED((*op)->Delete(ws, ns, "ws-trust-node-a"));
+  EXPECT_REFUSED((*op)->Create(ws, ns, Json{{"metadata", {{"name", "op-made"}}}, {"spec", {{"sizeMiB", 8}}}})
+                     .status());
+  (void)admin->Patch(ws, ns, "ws-trust-node-a", kube::PatchType::kMerge,
+                     Json{{"metadata", {{"finalizers", Json::array()}}}});
 }
 
 TEST_F(TrustE2E, TheOperatorGetsSecretsByNameButNeverListsOrDeletesThem) {

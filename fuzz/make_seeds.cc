@@ -625,6 +625,22 @@ void HttpServerSeeds() {
   // No upgrade asked for (426), a bad port (400): refusals from the header.
   seed("port-no-upgrade",
        HttpSeed(0x0c, {HttpRequest("GET", "/v1/sandboxes/sb-1/ports/1", tenant)}));
+  // Workspaces: made by the admin, its files moved with its own token, a
+  // sandbox token refused on it, and the workspace's token where only the
+  // admin's will do (403).
+  const std::string ws = "workspace-token";
+  seed("workspace-files",
+       HttpSeed(0x0c, {HttpRequest("PUT", "/v1/workspaces/ws-2", admin, R"({"sizeMiB":16})") +
+                       HttpRequest("PUT", "/v1/workspaces/ws-1/files?path=/d/a&mode=0600", ws,
+                                   "hello") +
+                       HttpRequest("GET", "/v1/workspaces/ws-1/files?path=/d/a", ws) +
+                       HttpRequest("GET", "/v1/workspaces/ws-1/stat?path=/d", ws) +
+                       HttpRequest("GET", "/v1/workspaces/ws-1/ls?path=/", ws) +
+                       HttpRequest("GET", "/v1/workspaces/ws-1", ws) +
+                       HttpRequest("GET", "/v1/workspaces/ws-1/files?path=/d/a", tenant) +
+                       HttpRequest("DELETE", "/v1/workspaces/ws-1/files?path=/d&recursive=true", ws) +
+                       HttpRequest("DELETE", "/v1/workspaces/ws-1", ws) +
+                       HttpRequest("GET", "/v1/workspaces", admin)}));
   seed("port-bad",
        HttpSeed(0x0c, {HttpRequest(
                            "GET", "/v1/sandboxes/sb-1/ports/01", tenant, "",

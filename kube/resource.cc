@@ -41,6 +41,10 @@ const Resource& SandboxForkResource() {
   static const Resource r = Make("kubicle.dev", "v1alpha1", "sandboxforks", "SandboxFork");
   return r;
 }
+const Resource& WorkspaceResource() {
+  static const Resource r = Make("kubicle.dev", "v1alpha1", "workspaces", "Workspace");
+  return r;
+}
 const Resource& SecretResource() {
   static const Resource r = Make("", "v1", "secrets", "Secret");
   return r;

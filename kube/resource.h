@@ -30,6 +30,7 @@ inline constexpr std::string_view kVersion = "v1alpha1";
 const Resource& SandboxResource();
 const Resource& SandboxTemplateResource();
 const Resource& SandboxForkResource();
+const Resource& WorkspaceResource();
 const Resource& SecretResource();
 const Resource& LeaseResource();
 const Resource& EventResource();

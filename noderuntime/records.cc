@@ -113,6 +113,7 @@ std::string EncodeSandboxRecord(const SandboxRecord& r) {
     j["suspended_at_ms"] = ToMs(*i.suspended_at);
     j["suspended_bytes"] = i.suspended_bytes;
   }
+  if (!i.workspace.empty()) j["workspace"] = i.workspace;  // likewise
   if (i.network) {
     j["network"] = {{"netns", i.network->netns},
                     {"slot", i.network->slot},
@@ -136,6 +137,7 @@ Result<SandboxRecord> DecodeSandboxRecord(const std::string& text) {
   rd.Get("message", &i.message, false);
   rd.Get("fork_of", &i.fork_of, false);
   rd.Get("env", &i.env, false);
+  rd.Get("workspace", &i.workspace, false);
   rd.Get("created_at_ms", &created);
   rd.Get("expires_at_ms", &expires, false);
   rd.Get("cid", &i.cid);
@@ -182,6 +184,7 @@ std::string EncodeTemplateRecord(const TemplateRecord& r) {
             {"digest", i.digest},
             {"snapshot_dir", i.snapshot_dir},
             {"nic", i.nic},
+            {"workspace_slot", i.workspace_slot},
             {"bake_seconds", i.bake_seconds},
             {"ready_at_ms", ToMs(i.ready_at)}};
   return j.dump(2) + "\n";
@@ -208,11 +211,57 @@ Result<TemplateRecord> DecodeTemplateRecord(const std::string& text) {
   rd.Get("digest", &i.digest, false);
   rd.Get("snapshot_dir", &i.snapshot_dir, false);
   rd.Get("nic", &i.nic, false);  // absent in records of older versions: no NIC
+  rd.Get("workspace_slot", &i.workspace_slot, false);  // likewise: no slot
   rd.Get("bake_seconds", &i.bake_seconds, false);
   rd.Get("ready_at_ms", &ready, false);
   RETURN_IF_ERROR(rd.status());
   ASSIGN_OR_RETURN(i.state, ParseTemplateState(state));
   i.ready_at = FromMs(ready);
+  return r;
+}
+
+Result<WorkspaceState> ParseWorkspaceState(const std::string& s) {
+  for (WorkspaceState st : {WorkspaceState::kReady, WorkspaceState::kFailed})
+    if (s == WorkspaceStateName(st)) return st;
+  return Status::DataLoss("unknown workspace state '" + s + "'");
+}
+
+std::string EncodeWorkspaceRecord(const WorkspaceRecord& r) {
+  const WorkspaceInfo& i = r.info;
+  json j = {{"version", 1},
+            {"name", i.name},
+            {"size_mib", i.size_mib},
+            {"filesystem", i.filesystem},
+            {"labels", i.labels},
+            {"state", WorkspaceStateName(i.state)},
+            {"message", i.message},
+            {"token_sha256", r.token_sha256},
+            {"created_at_ms", ToMs(i.created_at)}};
+  return j.dump(2) + "\n";
+}
+
+Result<WorkspaceRecord> DecodeWorkspaceRecord(const std::string& text) {
+  ASSIGN_OR_RETURN(json j, ParseObject(text));
+  WorkspaceRecord r;
+  WorkspaceInfo& i = r.info;
+  Reader rd(j);
+  std::string state;
+  int64_t created = 0;
+  rd.Get("name", &i.name);
+  rd.Get("size_mib", &i.size_mib);
+  rd.Get("filesystem", &i.filesystem);
+  rd.Get("labels", &i.labels, false);
+  rd.Get("state", &state);
+  rd.Get("message", &i.message, false);
+  rd.Get("token_sha256", &r.token_sha256);
+  rd.Get("created_at_ms", &created);
+  RETURN_IF_ERROR(rd.status());
+  if (i.filesystem != "ext4") return Status::DataLoss("record: unknown \"filesystem\" " + i.filesystem);
+  if (i.size_mib < kMinWorkspaceMiB || i.size_mib > kMaxWorkspaceMiB)
+    return Status::DataLoss("record: \"size_mib\" out of range");
+  if (r.token_sha256.size() != 64) return Status::DataLoss("record: bad \"token_sha256\"");
+  ASSIGN_OR_RETURN(i.state, ParseWorkspaceState(state));
+  i.created_at = FromMs(created);
   return r;
 }
 

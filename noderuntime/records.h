@@ -2,6 +2,7 @@
 // each record (docs/node.md, "State directory"):
 //   <state>/sandboxes/<id>/record.json   SandboxRecord
 //   <state>/templates/<name>/spec.json   TemplateRecord
+//   <state>/workspaces/<name>/record.json WorkspaceRecord (docs/workspaces.md)
 //
 // Contracts: decoding takes untrusted bytes (a file another version wrote, or
 // a torn disk) and returns DataLoss naming the bad field, never crashes.
@@ -30,6 +31,17 @@ struct SandboxRecord {
 struct TemplateRecord {
   TemplateInfo info;
 };
+
+// ---- workspaces ----
+// Attachments are not in it: who holds a workspace is rebuilt at Open from
+// the sandbox records ("workspace") of sandboxes re-adopted Running.
+struct WorkspaceRecord {
+  WorkspaceInfo info;         // info.token and info.attached_to are always empty here
+  std::string token_sha256;   // hex
+};
+std::string EncodeWorkspaceRecord(const WorkspaceRecord& r);
+Result<WorkspaceRecord> DecodeWorkspaceRecord(const std::string& text);
+Result<WorkspaceState> ParseWorkspaceState(const std::string& s);
 
 std::string EncodeSandboxRecord(const SandboxRecord& r);
 Result<SandboxRecord> DecodeSandboxRecord(const std::string& text);

@@ -260,5 +260,52 @@ TEST(RecordsTest, TemplateRecordRoundTrip) {
   EXPECT_EQ(DecodeTemplateRecord(R"({"version":1,"name":"x"})").status().code(), StatusCode::kDataLoss);
 }
 
+constexpr char kGoldenWorkspace[] = R"({
+  "created_at_ms": 1700000000000,
+  "filesystem": "ext4",
+  "labels": {
+    "team": "a"
+  },
+  "message": "",
+  "name": "ws-1",
+  "size_mib": 64,
+  "state": "Ready",
+  "token_sha256": "0000000000000000000000000000000000000000000000000000000000000001",
+  "version": 1
+}
+)";
+
+TEST(RecordsTest, WorkspaceRecordGoldenRoundTripAndBadFields) {
+  WorkspaceRecord w;
+  w.info.name = "ws-1";
+  w.info.size_mib = 64;
+  w.info.labels = {{"team", "a"}};
+  w.info.created_at = WallTime(std::chrono::milliseconds(1700000000000));
+  w.token_sha256 = std::string(63, '0') + "1";
+  EXPECT_EQ(EncodeWorkspaceRecord(w), kGoldenWorkspace);
+  auto back = DecodeWorkspaceRecord(kGoldenWorkspace);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(EncodeWorkspaceRecord(*back), kGoldenWorkspace);
+  EXPECT_EQ(back->info.size_mib, 64u);
+  for (const char* bad : {R"({"version":1,"name":"x"})", "[]", "{",
+                          R"({"version":2,"name":"ws","size_mib":64,"filesystem":"ext4","state":"Ready","token_sha256":"x","created_at_ms":0})"}) {
+    EXPECT_EQ(DecodeWorkspaceRecord(bad).status().code(), StatusCode::kDataLoss) << bad;
+  }
+  std::string big = kGoldenWorkspace;
+  big.replace(big.find("\"size_mib\": 64"), 14, "\"size_mib\": 1");
+  EXPECT_EQ(DecodeWorkspaceRecord(big).status().code(), StatusCode::kDataLoss);
+  std::string xfs = kGoldenWorkspace;
+  xfs.replace(xfs.find("ext4"), 4, "xfs!");
+  EXPECT_EQ(DecodeWorkspaceRecord(xfs).status().code(), StatusCode::kDataLoss);
+  // A sandbox record carries its workspace only when it has one.
+  SandboxRecord r;
+  r.info.id = "sb-1";
+  r.info.workspace = "ws-1";
+  r.token_sha256 = "t";
+  auto sb = DecodeSandboxRecord(EncodeSandboxRecord(r));
+  ASSERT_TRUE(sb.ok()) << sb.status().ToString();
+  EXPECT_EQ(sb->info.workspace, "ws-1");
+}
+
 }  // namespace
 }  // namespace kubicle::noderuntime

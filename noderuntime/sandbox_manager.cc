@@ -101,6 +101,7 @@ Status SandboxManager::Init() {
   baker_ = std::make_unique<TemplateBaker>(std::move(bo));
 
   RETURN_IF_ERROR(OpenNetwork());
+  RETURN_IF_ERROR(OpenWorkspaces());
   RETURN_IF_ERROR(LoadTemplates());
   RETURN_IF_ERROR(AdoptSandboxes());
   KillOrphans();
@@ -242,6 +243,7 @@ void SandboxManager::FreeResources(Sandbox& sb) {
   sb.holds_slot = false;
   if (sb.holds_suspend_disk) suspend_disk_->Release(sb.rec.info.suspended_bytes);
   sb.holds_suspend_disk = false;
+  ReleaseWorkspace(sb);
   if (!sb.rec.control_path.empty()) ::unlink(sb.rec.control_path.c_str());
   if (!sb.rec.vsock_path.empty()) ::unlink(sb.rec.vsock_path.c_str());
   sb.vmm.reset();
@@ -269,6 +271,7 @@ void SandboxManager::StopVm(Sandbox& sb) {
 }
 
 Status SandboxManager::Teardown(const std::shared_ptr<Sandbox>& sb) {
+  UnmountWorkspace(*sb);  // while its agent still answers: a clean file system
   {
     std::lock_guard l(sb->mu);
     if (sb->removed) return Status::Ok();

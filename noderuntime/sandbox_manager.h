@@ -46,6 +46,7 @@
 #include "noderuntime/template_baker.h"
 #include "noderuntime/vmm_launcher.h"
 #include "noderuntime/warm_pool.h"
+#include "noderuntime/workspace_store.h"
 #include "vmm/control_protocol.h"
 
 namespace kubicle::noderuntime {
@@ -105,6 +106,13 @@ struct NodeConfig {
   // what ReadConsole serves is bounded by these, whatever the guest writes.
   ConsoleLimits console;
   SandboxNetworkConfig network;
+  // ---- workspaces (docs/workspaces.md) ----
+  // The sum of every workspace's size_mib may not exceed this (0: no
+  // budget beyond the file system's free space, which is always checked).
+  uint64_t workspace_budget_mib = 0;
+  // The confined ext4 helper; empty: kubicle-ext4 beside vmm_binary.
+  std::string ext4_helper;
+  std::string mke2fs = "mke2fs";  // found on PATH
 };
 
 // kubicle-vmm's --serial-* flags for `limits`.
@@ -159,6 +167,23 @@ class SandboxManager final : public SandboxService, private SweepTarget {
   Result<RunResult> Run(const RunOptions& options) override;
   Status SetRunToken(const std::string& template_name, const std::string& token_sha256) override;
   bool CheckRunToken(const std::string& template_name, const std::string& token) override;
+
+  // ---- workspaces (sandbox_manager_workspaces.cc; docs/workspaces.md) ----
+  Result<WorkspaceInfo> PutWorkspace(const WorkspaceSpec& spec) override;
+  Result<WorkspaceInfo> GetWorkspace(const std::string& name) override;
+  std::vector<WorkspaceInfo> ListWorkspaces() override;
+  Status DeleteWorkspace(const std::string& name) override;
+  bool CheckWorkspaceToken(const std::string& name, const std::string& token) override;
+  Status ReadWorkspaceFile(const std::string& name, const std::string& path,
+                           const guest::client::FileChunkFn& on_chunk) override;
+  Status WriteWorkspaceFile(const std::string& name, const std::string& path,
+                            guest::protocol::ByteSpan data, uint32_t mode) override;
+  Result<guest::protocol::StatReply> StatWorkspaceFile(const std::string& name,
+                                                       const std::string& path) override;
+  Result<std::vector<guest::protocol::DirEntry>> ListWorkspaceFiles(
+      const std::string& name, const std::string& path) override;
+  Status RemoveWorkspaceFile(const std::string& name, const std::string& path,
+                             bool recursive) override;
   // Waits until every finished run's VM has been torn down (tests).
   void DrainRunTeardowns() { teardowns_.Drain(); }
 
@@ -222,6 +247,8 @@ class SandboxManager final : public SandboxService, private SweepTarget {
   // Per-call runs (sandbox_manager_run.cc).
   Result<std::shared_ptr<Sandbox>> StartRunVm(const RunOptions& options, RunTimings* timings);
   Result<guest::client::ExecResult> ExecInRunVm(Sandbox& sb, const ExecOptions& exec);
+  // Unmounts the run's workspace, stops its VM and releases the workspace.
+  void ReleaseRunWorkspace(Sandbox& sb);
   // Hands the VM to teardowns_: its teardown is not the caller's to wait for.
   void DiscardRunVm(std::shared_ptr<Sandbox> sb);
   void CountRun(const char* result);
@@ -251,6 +278,20 @@ class SandboxManager final : public SandboxService, private SweepTarget {
   Status AdoptSuspended(Sandbox& sb);
   void CleanUpUnfinishedSuspend(Sandbox& sb);
   void RegisterSuspendMetrics();
+  // Workspaces (sandbox_manager_workspaces.cc).
+  Status OpenWorkspaces();
+  // Takes workspace `name` for `sb` (sets holds_workspace): NotFound, or
+  // FailedPrecondition naming its holder or for a template without a slot.
+  Status AttachWorkspace(Sandbox& sb, const std::string& name);
+  // Requires sb.mu, and the VMM gone: syncs the image and lets it go.
+  void ReleaseWorkspace(Sandbox& sb);
+  // In a Linux guest: the slot's device at /workspace (a guest without a
+  // shell, the test guest, uses the disk raw).
+  Status MountWorkspace(guest::client::AgentClient& agent, const std::string& name);
+  // Best effort, while the agent answers: the guest unmounts it.
+  void UnmountWorkspace(Sandbox& sb);
+  // Re-adoption: a running sandbox's workspace is its again.
+  void ReadoptWorkspace(Sandbox& sb);
   // The sandbox network (sandbox_manager_network.cc). Open checks the host
   // and installs the host's side; Start (after adoption) sweeps orphans
   // and builds a first slot. Their errors say what to grant, or to start
@@ -328,6 +369,7 @@ class SandboxManager final : public SandboxService, private SweepTarget {
   std::unique_ptr<WarmPool> pool_;
   std::unique_ptr<TemplateBaker> baker_;
   std::unique_ptr<network::SandboxNetwork> network_;  // null: --sandbox-network off
+  std::unique_ptr<WorkspaceStore> workspaces_;
   // Finished runs' VMs, torn down after their answer went out.
   TeardownQueue teardowns_;
 

@@ -156,6 +156,7 @@ void SandboxManager::AdoptOne(SandboxRecord record) {
     sb->holds_capacity = true;
     sb->holds_cgroup = cgroups_.enabled();
     sb->holds_cid = true;
+    ReadoptWorkspace(*sb);
     Status w = Watch(sb);
     if (!w.ok()) log::Error("cannot watch re-adopted VMM", {{"sandbox", info.id}, {"error", w.ToString()}});
     log::Info("sandbox re-adopted", {{"sandbox", info.id}, {"pid", info.vmm_pid}});

@@ -136,6 +136,7 @@ Status SandboxManager::RegisterSandbox(const std::shared_ptr<Sandbox>& sb, std::
     *snapshot_dir = ti.snapshot_dir;
     sb->shape = {ti.spec.mem_mib, ti.spec.vcpus};
     sb->nic = ti.nic;
+    sb->workspace_slot = ti.workspace_slot;
   }
   return table_->Add(sb);  // under mu_: no DeleteTemplate in between
 }
@@ -154,7 +155,9 @@ Result<SandboxInfo> SandboxManager::CreateSandbox(const SandboxSpec& spec) {
   StepTimes steps;
   // The namespace first: a pooled one is a list pop, and a refusal (no
   // slot, a policy nft will not load) then costs no VM.
-  Status st = AttachNetwork(*sb, spec.network);
+  // The workspace first of all: a refusal (attached elsewhere) costs nothing.
+  Status st = spec.workspace.empty() ? Status::Ok() : AttachWorkspace(*sb, spec.workspace);
+  if (st.ok()) st = AttachNetwork(*sb, spec.network);
   steps.Mark("net");
   if (st.ok()) st = AcquireVm(sb->shape, &vm);
   steps.Mark("vmm");
@@ -248,6 +251,7 @@ Status SandboxManager::RunCreate(const std::shared_ptr<Sandbox>& sb, const std::
   {
     std::lock_guard l(sb->mu);
     req.net = NetAttachmentOf(*sb);
+    if (sb->holds_workspace) req.workspace = sb->workspace_image;
   }
   auto r = vmm::control::ControlClient(control).Restore(req, 30s);
   if (!r.ok()) return r.status().WithContext("restore");
@@ -335,6 +339,12 @@ Status SandboxManager::FinishStart(const std::shared_ptr<Sandbox>& sb, const std
   }
   auto gen = agent->PostRestore(pr, deadline);
   if (!gen.ok()) return gen.status().WithContext("post-restore");
+  std::string workspace;
+  {
+    std::lock_guard l(sb->mu);
+    if (sb->holds_workspace) workspace = sb->rec.info.workspace;
+  }
+  if (!workspace.empty()) RETURN_IF_ERROR(MountWorkspace(*agent, workspace));
   std::lock_guard l(sb->mu);
   if (sb->delete_requested) return Status::FailedPrecondition("deleted");
   sb->agent = std::move(agent);
@@ -430,6 +440,14 @@ Result<std::vector<SandboxInfo>> SandboxManager::ForkSandbox(const ForkRequest& 
     if (src->rec.info.state != SandboxState::kRunning)
       return Status::FailedPrecondition("sandbox '" + request.source_id + "' is " +
                                         SandboxStateName(src->rec.info.state));
+    // Refused rather than copied: the source writes its workspace in place,
+    // so a child's copy would be a full O(size) copy (no reflink here) of a
+    // disk whose mounted state lives in the source's page cache
+    // (docs/workspaces.md, "Forks").
+    if (!src->rec.info.workspace.empty())
+      return Status::FailedPrecondition("sandbox '" + request.source_id + "' has workspace '" +
+                                        src->rec.info.workspace +
+                                        "' attached: a sandbox with a workspace cannot be forked");
     src_control = src->rec.control_path;
     for (uint32_t i = 0; i < count; ++i) {
       const ForkChildSpec* spec = request.children.empty() ? nullptr : &request.children[i];

@@ -40,6 +40,11 @@ struct SandboxManager::Sandbox {
   bool holds_slot = false;     // rec.info.network's slot is ours to release
   bool holds_suspend_disk = false;  // rec.info.suspended_bytes are counted
   bool nic = false;            // its snapshot has a network device
+  bool workspace_slot = false; // its snapshot has a workspace slot
+  // The workspace it holds (rec.info.workspace names it): its image, and
+  // whether releasing it is ours to do (sandbox_manager_workspaces.cc).
+  std::string workspace_image;
+  bool holds_workspace = false;
   // A per-call run's VM (sandbox_manager_run.cc): never persisted, listed
   // or found by id, killed rather than shut down, and torn down at any
   // Shutdown — it must not outlive its call.

@@ -10,8 +10,12 @@
 #include "noderuntime/node_util.h"
 #include "noderuntime/sandbox_manager.h"
 #include "noderuntime/sandbox_manager_internal.h"
+#include "noderuntime/vmm_process.h"
+#include "vmm/control_client.h"
 
 namespace kubicle::noderuntime {
+
+using namespace std::chrono_literals;
 
 namespace {
 
@@ -46,6 +50,10 @@ Result<RunResult> SandboxManager::Run(const RunOptions& options) {
                                                    : Result<guest::client::ExecResult>(vm.status());
   out.timings.exec_ms = MsSince(t0) - out.timings.restore_ms;
   out.timings.total_ms = MsSince(t0);
+  // The workspace is the caller's again when Run returns: unmounted in the
+  // guest, the VM stopped, the image synced and released. The rest of the
+  // teardown stays off the caller's path.
+  if (vm.ok() && !options.workspace.empty()) ReleaseRunWorkspace(**vm);
   if (vm.ok()) DiscardRunVm(*vm);
   runs_in_flight_->WithLabels({}).Add(-1);
   CountRun(ResultOf(exec));
@@ -78,7 +86,8 @@ Result<std::shared_ptr<SandboxManager::Sandbox>> SandboxManager::StartRunVm(cons
   info.vcpus = sb->shape.vcpus;
   std::optional<PoolVm> vm;
   StepTimes steps;
-  st = AcquireVm(sb->shape, &vm);
+  st = options.workspace.empty() ? Status::Ok() : AttachWorkspace(*sb, options.workspace);
+  if (st.ok()) st = AcquireVm(sb->shape, &vm);
   if (st.ok()) {
     {
       std::lock_guard l(sb->mu);
@@ -104,6 +113,29 @@ Result<guest::client::ExecResult> SandboxManager::ExecInRunVm(Sandbox& sb, const
   auto r = agent->Exec(exec.request, exec.io, guest::client::DeadlineIn(exec.timeout));
   if (r.ok()) exec_seconds_->WithLabels({}).Observe(SecondsSince(t0));
   return r;
+}
+
+void SandboxManager::ReleaseRunWorkspace(Sandbox& sb) {
+  UnmountWorkspace(sb);
+  VmmProcess* vmm = nullptr;
+  std::string control;
+  {
+    std::lock_guard l(sb.mu);
+    sb.delete_requested = true;  // its exit is no failure
+    if (!sb.exited && sb.vmm) vmm = sb.vmm.get();  // stays: only Teardown lets it go
+    control = sb.rec.control_path;
+  }
+  // A clean shutdown, not SIGKILL: kubicle-vmm stops its vCPUs and devices
+  // and exits while a helper holds the KVM VM (fast_exit.h), where a
+  // SIGKILLed VMM exits only once the kernel has torn its VM down (~15 ms
+  // here). Either way no write reaches the image after the exit.
+  if (vmm) {
+    Status r = vmm::control::ControlClient(control).Shutdown(500ms);
+    if (r.ok()) (void)WaitExited(vmm->exit_fd(), 2s);
+  }
+  StopVm(sb);  // SIGKILL if it is still there
+  std::lock_guard l(sb.mu);
+  ReleaseWorkspace(sb);
 }
 
 void SandboxManager::DiscardRunVm(std::shared_ptr<Sandbox> sb) {

@@ -161,6 +161,7 @@ void SandboxManager::Bake(std::shared_ptr<Template> t) {
   std::lock_guard l(t->mu);
   if (digest.ok()) {
     t->info.nic = nic->has_value();
+    t->info.workspace_slot = true;
     t->info.digest = *digest;
     t->info.state = TemplateState::kReady;
     t->info.message = "ready";

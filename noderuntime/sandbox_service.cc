@@ -22,4 +22,12 @@ const char* SandboxStateName(SandboxState s) {
   return "Unknown";
 }
 
+const char* WorkspaceStateName(WorkspaceState s) {
+  switch (s) {
+    case WorkspaceState::kReady: return "Ready";
+    case WorkspaceState::kFailed: return "Failed";
+  }
+  return "Unknown";
+}
+
 }  // namespace kubicle::noderuntime

@@ -61,6 +61,10 @@ struct TemplateInfo {
   // The snapshot has a network device (baked with the node's sandbox
   // network on): every sandbox of it needs a namespace, and gets one.
   bool nic = false;
+  // The snapshot has a workspace slot (kubicle-vmm --workspace-slot): its
+  // sandboxes and runs may attach a workspace. Every bake since workspaces
+  // has one; older templates do not.
+  bool workspace_slot = false;
   double bake_seconds = 0;
   WallTime ready_at{};
 };
@@ -78,6 +82,13 @@ struct SandboxSpec {
   std::string token_sha256;
   // spec.network's egress policy (docs/network.md); default: internet.
   network::EgressPolicy network;
+  // ---- workspaces ----
+  // The name of a Workspace of this node to attach (mounted at /workspace
+  // in a Linux guest); empty: none. One writer at a time: a workspace
+  // attached elsewhere makes the create FailedPrecondition naming the
+  // holder. Attached from the restore until the sandbox is deleted or its
+  // VMM exits (a suspended sandbox keeps it attached).
+  std::string workspace;
 };
 
 // kSuspended: the VM is stopped and its memory, devices and disks are a
@@ -114,6 +125,7 @@ struct SandboxInfo {
   std::optional<WallTime> suspended_at;
   uint64_t suspended_bytes = 0;
   std::string token;                  // data-plane token; returned only by Create/Fork
+  std::string workspace;              // the attached workspace's name, or empty
 };
 
 // One child of a fork whose identity the caller chooses (the node agent:
@@ -156,6 +168,10 @@ struct RunOptions {
   // The command, as for Exec; exec.timeout bounds the command alone (the
   // restore is bounded by the node's agent timeout).
   ExecOptions exec;
+  // A workspace to attach for the call (as SandboxSpec::workspace): held by
+  // the run from restore until its VM has been flushed and stopped, then
+  // released before Run returns, so the caller may read its files at once.
+  std::string workspace;
 };
 
 struct RunTimings {
@@ -192,6 +208,47 @@ struct SandboxStats {
   std::string source;               // "cgroup" or "proc"
 };
 
+// ---- workspaces (docs/workspaces.md) ----
+// A Workspace is a durable ext4 disk on this node that outlives every
+// sandbox using it: <state_dir>/workspaces/<name>/disk.img, a sparse raw
+// image made by mke2fs. The host never mounts it: its files are read and
+// written without a VM by a confined helper (kubicle-ext4, libext2fs) that
+// treats the image as hostile.
+struct WorkspaceSpec {
+  std::string name;                   // DNS-1123 label
+  uint64_t size_mib = 0;              // kMinWorkspaceMiB..kMaxWorkspaceMiB
+  // As SandboxSpec::token_sha256: set, clients use the token whose hex
+  // SHA-256 this is (the node agent takes it from Workspace status);
+  // empty, the node mints one and PutWorkspace returns it once.
+  std::string token_sha256;
+  Labels labels;
+};
+
+inline constexpr uint64_t kMinWorkspaceMiB = 8;
+inline constexpr uint64_t kMaxWorkspaceMiB = uint64_t{1} << 20;  // 1 TiB
+
+enum class WorkspaceState { kReady, kFailed };
+
+struct WorkspaceInfo {
+  std::string name;
+  uint64_t size_mib = 0;
+  std::string filesystem = "ext4";
+  Labels labels;
+  WorkspaceState state = WorkspaceState::kReady;
+  std::string message;                // why it failed
+  // The sandbox id (or "run-<hex>" for a per-call run) that has it
+  // attached read-write; empty when detached.
+  std::string attached_to;
+  uint64_t bytes_used = 0;            // host disk the sparse image takes now
+  WallTime created_at{};
+  std::string token;                  // returned only by the PutWorkspace that minted it
+};
+
+// Caps of the host-side file calls (each enforced before bytes are moved).
+inline constexpr uint64_t kMaxWorkspaceWriteBytes = uint64_t{64} << 20;
+inline constexpr size_t kMaxWorkspaceListEntries = 100000;
+inline constexpr size_t kMaxWorkspacePathBytes = 4096;
+
 class SandboxService {
  public:
   virtual ~SandboxService() = default;
@@ -204,13 +261,19 @@ class SandboxService {
   // FailedPrecondition while sandboxes of the template run.
   virtual Status DeleteTemplate(const std::string& name) = 0;
 
-  // Returns once the sandbox's agent answers (state kRunning).
+  // Returns once the sandbox's agent answers (state kRunning). With
+  // spec.workspace: NotFound for no such workspace, FailedPrecondition
+  // when it is attached elsewhere or the template has no workspace slot.
   virtual Result<SandboxInfo> CreateSandbox(const SandboxSpec& spec) = 0;
+  // A source with a workspace attached is refused (FailedPrecondition):
+  // children would need copies of a disk the source keeps writing in place
+  // (docs/workspaces.md, "Forks").
   virtual Result<std::vector<SandboxInfo>> ForkSandbox(const ForkRequest& request) = 0;
   virtual Result<SandboxInfo> GetSandbox(const std::string& id) = 0;
   // `selector` is a Kubernetes label selector; empty selects all.
   virtual Result<std::vector<SandboxInfo>> ListSandboxes(const std::string& selector) = 0;
-  // Returns once the VM is gone. NotFound if there is no such sandbox.
+  // Returns once the VM is gone (its workspace, if any, flushed and
+  // released). NotFound if there is no such sandbox.
   virtual Status DeleteSandbox(const std::string& id) = 0;
   // Suspend and resume (docs/node.md, "Suspend and resume"). Suspend
   // snapshots the VM (memory, devices, disks) into the sandbox's directory
@@ -286,9 +349,57 @@ class SandboxService {
   // True if `token` is the template's run token (constant-time compare);
   // false when none is set.
   virtual bool CheckRunToken(const std::string& template_name, const std::string& token) = 0;
+
+  // ---- workspaces ----
+  // Creates the workspace (a fresh, empty ext4 of size_mib) or returns the
+  // existing one: idempotent for the same name and size (token_sha256 and
+  // labels of an existing one are kept; a repeated put returns no token).
+  // Another size is FailedPrecondition (workspaces do not grow yet).
+  // InvalidArgument for a bad name, size or hash; ResourceExhausted when
+  // the node's workspace budget (NodeConfig::workspace_budget_mib: the sum
+  // of every workspace's size) or the file system's free space would be
+  // exceeded. Returns once the image is made (state kReady).
+  virtual Result<WorkspaceInfo> PutWorkspace(const WorkspaceSpec& spec) = 0;
+  virtual Result<WorkspaceInfo> GetWorkspace(const std::string& name) = 0;
+  virtual std::vector<WorkspaceInfo> ListWorkspaces() = 0;
+  // Removes the workspace and its disk file. FailedPrecondition while a
+  // sandbox or run has it attached (naming the holder); NotFound if absent.
+  virtual Status DeleteWorkspace(const std::string& name) = 0;
+  // True if `token` is the workspace's data-plane token (constant-time).
+  virtual bool CheckWorkspaceToken(const std::string& name, const std::string& token) = 0;
+
+  // The workspace's files without a VM, through the confined helper. Paths
+  // are absolute inside the workspace's file system ("/" is its root; no
+  // "." or ".." components; at most kMaxWorkspacePathBytes). Every call is
+  // FailedPrecondition while a VM has the workspace attached (one writer:
+  // the guest's kernel caches the file system, so the host may neither
+  // write under it nor trust what it reads), NotFound for a missing path
+  // or workspace, DataLoss when the image is corrupt (the helper refused
+  // it), DeadlineExceeded when the helper ran past its deadline.
+  //
+  // Streams the file to on_chunk in chunks of at most 64 KiB, as
+  // ReadFileStream does (first call carries file_size; an error before any
+  // data is returned with no call made).
+  virtual Status ReadWorkspaceFile(const std::string& name, const std::string& path,
+                                   const guest::client::FileChunkFn& on_chunk) = 0;
+  // Creates or truncates the file (parents made as with mkdir -p, 0755),
+  // at most kMaxWorkspaceWriteBytes; ResourceExhausted when the file
+  // system is full.
+  virtual Status WriteWorkspaceFile(const std::string& name, const std::string& path,
+                                    guest::protocol::ByteSpan data, uint32_t mode) = 0;
+  virtual Result<guest::protocol::StatReply> StatWorkspaceFile(const std::string& name,
+                                                               const std::string& path) = 0;
+  // The entries of a directory (no "." or ".."; FailedPrecondition for a
+  // file); ResourceExhausted beyond kMaxWorkspaceListEntries.
+  virtual Result<std::vector<guest::protocol::DirEntry>> ListWorkspaceFiles(
+      const std::string& name, const std::string& path) = 0;
+  // A file, an empty directory, or with `recursive` a whole tree.
+  virtual Status RemoveWorkspaceFile(const std::string& name, const std::string& path,
+                                     bool recursive) = 0;
 };
 
 const char* TemplateStateName(TemplateState s);
 const char* SandboxStateName(SandboxState s);
+const char* WorkspaceStateName(WorkspaceState s);
 
 }  // namespace kubicle::noderuntime

@@ -59,6 +59,8 @@ std::vector<std::string> TemplateBaker::VmmArgs(const TemplateSpec& spec, const 
   if (!spec.initrd.empty()) args.insert(args.end(), {"--initrd", spec.initrd});
   if (nic) args.insert(args.end(), {"--net", "tap=" + nic->tap + ",mac=" + nic->mac + ",netns=" + nic->netns});
   for (const std::string& d : spec.disks) args.insert(args.end(), {"--disk", d});
+  // Every template can take a workspace: a snapshot's devices are fixed.
+  args.push_back("--workspace-slot");
   // Writable disks become copy-on-write: the bake's overlay is frozen into a
   // layer under the template (which every sandbox of it then reads).
   if (!spec.disks.empty()) args.insert(args.end(), {"--layer-dir", dir + "/layers"});

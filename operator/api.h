@@ -25,6 +25,8 @@ inline constexpr std::string_view kLabelTemplate = "kubicle.dev/template";
 inline constexpr std::string_view kLabelNode = "kubicle.dev/node";
 inline constexpr std::string_view kLabelForkOf = "kubicle.dev/fork-of";
 inline constexpr std::string_view kFinalizer = "kubicle.dev/vm-teardown";
+// Held on a Workspace until its node reports the disk deleted.
+inline constexpr std::string_view kWorkspaceFinalizer = "kubicle.dev/workspace-teardown";
 // Node heartbeat Leases (see docs/operator.md, "Node protocol").
 inline constexpr std::string_view kAnnotationCapacitySandboxes = "kubicle.dev/capacity-sandboxes";
 inline constexpr std::string_view kAnnotationCapacityMemory = "kubicle.dev/capacity-memory-mib";

@@ -14,6 +14,7 @@
 #include "kube/kube_client.h"
 #include "operator/nodes.h"
 #include "operator/scheduler.h"
+#include "operator/workspace_claims.h"
 
 namespace kubicle::op {
 
@@ -59,6 +60,8 @@ struct Context {
   OperatorConfig config;
   // Shared by every pass: when each node was first seen without a Lease.
   LeaseAbsence* lease_absence = nullptr;
+  // Shared by every pass: which Sandbox is being placed with each Workspace.
+  WorkspaceClaims* workspace_claims = nullptr;
 
   void Event(const Json& obj, std::string_view type, std::string_view reason,
              std::string_view message) const {

@@ -20,11 +20,14 @@ Controller::Controller(kube::KubeClient* client, const kube::Clock* clock,
       forks_(client, kube::SandboxForkResource()),
       templates_(client, kube::SandboxTemplateResource()),
       leases_(client, kube::LeaseResource(), options_.config.node_lease_namespace,
-              std::string(kLabelNode)) {
-  Context ctx{client_, this, clock_, &scheduler_, &events_, options_.config, &lease_absence_};
+              std::string(kLabelNode)),
+      workspaces_(client, kube::WorkspaceResource()) {
+  Context ctx{client_, this, clock_, &scheduler_, &events_, options_.config, &lease_absence_,
+              &workspace_claims_};
   reconcilers_["Sandbox"] = std::make_unique<SandboxReconciler>(ctx);
   reconcilers_["SandboxFork"] = std::make_unique<ForkReconciler>(ctx);
   reconcilers_["SandboxTemplate"] = std::make_unique<TemplateReconciler>(ctx);
+  reconcilers_["Workspace"] = std::make_unique<WorkspaceReconciler>(ctx);
   reconcilers_["Node"] = std::make_unique<NodeReconciler>(ctx, [this](const std::string& node) {
     sandboxes_.ForEach([&](const Json& s) {
       if (Label(s, kLabelNode) == node) queue_.Add("Sandbox:" + kube::KeyOf(s));
@@ -67,6 +70,7 @@ kube::Informer* Controller::InformerFor(const kube::Resource& r) {
   if (r.plural == "sandboxforks") return &forks_;
   if (r.plural == "sandboxtemplates") return &templates_;
   if (r.plural == "leases") return &leases_;
+  if (r.plural == "workspaces") return &workspaces_;
   return nullptr;
 }
 
@@ -93,9 +97,25 @@ void Controller::EnqueuePendingSandboxes(const std::string& ns, const std::strin
   });
 }
 
+void Controller::EnqueueWorkspace(const std::string& ns, const std::string& workspace) {
+  queue_.Add("Workspace:" + kube::ObjectKey(ns, workspace));
+  sandboxes_.ForEach([&](const Json& s) {
+    if (Namespace(s) == ns && Label(s, kLabelNode).empty() && !IsDeleting(s) &&
+        kube::StrAt(s, {"spec", "workspaceRef", "name"}) == workspace) {
+      queue_.Add("Sandbox:" + kube::KeyOf(s));
+    }
+  });
+}
+
 void Controller::WireHandlers() {
+  workspaces_.AddHandler([this](WatchEventType, const Json& w) {
+    EnqueueWorkspace(Namespace(w), Name(w));
+  });
   sandboxes_.AddHandler([this](WatchEventType, const Json& s) {
     queue_.Add("Sandbox:" + kube::KeyOf(s));
+    if (std::string w = kube::StrAt(s, {"spec", "workspaceRef", "name"}); !w.empty()) {
+      EnqueueWorkspace(Namespace(s), w);
+    }
     if (std::string f = Label(s, kLabelForkOf); !f.empty()) {
       queue_.Add("SandboxFork:" + kube::ObjectKey(Namespace(s), f));
     }
@@ -116,6 +136,10 @@ void Controller::WireHandlers() {
     if (auto node = ParseNodeLease(lease, clock_->Now())) queue_.Add("Node:" + node->name);
     for (const Json& t : templates_.List()) queue_.Add("SandboxTemplate:" + kube::KeyOf(t));
     EnqueuePendingSandboxes("", "");
+    workspaces_.ForEach([&](const Json& w) {
+      // Placement of unplaced ones, node-gone finalization of deleting ones.
+      if (Label(w, kLabelNode).empty() || IsDeleting(w)) queue_.Add("Workspace:" + kube::KeyOf(w));
+    });
     sandboxes_.ForEach([&](const Json& s) {
       if (IsDeleting(s)) queue_.Add("Sandbox:" + kube::KeyOf(s));  // node-gone finalization
     });
@@ -123,8 +147,8 @@ void Controller::WireHandlers() {
 }
 
 Status Controller::Start(std::chrono::milliseconds sync_timeout) {
-  for (kube::Informer* i : {&leases_, &templates_, &sandboxes_, &forks_}) i->Start();
-  for (kube::Informer* i : {&leases_, &templates_, &sandboxes_, &forks_}) {
+  for (kube::Informer* i : {&leases_, &templates_, &sandboxes_, &forks_, &workspaces_}) i->Start();
+  for (kube::Informer* i : {&leases_, &templates_, &sandboxes_, &forks_, &workspaces_}) {
     if (!i->WaitForSync(sync_timeout)) return Status::DeadlineExceeded("informer cache sync");
   }
   started_ = true;
@@ -137,7 +161,7 @@ void Controller::Stop() {
   queue_.ShutDown();
   for (auto& t : workers_) t.join();
   workers_.clear();
-  for (kube::Informer* i : {&sandboxes_, &forks_, &templates_, &leases_}) i->Stop();
+  for (kube::Informer* i : {&sandboxes_, &forks_, &templates_, &leases_, &workspaces_}) i->Stop();
 }
 
 void Controller::Worker() {
@@ -153,6 +177,7 @@ const kube::Resource* ResourceOfKind(const std::string& kind) {
   if (kind == "Sandbox") return &kube::SandboxResource();
   if (kind == "SandboxFork") return &kube::SandboxForkResource();
   if (kind == "SandboxTemplate") return &kube::SandboxTemplateResource();
+  if (kind == "Workspace") return &kube::WorkspaceResource();
   return nullptr;
 }
 

@@ -25,6 +25,7 @@
 #include "kube/work_queue.h"
 #include "operator/sandbox_reconciler.h"
 #include "operator/template_reconciler.h"
+#include "operator/workspace_reconciler.h"
 
 namespace kubicle::op {
 
@@ -59,6 +60,9 @@ class Controller : private ObjectLister {
   kube::Informer* InformerFor(const kube::Resource& r);
   void WireHandlers();
   void EnqueuePendingSandboxes(const std::string& ns, const std::string& tmpl);
+  // A Workspace or one of its Sandboxes changed: the Workspace (attachedTo)
+  // and the Sandboxes waiting for it.
+  void EnqueueWorkspace(const std::string& ns, const std::string& workspace);
   void Worker();
   void ProcessKey(const std::string& key);
   // The pass with the exception boundary: `*threw` says what escaped.
@@ -70,9 +74,10 @@ class Controller : private ObjectLister {
   ControllerOptions options_;
   Scheduler scheduler_;
   LeaseAbsence lease_absence_;
+  WorkspaceClaims workspace_claims_;
   kube::EventRecorder events_;
   kube::WorkQueue queue_;
-  kube::Informer sandboxes_, forks_, templates_, leases_;
+  kube::Informer sandboxes_, forks_, templates_, leases_, workspaces_;
   std::map<std::string, std::unique_ptr<Reconciler>> reconcilers_;  // by kind
   metrics::Family<metrics::Histogram>* latency_;
   metrics::Family<metrics::Counter>* results_;

@@ -33,7 +33,7 @@ Json WithFinalizer(const ObjectMeta& meta) {
 }  // namespace
 
 TokenSecretCheck CheckTokenSecret(const Json& secret, const std::string& sandbox_name,
-                                  const std::string& sandbox_uid) {
+                                  const std::string& sandbox_uid, const std::string& owner_kind) {
   const std::string name = Name(secret);
   TokenSecretCheck c;
   if (IsControlledBy(secret, sandbox_uid)) {
@@ -44,26 +44,26 @@ TokenSecretCheck CheckTokenSecret(const Json& secret, const std::string& sandbox
       return c;
     }
     c.reason = "TokenSecretInvalid";
-    c.problem = "Secret " + name + " is this Sandbox's but holds no token in data.token; "
+    c.problem = "Secret " + name + " is this " + owner_kind + "'s but holds no token in data.token; "
                 "delete it and the operator makes a new one";
     return c;
   }
   const Json& refs = kube::At(secret, {"metadata", "ownerReferences"});
   if (refs.is_array()) {
     for (const Json& ref : refs) {
-      if (kube::StrAt(ref, {"kind"}) == "Sandbox" && kube::StrAt(ref, {"name"}) == sandbox_name &&
+      if (kube::StrAt(ref, {"kind"}) == owner_kind && kube::StrAt(ref, {"name"}) == sandbox_name &&
           kube::BoolAt(ref, {"controller"})) {
         c.reason = "TokenSecretPendingDeletion";
-        c.problem = "Secret " + name + " belongs to an earlier Sandbox of this name (uid " +
+        c.problem = "Secret " + name + " belongs to an earlier " + owner_kind + " of this name (uid " +
                     kube::StrAt(ref, {"uid"}) + "); waiting for it to be garbage-collected";
         return c;
       }
     }
   }
   c.reason = "TokenSecretConflict";
-  c.problem = "Secret " + name + " already exists and is not owned by this Sandbox; the operator "
-              "never deletes or overwrites a Secret it does not own: delete or rename it, or "
-              "rename the Sandbox";
+  c.problem = "Secret " + name + " already exists and is not owned by this " + owner_kind +
+              "; the operator never deletes or overwrites a Secret it does not own: delete or "
+              "rename it, or rename the " + owner_kind;
   return c;
 }
 
@@ -75,6 +75,7 @@ Result<Outcome> SandboxReconciler::Reconcile(const std::string& key) {
   std::optional<Json> got = ctx_.lister->Get(SandboxResource(), key);
   if (!got) {
     ctx_.scheduler->Forget(key);
+    if (ctx_.workspace_claims) ctx_.workspace_claims->Release(key);
     return Outcome{};
   }
   SandboxView sbx = SandboxView::Parse(std::move(*got));
@@ -232,8 +233,11 @@ Status SandboxReconciler::EnsurePlacement(SandboxView* sbx, SandboxFacts* facts)
       return Status::Ok();
     }
   } else {
+    std::string workspace_node;
+    if (sbx->spec.workspace && !WorkspaceAllows(*sbx, facts, &workspace_node)) return Status::Ok();
     auto got = ctx_.lister->Get(kube::SandboxTemplateResource(), kube::ObjectKey(ns, tmpl_name));
     if (!got) {
+      if (ctx_.workspace_claims) ctx_.workspace_claims->Release(key);
       facts->schedule_reason = "TemplateNotFound";
       facts->schedule_message = "SandboxTemplate " + tmpl_name + " not found";
       return Status::Ok();
@@ -244,11 +248,21 @@ Status SandboxReconciler::EnsurePlacement(SandboxView* sbx, SandboxFacts* facts)
     auto load = CurrentLoad(&placed);
     const int64_t memory = sbx->spec.memory_mib.value_or(
         tmpl.spec.memory_mib.value_or(ctx_.config.default_memory_mib));
-    auto picked = ctx_.scheduler->Place(key, {TemplateReadyNodes(tmpl), memory}, nodes, load, placed);
+    std::vector<std::string> ready = TemplateReadyNodes(tmpl);
+    if (sbx->spec.workspace) {
+      // Only the workspace's node: the disk lives there.
+      std::erase_if(ready, [&](const std::string& n) { return n != workspace_node; });
+    }
+    auto picked = ctx_.scheduler->Place(key, {ready, memory}, nodes, load, placed);
     if (!picked.ok()) {
+      if (ctx_.workspace_claims) ctx_.workspace_claims->Release(key);
       facts->schedule_reason = picked.status().code() == StatusCode::kNotFound
                                    ? "NoReadyNode" : "InsufficientCapacity";
       facts->schedule_message = picked.status().message();
+      if (sbx->spec.workspace) {
+        facts->schedule_message += " (only node " + workspace_node + ", where workspace " +
+                                   *sbx->spec.workspace + " lives, is considered)";
+      }
       return Status::Ok();
     }
     node = *picked;
@@ -262,6 +276,7 @@ Status SandboxReconciler::EnsurePlacement(SandboxView* sbx, SandboxFacts* facts)
                                     GuardedMetaPatch(sbx->meta, meta));
   if (!patched.ok()) {
     ctx_.scheduler->Forget(key);
+    if (ctx_.workspace_claims) ctx_.workspace_claims->Release(key);
     return patched.status();
   }
   *sbx = SandboxView::Parse(std::move(*patched));

@@ -32,6 +32,11 @@ class SandboxReconciler final : public Reconciler {
   NodeStanding Standing(const std::string& node, kube::TimePoint now);
   Result<bool> ExpireIfDue(const SandboxView& sbx, const SandboxFacts& facts);
   Status EnsurePlacement(SandboxView* sbx, SandboxFacts* facts);
+  // spec.workspaceRef (sandbox_workspace.cc): whether the Sandbox may be
+  // placed now, and then on which node (the workspace's, in `*node`). When
+  // not, facts say why (WorkspaceNotFound, WorkspaceNotReady,
+  // WorkspaceInUse). Claims the workspace for this Sandbox when it may.
+  bool WorkspaceAllows(const SandboxView& sbx, SandboxFacts* facts, std::string* node);
   Status EnsureToken(const SandboxView& sbx, SandboxFacts* facts, Outcome* out);
   Status AdoptTokenSecret(const SandboxView& sbx, SandboxFacts* facts, Outcome* out);
   std::map<std::string, NodeLoad> CurrentLoad(std::vector<std::string>* placed_keys);
@@ -53,7 +58,10 @@ struct TokenSecretCheck {
   std::string reason;   // "" when usable; TokenSecretConflict, TokenSecretPendingDeletion, TokenSecretInvalid
   std::string problem;  // the message for the Ready condition
 };
+// `owner_kind` is the kind of the owner (Sandbox, Workspace) in messages and
+// in the ownerReference looked for.
 TokenSecretCheck CheckTokenSecret(const Json& secret, const std::string& sandbox_name,
-                                  const std::string& sandbox_uid);
+                                  const std::string& sandbox_uid,
+                                  const std::string& owner_kind = "Sandbox");
 
 }  // namespace kubicle::op

@@ -41,6 +41,10 @@ Condition ReadyCondition(const std::string& phase, const SandboxView& sbx, const
   const std::string& vm_message = sbx.status.vm_message;
   if (phase == "Running") return {"Ready", "True", "Running", "the VM is running"};
   if (phase == "Pending") return {"Ready", "False", "Unscheduled", "waiting for a node"};
+  if (phase == "Scheduled" && sbx.status.vm_state == "Waiting") {
+    // The node refused to attach the workspace: another writer has it there.
+    return {"Ready", "False", "WorkspaceInUse", vm_message.empty() ? "the workspace is in use on the node" : vm_message};
+  }
   if (phase == "Scheduled") return {"Ready", "False", "Scheduled", "waiting for the node to restore the VM"};
   if (phase == "Starting") return {"Ready", "False", "Starting", "the node is starting the VM"};
   if (phase == "Terminating") return {"Ready", "False", "Terminating", "the Sandbox is being deleted"};

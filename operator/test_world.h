@@ -18,7 +18,8 @@ inline constexpr const char* kLeaseNs = "kubicle-node-lease";
 class World {
  public:
   World() : client(&clock), lister(&client, kLeaseNs) {
-    ctx = Context{&client, &lister, &clock, &scheduler, nullptr, OperatorConfig{}, &lease_absence};
+    ctx = Context{&client, &lister, &clock, &scheduler, nullptr, OperatorConfig{}, &lease_absence,
+                  &workspace_claims};
     ctx.config.node_lease_namespace = kLeaseNs;
   }
 
@@ -73,6 +74,7 @@ class World {
   ClientLister lister;
   Scheduler scheduler;
   LeaseAbsence lease_absence;
+  WorkspaceClaims workspace_claims;
   Context ctx;
 };
 

@@ -157,6 +157,7 @@ SandboxSpec ParseSandboxSpec(const Json& sandbox, std::vector<std::string>* prob
   Fields resources = spec.Object("resources");
   s.memory_mib = resources.Int("memoryMiB", 1, kMaxMib);
   s.vcpus = resources.Int("vcpus", 1, 1024);
+  s.workspace = spec.Object("workspaceRef").String("name");
   (void)spec.Array("env");  // shape only (see views.h)
   return s;
 }
@@ -240,6 +241,31 @@ SandboxForkView SandboxForkView::Parse(Json object) {
   Fields child = spec.Object("childMetadata");
   v.spec.child_labels = child.StringMap("labels");
   v.spec.child_annotations = child.StringMap("annotations");
+  v.status.conditions = Conditions(object);
+  v.object = std::move(object);
+  return v;
+}
+
+// --- Workspace -----------------------------------------------------------
+
+WorkspaceView WorkspaceView::Parse(Json object) {
+  WorkspaceView v;
+  v.meta = ParseObjectMeta(object);
+  const Fields spec = Fields(object, "", &v.problems).Object("spec");
+  v.spec.size_mib = spec.Int("sizeMiB", 1, kMaxMib);
+  v.spec.node_name = spec.String("nodeName");
+  if (!v.spec.size_mib && v.problems.empty()) v.problems.push_back("spec.sizeMiB: required");
+  const Json& st = At(object, {"status"});
+  v.status.phase = StrAt(st, {"phase"});
+  v.status.node_name = StrAt(st, {"nodeName"});
+  v.status.token_secret_name = StrAt(st, {"tokenSecretName"});
+  v.status.token_sha256 = StrAt(st, {"tokenSha256"});
+  v.status.attached_to = StrAt(st, {"attachedTo"});
+  const Json& disk = At(st, {"disk"});
+  v.status.disk.state = StrAt(disk, {"state"});
+  v.status.disk.message = StrAt(disk, {"message"});
+  v.status.disk.attached_to = StrAt(disk, {"attachedTo"});
+  if (kube::IsInt64(At(disk, {"bytesUsed"}))) v.status.disk.bytes_used = IntAt(disk, {"bytesUsed"});
   v.status.conditions = Conditions(object);
   v.object = std::move(object);
   return v;

@@ -1,5 +1,5 @@
-// Typed views of the operator's three kinds (Sandbox, SandboxTemplate,
-// SandboxFork; fields in docs/api.md), parsed once from the unstructured
+// Typed views of the operator's kinds (Sandbox, SandboxTemplate,
+// SandboxFork, Workspace; fields in docs/api.md), parsed once from the unstructured
 // JSON an informer cache or the client hands out, so reconcilers and the
 // pure status functions read fields instead of JSON paths.
 //
@@ -58,6 +58,7 @@ struct SandboxSpec {
   std::optional<int64_t> memory_mib;       // resources.memoryMiB
   std::optional<int64_t> vcpus;            // resources.vcpus
   bool suspend = false;                    // spec.suspend (the node acts on it)
+  std::optional<std::string> workspace;    // workspaceRef.name
   // env and resources are checked for their shape only: fork children copy
   // them verbatim from the object (DesiredForkChild), the node reads them.
 };
@@ -133,6 +134,36 @@ struct SandboxForkView {
   std::vector<std::string> problems;  // of the spec
 
   static SandboxForkView Parse(Json object);
+};
+
+// --- Workspace -----------------------------------------------------------
+
+struct WorkspaceSpec {
+  std::optional<int64_t> size_mib;       // sizeMiB
+  std::optional<std::string> node_name;  // nodeName: a pin
+};
+
+// status.disk: the node daemon's report of the disk.
+struct WorkspaceDisk {
+  std::string state;  // Ready, Failed, Deleted; "" = no report
+  std::string message, attached_to;
+  std::optional<int64_t> bytes_used;
+};
+
+struct WorkspaceStatus {
+  std::string phase, node_name, token_secret_name, token_sha256, attached_to;
+  WorkspaceDisk disk;
+  Json conditions = Json::array();
+};
+
+struct WorkspaceView {
+  Json object;
+  ObjectMeta meta;
+  WorkspaceSpec spec;
+  WorkspaceStatus status;
+  std::vector<std::string> problems;  // of the spec
+
+  static WorkspaceView Parse(Json object);
 };
 
 // "a; b; c" for status messages.

@@ -198,6 +198,11 @@ Status Validate(const RestoreRequest& r) {
   }
   if (r.cid) RETURN_IF_ERROR(CheckCid(*r.cid, "restore: \"cid\""));
   if (r.net) RETURN_IF_ERROR(CheckNet("restore", *r.net));
+  if (r.workspace) {
+    RETURN_IF_ERROR(CheckString("restore", "workspace", *r.workspace, true));
+    if ((*r.workspace)[0] != '/')
+      return Status::InvalidArgument("restore: \"workspace\" must be an absolute path");
+  }
   return Status::Ok();
 }
 
@@ -262,6 +267,7 @@ void Encode(const RestoreRequest& r, json& j) {
   if (r.layer_dir) j["layer_dir"] = *r.layer_dir;
   if (r.cid) j["cid"] = *r.cid;
   if (r.net) j["net"] = EncodeNet(*r.net);
+  if (r.workspace) j["workspace"] = *r.workspace;
 }
 void Encode(const ForkRequest& r, json& j) {
   json children = json::array();
@@ -299,6 +305,7 @@ Result<Request> DecodeFields(std::string_view cmd, const json& j) {
     f.OptString("id", &r.id);
     f.OptString("layer_dir", &r.layer_dir);
     f.OptU64("cid", &r.cid);
+    f.OptString("workspace", &r.workspace);
     RETURN_IF_ERROR(f.status());
     RETURN_IF_ERROR(DecodeNet(j, "restore", &r.net));
     return Request{std::move(r)};

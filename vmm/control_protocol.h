@@ -103,6 +103,13 @@ struct RestoreRequest {
   std::optional<uint64_t> cid;
   // Required when the snapshot has a network device, refused otherwise.
   std::optional<NetAttachment> net;
+  // A workspace (docs/workspaces.md): the absolute path of a raw disk image
+  // that becomes the backend of the snapshot's workspace slot (the
+  // virtio-blk device `--workspace-slot` baked in, serial "workspace"),
+  // opened read-write in place; the device re-reads its capacity and
+  // raises a config-change interrupt. Refused when the snapshot has no
+  // slot. Unset: the slot stays an empty disk (capacity 0).
+  std::optional<std::string> workspace;
   bool operator==(const RestoreRequest&) const = default;
 };
 // The new identity of one fork child.

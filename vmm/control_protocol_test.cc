@@ -32,9 +32,11 @@ std::vector<Request> SampleRequests() {
   ForkRequest networked_fork;
   networked_fork.children = {{"/c1.ctl", 7, "", "", "", NetAttachment{"tap0", "02:aa:00:00:00:01", "/n1"}},
                              {"/c2.ctl", 8, "", "", "", NetAttachment{"tap1", "0a:aa:00:00:00:02", ""}}};
+  RestoreRequest with_workspace = minimal;
+  with_workspace.workspace = "/state/workspaces/ws-1/disk.img";
   return {StatusRequest{}, PauseRequest{}, ResumeRequest{}, SnapshotRequest{"/s", false},
           SnapshotRequest{"/s", true}, full, minimal, networked, fork, networked_fork,
-          ShutdownRequest{}};
+          ShutdownRequest{}, with_workspace};
 }
 
 TEST(ControlProtocolTest, RequestsRoundTrip) {
@@ -70,6 +72,21 @@ TEST(ControlProtocolTest, GoldenNetAttachment) {
   EXPECT_EQ(*EncodeRequest(r),
             R"({"cmd":"restore","net":{"mac":"02:00:00:00:00:2a","netns":"/ns","tap":"tap0"},)"
             R"("snapshot":"/snap","v":1})");
+}
+
+TEST(ControlProtocolTest, GoldenAndRefusedWorkspaces) {
+  RestoreRequest r;
+  r.snapshot = "/snap";
+  r.workspace = "/w/disk.img";
+  EXPECT_EQ(*EncodeRequest(r), R"({"cmd":"restore","snapshot":"/snap","v":1,"workspace":"/w/disk.img"})");
+  for (const char* bad : {R"("")", R"("relative/disk.img")", "7", "null", "[]"}) {
+    auto d = DecodeRequest(std::string(R"({"cmd":"restore","snapshot":"/s","workspace":)") + bad + "}");
+    EXPECT_EQ(d.status().code(), StatusCode::kInvalidArgument) << bad;
+  }
+  r.workspace = "relative";
+  EXPECT_FALSE(EncodeRequest(r).ok()) << "a client cannot send what the server refuses";
+  r.workspace = "/" + std::string(5000, 'a');
+  EXPECT_FALSE(EncodeRequest(r).ok());
 }
 
 // A network attachment is checked like the kernel checks an interface name

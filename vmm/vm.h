@@ -28,6 +28,7 @@
 #include "vmm/control_protocol.h"
 #include "vmm/control_server.h"
 #include "vmm/devices/bus.h"
+#include "vmm/devices/virtio/block_backend.h"
 #include "vmm/devices/virtio/mmio_transport.h"
 #include "vmm/exit_code.h"
 #include "vmm/kvm/kvm.h"
@@ -132,7 +133,8 @@ class Vm {
   Result<snapshot::MachineState> CaptureState();
   Status StartVcpus(std::vector<kvm::VcpuFd> fds);
   Result<control::RestoreReply> RestoreFromPool(const control::RestoreRequest& req);
-  Status FinishRestore(const snapshot::SnapshotDir& snap);
+  Status FinishRestore(const snapshot::SnapshotDir& snap,
+                       std::unique_ptr<devices::virtio::BlockBackend> workspace);
   [[noreturn]] void ChildMain(const snapshot::MachineState& state, const control::ForkChild& child);
   // Microseconds a fork child spends in each start-up step.
   struct ForkTimings {
@@ -158,6 +160,14 @@ class Vm {
   // LayeredDisk::kFlattenThreshold, a synchronous one at kMaxLayers.
   void MaybeFlatten(DiskSlot& d);
   void JoinFlatten();
+  // The workspace slot (vm_workspace.cc, docs/workspaces.md).
+  Status AttachWorkspaceSlot();
+  // The backend of a restored workspace slot: empty again (a snapshot never
+  // records a workspace; the restore request names one).
+  std::unique_ptr<devices::virtio::BlockBackend> RestoredWorkspaceSlot();
+  // Opens `path` read-write as the slot's backend (before the vCPUs run).
+  Result<std::unique_ptr<devices::virtio::BlockBackend>> OpenWorkspace(const std::string& path) const;
+  Status PlugWorkspace(std::unique_ptr<devices::virtio::BlockBackend> backend);
 
   VmmConfig config_;
   std::string kernel_cmdline_;  // config cmdline plus virtio_mmio.device= entries
@@ -184,6 +194,10 @@ class Vm {
   std::vector<std::shared_ptr<devices::virtio::MmioTransport>> virtio_;
   std::vector<EventFd> notify_fds_;  // ioeventfds, registered on loop_
   std::vector<DiskSlot> disks_;
+  // The virtio slot of the workspace device, if the VM has one; whether a
+  // workspace image is plugged into it (fork is then refused).
+  std::optional<uint32_t> workspace_slot_;
+  bool workspace_plugged_ = false;
   // At most one background flatten at a time (any disk).
   std::thread flatten_thread_;
   std::atomic<bool> flatten_done_{false};

@@ -56,6 +56,7 @@ Status Vm::AttachLegacyDevices() {
 
 Status Vm::AttachVirtioDevices() {
   for (const DiskConfig& disk : config_.disks) RETURN_IF_ERROR(AttachDisk(disk));
+  if (config_.workspace_slot) RETURN_IF_ERROR(AttachWorkspaceSlot());
   if (!config_.vsock_uds.empty()) {
     virtio::VsockConfig vsock_config;
     vsock_config.guest_cid = config_.guest_cid;

@@ -85,6 +85,8 @@ Status Vm::AttachDisk(const DiskConfig& disk) {
 // DeviceResources::open_disk of a restore or fork child (the block device
 // then attaches in the next virtio slot).
 Result<std::unique_ptr<virtio::BlockBackend>> Vm::OpenRestoredDisk(const virtio::BlockState& b) {
+  if (b.serial == virtio::kWorkspaceSerial && b.chain.base_path.empty() && !b.read_only)
+    return RestoredWorkspaceSlot();
   const auto slot = static_cast<uint32_t>(virtio_.size());
   DiskSlot d{slot, nullptr, b.chain.base_path, b.read_only};
   std::unique_ptr<virtio::BlockBackend> backend;

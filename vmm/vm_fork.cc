@@ -78,6 +78,9 @@ Result<control::ForkReply> Vm::Fork(const control::ForkRequest& req) {
   const std::vector<control::ForkChild>& children = req.children;
   if (!vcpus_) return Status::FailedPrecondition("vm is not started");
   RETURN_IF_ERROR(CheckDisksCapturable().WithContext("fork"));
+  if (workspace_plugged_)
+    return Status::FailedPrecondition(
+        "fork: a workspace is attached (children would share one disk written in place)");
   RETURN_IF_ERROR(CheckChildrenNetworks(config_.net.has_value(), children));
   auto start = std::chrono::steady_clock::now();
   bool was_paused = vcpus_->paused();

@@ -8,6 +8,7 @@
 #include "snapshot/snapshot_dir.h"
 #include "vmm/arch/x86_64/layout.h"
 #include "vmm/devices/legacy/serial.h"
+#include "vmm/devices/virtio/block_backend.h"
 #include "vmm/vm.h"
 
 namespace kubicle::vmm {
@@ -42,8 +43,13 @@ Result<control::RestoreReply> Vm::RestoreFromPool(const control::RestoreRequest&
   }
   // Every device record must decode before anything is built.
   RETURN_IF_ERROR(CheckSavedDevices(s));
+  // The workspace's image opens before anything is built, too.
+  std::unique_ptr<devices::virtio::BlockBackend> workspace;
+  if (req.workspace) {
+    ASSIGN_OR_RETURN(workspace, OpenWorkspace(*req.workspace));
+  }
   // From here on a failure leaves a half-built VM: the process stops.
-  Status st = FinishRestore(snap);
+  Status st = FinishRestore(snap, std::move(workspace));
   if (!st.ok()) {
     RequestStop(ExitCode::kSetupFailed, "restore failed: " + st.ToString());
     return st;
@@ -54,12 +60,15 @@ Result<control::RestoreReply> Vm::RestoreFromPool(const control::RestoreRequest&
   return control::RestoreReply{Describe(), us};
 }
 
-Status Vm::FinishRestore(const snapshot::SnapshotDir& snap) {
+Status Vm::FinishRestore(const snapshot::SnapshotDir& snap,
+                         std::unique_ptr<devices::virtio::BlockBackend> workspace) {
   const snapshot::MachineState& s = snap.state();
   ASSIGN_OR_RETURN(memory_, reservation_->MapFile(snap.memory_path(), s.config.memory));
   reservation_.reset();
   config_.kernel_path = snap.meta().kernel;
   RETURN_IF_ERROR(AttachFromState(s));
+  // Before any vCPU runs: the guest finds the config change pending.
+  if (workspace) RETURN_IF_ERROR(PlugWorkspace(std::move(workspace)));
   return StartVcpus(std::move(pool_vcpus_));
 }
 

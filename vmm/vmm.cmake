@@ -1,6 +1,6 @@
 # The monitor: VM assembly, vCPU threads and the kubicle-vmm binary.
 add_library(kubicle_vmm_monitor vm.cc vm_build.cc vm_devices.cc vm_disks.cc vm_snapshot.cc vm_pool.cc
-  vm_fork.cc vcpu_runner.cc fast_exit.cc memory_reservation.cc)
+  vm_fork.cc vm_workspace.cc vcpu_runner.cc fast_exit.cc memory_reservation.cc)
 target_compile_options(kubicle_vmm_monitor PRIVATE ${KUBICLE_HOST_WARNINGS})
 target_link_libraries(kubicle_vmm_monitor PUBLIC
   kubicle_snapshot kubicle_vmm_control kubicle_vmm_arch kubicle_vmm_kvm kubicle_vmm_legacy kubicle_vmm_virtio

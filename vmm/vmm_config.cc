@@ -137,7 +137,9 @@ Status Validate(const VmmConfig& cfg) {
 // --flag=value and --flag value alike; a value (a --cmdline) may itself
 // start with "--".
 std::vector<std::string> SplitFlags(const std::vector<std::string>& args) {
-  return SplitFlagValues(args, [](const std::string& f) { return f == "--json-log" || f == "--no-rng"; });
+  return SplitFlagValues(args, [](const std::string& f) {
+    return f == "--json-log" || f == "--no-rng" || f == "--workspace-slot";
+  });
 }
 
 }  // namespace
@@ -166,6 +168,7 @@ Result<VmmConfig> ParseRunArgs(const std::vector<std::string>& raw_args) {
     const std::string& flag = args[i];
     if (flag == "--json-log") { cfg.log_json = true; continue; }
     if (flag == "--no-rng") { cfg.rng = false; continue; }
+    if (flag == "--workspace-slot") { cfg.workspace_slot = true; continue; }
     if (i + 1 >= args.size()) return Status::InvalidArgument(flag + " needs a value (see --help)");
     const std::string& v = args[++i];
     if (flag == "--kernel") cfg.kernel_path = v;
@@ -290,6 +293,8 @@ Options for run:
                        per second (K/M/G allowed; 0 or absent: unlimited);
                        restore: the clone's TAP and MAC (rates kept if absent)
   --no-rng             no virtio-rng device
+  --workspace-slot     an empty virtio-blk device (serial "workspace") whose
+                       backend a restore request's "workspace" sets
   --serial PATH        serial console output file ("none" to discard; default stdout)
   --serial-max-bytes SIZE  rotate the serial file at SIZE (default 1M; 0: never)
   --serial-files N     rotated serial files kept, PATH.1..PATH.N (0..16; default 1;

@@ -43,6 +43,11 @@ struct VmmConfig {
   std::string vsock_uds;    // empty: no vsock device
   uint64_t guest_cid = 3;
   bool rng = true;          // virtio-rng, on unless --no-rng
+  // --workspace-slot: one more virtio-blk device (serial "workspace"),
+  // empty (capacity 0) until a restore request gives it a workspace image
+  // (docs/workspaces.md). Templates are baked with it so that their
+  // clones can take a workspace: a snapshot's device set is fixed.
+  bool workspace_slot = false;
   std::optional<NetFlags> net;  // virtio-net; unset: no network device
   std::string serial_path;  // empty: stdout; "none": discard
   // --serial-max-bytes, --serial-files, --serial-rate, --serial-burst: the

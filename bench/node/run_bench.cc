@@ -5,6 +5,9 @@
 // refills between bursts). Overhead = the call's wall time at the client
 // minus the command's own time, taken as the p50 exec round trip of `true`
 // in a running sandbox (what the command costs without a VM of its own).
+// Then the same sequential runs with a 64 MiB workspace attached
+// (docs/workspaces.md): the run also plugs the image into the VM and, before
+// answering, stops the VM, syncs the image and releases the workspace.
 // Prints figures; never asserts on timing.
 //
 //   kubicle-bench-run [--samples N] [--bursts N] [--burst N] [--pool-size N]
@@ -77,9 +80,11 @@ struct Sample {
   double wall_ms = 0, restore_ms = 0;
 };
 
-Sample RunTrue(NodeClient& c) {
+Sample RunTrue(NodeClient& c, const std::string& workspace = "") {
   auto t0 = Clock::now();
-  auto r = c.Call("POST", "/v1/templates/tg/run", {{"argv", {"true"}}});
+  json body = {{"argv", {"true"}}};
+  if (!workspace.empty()) body["workspace"] = workspace;
+  auto r = c.Call("POST", "/v1/templates/tg/run", body);
   Sample s{MillisSince(t0), 0};
   if (!r.ok()) Die("run", r.status());
   if ((*r)["exitCode"] != 0) Die("run", Status::Internal("true exited " + (*r)["exitCode"].dump()));
@@ -155,6 +160,14 @@ int Main(int argc, char** argv) {
     seq.push_back(RunTrue(**c));
   }
   Report("run `true`, sequential", seq, command_ms);
+  auto ws = (*c)->Call("PUT", "/v1/workspaces/bench", {{"sizeMiB", 64}});
+  if (!ws.ok()) Die("workspace", ws.status());
+  std::vector<Sample> seq_ws;
+  for (int i = 0; i < o.samples; ++i) {
+    WaitPool(**c, o.pool_size);
+    seq_ws.push_back(RunTrue(**c, "bench"));
+  }
+  Report("run `true` with a workspace, sequential", seq_ws, command_ms);
   std::vector<Sample> burst;
   std::vector<double> burst_wall;
   for (int b = 0; b < o.bursts; ++b) {

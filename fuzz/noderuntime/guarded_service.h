@@ -2,8 +2,10 @@
 // against whose request is being handled (the http_server fuzzer sets
 // `in_gate` around the Gate and `handling` around each handler): the admin
 // token may do anything, sandbox sb-1's token only sb-1's reads, exec and
-// files (api_server.h's auth contract), no valid token nothing; CheckToken
-// only from the Gate. A call outside these is a fuzz invariant failure.
+// files (api_server.h's auth contract), workspace ws-1's token only ws-1's
+// get and files, no valid token nothing; CheckToken and
+// CheckWorkspaceToken only from the Gate. A call outside these is a fuzz
+// invariant failure.
 #pragma once
 
 #include <sys/socket.h>
@@ -22,8 +24,10 @@ namespace kubicle::fuzz {
 inline constexpr char kAdminToken[] = "admin-token";
 inline constexpr char kSandboxId[] = "sb-1";
 inline constexpr char kSandboxToken[] = "sandbox-token";
+inline constexpr char kWorkspaceName[] = "ws-1";
+inline constexpr char kWorkspaceToken[] = "workspace-token";
 
-enum class Who { kNobody, kSandbox, kAdmin };
+enum class Who { kNobody, kSandbox, kWorkspace, kAdmin };
 
 // Whose token an Authorization header carries, read as RFC 6750 says
 // ("Bearer" in any case, then the token), not through routes.cc.
@@ -39,6 +43,7 @@ inline Who WhoIs(std::string_view h) {
   while (!h.empty() && h.back() == ' ') h.remove_suffix(1);
   if (h == kAdminToken) return Who::kAdmin;
   if (h == kSandboxToken) return Who::kSandbox;
+  if (h == kWorkspaceToken) return Who::kWorkspace;
   return Who::kNobody;
 }
 
@@ -136,6 +141,54 @@ class GuardedService final : public noderuntime::api::FakeSandboxService {
     Tenant(id);
     return Fake::RemoveFile(id, path, recursive);
   }
+  // Workspaces: the admin's to make and delete, ws-1's token may get it and
+  // move its files.
+  Result<noderuntime::WorkspaceInfo> PutWorkspace(const noderuntime::WorkspaceSpec& s) override {
+    Admin();
+    return Fake::PutWorkspace(s);
+  }
+  Result<noderuntime::WorkspaceInfo> GetWorkspace(const std::string& name) override {
+    // The handler's own existence check before a put runs for the admin too.
+    WorkspaceTenant(name);
+    return Fake::GetWorkspace(name);
+  }
+  std::vector<noderuntime::WorkspaceInfo> ListWorkspaces() override {
+    Admin();
+    return Fake::ListWorkspaces();
+  }
+  Status DeleteWorkspace(const std::string& name) override {
+    Admin();
+    return Fake::DeleteWorkspace(name);
+  }
+  bool CheckWorkspaceToken(const std::string& name, const std::string& token) override {
+    FUZZ_CHECK(in_gate);
+    return Fake::CheckWorkspaceToken(name, token);
+  }
+  Status ReadWorkspaceFile(const std::string& name, const std::string& path,
+                           const guest::client::FileChunkFn& on_chunk) override {
+    WorkspaceTenant(name);
+    return Fake::ReadWorkspaceFile(name, path, on_chunk);
+  }
+  Status WriteWorkspaceFile(const std::string& name, const std::string& path,
+                            guest::protocol::ByteSpan data, uint32_t mode) override {
+    WorkspaceTenant(name);
+    return Fake::WriteWorkspaceFile(name, path, data, mode);
+  }
+  Result<guest::protocol::StatReply> StatWorkspaceFile(const std::string& name,
+                                                       const std::string& path) override {
+    WorkspaceTenant(name);
+    return Fake::StatWorkspaceFile(name, path);
+  }
+  Result<std::vector<guest::protocol::DirEntry>> ListWorkspaceFiles(
+      const std::string& name, const std::string& path) override {
+    WorkspaceTenant(name);
+    return Fake::ListWorkspaceFiles(name, path);
+  }
+  Status RemoveWorkspaceFile(const std::string& name, const std::string& path,
+                             bool recursive) override {
+    WorkspaceTenant(name);
+    return Fake::RemoveWorkspaceFile(name, path, recursive);
+  }
   // sb-1's guest (the fake gives it no network, so its rules end in a 409
   // for every port): port 1 is one end of a socket pair whose other end is
   // closed, so the relay after the 101 ends as soon as the client's side
@@ -158,6 +211,10 @@ class GuardedService final : public noderuntime::api::FakeSandboxService {
   void Tenant(const std::string& id) const {
     FUZZ_CHECK(!in_gate && handling.has_value());
     FUZZ_CHECK(*handling == Who::kAdmin || (*handling == Who::kSandbox && id == kSandboxId));
+  }
+  void WorkspaceTenant(const std::string& name) const {
+    FUZZ_CHECK(!in_gate && handling.has_value());
+    FUZZ_CHECK(*handling == Who::kAdmin || (*handling == Who::kWorkspace && name == kWorkspaceName));
   }
 };
 

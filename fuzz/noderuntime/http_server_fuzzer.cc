@@ -239,6 +239,11 @@ class Session {
     s.template_name = "tg";
     s.token_sha256 = Sha256Hex(kSandboxToken);
     FUZZ_CHECK(svc_.CreateSandbox(s).ok());
+    noderuntime::WorkspaceSpec w;
+    w.name = kWorkspaceName;
+    w.size_mib = 64;
+    w.token_sha256 = Sha256Hex(kWorkspaceToken);
+    FUZZ_CHECK(svc_.PutWorkspace(w).ok());
     svc_.handling.reset();
     // A stopping ApiServer ends a followed console at once (its handler
     // would follow for ever on this, the only thread).

@@ -26,6 +26,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(again.ok());
     FUZZ_CHECK(n::EncodeTemplateRecord(*again) == once);
   }
+  if (auto r = n::DecodeWorkspaceRecord(text); r.ok()) {
+    const std::string once = n::EncodeWorkspaceRecord(*r);
+    auto again = n::DecodeWorkspaceRecord(once);
+    FUZZ_CHECK(again.ok());
+    FUZZ_CHECK(n::EncodeWorkspaceRecord(*again) == once);
+  }
+  (void)n::ParseWorkspaceState(text);
   (void)n::ParseSandboxState(text);
   (void)n::ParseTemplateState(text);
   return 0;

@@ -74,7 +74,10 @@ fi
 [ -n "$clock" ] && date -u -s "@${clock%%.*}" >/dev/null
 [ -n "$shell" ] && exec setsid cttyhack sh
 
-if [ -z "$root" ] && [ -b /dev/vda ]; then root=/dev/vda; fi
+# The workspace slot (serial "workspace", docs/workspaces.md) is never the
+# root: the node mounts it at /workspace once a workspace is plugged in.
+if [ -z "$root" ] && [ -b /dev/vda ] &&
+   [ "$(cat /sys/block/vda/serial 2>/dev/null)" != workspace ]; then root=/dev/vda; fi
 if [ -z "$root" ] || [ "$root" = none ]; then
   say "no root disk: agent runs from the initramfs"
   mount -t tmpfs -o mode=1777 tmpfs /tmp

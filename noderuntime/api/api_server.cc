@@ -322,6 +322,24 @@ std::optional<Response> ApiServer::Impl::Authorize(const RouteMatch& m, const st
     return ErrorResponse(401, "Unauthenticated",
                          "the token is not the run token of template \"" + m.name + "\"");
   }
+  if (access == Access::kAdminOrWorkspace || m.route == Route::kWorkspace ||
+      m.route == Route::kWorkspaces) {
+    // A workspace token is only checked against the workspace the path names.
+    const bool workspace_ok = !m.name.empty() && ValidId(m.name) &&
+                              svc_->CheckWorkspaceToken(m.name, *token);
+    if (workspace_ok && access == Access::kAdminOrWorkspace) {
+      *cls = Admission::Class::kTenant;
+      *tenant = "workspace/" + m.name;
+      return std::nullopt;
+    }
+    if (workspace_ok) {
+      return ErrorResponse(403, "PermissionDenied",
+                           "a workspace token may only get its workspace and move its files; " +
+                               method + " " + RouteLabel(m.route, "").substr(1) +
+                               " needs the node's admin token");
+    }
+    return ErrorResponse(401, "Unauthenticated", "the token is not valid for this request");
+  }
   // A sandbox token is only checked against the sandbox the path names.
   bool sandbox_ok = !m.name.empty() && m.route != Route::kTemplate && ValidId(m.name) &&
                     svc_->CheckToken(m.name, *token);
@@ -383,6 +401,11 @@ void ApiServer::Impl::Dispatch(Call& call) {
     case Route::kStat: return HandleStat(call, *svc_, opts_);
     case Route::kList: return HandleList(call, *svc_, opts_);
     case Route::kPort: return HandlePort(call, *svc_);
+    case Route::kWorkspaces: return HandleWorkspaces(call, *svc_, opts_);
+    case Route::kWorkspace: return HandleWorkspace(call, *svc_, opts_);
+    case Route::kWorkspaceFiles: return HandleWorkspaceFiles(call, *svc_, opts_);
+    case Route::kWorkspaceStat: return HandleWorkspaceStat(call, *svc_, opts_);
+    case Route::kWorkspaceList: return HandleWorkspaceList(call, *svc_, opts_);
   }
 }
 

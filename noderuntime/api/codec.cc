@@ -193,7 +193,8 @@ Result<TemplateSpec> TemplateSpecFromJson(const json& body, const std::string& n
 
 Result<SandboxSpec> SandboxSpecFromJson(const json& body) {
   Fields f(body);
-  RETURN_IF_ERROR(f.OnlyKnown({"template", "id", "labels", "ttlSeconds", "hostname", "network"}));
+  RETURN_IF_ERROR(
+      f.OnlyKnown({"template", "id", "labels", "ttlSeconds", "hostname", "network", "workspace"}));
   SandboxSpec spec;
   RETURN_IF_ERROR(f.String("template", &spec.template_name));
   if (spec.template_name.empty()) return Status::InvalidArgument("field \"template\" is required");
@@ -209,6 +210,9 @@ Result<SandboxSpec> SandboxSpecFromJson(const json& body) {
   if (!spec.hostname.empty() && !ValidId(spec.hostname)) {
     return Status::InvalidArgument("field \"hostname\" must be a DNS-1123 label");
   }
+  RETURN_IF_ERROR(f.String("workspace", &spec.workspace));
+  if (!spec.workspace.empty() && !ValidId(spec.workspace))
+    return Status::InvalidArgument("field \"workspace\" must be a DNS-1123 label");
   // Strict (unknown keys, bad CIDRs, ports, limits), as spec.network.
   auto net = body.find("network");
   ASSIGN_OR_RETURN(spec.network, network::ParseNetworkSpec(net == body.end() ? json() : *net));
@@ -287,6 +291,7 @@ json ToJson(const TemplateInfo& info) {
          {"digest", info.digest},
          {"snapshotDir", info.snapshot_dir},
          {"nic", info.nic},
+         {"workspaceSlot", info.workspace_slot},
          {"bakeSeconds", info.bake_seconds}};
   if (info.state == TemplateState::kReady) j["readyAt"] = FormatTime(info.ready_at);
   return j;
@@ -315,7 +320,47 @@ json ToJson(const SandboxInfo& info, bool with_token) {
   } else {
     j["network"] = nullptr;
   }
+  j["workspace"] = info.workspace.empty() ? json(nullptr) : json(info.workspace);
   if (with_token) j["token"] = info.token;
+  return j;
+}
+
+Result<WorkspaceSpec> WorkspaceSpecFromJson(const json& body, const std::string& name) {
+  Fields f(body);
+  RETURN_IF_ERROR(f.OnlyKnown({"name", "sizeMiB", "tokenSha256", "labels"}));
+  WorkspaceSpec spec;
+  spec.name = name;
+  std::string body_name;
+  RETURN_IF_ERROR(f.String("name", &body_name));
+  if (!body_name.empty() && body_name != name)
+    return Status::InvalidArgument("field \"name\" (" + body_name + ") differs from the path's (" + name + ")");
+  std::optional<int64_t> size;
+  RETURN_IF_ERROR(f.Int("sizeMiB", static_cast<int64_t>(kMinWorkspaceMiB),
+                        static_cast<int64_t>(kMaxWorkspaceMiB), &size));
+  if (!size) return Status::InvalidArgument("field \"sizeMiB\" is required");
+  spec.size_mib = static_cast<uint64_t>(*size);
+  RETURN_IF_ERROR(f.String("tokenSha256", &spec.token_sha256));
+  if (!spec.token_sha256.empty()) {
+    bool hex = spec.token_sha256.size() == 64;
+    for (char c : spec.token_sha256) hex = hex && ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'));
+    if (!hex) return Status::InvalidArgument("field \"tokenSha256\" must be 64 lowercase hex digits");
+  }
+  RETURN_IF_ERROR(f.StringMap("labels", &spec.labels));
+  RETURN_IF_ERROR(ValidateLabels(spec.labels));
+  return spec;
+}
+
+json ToJson(const WorkspaceInfo& info, bool with_token) {
+  json j{{"name", info.name},
+         {"sizeMiB", info.size_mib},
+         {"filesystem", info.filesystem},
+         {"labels", info.labels},
+         {"state", WorkspaceStateName(info.state)},
+         {"message", info.message},
+         {"bytesUsed", info.bytes_used},
+         {"createdAt", FormatTime(info.created_at)}};
+  j["attachedTo"] = info.attached_to.empty() ? json(nullptr) : json(info.attached_to);
+  if (with_token && !info.token.empty()) j["token"] = info.token;
   return j;
 }
 
@@ -360,9 +405,11 @@ Result<RunOptions> RunOptionsFromJson(const std::string& template_name, const js
   RunOptions o;
   o.template_name = template_name;
   ASSIGN_OR_RETURN(o.exec, ExecOptionsFromJson(exec));
-  if (workspace)
-    return Status(StatusCode::kUnimplemented,
-                  "workspaces are not supported yet: run without \"workspace\"");
+  if (workspace) {
+    if (!ValidId(*workspace))
+      return Status::InvalidArgument("field \"workspace\" must be a DNS-1123 label");
+    o.workspace = *workspace;
+  }
   return o;
 }
 

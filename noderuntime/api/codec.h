@@ -50,12 +50,17 @@ json ToJson(const SandboxInfo& info, bool with_token);
 // both are valid UTF-8 ("encoding": "utf-8"), else both base64 ("base64").
 json ExecResultToJson(const guest::client::ExecResult& result);
 // A per-call run's body (docs/node.md, "Per-call runs"): the exec fields
-// and an optional "workspace", which is Unimplemented (501) until
-// workspaces land. `template_name` comes from the path.
+// and an optional "workspace" (a workspace's name, attached for the call).
+// `template_name` comes from the path.
 Result<RunOptions> RunOptionsFromJson(const std::string& template_name, const json& body);
 // ExecResultToJson plus "timings": {restoreMs, execMs, totalMs}.
 json RunResultToJson(const RunResult& result);
 json RunTimingsToJson(const RunTimings& timings);
+// PUT /v1/workspaces/{name}: {"sizeMiB", "tokenSha256"?, "labels"?, "name"?}.
+Result<WorkspaceSpec> WorkspaceSpecFromJson(const json& body, const std::string& name);
+// {"name", "sizeMiB", "filesystem", "labels", "state", "message",
+// "attachedTo", "bytesUsed", "createdAt"} and "token" when minted.
+json ToJson(const WorkspaceInfo& info, bool with_token);
 // One NDJSON line of a streamed answer (invalid UTF-8 replaced).
 std::string NdjsonLine(const json& j);
 // GET .../stats: {"id", "cpuUsageNanos", "memoryBytes", "memoryLimitBytes",

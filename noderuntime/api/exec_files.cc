@@ -48,9 +48,9 @@ void StreamExec(Call& call, SandboxService& svc, ExecOptions options) {
 // first chunk (no such file) is a plain error answer; one after it aborts
 // the connection, so the client sees a truncated body rather than a short
 // file that looks complete.
-void StreamFile(Call& call, SandboxService& svc, const std::string& path) {
+void StreamFile(Call& call, const FileOps& ops, const std::string& path) {
   bool started = false;
-  Status st = svc.ReadFileStream(call.name(), path, [&](const guest::client::FileChunk& c) {
+  Status st = ops.read(path, [&](const guest::client::FileChunk& c) {
     if (!started) {
       call.StartStream(200, "application/octet-stream");
       started = true;
@@ -120,12 +120,12 @@ void HandleExec(Call& call, SandboxService& svc, const ApiServerOptions& opts) {
   result.ok() ? call.Json(200, ExecResultToJson(*result)) : call.Fail(result.status());
 }
 
-void HandleFiles(Call& call, SandboxService& svc, const ApiServerOptions& opts) {
+void ServeFiles(Call& call, const FileOps& ops, const ApiServerOptions& opts) {
   const bool put = call.method() == "PUT", del = call.method() == "DELETE";
   if (!(put   ? call.OnlyQuery({"path", "mode"})
         : del ? call.OnlyQuery({"path", "recursive"})
               : call.OnlyQuery({"path"})) ||
-      !CheckId(call)) {
+      !ops.check_name(call)) {
     return;
   }
   auto path = PathQuery(call);
@@ -133,10 +133,10 @@ void HandleFiles(Call& call, SandboxService& svc, const ApiServerOptions& opts) 
   if (del) {
     auto recursive = BoolQuery(call, "recursive");
     if (!recursive) return;
-    Status st = svc.RemoveFile(call.name(), *path, *recursive);
+    Status st = ops.remove(*path, *recursive);
     return st.ok() ? call.Json(200, {{"removed", *path}}) : call.Fail(st);
   }
-  if (!put) return StreamFile(call, svc, *path);
+  if (!put) return StreamFile(call, ops, *path);
   uint32_t mode = 0644;
   if (auto m = call.Query("mode")) {
     char* end = nullptr;
@@ -150,16 +150,16 @@ void HandleFiles(Call& call, SandboxService& svc, const ApiServerOptions& opts) 
   auto body = call.Body(opts.max_file_bytes);
   if (!body) return;
   const auto* p = reinterpret_cast<const uint8_t*>(body->data());
-  Status st = svc.WriteFile(call.name(), *path, {p, body->size()}, mode);
+  Status st = ops.write(*path, {p, body->size()}, mode);
   if (!st.ok()) return call.Fail(st);
   call.Json(200, {{"path", *path}, {"size", body->size()}, {"mode", mode}});
 }
 
-void HandleStat(Call& call, SandboxService& svc, const ApiServerOptions&) {
-  if (!call.OnlyQuery({"path"}) || !CheckId(call)) return;
+void ServeStat(Call& call, const FileOps& ops) {
+  if (!call.OnlyQuery({"path"}) || !ops.check_name(call)) return;
   auto path = PathQuery(call);
   if (!path) return;
-  auto st = svc.StatFile(call.name(), *path);
+  auto st = ops.stat(*path);
   if (!st.ok()) return call.Fail(st.status());
   call.Json(200, {{"path", *path},
                   {"type", FileTypeName(st->type)},
@@ -170,11 +170,11 @@ void HandleStat(Call& call, SandboxService& svc, const ApiServerOptions&) {
                   {"gid", st->gid}});
 }
 
-void HandleList(Call& call, SandboxService& svc, const ApiServerOptions&) {
-  if (!call.OnlyQuery({"path"}) || !CheckId(call)) return;
+void ServeList(Call& call, const FileOps& ops) {
+  if (!call.OnlyQuery({"path"}) || !ops.check_name(call)) return;
   auto path = PathQuery(call);
   if (!path) return;
-  auto entries = svc.ListFiles(call.name(), *path);
+  auto entries = ops.list(*path);
   if (!entries.ok()) return call.Fail(entries.status());
   const std::string dir = path->back() == '/' ? *path : *path + "/";
   nlohmann::json items = nlohmann::json::array();
@@ -187,6 +187,29 @@ void HandleList(Call& call, SandboxService& svc, const ApiServerOptions&) {
                      {"mtime", MtimeJson(e.mtime_ns)}});
   }
   call.Json(200, {{"path", *path}, {"items", items}});
+}
+
+static FileOps SandboxFileOps(SandboxService& svc, const std::string& id) {
+  return {.check_name = CheckId,
+          .read = [&svc, id](const std::string& p, const guest::client::FileChunkFn& f) {
+            return svc.ReadFileStream(id, p, f);
+          },
+          .write = [&svc, id](const std::string& p, guest::protocol::ByteSpan d, uint32_t m) {
+            return svc.WriteFile(id, p, d, m);
+          },
+          .stat = [&svc, id](const std::string& p) { return svc.StatFile(id, p); },
+          .list = [&svc, id](const std::string& p) { return svc.ListFiles(id, p); },
+          .remove = [&svc, id](const std::string& p, bool r) { return svc.RemoveFile(id, p, r); }};
+}
+
+void HandleFiles(Call& call, SandboxService& svc, const ApiServerOptions& opts) {
+  ServeFiles(call, SandboxFileOps(svc, call.name()), opts);
+}
+void HandleStat(Call& call, SandboxService& svc, const ApiServerOptions&) {
+  ServeStat(call, SandboxFileOps(svc, call.name()));
+}
+void HandleList(Call& call, SandboxService& svc, const ApiServerOptions&) {
+  ServeList(call, SandboxFileOps(svc, call.name()));
 }
 
 }  // namespace kubicle::noderuntime::api

@@ -151,7 +151,21 @@ Result<SandboxInfo> FakeSandboxService::CreateSandbox(const SandboxSpec& spec) {
   if (spec.ttl_seconds) {
     info.expires_at = std::chrono::system_clock::now() + std::chrono::seconds(*spec.ttl_seconds);
   }
-  return AddLocked(std::move(info), spec.token_sha256);
+  if (!spec.id.empty()) RETURN_IF_ERROR(AttachWorkspaceLocked(spec.workspace, spec.id));
+  info.workspace = spec.workspace;
+  auto added = AddLocked(std::move(info), spec.token_sha256);
+  if (!added.ok()) {
+    if (!spec.id.empty()) ReleaseWorkspacesOfLocked(spec.id);
+    return added;
+  }
+  if (spec.id.empty()) {
+    Status st = AttachWorkspaceLocked(spec.workspace, added->id);
+    if (!st.ok()) {
+      sandboxes_.erase(added->id);
+      return st;
+    }
+  }
+  return added;
 }
 
 Result<std::vector<SandboxInfo>> FakeSandboxService::ForkSandbox(const ForkRequest& req) {
@@ -159,6 +173,10 @@ Result<std::vector<SandboxInfo>> FakeSandboxService::ForkSandbox(const ForkReque
   std::lock_guard l(mu_);
   auto src = sandboxes_.find(req.source_id);
   if (src == sandboxes_.end()) return Status::NotFound("no sandbox " + req.source_id);
+  if (!src->second.info.workspace.empty())
+    return Status::FailedPrecondition("sandbox " + req.source_id + " has workspace " +
+                                      src->second.info.workspace +
+                                      " attached: a sandbox with a workspace cannot be forked");
   std::vector<SandboxInfo> out;
   const uint32_t count = req.children.empty() ? req.count : static_cast<uint32_t>(req.children.size());
   for (const ForkChildSpec& c : req.children) {
@@ -211,6 +229,7 @@ Status FakeSandboxService::DeleteSandbox(const std::string& id) {
   ++calls_;
   std::lock_guard l(mu_);
   if (!sandboxes_.erase(id)) return Status::NotFound("no sandbox " + id);
+  ReleaseWorkspacesOfLocked(id);
   return Status::Ok();
 }
 
@@ -222,6 +241,7 @@ Result<std::vector<std::string>> FakeSandboxService::DeleteSandboxes(const std::
   for (auto it = sandboxes_.begin(); it != sandboxes_.end();) {
     if (sel.Matches(it->second.info.labels)) {
       ids.push_back(it->first);
+      ReleaseWorkspacesOfLocked(it->first);
       it = sandboxes_.erase(it);
     } else {
       ++it;
@@ -527,9 +547,20 @@ Result<RunResult> FakeSandboxService::Run(const RunOptions& options) {
       return Status::FailedPrecondition("template '" + options.template_name + "' is " +
                                         TemplateStateName(t->second.state));
   }
+  std::string holder;
+  {
+    std::lock_guard l(mu_);
+    holder = "run-" + std::to_string(next_run_++);
+    RETURN_IF_ERROR(AttachWorkspaceLocked(options.workspace, holder));
+  }
   ++runs_;
   RunResult out;
-  ASSIGN_OR_RETURN(out.exec, run_hook ? run_hook(options) : BuiltinExec(options.exec));
+  auto exec = run_hook ? run_hook(options) : Result<ExecResult>(BuiltinExec(options.exec));
+  {
+    std::lock_guard l(mu_);
+    ReleaseWorkspacesOfLocked(holder);
+  }
+  ASSIGN_OR_RETURN(out.exec, std::move(exec));
   out.timings = {.restore_ms = 1, .exec_ms = 0, .total_ms = 1};
   return out;
 }

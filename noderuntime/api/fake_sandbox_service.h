@@ -75,6 +75,26 @@ class FakeSandboxService : public SandboxService {
   bool CheckRunToken(const std::string& template_name, const std::string& token) override;
   void FailTemplate(const std::string& name, const std::string& message);
   int runs() const { return runs_.load(); }
+
+  // ---- workspaces (fake_workspaces.cc) ----
+  // A workspace is a RAM file table like a sandbox's; a sandbox or run
+  // naming one holds it (attached_to) until it is deleted or the run ends,
+  // and file calls are refused while it is held, as the manager does.
+  Result<WorkspaceInfo> PutWorkspace(const WorkspaceSpec& spec) override;
+  Result<WorkspaceInfo> GetWorkspace(const std::string& name) override;
+  std::vector<WorkspaceInfo> ListWorkspaces() override;
+  Status DeleteWorkspace(const std::string& name) override;
+  bool CheckWorkspaceToken(const std::string& name, const std::string& token) override;
+  Status ReadWorkspaceFile(const std::string& name, const std::string& path,
+                           const guest::client::FileChunkFn& on_chunk) override;
+  Status WriteWorkspaceFile(const std::string& name, const std::string& path,
+                            guest::protocol::ByteSpan data, uint32_t mode) override;
+  Result<guest::protocol::StatReply> StatWorkspaceFile(const std::string& name,
+                                                       const std::string& path) override;
+  Result<std::vector<guest::protocol::DirEntry>> ListWorkspaceFiles(
+      const std::string& name, const std::string& path) override;
+  Status RemoveWorkspaceFile(const std::string& name, const std::string& path,
+                             bool recursive) override;
   void AppendConsole(const std::string& id, const std::string& bytes);
   void RotateConsole(const std::string& id);
   void SetStats(const std::string& id, const SandboxStats& stats);
@@ -109,6 +129,18 @@ class FakeSandboxService : public SandboxService {
     SandboxStats stats;
     std::string guest_host;  // empty: no network
   };
+  struct Workspace {
+    WorkspaceInfo info;  // info.token always empty
+    std::string token_sha256;
+    std::map<std::string, std::pair<guest::protocol::Bytes, uint32_t>> files;
+  };
+  // The workspace `name` for a file call: NotFound, or FailedPrecondition
+  // while attached.
+  Result<Workspace*> DetachedWorkspaceLocked(const std::string& name);
+  // Takes `name` for `holder` (NotFound, FailedPrecondition naming the
+  // holder); empty name: nothing.
+  Status AttachWorkspaceLocked(const std::string& name, const std::string& holder);
+  void ReleaseWorkspacesOfLocked(const std::string& holder);
   Result<SandboxInfo> NewLocked(SandboxInfo info);
   Status NotSuspendedLocked(const std::string& id) const;
   Result<guest::protocol::Bytes> FileLocked(const std::string& id, const std::string& path);
@@ -119,7 +151,9 @@ class FakeSandboxService : public SandboxService {
   std::map<std::string, TemplateInfo> templates_;
   std::map<std::string, std::string> run_tokens_;  // template -> hex SHA-256
   std::map<std::string, Sandbox> sandboxes_;
+  std::map<std::string, Workspace> workspaces_;
   uint64_t next_id_ = 1;
+  uint64_t next_run_ = 1;
   uint32_t next_cid_ = 3;
   std::atomic<int> calls_{0};
   std::atomic<int> runs_{0};

@@ -113,4 +113,25 @@ void HandleList(Call& call, SandboxService& svc, const ApiServerOptions& opts);
 // ports.cc: a guest TCP port as an upgraded connection.
 void HandlePort(Call& call, SandboxService& svc);
 
+// The file routes of a sandbox (through its agent) and of a workspace
+// (through the node's ext4 helper) answer alike: one set of handlers over
+// the calls of the thing the path names.
+struct FileOps {
+  bool (*check_name)(Call& call);  // replies 400 and returns false on a bad name
+  std::function<Status(const std::string&, const guest::client::FileChunkFn&)> read;
+  std::function<Status(const std::string&, guest::protocol::ByteSpan, uint32_t)> write;
+  std::function<Result<guest::protocol::StatReply>(const std::string&)> stat;
+  std::function<Result<std::vector<guest::protocol::DirEntry>>(const std::string&)> list;
+  std::function<Status(const std::string&, bool)> remove;
+};
+void ServeFiles(Call& call, const FileOps& ops, const ApiServerOptions& opts);
+void ServeStat(Call& call, const FileOps& ops);
+void ServeList(Call& call, const FileOps& ops);
+// workspaces.cc (docs/workspaces.md).
+void HandleWorkspaces(Call& call, SandboxService& svc, const ApiServerOptions& opts);
+void HandleWorkspace(Call& call, SandboxService& svc, const ApiServerOptions& opts);
+void HandleWorkspaceFiles(Call& call, SandboxService& svc, const ApiServerOptions& opts);
+void HandleWorkspaceStat(Call& call, SandboxService& svc, const ApiServerOptions& opts);
+void HandleWorkspaceList(Call& call, SandboxService& svc, const ApiServerOptions& opts);
+
 }  // namespace kubicle::noderuntime::api

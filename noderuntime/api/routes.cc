@@ -39,6 +39,11 @@ const char* Pattern(Route r) {
     case Route::kStat: return "/v1/sandboxes/{id}/stat";
     case Route::kList: return "/v1/sandboxes/{id}/ls";
     case Route::kPort: return "/v1/sandboxes/{id}/ports/{port}";
+    case Route::kWorkspaces: return "/v1/workspaces";
+    case Route::kWorkspace: return "/v1/workspaces/{name}";
+    case Route::kWorkspaceFiles: return "/v1/workspaces/{name}/files";
+    case Route::kWorkspaceStat: return "/v1/workspaces/{name}/stat";
+    case Route::kWorkspaceList: return "/v1/workspaces/{name}/ls";
   }
   return "?";
 }
@@ -57,6 +62,15 @@ std::optional<RouteMatch> MatchRoute(std::string_view path) {
     if (p.size() == 2) return RouteMatch{Route::kTemplates, ""};
     if (p.size() == 3) return RouteMatch{Route::kTemplate, std::string(p[2])};
     if (p.size() == 4 && p[3] == "run") return RouteMatch{Route::kRun, std::string(p[2])};
+    return std::nullopt;
+  }
+  if (p[1] == "workspaces") {
+    if (p.size() == 2) return RouteMatch{Route::kWorkspaces, ""};
+    if (p.size() == 3) return RouteMatch{Route::kWorkspace, std::string(p[2])};
+    if (p.size() != 4) return std::nullopt;
+    if (p[3] == "files") return RouteMatch{Route::kWorkspaceFiles, std::string(p[2])};
+    if (p[3] == "stat") return RouteMatch{Route::kWorkspaceStat, std::string(p[2])};
+    if (p[3] == "ls") return RouteMatch{Route::kWorkspaceList, std::string(p[2])};
     return std::nullopt;
   }
   if (p[1] != "sandboxes") return std::nullopt;
@@ -86,7 +100,12 @@ std::string AllowedMethods(Route r) {
     case Route::kStats:
     case Route::kStat:
     case Route::kList:
+    case Route::kWorkspaces:
+    case Route::kWorkspaceStat:
+    case Route::kWorkspaceList:
     case Route::kPort: return "GET";
+    case Route::kWorkspace:
+    case Route::kWorkspaceFiles: return "GET, PUT, DELETE";
     case Route::kTemplate: return "GET, PUT, DELETE";
     case Route::kSandboxes: return "GET, POST, DELETE";
     case Route::kSandbox: return "GET, DELETE";
@@ -129,6 +148,10 @@ Access RouteAccess(Route r, std::string_view method) {
     case Route::kResume: return Access::kAdminOrSandbox;
     case Route::kSandbox: return method == "GET" ? Access::kAdminOrSandbox : Access::kAdmin;
     case Route::kRun: return Access::kAdminOrRunToken;
+    case Route::kWorkspaceFiles:
+    case Route::kWorkspaceStat:
+    case Route::kWorkspaceList: return Access::kAdminOrWorkspace;
+    case Route::kWorkspace: return method == "GET" ? Access::kAdminOrWorkspace : Access::kAdmin;
     default: return Access::kAdmin;
   }
 }
@@ -138,7 +161,7 @@ std::string RouteLabel(Route r, std::string_view method) {
 }
 
 BodyKind RouteBody(Route r, std::string_view method) {
-  if (r == Route::kFiles && method == "PUT") return BodyKind::kFile;
+  if ((r == Route::kFiles || r == Route::kWorkspaceFiles) && method == "PUT") return BodyKind::kFile;
   if (r == Route::kSuspend || r == Route::kResume) return BodyKind::kNone;
   if (method == "POST" || method == "PUT") return BodyKind::kJson;
   return BodyKind::kNone;

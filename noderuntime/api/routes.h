@@ -32,6 +32,12 @@ enum class Route {
   kStat,        // GET /v1/sandboxes/{id}/stat?path=   (one file's metadata)
   kList,        // GET /v1/sandboxes/{id}/ls?path=     (a directory's entries)
   kPort,        // GET /v1/sandboxes/{id}/ports/{port} (Upgrade: kubicle-tcp)
+  // ---- workspaces (docs/workspaces.md) ----
+  kWorkspaces,       // GET /v1/workspaces
+  kWorkspace,        // GET|PUT|DELETE /v1/workspaces/{name}
+  kWorkspaceFiles,   // GET|PUT|DELETE /v1/workspaces/{name}/files?path=
+  kWorkspaceStat,    // GET /v1/workspaces/{name}/stat?path=
+  kWorkspaceList,    // GET /v1/workspaces/{name}/ls?path=
 };
 
 struct RouteMatch {
@@ -49,7 +55,8 @@ std::string AllowedMethods(Route route);
 // Who may call it: no token, only the admin token, also the data-plane
 // token of the sandbox named in the path, or also the run token of the
 // template named in the path.
-enum class Access { kPublic, kAdmin, kAdminOrSandbox, kAdminOrRunToken };
+// kAdminOrWorkspace: also the token of the workspace named in the path.
+enum class Access { kPublic, kAdmin, kAdminOrSandbox, kAdminOrRunToken, kAdminOrWorkspace };
 Access RouteAccess(Route route, std::string_view method);
 // The route label of kubicle_http_request_seconds, e.g. "POST /v1/sandboxes/{id}/exec".
 std::string RouteLabel(Route route, std::string_view method);

@@ -1,7 +1,8 @@
 // POST /v1/templates/{name}/run through the real listener against
 // FakeSandboxService: who may run (the template's run token only, or the
-// admin token), the per-token budget, body errors, 501 for workspaces, and
-// the streamed answer.
+// admin token), the per-token budget, body errors, a run with a workspace,
+// the streamed answer; and the workspace routes (docs/workspaces.md): who
+// may call them, one writer, files without a VM.
 #include <gtest/gtest.h>
 #include <cpprest/http_client.h>
 
@@ -134,7 +135,8 @@ TEST_F(RunApiTest, BadRequestsAreRefusedBeforeAnyRun) {
   ExpectError(Run(R"({"argv":["x"],"bogus":1})"), 400, "bogus");
   ExpectError(Run(R"({"argv":["x"],"timeoutSeconds":0})"), 400, "timeoutSeconds");
   ExpectError(Run(R"({"argv":["x"],"workspace":7})"), 400, "workspace");
-  ExpectError(Run(R"({"argv":["x"],"workspace":"ws-1"})"), 501, "not supported yet");
+  ExpectError(Run(R"({"argv":["x"],"workspace":"ws-1"})"), 404, "no workspace");
+  ExpectError(Run(R"({"argv":["x"],"workspace":"Bad_Name"})"), 400, "workspace");
   ExpectError(Run(R"({"argv":["x"]})", kAdmin, "nope"), 404, "nope");
   ExpectError(Run(R"({"argv":["x"]})", kAdmin, "Bad_Name"), 400);
   ExpectError(Do("/v1/templates/tg/run?stream=maybe", R"({"argv":["x"]})", kRunTg), 400, "stream");
@@ -189,6 +191,56 @@ TEST_F(RunApiTest, EachRunTokenHasItsOwnBudget) {
   EXPECT_EQ(other.get().status_code(), 200);
   for (auto& t : held) EXPECT_EQ(t.get().status_code(), 200);
   EXPECT_EQ(Run(R"({"argv":["x"]})").code, 200);  // the slots came back
+}
+
+TEST_F(RunApiTest, WorkspaceRoutesTokensOneWriterAndFiles) {
+  auto put = Do("/v1/workspaces/ws-1", R"({"sizeMiB":64,"labels":{"team":"a"}})", kAdmin,
+                http::methods::PUT);
+  ASSERT_EQ(put.code, 201) << put.body;
+  const std::string tok = put.j.value("token", "");
+  ASSERT_FALSE(tok.empty());
+  EXPECT_EQ(put.j["sizeMiB"], 64);
+  EXPECT_TRUE(put.j["attachedTo"].is_null());
+  auto again = Do("/v1/workspaces/ws-1", R"({"sizeMiB":64})", kAdmin, http::methods::PUT);
+  EXPECT_EQ(again.code, 200);
+  EXPECT_FALSE(again.j.contains("token"));
+  ExpectError(Do("/v1/workspaces/ws-1", R"({"sizeMiB":128})", kAdmin, http::methods::PUT), 409);
+  ExpectError(Do("/v1/workspaces/ws-2", R"({"sizeMiB":1})", kAdmin, http::methods::PUT), 400, "sizeMiB");
+  ExpectError(Do("/v1/workspaces/ws-2", R"({"sizeMiB":64,"bogus":1})", kAdmin, http::methods::PUT), 400, "bogus");
+  // The workspace's token: its files and GET; 403 on admin routes, 401 elsewhere.
+  auto w = Do("/v1/workspaces/ws-1/files?path=/d/a.txt&mode=0600", "hello", tok, http::methods::PUT);
+  ASSERT_EQ(w.code, 200) << w.body;
+  auto r = Do("/v1/workspaces/ws-1/files?path=/d/a.txt", "", tok, http::methods::GET);
+  EXPECT_EQ(r.code, 200);
+  EXPECT_EQ(r.body, "hello");
+  auto st = Do("/v1/workspaces/ws-1/stat?path=/d/a.txt", "", tok, http::methods::GET);
+  EXPECT_EQ(st.j["mode"], 0600);
+  auto ls = Do("/v1/workspaces/ws-1/ls?path=/d", "", tok, http::methods::GET);
+  ASSERT_EQ(ls.j["items"].size(), 1u);
+  EXPECT_EQ(Do("/v1/workspaces/ws-1", "", tok, http::methods::GET).code, 200);
+  ExpectError(Do("/v1/workspaces/ws-1", "", tok, http::methods::DEL), 403);
+  ExpectError(Do("/v1/workspaces", "", tok, http::methods::GET), 401);
+  ExpectError(Do("/v1/workspaces/ws-1/files?path=/d/a.txt", "", kRunTg, http::methods::GET), 401);
+  ExpectError(Do("/v1/workspaces/ws-1/files?path=/d/a.txt", "", "", http::methods::GET), 401);
+  ExpectError(Do("/v1/workspaces/ws-1/files?path=rel", "", tok, http::methods::GET), 400, "path");
+  // One writer: a sandbox holds it; file calls, a second holder, a run and
+  // a delete are 409 naming it; its delete frees it.
+  auto sb = Do("/v1/sandboxes", R"({"template":"tg","id":"sb-1","workspace":"ws-1"})", kAdmin);
+  ASSERT_EQ(sb.code, 201) << sb.body;
+  EXPECT_EQ(sb.j["workspace"], "ws-1");
+  EXPECT_EQ(Do("/v1/workspaces/ws-1", "", kAdmin, http::methods::GET).j["attachedTo"], "sb-1");
+  ExpectError(Do("/v1/workspaces/ws-1/files?path=/d/a.txt", "", tok, http::methods::GET), 409, "sb-1");
+  ExpectError(Do("/v1/sandboxes", R"({"template":"tg","workspace":"ws-1"})", kAdmin), 409, "sb-1");
+  ExpectError(Run(R"({"argv":["echo"],"workspace":"ws-1"})"), 409, "sb-1");
+  ExpectError(Do("/v1/workspaces/ws-1", "", kAdmin, http::methods::DEL), 409, "sb-1");
+  ExpectError(Do("/v1/sandboxes/sb-1/fork", "{}", kAdmin), 409, "cannot be forked");
+  ASSERT_EQ(Do("/v1/sandboxes/sb-1", "", kAdmin, http::methods::DEL).code, 200);
+  auto run = Run(R"({"argv":["echo","x"],"workspace":"ws-1"})");
+  EXPECT_EQ(run.code, 200) << run.body;
+  EXPECT_EQ(Do("/v1/workspaces/ws-1/files?path=/d/a.txt", "", tok, http::methods::GET).body, "hello");
+  EXPECT_EQ(Do("/v1/workspaces", "", kAdmin, http::methods::GET).j["items"].size(), 1u);
+  EXPECT_EQ(Do("/v1/workspaces/ws-1", "", kAdmin, http::methods::DEL).code, 200);
+  ExpectError(Do("/v1/workspaces/ws-1", "", kAdmin, http::methods::GET), 404);
 }
 
 }  // namespace

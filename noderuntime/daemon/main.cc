@@ -43,6 +43,7 @@ NodeConfig ConfigFrom(const ServeFlags& f) {
   uint64_t host_mib = pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * page >> 20 : 4096;
   c.capacity_mem_mib = f.capacity_mem_mib ? f.capacity_mem_mib : host_mib * 3 / 4;
   c.capacity_suspend_disk_mib = f.capacity_suspend_disk_mib;
+  c.workspace_budget_mib = f.workspace_budget_mib;
   unsigned cpus = std::max(1u, std::thread::hardware_concurrency());
   // Idle sandboxes cost no CPU (HLT stays in the kernel), so vCPUs are
   // over-committed by default: an agent swarm is mostly idle VMs.

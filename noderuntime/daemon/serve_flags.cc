@@ -38,6 +38,9 @@ Value flags are written "--flag VALUE" or "--flag=VALUE".
   --capacity-sandboxes N sandboxes the node may run at once, 1..100000
                          (default 500)
   --pool-size N          idle warm-pool VMs kept per template shape (default 2)
+  --workspace-budget SIZE  the sum of every workspace's size on this node:
+                         100G, 512M, or plain MiB (default 0: only the state
+                         directory's free space; docs/workspaces.md)
   --no-cgroups           do not put VMs in per-VM cgroups
   --stop-vms-on-exit     on SIGTERM/SIGINT delete every sandbox too (for demos
                          and CI: nothing is left running)
@@ -263,6 +266,12 @@ Status ApplyValueFlag(const std::string& name, const std::string& v, ServeFlags*
     ASSIGN_OR_RETURN(f->capacity_vcpus, ParseUint32(name, v, 1 << 20));
   } else if (name == "--capacity-sandboxes") {
     ASSIGN_OR_RETURN(f->capacity_sandboxes, ParseUint32(name, v, 100000, 1));
+  } else if (name == "--workspace-budget") {
+    if (v == "0") {
+      f->workspace_budget_mib = 0;
+    } else {
+      ASSIGN_OR_RETURN(f->workspace_budget_mib, ParseMemMib(v));
+    }
   } else if (name == "--pool-size") {
     ASSIGN_OR_RETURN(f->pool_size, ParseUint32(name, v, 1024));
   } else if (name == "--node-name") {

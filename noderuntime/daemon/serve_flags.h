@@ -31,6 +31,7 @@ struct ServeFlags {
   uint32_t capacity_vcpus = 0;     // 0: 16 per host CPU, at least 64
   uint32_t capacity_sandboxes = 500;  // 1..100000
   uint32_t pool_size = 2;
+  uint64_t workspace_budget_mib = 0;  // 0: only the disk's free space
   bool use_cgroups = true;
   bool stop_vms_on_exit = false;   // SIGTERM deletes every sandbox (demos, CI)
   std::string log_format = "text";  // "text" or "json"

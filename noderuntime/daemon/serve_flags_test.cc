@@ -57,7 +57,8 @@ TEST(ServeFlags, EqualsFormForEveryValueFlag) {
   auto f = ParseServeFlags(
       {"--state-dir=/s", "--vmm=/v", "--listen=0.0.0.0:8080", "--advertise-address=10.0.0.7",
        "--token-file=/t", "--capacity-mem=2048", "--capacity-suspend-disk=10G", "--capacity-vcpus=16",
-       "--capacity-sandboxes=20", "--pool-size=3", "--log-format=json", "--log-level=debug",
+       "--capacity-sandboxes=20", "--pool-size=3", "--workspace-budget=100G", "--log-format=json",
+       "--log-level=debug",
        "--node-name=kvm-node-1", "--kubeconfig=/k", "--lease-namespace=leases",
        "--lease-duration-seconds=15", "--image-root=/a", "--image-root=/b"});
   ASSERT_TRUE(f.ok()) << f.status().ToString();
@@ -72,6 +73,7 @@ TEST(ServeFlags, EqualsFormForEveryValueFlag) {
   EXPECT_EQ(f->capacity_vcpus, 16u);
   EXPECT_EQ(f->capacity_sandboxes, 20u);
   EXPECT_EQ(f->pool_size, 3u);
+  EXPECT_EQ(f->workspace_budget_mib, 100u * 1024);
   EXPECT_EQ(f->log_format, "json");
   EXPECT_TRUE(f->log_json);
   EXPECT_EQ(f->log_level, "debug");

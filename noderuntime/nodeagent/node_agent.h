@@ -37,6 +37,7 @@ class NodeAgent {
   std::unique_ptr<kube::KubeClient> client_;
   AgentConfig config_;
   TemplateSync templates_;
+  WorkspaceSync workspaces_;
   SandboxSync sandboxes_;
   LeaseHeartbeat lease_;
   bool stopped_ = false;

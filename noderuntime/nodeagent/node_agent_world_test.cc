@@ -17,6 +17,7 @@
 #include "noderuntime/nodeagent/node_names.h"
 #include "noderuntime/nodeagent/sandbox_sync.h"
 #include "noderuntime/nodeagent/template_sync.h"
+#include "noderuntime/nodeagent/workspace_sync.h"
 #include "noderuntime/nodeagent/testing/http_test_server.h"
 
 namespace kubicle::noderuntime::nodeagent {
@@ -60,12 +61,16 @@ class NodeAgentWorld : public ::testing::Test {
   }
   void StartAgent() {
     templates_ = std::make_unique<TemplateSync>(&kube_, &svc_, config_, &registry_);
+    workspaces_ = std::make_unique<WorkspaceSync>(&kube_, &svc_, config_);
     sandboxes_ = std::make_unique<SandboxSync>(&kube_, &svc_, templates_.get(), config_, &registry_);
+    sandboxes_->SetWorkspaces(workspaces_.get());
     templates_->Start();
+    workspaces_->Start();
     sandboxes_->Start();
   }
   void StopAgent() {
     sandboxes_.reset();
+    workspaces_.reset();
     templates_.reset();
   }
 
@@ -134,6 +139,7 @@ class NodeAgentWorld : public ::testing::Test {
   metrics::Registry registry_;
   std::unique_ptr<TemplateSync> templates_;
   std::unique_ptr<SandboxSync> sandboxes_;
+  std::unique_ptr<WorkspaceSync> workspaces_;
 };
 
 TEST_F(NodeAgentWorld, TemplatesAreBakedAndReportedAndBadImagesFail) {
@@ -404,6 +410,92 @@ TEST_F(NodeAgentWorld, StatusWritesRetryThroughAnApiserverOutage) {
   StartAgent();
   ASSERT_TRUE(Eventually([&] { return VmState("agent-1") == "Running"; }));
   EXPECT_EQ(svc_.sandbox_count(), 1u);
+}
+
+}  // namespace
+}  // namespace kubicle::noderuntime::nodeagent
+
+namespace kubicle::noderuntime::nodeagent {
+namespace {
+
+// ---- Workspaces (WorkspaceSync, and spec.workspaceRef in SandboxSync) ----
+
+class WorkspaceWorld : public NodeAgentWorld {
+ protected:
+  // A Workspace as the operator leaves it once placed on n1.
+  Json CreateWorkspace(const std::string& name, bool token = true) {
+    Json w = {{"metadata", {{"name", name}, {"labels", {{"kubicle.dev/node", "n1"}}},
+                            {"finalizers", {"kubicle.dev/workspace-teardown"}}}},
+              {"spec", {{"sizeMiB", 64}}}};
+    auto r = kube_.Create(kube::WorkspaceResource(), kNs, w);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    if (token) {
+      EXPECT_TRUE(kube_.Patch(kube::WorkspaceResource(), kNs, name, kube::PatchType::kMerge,
+                              Json{{"status", {{"tokenSha256", Sha256Hex(kToken)}}}}, "status").ok());
+    }
+    return r.ok() ? *r : Json();
+  }
+  Json Disk(const std::string& name) {
+    auto w = kube_.Get(kube::WorkspaceResource(), kNs, name);
+    return w.ok() ? kube::At(*w, {"status", "disk"}) : Json("<gone>");
+  }
+};
+
+TEST_F(WorkspaceWorld, AWorkspaceIsMadeWithThePublishedTokenReportedAndDeleted) {
+  Json w = CreateWorkspace("data", /*token=*/false);
+  const std::string id = "w-" + StrAt(w, {"metadata", "uid"});
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_FALSE(svc_.GetWorkspace(id).ok()) << "made before the operator published the token hash";
+  ASSERT_TRUE(kube_.Patch(kube::WorkspaceResource(), kNs, "data", kube::PatchType::kMerge,
+                          Json{{"status", {{"tokenSha256", Sha256Hex(kToken)}}}}, "status").ok());
+  ASSERT_TRUE(Eventually([&] { return StrAt(Disk("data"), {"state"}) == "Ready"; }));
+  Json disk = Disk("data");
+  EXPECT_EQ(StrAt(disk, {"id"}), id);
+  EXPECT_EQ(StrAt(disk, {"endpoint"}), "10.0.0.7:7443");
+  auto info = svc_.GetWorkspace(id);
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->size_mib, 64u);
+  EXPECT_TRUE(svc_.CheckWorkspaceToken(id, kToken));
+  EXPECT_FALSE(svc_.CheckWorkspaceToken(id, "another"));
+
+  ASSERT_TRUE(kube_.Delete(kube::WorkspaceResource(), kNs, "data").ok());
+  ASSERT_TRUE(Eventually([&] { return StrAt(Disk("data"), {"state"}) == "Deleted"; }));
+  EXPECT_EQ(svc_.GetWorkspace(id).status().code(), StatusCode::kNotFound);
+}
+
+TEST_F(WorkspaceWorld, ASandboxAttachesItsWorkspaceAndDeletionWaitsForIt) {
+  ReadyTemplate();
+  Json w = CreateWorkspace("data");
+  const std::string wid = "w-" + StrAt(w, {"metadata", "uid"});
+  Json s = CreateSandbox("s1", Json{{"workspaceRef", {{"name", "data"}}}});
+  ASSERT_TRUE(Eventually([&] { return VmState("s1") == "Running"; })) << VmMessage("s1");
+  auto vm = svc_.GetSandbox(IdOf(s));
+  ASSERT_TRUE(vm.ok());
+  EXPECT_EQ(vm->workspace, wid);
+  ASSERT_TRUE(Eventually([&] { return StrAt(Disk("data"), {"attachedTo"}) == IdOf(s); }));
+
+  // Deleting the Workspace while s1 runs: the disk stays, the reason is reported.
+  ASSERT_TRUE(kube_.Delete(kube::WorkspaceResource(), kNs, "data").ok());
+  ASSERT_TRUE(Eventually([&] { return !StrAt(Disk("data"), {"message"}).empty(); }));
+  EXPECT_NE(StrAt(Disk("data"), {"state"}), "Deleted");
+  EXPECT_TRUE(svc_.GetWorkspace(wid).ok());
+  ASSERT_TRUE(kube_.Delete(kube::SandboxResource(), kNs, "s1").ok());
+  ASSERT_TRUE(Eventually([&] { return VmState("s1") == "Terminated"; }));
+  ASSERT_TRUE(Eventually([&] { return StrAt(Disk("data"), {"state"}) == "Deleted"; }));
+  EXPECT_EQ(svc_.GetWorkspace(wid).status().code(), StatusCode::kNotFound);
+}
+
+TEST_F(WorkspaceWorld, TheNodesRefusalOfASecondWriterIsWaitingNotFailed) {
+  ReadyTemplate();
+  CreateWorkspace("data");
+  Json s1 = CreateSandbox("s1", Json{{"workspaceRef", {{"name", "data"}}}});
+  ASSERT_TRUE(Eventually([&] { return VmState("s1") == "Running"; })) << VmMessage("s1");
+  // The operator would not place s2; a stale one did: the node refuses.
+  CreateSandbox("s2", Json{{"workspaceRef", {{"name", "data"}}}});
+  ASSERT_TRUE(Eventually([&] { return VmState("s2") == "Waiting"; })) << VmState("s2");
+  EXPECT_FALSE(VmMessage("s2").empty());
+  ASSERT_TRUE(kube_.Delete(kube::SandboxResource(), kNs, "s1").ok());
+  ASSERT_TRUE(Eventually([&] { return VmState("s2") == "Running"; })) << VmMessage("s2");
 }
 
 }  // namespace

@@ -18,6 +18,7 @@ constexpr auto kWaitTemplate = 200ms;
 constexpr auto kWaitSource = 250ms;
 constexpr auto kWaitBusy = 200ms;
 constexpr int kStartAttempts = 3;
+constexpr auto kWaitWorkspace = 1s;
 
 double Since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -83,6 +84,7 @@ Result<DesiredVm> DesiredVmOf(const Json& sandbox) {
   d.spec.network = *network;
   d.template_name = StrAt(sandbox, {"spec", "templateRef", "name"});
   d.fork_source = StrAt(sandbox, {"spec", "forkSource"});
+  d.workspace_ref = StrAt(sandbox, {"spec", "workspaceRef", "name"});
   int64_t mem = IntAt(sandbox, {"spec", "resources", "memoryMiB"});
   int64_t vcpus = IntAt(sandbox, {"spec", "resources", "vcpus"});
   if (mem > 0 || vcpus > 0) d.shape = ShapeOverride{static_cast<uint64_t>(mem), static_cast<uint32_t>(vcpus)};
@@ -262,6 +264,15 @@ void SandboxSync::StartVm(const std::string& key, const Json& obj, const std::st
       return queue_.AddAfter(key, want->fork_source.empty() ? kWaitTemplate : kWaitSource);
     case StatusCode::kAlreadyExists:
       return queue_.AddAfter(key, kWaitBusy);  // a concurrent pass made it: report it next time
+    case StatusCode::kFailedPrecondition:
+      if (!want->workspace_ref.empty() && WorkspaceHeldElsewhere(obj, want->workspace_ref, id)) {
+        // One writer at a time: another holder has the disk on this node
+        // (a per-call run, or a VM still tearing down). Not a failure: the
+        // operator shows it as Ready False WorkspaceInUse, and we retry.
+        Report(key, obj, {"Waiting", "", Bounded(st.message()), 0});
+        return queue_.AddAfter(key, kWaitWorkspace);
+      }
+      [[fallthrough]];
     case StatusCode::kDeadlineExceeded:
       // A start that timed out on a loaded host (it was torn down) is tried
       // again with backoff before the Sandbox is failed.
@@ -276,12 +287,25 @@ void SandboxSync::StartVm(const std::string& key, const Json& obj, const std::st
   }
 }
 
+bool SandboxSync::WorkspaceHeldElsewhere(const Json& obj, const std::string& ref, const std::string& id) {
+  if (!workspaces_) return false;
+  auto ws = workspaces_->ReadyWorkspace(StrAt(obj, {"metadata", "namespace"}), ref);
+  if (!ws) return false;
+  auto info = service_->GetWorkspace(*ws);
+  return info.ok() && !info->attached_to.empty() && info->attached_to != id;
+}
+
 Result<SandboxInfo> SandboxSync::RestoreOrFork(const std::string& key, const Json& obj, const DesiredVm& want) {
   const std::string ns = StrAt(obj, {"metadata", "namespace"});
   if (want.fork_source.empty()) {
     ASSIGN_OR_RETURN(std::string tmpl, templates_->ReadyTemplateFor(ns, want.template_name, want.shape));
     SandboxSpec spec = want.spec;
     spec.template_name = tmpl;
+    if (!want.workspace_ref.empty()) {
+      auto ws = workspaces_ ? workspaces_->ReadyWorkspace(ns, want.workspace_ref) : std::nullopt;
+      if (!ws) return Status::Unavailable("workspace " + want.workspace_ref + " is not ready on this node yet");
+      spec.workspace = *ws;
+    }
     return service_->CreateSandbox(spec);
   }
   return Fork(key, obj, want);

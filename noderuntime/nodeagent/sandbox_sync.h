@@ -35,6 +35,7 @@
 #include "kube/work_queue.h"
 #include "noderuntime/nodeagent/agent_config.h"
 #include "noderuntime/nodeagent/template_sync.h"
+#include "noderuntime/nodeagent/workspace_sync.h"
 #include "noderuntime/sandbox_service.h"
 
 namespace kubicle::noderuntime::nodeagent {
@@ -55,6 +56,7 @@ struct DesiredVm {
   std::string template_name;  // the SandboxTemplate (same namespace)
   std::optional<ShapeOverride> shape;
   std::string fork_source;    // Sandbox name, same namespace
+  std::string workspace_ref;  // spec.workspaceRef.name: a Workspace, same namespace
 };
 Result<DesiredVm> DesiredVmOf(const kube::Json& sandbox);
 // spec.suspend (pure).
@@ -70,6 +72,9 @@ class SandboxSync {
 
   void Start();
   void Stop();
+  // Before Start(): where spec.workspaceRef is resolved to this node's
+  // workspace (without it, such a Sandbox waits).
+  void SetWorkspaces(WorkspaceSync* workspaces) { workspaces_ = workspaces; }
   bool WaitForSync(std::chrono::milliseconds timeout) const { return informer_.WaitForSync(timeout); }
   // Deletes VMs this agent made whose Sandbox no longer exists; returns
   // their ids. Does nothing (OK) if the apiserver cannot be listed.
@@ -89,6 +94,9 @@ class SandboxSync {
   std::vector<std::pair<std::string, kube::Json>> ClaimSiblings(const std::string& key, const kube::Json& obj,
                                                                const std::string& source);
   void Release(const std::vector<std::string>& ids);
+  // Whether the node's workspace behind spec.workspaceRef `ref` is attached
+  // to something other than VM `id`.
+  bool WorkspaceHeldElsewhere(const kube::Json& obj, const std::string& ref, const std::string& id);
   void Report(const std::string& key, const kube::Json& obj, const VmReport& report);
   VmReport RunningReport(const SandboxInfo& vm) const;
   VmReport SuspendedReport(const std::string& message) const;
@@ -102,6 +110,7 @@ class SandboxSync {
   kube::KubeClient* client_;
   SandboxService* service_;
   TemplateSync* templates_;
+  WorkspaceSync* workspaces_ = nullptr;
   AgentConfig config_;
   kube::Informer informer_;
   kube::WorkQueue queue_;

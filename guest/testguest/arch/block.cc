@@ -31,6 +31,7 @@ bool BlockDevice::Init(const VirtioMmio& transport, uint32_t slot, const char** 
   if (!transport_.Negotiate(kFeatureRo | kFeatureFlush, why)) return false;
   if (!transport_.SetupQueue(0, queue_, why)) return false;
   transport_.DriverOk();
+  generation_ = transport_.ConfigGeneration();
   props_.capacity_sectors = transport_.ConfigRead64(0);
   props_.read_only = (transport_.features() & kFeatureRo) != 0;
   flush_ = (transport_.features() & kFeatureFlush) != 0;
@@ -38,6 +39,16 @@ bool BlockDevice::Init(const VirtioMmio& transport, uint32_t slot, const char** 
   ReadId();
   if (!ready_) *why = "no answer to GET_ID";
   return ready_;
+}
+
+const DiskProperties& BlockDevice::Refreshed() {
+  if (!ready_) return props_;
+  const uint32_t g = transport_.ConfigGeneration();
+  if (g != generation_) {
+    props_.capacity_sectors = transport_.ConfigRead64(0);
+    generation_ = g;
+  }
+  return props_;
 }
 
 // The serial as printable ASCII up to the first NUL; empty when the device

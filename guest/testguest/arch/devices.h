@@ -40,6 +40,10 @@ class BlockDevice {
   bool Init(const VirtioMmio& transport, uint32_t slot, const char** why);
   bool ready() const { return ready_; }
   const DiskProperties& properties() const { return props_; }
+  // properties(), with the capacity read again when the device's
+  // configuration changed (a workspace plugged into an empty slot after
+  // a restore: docs/workspaces.md).
+  const DiskProperties& Refreshed();
   DiskResult Read(uint64_t sector, uint32_t count, uint8_t* out);
   DiskResult Write(uint64_t sector, uint32_t count, const uint8_t* data);
   DiskResult Flush();
@@ -60,6 +64,7 @@ class BlockDevice {
   DiskProperties props_;
   bool ready_ = false;
   bool flush_ = false;  // VIRTIO_BLK_F_FLUSH negotiated
+  uint32_t generation_ = 0;  // ConfigGeneration when the capacity was read
   RequestHeader header_ = {};
   uint8_t status_ = 0;
   char id_buf_[wire::kMaxDiskIdLen] = {};

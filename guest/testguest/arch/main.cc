@@ -63,7 +63,7 @@ class GuestPlatform final : public Platform {
   uint64_t UptimeNs() override { return 0; }
   uint32_t DiskCount() override { return g_disk_count; }
   const DiskProperties* Disk(uint32_t i) override {
-    return i < g_disk_count ? &g_disks[i].properties() : nullptr;
+    return i < g_disk_count ? &g_disks[i].Refreshed() : nullptr;
   }
   DiskResult DiskRead(uint32_t i, uint64_t sector, uint32_t count, uint8_t* out) override {
     return i < g_disk_count ? g_disks[i].Read(sector, count, out) : DiskResult::kBroken;

@@ -164,6 +164,17 @@ uint8_t Block::DoGetId(const DescriptorChain& chain, uint32_t* data_written) {
   return kStatusOk;
 }
 
+Status Block::ReplaceBackend(std::unique_ptr<BlockBackend> backend) {
+  auto lock = LockTransport();
+  if (backend->read_only() != backend_->read_only())
+    return Status::FailedPrecondition("virtio-blk: a new backend cannot change the read-only flag");
+  backend_ = std::move(backend);
+  capacity_ = backend_->size() / kSectorSize;
+  Put<uint64_t>(config_, 0, capacity_);
+  if (context() != nullptr) context()->SignalConfigChange();
+  return Status::Ok();
+}
+
 // ---- persist ----
 
 std::vector<uint8_t> Block::EncodeState(const BlockState& b) {

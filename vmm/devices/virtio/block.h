@@ -38,6 +38,9 @@ namespace kubicle::vmm::devices::virtio {
 
 struct DeviceResources;
 
+// The GET_ID serial of the workspace slot's device.
+inline constexpr char kWorkspaceSerial[] = "workspace";
+
 // What a snapshot keeps of a block device.
 struct BlockState {
   bool read_only = false;
@@ -83,6 +86,11 @@ class Block final : public VirtioDevice {
                                                        const DeviceResources& host);
 
   uint64_t capacity_sectors() const { return capacity_; }
+  // Puts `backend` under the device (the workspace slot: docs/workspaces.md):
+  // the capacity is re-read and, once the driver is up, a config-change
+  // interrupt tells the guest. The read-only flag must not change (it was
+  // negotiated as a feature). Takes the transport lock: any thread.
+  Status ReplaceBackend(std::unique_ptr<BlockBackend> backend);
   // The GET_ID serial (without trailing NULs) and the backend, for snapshots.
   std::string id() const;
   BlockBackend* backend() const { return backend_.get(); }

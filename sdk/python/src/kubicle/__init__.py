@@ -32,11 +32,15 @@ from .errors import (
     TemplateNotFoundError,
     TemplateNotReadyError,
     UnsupportedError,
+    WorkspaceInUseError,
+    WorkspaceNotFoundError,
     WorkspaceNotSupportedError,
 )
 from ._ports import PortForward, PortStream
 from ._ports_async import AsyncPortForward
-from .models import EntryInfo, ExecResult, FileInfo, RunResult, RunTimings, SandboxInfo
+from ._workspaces import AsyncWorkspaces, Workspaces
+from .models import (EntryInfo, ExecResult, FileInfo, RunResult, RunTimings, SandboxInfo,
+                     WorkspaceInfo)
 
 __version__ = "0.1.0"
 
@@ -49,5 +53,6 @@ __all__ = [
     "ExecTimeoutError", "KubicleTimeoutError", "NotFoundError", "PathNotFoundError", "PortError",
     "SandboxFailedError", "SandboxNotFoundError", "SandboxNotReadyError", "SandboxTimeoutError",
     "TemplateError", "TemplateNotFoundError", "TemplateNotReadyError", "UnsupportedError",
-    "WorkspaceNotSupportedError",
+    "WorkspaceNotSupportedError", "WorkspaceNotFoundError", "WorkspaceInUseError",
+    "Workspaces", "AsyncWorkspaces", "WorkspaceInfo",
 ]

@@ -17,6 +17,7 @@ VERSION = "v1alpha1"
 SANDBOXES = "sandboxes"
 FORKS = "sandboxforks"
 TEMPLATES = "sandboxtemplates"
+WORKSPACES = "workspaces"
 
 READY, PENDING, FAILED, GONE = "ready", "pending", "failed", "gone"
 
@@ -53,7 +54,8 @@ def resources_spec(resources: Optional[Mapping[str, Any]]) -> Optional[Dict[str,
 def sandbox_manifest(*, namespace: str, template: str, name: Optional[str],
                      labels: Mapping[str, str], ttl_seconds: Optional[int],
                      env: Optional[Mapping[str, str]],
-                     resources: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
+                     resources: Optional[Mapping[str, Any]],
+                     workspace: Optional[str] = None) -> Dict[str, Any]:
     if not template:
         raise ValueError("template is required")
     meta: Dict[str, Any] = {"namespace": namespace, "labels": dict(labels)}
@@ -70,6 +72,8 @@ def sandbox_manifest(*, namespace: str, template: str, name: Optional[str],
     res = resources_spec(resources)
     if res:
         spec["resources"] = res
+    if workspace:
+        spec["workspaceRef"] = {"name": workspace}
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Sandbox", "metadata": meta, "spec": spec}
 
 

@@ -227,10 +227,10 @@ class KubeBackend:
     def create(self, *, template: str, name: Optional[str], labels: Mapping[str, str],
                ttl_seconds: Optional[int], env: Optional[Mapping[str, str]],
                resources: Optional[Mapping[str, Any]], timeout: float,
-               wait_pending: bool) -> Ref:
+               wait_pending: bool, workspace: Optional[str] = None) -> Ref:
         body = _kobj.sandbox_manifest(namespace=self.namespace, template=template, name=name,
                                       labels=labels, ttl_seconds=ttl_seconds, env=env,
-                                      resources=resources)
+                                      resources=resources, workspace=workspace)
         deadline = time.monotonic() + timeout
         for attempt in range(TOKEN_RETRIES + 1):
             ref = self._create_once(body, max(0.1, deadline - time.monotonic()), wait_pending)
@@ -298,7 +298,7 @@ class KubeBackend:
         ref.ssl = _http.tls_context(ca) if ca and self._transport.verify is True else None
         ref.base = base
 
-    def run_target(self, template: str) -> Any:
+    def run_target(self, template: str, workspace: Optional[str] = None) -> Any:
         """Where a per-call run of SandboxTemplate ``template`` goes: a node
         where it is Ready, with the run token from its Secret."""
         from ._run import RunTarget, pick_node, run_token_secret
@@ -310,7 +310,19 @@ class KubeBackend:
         except errors.NotFoundError as e:
             raise errors.TemplateNotFoundError(f"no SandboxTemplate {template}",
                                                reason="TemplateNotFound", status_code=404) from e
-        node, endpoint, node_template = pick_node(obj)
+        only = None
+        if workspace is not None:
+            from ._run import workspace_node
+
+            try:
+                ws = self._do(self._co.get_namespaced_custom_object, _kobj.GROUP, _kobj.VERSION,
+                              self.namespace, _kobj.WORKSPACES, workspace,
+                              what=f"get Workspace {workspace}")
+            except errors.NotFoundError as e:
+                raise errors.WorkspaceNotFoundError(f"no Workspace {workspace}",
+                                                    reason="WorkspaceNotFound", status_code=404) from e
+            only = workspace_node(ws)
+        node, endpoint, node_template = pick_node(obj, only)
         secret = run_token_secret(obj)
         s = self._do(self._core.read_namespaced_secret, secret, self.namespace,
                      what=f"read run-token Secret {secret}")

@@ -204,11 +204,11 @@ class AsyncKubeBackend:
     async def create(self, *, template: str, name: Optional[str], labels: Mapping[str, str],
                      ttl_seconds: Optional[int], env: Optional[Mapping[str, str]],
                      resources: Optional[Mapping[str, Any]], timeout: float,
-                     wait_pending: bool) -> Ref:
+                     wait_pending: bool, workspace: Optional[str] = None) -> Ref:
         await self.start()
         body = _kobj.sandbox_manifest(namespace=self.namespace, template=template, name=name,
                                       labels=labels, ttl_seconds=ttl_seconds, env=env,
-                                      resources=resources)
+                                      resources=resources, workspace=workspace)
         deadline = time.monotonic() + timeout
         for attempt in range(TOKEN_RETRIES + 1):
             ref = await self._create_once(body, max(0.1, deadline - time.monotonic()),
@@ -273,7 +273,7 @@ class AsyncKubeBackend:
         ref.ssl = _http.tls_context(ca) if ca and self._transport.verify is True else None
         ref.base = base
 
-    async def run_target(self, template: str) -> Any:
+    async def run_target(self, template: str, workspace: Optional[str] = None) -> Any:
         """As KubeBackend.run_target."""
         from ._run import RunTarget, pick_node, run_token_secret
 
@@ -284,7 +284,19 @@ class AsyncKubeBackend:
         except errors.NotFoundError as e:
             raise errors.TemplateNotFoundError(f"no SandboxTemplate {template}",
                                                reason="TemplateNotFound", status_code=404) from e
-        node, endpoint, node_template = pick_node(obj)
+        only = None
+        if workspace is not None:
+            from ._run import workspace_node
+
+            try:
+                ws = await self._do(self._co.get_namespaced_custom_object, _kobj.GROUP, _kobj.VERSION,
+                              self.namespace, _kobj.WORKSPACES, workspace,
+                              what=f"get Workspace {workspace}")
+            except errors.NotFoundError as e:
+                raise errors.WorkspaceNotFoundError(f"no Workspace {workspace}",
+                                                    reason="WorkspaceNotFound", status_code=404) from e
+            only = workspace_node(ws)
+        node, endpoint, node_template = pick_node(obj, only)
         secret = run_token_secret(obj)
         s = await self._do(self._core.read_namespaced_secret, secret, self.namespace,
                            what=f"read run-token Secret {secret}")

@@ -13,7 +13,8 @@ from ._ref import Ref
 
 
 def create_body(*, template: str, name: Optional[str], labels: Mapping[str, str],
-                ttl_seconds: Optional[int], resources: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
+                ttl_seconds: Optional[int], resources: Optional[Mapping[str, Any]],
+                workspace: Optional[str] = None) -> Dict[str, Any]:
     if not template:
         raise ValueError("template is required")
     if resources:
@@ -28,6 +29,8 @@ def create_body(*, template: str, name: Optional[str], labels: Mapping[str, str]
         body["labels"] = dict(labels)
     if ttl_seconds is not None:
         body["ttlSeconds"] = int(ttl_seconds)
+    if workspace:
+        body["workspace"] = workspace
     return body
 
 
@@ -87,9 +90,9 @@ class NodeBackend:
     def create(self, *, template: str, name: Optional[str], labels: Mapping[str, str],
                ttl_seconds: Optional[int], env: Optional[Mapping[str, str]],
                resources: Optional[Mapping[str, Any]], timeout: float,
-               wait_pending: bool) -> Ref:
+               wait_pending: bool, workspace: Optional[str] = None) -> Ref:
         body = create_body(template=template, name=name, labels=labels,
-                           ttl_seconds=ttl_seconds, resources=resources)
+                           ttl_seconds=ttl_seconds, resources=resources, workspace=workspace)
         j = self._call("POST", "/v1/sandboxes", op="create", json=body, timeout=timeout)
         return make_ref(self.url, j, env)
 
@@ -102,7 +105,7 @@ class NodeBackend:
         j = self._call("GET", "/v1/sandboxes", op="list", params=params)
         return [make_ref(self.url, s, None) for s in j.get("items", [])]
 
-    def run_target(self, template: str) -> Any:
+    def run_target(self, template: str, workspace: Optional[str] = None) -> Any:
         """A standalone node: ``template`` is the node's template name; the
         admin token may run every template."""
         from ._run import RunTarget

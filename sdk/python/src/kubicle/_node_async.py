@@ -38,9 +38,9 @@ class AsyncNodeBackend:
     async def create(self, *, template: str, name: Optional[str], labels: Mapping[str, str],
                      ttl_seconds: Optional[int], env: Optional[Mapping[str, str]],
                      resources: Optional[Mapping[str, Any]], timeout: float,
-                     wait_pending: bool) -> Ref:
+                     wait_pending: bool, workspace: Optional[str] = None) -> Ref:
         body = create_body(template=template, name=name, labels=labels,
-                           ttl_seconds=ttl_seconds, resources=resources)
+                           ttl_seconds=ttl_seconds, resources=resources, workspace=workspace)
         j = await self._call("POST", "/v1/sandboxes", op="create", json=body, timeout=timeout)
         return make_ref(self.url, j, env)
 
@@ -53,7 +53,7 @@ class AsyncNodeBackend:
         j = await self._call("GET", "/v1/sandboxes", op="list", params=params)
         return [make_ref(self.url, s, None) for s in j.get("items", [])]
 
-    async def run_target(self, template: str) -> Any:
+    async def run_target(self, template: str, workspace: Optional[str] = None) -> Any:
         """A standalone node: ``template`` is the node's template name; the
         admin token may run every template."""
         from ._run import RunTarget

@@ -21,16 +21,26 @@ class RunTarget:
     http: Any = None         # the pooled client verifying that node; None: the default
 
 
-def check_no_workspace(workspace: Optional[str]) -> None:
-    if workspace is not None:
-        raise errors.WorkspaceNotSupportedError(
-            "workspaces are not supported yet: run without workspace=",
-            reason="Unimplemented", status_code=501)
-
-
 def run_body(command: Command, *, timeout_seconds: Optional[float],
-             env: Optional[Mapping[str, str]], stdin: Union[bytes, str, None]) -> Dict[str, Any]:
-    return _wire.exec_body(command, env=env, cwd=None, stdin=stdin, timeout_seconds=timeout_seconds)
+             env: Optional[Mapping[str, str]], stdin: Union[bytes, str, None],
+             workspace: Optional[str] = None) -> Dict[str, Any]:
+    body = _wire.exec_body(command, env=env, cwd=None, stdin=stdin, timeout_seconds=timeout_seconds)
+    if workspace is not None:
+        if not isinstance(workspace, str) or not workspace:
+            raise ValueError("workspace must be a workspace's name")
+        body["workspace"] = workspace
+    return body
+
+
+def workspace_node(workspace: Mapping[str, Any]) -> str:
+    """The node a Workspace object lives on (status.nodeName): a run with it
+    must go there."""
+    name = (workspace.get("metadata") or {}).get("name", "")
+    node = (workspace.get("status") or {}).get("nodeName")
+    if not node:
+        raise errors.ConflictError(f"Workspace {name} is not placed on a node yet",
+                                   reason="WorkspaceNotPlaced", status_code=409)
+    return str(node)
 
 
 def run_path(node_template: str) -> str:
@@ -51,6 +61,10 @@ def run_result(j: Mapping[str, Any]) -> RunResult:
 def run_error(status: int, code: str, message: str, template: str) -> errors.KubicleError:
     """A node's error answer to a run: the template is what 404/409 are about."""
     kw: Dict[str, Any] = {"reason": code or str(status), "status_code": status}
+    if status == 404 and message.startswith("no workspace"):
+        return errors.WorkspaceNotFoundError(message, **kw)
+    if status == 409 and "workspace" in message and "attached to" in message:
+        return errors.WorkspaceInUseError(message, **kw)
     if status == 404:
         return errors.TemplateNotFoundError(message or f"no template {template}", **kw)
     if status == 409:
@@ -60,20 +74,24 @@ def run_error(status: int, code: str, message: str, template: str) -> errors.Kub
     return _wire.error_for(status, code, message, op="run")
 
 
-def pick_node(template: Mapping[str, Any]) -> Tuple[str, str, str]:
+def pick_node(template: Mapping[str, Any], only: Optional[str] = None) -> Tuple[str, str, str]:
     """(node, endpoint, node template) of a node where the template's
-    current generation is Ready, the first in status.nodes[] order; raises
-    TemplateNotReadyError when none is."""
+    current generation is Ready, the first in status.nodes[] order (only
+    node ``only`` when given: a workspace's); raises TemplateNotReadyError
+    when none is."""
     name = (template.get("metadata") or {}).get("name", "")
     gen = (template.get("metadata") or {}).get("generation")
     for e in (template.get("status") or {}).get("nodes") or []:
         if not isinstance(e, Mapping):
             continue
+        if only is not None and e.get("nodeName") != only:
+            continue
         if (e.get("phase") == "Ready" and e.get("observedGeneration") == gen and
                 e.get("endpoint") and e.get("nodeTemplate")):
             return str(e.get("nodeName", "")), str(e["endpoint"]), str(e["nodeTemplate"])
     raise errors.TemplateNotReadyError(
-        f"SandboxTemplate {name} is not Ready on any node that serves runs",
+        f"SandboxTemplate {name} is not Ready on any node that serves runs" +
+        (f" (the workspace is on node {only})" if only is not None else ""),
         reason="NoReadyNode")
 
 

@@ -192,6 +192,12 @@ def error_for(status: int, code: str, message: str, *, op: str = "",
     msg = message or f"HTTP {status}"
     if status in (401, 403) or code in ("Unauthenticated", "PermissionDenied"):
         return errors.AuthError(msg, **kw)
+    # A workspace named by a create, a run or a workspace call (docs/sdk.md,
+    # "Workspaces"): missing, or held by another sandbox or run.
+    if status == 404 and msg.startswith("no workspace"):
+        return errors.WorkspaceNotFoundError(msg, **kw)
+    if status == 409 and msg.startswith("workspace ") and " is attached to " in msg:
+        return errors.WorkspaceInUseError(msg, **kw)
     if op == "port":
         port_reason = _port_reason(status, msg)
         if port_reason:

@@ -189,11 +189,11 @@ class AsyncSandboxes:
                      env: Optional[Mapping[str, str]] = None,
                      resources: Optional[Mapping[str, int]] = None,
                      timeout: float = DEFAULT_CREATE_TIMEOUT, name: Optional[str] = None,
-                     wait_pending: bool = False) -> AsyncSandbox:
+                     wait_pending: bool = False, workspace: Optional[str] = None) -> AsyncSandbox:
         ref = await self._client._backend.create(
             template=template, name=name, labels=_labels.to_labels(metadata),
             ttl_seconds=ttl_seconds, env=env, resources=resources, timeout=timeout,
-            wait_pending=wait_pending)
+            wait_pending=wait_pending, workspace=workspace)
         return AsyncSandbox(self._client, ref)
 
     async def get(self, name: str) -> AsyncSandbox:
@@ -246,6 +246,9 @@ class AsyncKubicle:
                                              transport=self._transport,
                                              node_lease_namespace=node_lease_namespace)
         self.sandboxes = AsyncSandboxes(self)
+        from ._workspaces import AsyncWorkspaces
+
+        self.workspaces = AsyncWorkspaces(self)
 
     @property
     def namespace(self) -> str:
@@ -261,9 +264,9 @@ class AsyncKubicle:
                   env: Optional[Mapping[str, str]] = None, stdin: Union[bytes, str, None] = None,
                   raise_on_timeout: bool = True) -> RunResult:
         """As ``Kubicle.run``."""
-        _run.check_no_workspace(workspace)
-        body = _run.run_body(command, timeout_seconds=timeout_seconds, env=env, stdin=stdin)
-        target = await self._backend.run_target(template)
+        body = _run.run_body(command, timeout_seconds=timeout_seconds, env=env, stdin=stdin,
+                             workspace=workspace)
+        target = await self._backend.run_target(template, workspace)
         http = target.http or self._http
         try:
             resp = await http.post(target.base + _run.run_path(target.node_template), json=body,

@@ -245,18 +245,20 @@ class Sandboxes:
                env: Optional[Mapping[str, str]] = None,
                resources: Optional[Mapping[str, int]] = None,
                timeout: float = DEFAULT_CREATE_TIMEOUT, name: Optional[str] = None,
-               wait_pending: bool = False) -> Sandbox:
+               wait_pending: bool = False, workspace: Optional[str] = None) -> Sandbox:
         """Creates a sandbox of ``template`` and returns it once Ready.
 
         Raises TemplateNotFoundError, TemplateNotReadyError or CapacityError
         as soon as the operator says so (``wait_pending=True`` keeps waiting
         for a node or room until ``timeout``), SandboxFailedError if the VM
         fails, SandboxTimeoutError after ``timeout`` seconds. On any error
-        the half-made sandbox is deleted."""
+        the half-made sandbox is deleted. ``workspace`` attaches that
+        workspace (mounted at /workspace; WorkspaceInUseError while another
+        sandbox or run holds it) until the sandbox is deleted."""
         ref = self._client._backend.create(
             template=template, name=name, labels=_labels.to_labels(metadata),
             ttl_seconds=ttl_seconds, env=env, resources=resources, timeout=timeout,
-            wait_pending=wait_pending)
+            wait_pending=wait_pending, workspace=workspace)
         return Sandbox(self._client, ref)
 
     def get(self, name: str) -> Sandbox:
@@ -316,6 +318,9 @@ class Kubicle:
             self._http.close()
             raise
         self.sandboxes = Sandboxes(self)
+        from ._workspaces import Workspaces
+
+        self.workspaces = Workspaces(self)
 
     def _make_backend(self, namespace: Optional[str], kubeconfig: Optional[str],
                       context: Optional[str], node_url: Optional[str], token: Optional[str],
@@ -356,14 +361,18 @@ class Kubicle:
         Kubernetes, ``template`` is a SandboxTemplate: a node where it is
         Ready is picked and its run token read from the Secret the template
         names (``get`` on that Secret is the permission to run). With a
-        standalone node, it is the node's template name. ``workspace`` is
-        not supported yet (WorkspaceNotSupportedError). Errors are typed:
+        standalone node, it is the node's template name. ``workspace``
+        names a workspace to attach for the call (mounted at /workspace in
+        a Linux guest; with Kubernetes the run goes to the Workspace's
+        node); it is free again when run returns, so its files can be read
+        at once (``client.workspaces.files(name)``). Errors are typed:
         TemplateNotFoundError, TemplateNotReadyError, AuthError,
-        CapacityError; past ``timeout_seconds`` ExecTimeoutError (or a
-        result with ``timed_out`` when ``raise_on_timeout=False``)."""
-        _run.check_no_workspace(workspace)
-        body = _run.run_body(command, timeout_seconds=timeout_seconds, env=env, stdin=stdin)
-        target = self._backend.run_target(template)
+        CapacityError, WorkspaceNotFoundError, WorkspaceInUseError (another
+        sandbox or run holds it); past ``timeout_seconds`` ExecTimeoutError
+        (or a result with ``timed_out`` when ``raise_on_timeout=False``)."""
+        body = _run.run_body(command, timeout_seconds=timeout_seconds, env=env, stdin=stdin,
+                             workspace=workspace)
+        target = self._backend.run_target(template, workspace)
         http = target.http or self._http
         try:
             resp = http.post(target.base + _run.run_path(target.node_template), json=body,

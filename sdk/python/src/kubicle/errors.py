@@ -106,11 +106,22 @@ class UnsupportedError(KubicleError):
 
 
 class WorkspaceNotSupportedError(UnsupportedError):
-    """A per-call run asked for a workspace: not supported yet (HTTP 501)."""
+    """Kept for compatibility: the SDK no longer raises it (per-call runs take
+    ``workspace=`` since workspaces landed). A node older than workspaces
+    answers a run with a workspace 501, which still maps here."""
 
 
 class ConflictError(KubicleError):
     """409: the object exists with another spec, or is in the wrong state."""
+
+
+class WorkspaceNotFoundError(NotFoundError):
+    """No workspace of that name (on the node that was asked)."""
+
+
+class WorkspaceInUseError(ConflictError):
+    """The workspace is attached to a sandbox or run (one writer at a time);
+    the message names the holder."""
 
 
 class PortError(KubicleError, ConnectionError):

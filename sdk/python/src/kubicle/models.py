@@ -125,3 +125,20 @@ class FileInfo(_FileKind):
     mtime: Optional[str] = None
     uid: int = 0
     gid: int = 0
+
+
+@dataclass(frozen=True)
+class WorkspaceInfo:
+    """A workspace: a durable ext4 disk on one node (docs/workspaces.md).
+    ``token`` is set only by the create that minted it; ``attached_to`` is
+    the sandbox (or ``run-...``) holding it, or None."""
+    name: str
+    size_mib: int
+    filesystem: str = "ext4"
+    labels: Dict[str, str] = field(default_factory=dict)
+    state: str = "Ready"
+    message: str = ""
+    attached_to: Optional[str] = None
+    bytes_used: int = 0
+    created_at: str = ""
+    token: Optional[str] = None

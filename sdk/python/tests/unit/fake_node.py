@@ -50,6 +50,7 @@ class FakeSandbox:
         self.network = True
         self.ports: Dict[int, int] = {}   # guest port -> a listener's port on 127.0.0.1
         self.suspended_at: Optional[str] = None
+        self.workspace: Optional[str] = None
 
     def json(self, with_token: bool = False) -> Dict[str, Any]:
         j: Dict[str, Any] = {
@@ -58,8 +59,30 @@ class FakeSandbox:
             "createdAt": "2026-01-01T00:00:00.000Z", "expiresAt": None, "cid": 3,
             "vmmPid": 0 if self.state == "Suspended" else 1, "readyMs": 1.5, "memMib": 64,
             "vcpus": 1, "suspendedAt": self.suspended_at,
-            "suspendedBytes": 4 << 20 if self.state == "Suspended" else 0}
+            "suspendedBytes": 4 << 20 if self.state == "Suspended" else 0,
+            "workspace": self.workspace}
         if with_token:
+            j["token"] = self.token
+        return j
+
+
+class FakeWorkspace:
+    """A workspace as the node keeps it: a RAM file table (the same shape as
+    a sandbox's, so the file routes serve both), a token, a holder."""
+
+    def __init__(self, name: str, size_mib: int, token: str, labels: Dict[str, str]) -> None:
+        self.name, self.size_mib, self.token, self.labels = name, size_mib, token, labels
+        self.files: Dict[str, bytes] = {}
+        self.meta: Dict[str, Tuple[int, Optional[str]]] = {}
+        self.attached_to: Optional[str] = None
+
+    def json(self, with_token: bool = False) -> Dict[str, Any]:
+        j: Dict[str, Any] = {"name": self.name, "sizeMiB": self.size_mib, "filesystem": "ext4",
+                             "labels": self.labels, "state": "Ready", "message": "",
+                             "attachedTo": self.attached_to,
+                             "bytesUsed": sum(len(b) for b in self.files.values()),
+                             "createdAt": "2026-12-05T09:00:00.000Z"}
+        if with_token and self.token:
             j["token"] = self.token
         return j
 
@@ -74,6 +97,7 @@ class FakeNode:
         self.runs = 0
         self.capacity = 1000
         self.sandboxes: Dict[str, FakeSandbox] = {}
+        self.workspaces: Dict[str, FakeWorkspace] = {}
         self.requests: List[Tuple[str, str, Any]] = []   # (method, path, json body or None)
         self.lock = threading.Lock()
         self._ids = itertools.count(1)
@@ -157,6 +181,8 @@ class FakeNode:
             parts = parts[:4]
         if parts[:2] == ["v1", "templates"] and len(parts) == 4 and parts[3] == "run":
             return self._run(h, method, parts[2], token, js)
+        if parts[:2] == ["v1", "workspaces"]:
+            return self._workspace(h, method, parts, q, token, js, body)
         if parts[:2] != ["v1", "sandboxes"] or len(parts) > 4 or \
                 (len(parts) == 4 and (parts[3] not in _SUB_METHODS or
                                       (parts[3] == "ports") != is_port)):
@@ -182,6 +208,7 @@ class FakeNode:
         if sub is None:
             if method == "DELETE":
                 self.remove(sid)
+                self._release(sid)
                 return self._json(h, 200, {"deleted": sid})
             return self._json(h, 200, sb.json())
         if sub in ("suspend", "resume"):
@@ -214,6 +241,68 @@ class FakeNode:
         sb.suspended_at = "2026-01-01T00:01:00.000Z" if to == "Suspended" else None
         return self._json(h, 200, sb.json())
 
+    def _workspace(self, h: BaseHTTPRequestHandler, method: str, parts: List[str],
+                   q: Dict[str, str], token: str, js: Any, body: bytes) -> None:
+        """/v1/workspaces[/{name}[/files|stat|ls]], as noderuntime/api/workspaces.cc."""
+        if len(parts) > 4 or (len(parts) == 4 and parts[3] not in ("files", "stat", "ls")):
+            return self._error(h, 404, "NotFound", f"no route /{'/'.join(parts)}")
+        admin = token == self.admin_token
+        name = parts[2] if len(parts) > 2 else None
+        ws = self.workspaces.get(name) if name else None
+        own = ws is not None and bool(token) and token == ws.token
+        sub = parts[3] if len(parts) > 3 else None
+        if not admin and not own:
+            return self._error(h, 401, "Unauthenticated", "the token is not valid for this request")
+        if not admin and (sub is None and method != "GET"):
+            return self._error(h, 403, "PermissionDenied", "a workspace token may not do this")
+        if name is None:
+            return self._json(h, 200, {"items": [w.json() for w in self.workspaces.values()]})
+        if sub is None and method == "PUT":
+            size = (js or {}).get("sizeMiB")
+            if not isinstance(size, int) or size < 8:
+                return self._error(h, 400, "InvalidArgument", "field \"sizeMiB\" is required")
+            if ws is not None:
+                if ws.size_mib != size:
+                    return self._error(h, 409, "FailedPrecondition",
+                                       f"workspace {name} exists with {ws.size_mib} MiB, not {size} MiB")
+                return self._json(h, 200, ws.json())
+            minted = "" if (js or {}).get("tokenSha256") else secrets.token_hex(16)
+            ws = FakeWorkspace(name, size, minted, dict((js or {}).get("labels") or {}))
+            self.workspaces[name] = ws
+            return self._json(h, 201, ws.json(with_token=True))
+        if ws is None:
+            return self._error(h, 404, "NotFound", f"no workspace '{name}'")
+        if sub is None and method == "GET":
+            return self._json(h, 200, ws.json())
+        if ws.attached_to:
+            return self._error(h, 409, "FailedPrecondition",
+                               f"workspace {name} is attached to {ws.attached_to}: its files are the "
+                               "guest's while it runs (one writer)")
+        if sub is None:  # DELETE
+            del self.workspaces[name]
+            return self._json(h, 200, {"deleted": name})
+        if sub == "files":
+            return self._files(h, method, ws, q, body)  # type: ignore[arg-type]
+        return self._file_meta(h, sub, ws, q)  # type: ignore[arg-type]
+
+    def _attach(self, name: Optional[str], holder: str) -> Optional[Tuple[int, str, str]]:
+        """The one-writer check of a create or run: None, or the error."""
+        if name is None:
+            return None
+        ws = self.workspaces.get(name)
+        if ws is None:
+            return 404, "NotFound", f"no workspace '{name}' on this node"
+        if ws.attached_to:
+            return 409, "FailedPrecondition", (f"workspace {name} is attached to {ws.attached_to} "
+                                                "(one writer at a time)")
+        ws.attached_to = holder
+        return None
+
+    def _release(self, holder: str) -> None:
+        for ws in self.workspaces.values():
+            if ws.attached_to == holder:
+                ws.attached_to = None
+
     def _body(self, h: BaseHTTPRequestHandler) -> bytes:
         if h.headers.get("Transfer-Encoding", "").lower() == "chunked":
             out = bytearray()
@@ -242,7 +331,11 @@ class FakeNode:
             sid = js.get("id") or f"sb-{next(self._ids):04x}"
             if sid in self.sandboxes:
                 return self._error(h, 409, "AlreadyExists", f"sandbox '{sid}' exists")
+            refused = self._attach(js.get("workspace"), sid)
+            if refused:
+                return self._error(h, *refused)
             sb = self.add(sid, secrets.token_hex(8), template=t, labels=js.get("labels") or {})
+            sb.workspace = js.get("workspace")
             return self._json(h, 201, sb.json(with_token=True))
         items = [s for s in list(self.sandboxes.values()) if _selector_match(s.labels, sel)]
         if method == "GET":
@@ -334,18 +427,29 @@ class FakeNode:
                                f"the token is not the run token of template \"{t}\"")
         js = dict(js or {})
         workspace = js.pop("workspace", None)
-        if workspace is not None:
-            return self._error(h, 501, "Unimplemented",
-                               "workspaces are not supported yet: run without \"workspace\"")
         if t not in self.templates:
             return self._error(h, 404, "NotFound", f"no template '{t}'")
         if self.templates[t] != "Ready":
             return self._error(h, 409, "FailedPrecondition",
                                f"template \"{t}\" is not ready on this node ({self.templates[t]})")
+        refused = self._attach(workspace, "run-1")
+        if refused:
+            return self._error(h, *refused)
+        ws = self.workspaces.get(workspace) if workspace else None
         try:
-            chunks, exit_ = self.run(FakeSandbox("run-1", t, {}, ""), js)
+            # "wsput PATH TEXT" writes into the attached workspace, as a
+            # command in the guest would at /workspace.
+            argv = js.get("argv") or []
+            if ws is not None and argv[:1] == ["wsput"] and len(argv) == 3:
+                ws.files[argv[1]] = argv[2].encode()
+                chunks, exit_ = [], {"exitCode": 0, "signal": None, "timedOut": False,
+                                     "truncated": False}
+            else:
+                chunks, exit_ = self.run(FakeSandbox("run-1", t, {}, ""), js)
         except _Fail as f:
+            self._release("run-1")
             return self._error(h, f.code, f.err, f.message)
+        self._release("run-1")
         self.runs += 1
         o = b"".join(d for s, d in chunks if s == "stdout")
         e = b"".join(d for s, d in chunks if s == "stderr")

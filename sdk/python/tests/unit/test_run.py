@@ -1,6 +1,6 @@
 """client.run (docs/sdk.md, "Per-call runs"): against the fake node directly
 and through the fake cluster (a Ready node entry, the run token from the
-template's Secret), sync and async; errors typed; a workspace refused before
+template's Secret), sync and async; errors typed; a workspace sent with the run
 any call."""
 
 import base64
@@ -41,12 +41,12 @@ def test_standalone_run_errors(standalone, node):
     bad.close()
 
 
-def test_a_workspace_is_refused_before_any_call(standalone, node):
-    before = len(node.requests)
-    with pytest.raises(errors.WorkspaceNotSupportedError) as e:
+def test_a_run_sends_its_workspace_and_missing_ones_are_typed(standalone, node):
+    with pytest.raises(errors.WorkspaceNotFoundError):
         standalone.run("tg", ["true"], workspace="ws-1")
-    assert isinstance(e.value, errors.UnsupportedError) and e.value.status_code == 501
-    assert len(node.requests) == before and node.runs == 0
+    assert node.requests[-1][2]["workspace"] == "ws-1" and node.runs == 0
+    with pytest.raises(ValueError):
+        standalone.run("tg", ["true"], workspace="")
 
 
 def _publish_template(cluster, node, name="py", *, ready=True, token="run-tok",
@@ -108,7 +108,7 @@ async def test_async_run(akube, astandalone, cluster, node):
     _publish_template(cluster, node)
     assert (await akube.run("py", ["echo", "a"])).stdout == "a\n"
     assert (await astandalone.run("tg", ["false"])).exit_code == 1
-    with pytest.raises(errors.WorkspaceNotSupportedError):
+    with pytest.raises(errors.WorkspaceNotFoundError):
         await astandalone.run("tg", ["true"], workspace="w")
     with pytest.raises(errors.TemplateNotFoundError):
         await akube.run("absent", ["true"])

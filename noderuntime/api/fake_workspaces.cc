@@ -1,0 +1,224 @@
+// FakeSandboxService's workspaces: RAM file tables with the manager's
+// one-writer rule (fake_sandbox_service.h).
+#include <random>
+
+#include "noderuntime/api/fake_sandbox_service.h"
+#include "noderuntime/node_util.h"
+
+namespace kubicle::noderuntime::api {
+
+using guest::protocol::Bytes;
+using guest::protocol::ByteSpan;
+
+namespace {
+
+std::string Under(const std::string& dir) { return dir.back() == '/' ? dir : dir + "/"; }
+
+Status CheckPath(const std::string& path) {
+  if (path.empty() || path[0] != '/' || path.size() > kMaxWorkspacePathBytes)
+    return Status::InvalidArgument("workspace path must be absolute and at most 4096 bytes");
+  return Status::Ok();
+}
+
+std::string MintToken() {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string t;
+  for (int i = 0; i < 64; ++i) t.push_back(kHex[rng() & 15]);
+  return t;
+}
+
+}  // namespace
+
+Result<FakeSandboxService::Workspace*> FakeSandboxService::DetachedWorkspaceLocked(
+    const std::string& name) {
+  auto it = workspaces_.find(name);
+  if (it == workspaces_.end()) return Status::NotFound("no workspace " + name);
+  if (!it->second.info.attached_to.empty())
+    return Status::FailedPrecondition("workspace " + name + " is attached to " +
+                                      it->second.info.attached_to);
+  return &it->second;
+}
+
+Status FakeSandboxService::AttachWorkspaceLocked(const std::string& name, const std::string& holder) {
+  if (name.empty()) return Status::Ok();
+  ASSIGN_OR_RETURN(Workspace * ws, DetachedWorkspaceLocked(name));
+  ws->info.attached_to = holder;
+  return Status::Ok();
+}
+
+void FakeSandboxService::ReleaseWorkspacesOfLocked(const std::string& holder) {
+  for (auto& [_, ws] : workspaces_)
+    if (ws.info.attached_to == holder) ws.info.attached_to.clear();
+}
+
+Result<WorkspaceInfo> FakeSandboxService::PutWorkspace(const WorkspaceSpec& spec) {
+  ++calls_;
+  RETURN_IF_ERROR(ValidateId(spec.name, "workspace name"));
+  if (spec.size_mib < kMinWorkspaceMiB || spec.size_mib > kMaxWorkspaceMiB)
+    return Status::InvalidArgument("workspace size must be 8 MiB .. 1 TiB");
+  std::lock_guard l(mu_);
+  if (auto it = workspaces_.find(spec.name); it != workspaces_.end()) {
+    if (it->second.info.size_mib != spec.size_mib)
+      return Status::FailedPrecondition("workspace " + spec.name + " exists with " +
+                                        std::to_string(it->second.info.size_mib) + " MiB");
+    return it->second.info;
+  }
+  Workspace ws;
+  ws.info.name = spec.name;
+  ws.info.size_mib = spec.size_mib;
+  ws.info.labels = spec.labels;
+  ws.info.created_at = std::chrono::system_clock::now();
+  WorkspaceInfo out = ws.info;
+  if (spec.token_sha256.empty()) {
+    out.token = MintToken();
+    ws.token_sha256 = Sha256Hex(out.token);
+  } else {
+    ws.token_sha256 = spec.token_sha256;
+  }
+  workspaces_[spec.name] = std::move(ws);
+  return out;
+}
+
+Result<WorkspaceInfo> FakeSandboxService::GetWorkspace(const std::string& name) {
+  ++calls_;
+  std::lock_guard l(mu_);
+  auto it = workspaces_.find(name);
+  if (it == workspaces_.end()) return Status::NotFound("no workspace " + name);
+  return it->second.info;
+}
+
+std::vector<WorkspaceInfo> FakeSandboxService::ListWorkspaces() {
+  ++calls_;
+  std::lock_guard l(mu_);
+  std::vector<WorkspaceInfo> out;
+  for (const auto& [_, ws] : workspaces_) out.push_back(ws.info);
+  return out;
+}
+
+Status FakeSandboxService::DeleteWorkspace(const std::string& name) {
+  ++calls_;
+  std::lock_guard l(mu_);
+  RETURN_IF_ERROR(DetachedWorkspaceLocked(name).status());
+  workspaces_.erase(name);
+  return Status::Ok();
+}
+
+bool FakeSandboxService::CheckWorkspaceToken(const std::string& name, const std::string& token) {
+  ++calls_;
+  std::lock_guard l(mu_);
+  auto it = workspaces_.find(name);
+  return it != workspaces_.end() && !token.empty() &&
+         ConstantTimeEqual(Sha256Hex(token), it->second.token_sha256);
+}
+
+Status FakeSandboxService::ReadWorkspaceFile(const std::string& name, const std::string& path,
+                                             const guest::client::FileChunkFn& on_chunk) {
+  ++calls_;
+  RETURN_IF_ERROR(CheckPath(path));
+  Bytes data;
+  {
+    std::lock_guard l(mu_);
+    ASSIGN_OR_RETURN(Workspace * ws, DetachedWorkspaceLocked(name));
+    auto f = ws->files.find(path);
+    if (f == ws->files.end()) return Status::NotFound("no file " + path);
+    data = f->second.first;
+  }
+  size_t off = 0;
+  do {
+    const size_t n = std::min(read_chunk_bytes, data.size() - off);
+    guest::client::FileChunk chunk;
+    chunk.offset = off;
+    chunk.data = ByteSpan(data.data() + off, n);
+    if (off == 0) chunk.file_size = data.size();
+    RETURN_IF_ERROR(on_chunk(chunk));
+    off += n;
+  } while (off < data.size());
+  return Status::Ok();
+}
+
+Status FakeSandboxService::WriteWorkspaceFile(const std::string& name, const std::string& path,
+                                              ByteSpan data, uint32_t mode) {
+  ++calls_;
+  RETURN_IF_ERROR(CheckPath(path));
+  if (data.size() > kMaxWorkspaceWriteBytes) return Status::ResourceExhausted("file too large");
+  std::lock_guard l(mu_);
+  ASSIGN_OR_RETURN(Workspace * ws, DetachedWorkspaceLocked(name));
+  ws->files[path] = {Bytes(data.begin(), data.end()), mode};
+  return Status::Ok();
+}
+
+Result<guest::protocol::StatReply> FakeSandboxService::StatWorkspaceFile(const std::string& name,
+                                                                         const std::string& path) {
+  ++calls_;
+  RETURN_IF_ERROR(CheckPath(path));
+  std::lock_guard l(mu_);
+  ASSIGN_OR_RETURN(Workspace * ws, DetachedWorkspaceLocked(name));
+  guest::protocol::StatReply r;
+  if (auto f = ws->files.find(path); f != ws->files.end()) {
+    r.size = f->second.first.size();
+    r.mode = f->second.second;
+    return r;
+  }
+  for (const auto& [p, f] : ws->files) {
+    if (path == "/" || p.rfind(Under(path), 0) == 0) {
+      r.type = guest::protocol::FileType::kDirectory;
+      r.mode = 0755;
+      return r;
+    }
+  }
+  if (path == "/") {
+    r.type = guest::protocol::FileType::kDirectory;
+    r.mode = 0755;
+    return r;
+  }
+  return Status::NotFound("no file " + path);
+}
+
+Result<std::vector<guest::protocol::DirEntry>> FakeSandboxService::ListWorkspaceFiles(
+    const std::string& name, const std::string& path) {
+  ++calls_;
+  RETURN_IF_ERROR(CheckPath(path));
+  std::lock_guard l(mu_);
+  ASSIGN_OR_RETURN(Workspace * ws, DetachedWorkspaceLocked(name));
+  if (ws->files.count(path)) return Status::FailedPrecondition(path + " is not a directory");
+  const std::string prefix = Under(path);
+  std::map<std::string, guest::protocol::DirEntry> entries;
+  for (const auto& [p, f] : ws->files) {
+    if (p.rfind(prefix, 0) != 0) continue;
+    std::string rest = p.substr(prefix.size());
+    const size_t slash = rest.find('/');
+    guest::protocol::DirEntry e;
+    e.name = rest.substr(0, slash);
+    if (slash == std::string::npos) {
+      e.size = f.first.size();
+      e.mode = f.second;
+    } else {
+      e.type = guest::protocol::FileType::kDirectory;
+      e.mode = 0755;
+    }
+    entries.emplace(e.name, e);
+  }
+  if (entries.empty() && path != "/") return Status::NotFound("no directory " + path);
+  std::vector<guest::protocol::DirEntry> out;
+  for (auto& [n, e] : entries) out.push_back(std::move(e));
+  return out;
+}
+
+Status FakeSandboxService::RemoveWorkspaceFile(const std::string& name, const std::string& path,
+                                               bool recursive) {
+  ++calls_;
+  RETURN_IF_ERROR(CheckPath(path));
+  std::lock_guard l(mu_);
+  ASSIGN_OR_RETURN(Workspace * ws, DetachedWorkspaceLocked(name));
+  if (ws->files.erase(path)) return Status::Ok();
+  std::vector<std::string> under;
+  for (const auto& [p, f] : ws->files)
+    if (p.rfind(Under(path), 0) == 0) under.push_back(p);
+  if (under.empty()) return Status::NotFound("no file " + path);
+  if (!recursive) return Status::FailedPrecondition("directory " + path + " is not empty");
+  for (const std::string& p : under) ws->files.erase(p);
+  return Status::Ok();
+}
+
+}  // namespace kubicle::noderuntime::api
