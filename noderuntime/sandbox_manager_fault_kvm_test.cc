@@ -197,8 +197,23 @@ TEST_F(SandboxManagerFaultKvmTest, ThousandCyclesLeakNothing) {
       std::this_thread::sleep_for(1ms);
     return m_->usage().pool_vms == config_.pool_size_per_shape;
   };
+  // With the network on, only its pool is left between cycles: its
+  // namespaces and their host veths, none building (a build holds fds).
+  auto network_settled = [&] {
+    if (!no_network.empty()) return true;
+    for (int i = 0; i < 10000; ++i) {
+      const auto c = m_->usage().network;
+      if (c.in_use == 0 && c.releasing == 0 && c.building == 0 && c.pooled == config_.network.pool_size &&
+          NetnsFiles() == c.pooled && HostVeths() == c.pooled)
+        return true;
+      std::this_thread::sleep_for(1ms);
+    }
+    return false;
+  };
   ASSERT_TRUE(pool_full());
+  ASSERT_TRUE(network_settled());
   const size_t fds = OpenFds();  // each idle pool VM holds one pidfd
+  const std::string fds_before = DescribeFds();
   const char* env = std::getenv("KUBICLE_TEST_CYCLES");  // shorter runs by hand
   const int kCycles = env ? std::atoi(env) : 1000;
   std::vector<double> ready;
@@ -222,23 +237,12 @@ TEST_F(SandboxManagerFaultKvmTest, ThousandCyclesLeakNothing) {
   EXPECT_TRUE(Quiesce(kPoolVms)) << DescribeVmmProcesses();
   EXPECT_EQ(m_->usage().mem_mib, 64u * m_->usage().pool_vms);  // the pool's reservations only
   EXPECT_EQ(m_->usage().watched_processes, 0u);
-  EXPECT_EQ(OpenFds(), fds);
-  if (!no_network.empty()) return;
-  // Only the network's pool is left: its namespaces and their host veths,
-  // and one table on the host.
-  auto network_settled = [&] {
-    for (int i = 0; i < 10000; ++i) {
-      const auto c = m_->usage().network;
-      if (c.in_use == 0 && c.releasing == 0 && c.building == 0 && c.pooled == config_.network.pool_size &&
-          NetnsFiles() == c.pooled && HostVeths() == c.pooled)
-        return true;
-      std::this_thread::sleep_for(1ms);
-    }
-    return false;
-  };
   EXPECT_TRUE(network_settled()) << "in use " << m_->usage().network.in_use << ", pooled "
                                  << m_->usage().network.pooled << ", netns files " << NetnsFiles()
                                  << ", host veths " << HostVeths();
+  EXPECT_EQ(OpenFds(), fds) << "before: " << fds_before << "\nafter: " << DescribeFds();
+  if (!no_network.empty()) return;
+  // And one table on the host.
   EXPECT_EQ(HostNftTables(), 1u);
   EXPECT_GE(m_->usage().network.released, uint64_t(kCycles)) << "every cycle had a namespace of its own";
   m_->Shutdown(true);

@@ -142,6 +142,7 @@ void SandboxManagerRunLeakKvmTest::RunsLeakNothing(int kRuns) {
   };
   ASSERT_TRUE(pool_full());
   const size_t fds = OpenFds();  // each idle pool VM holds one pidfd
+  const std::string fds_before = DescribeFds();
   std::vector<double> restore;
   auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < kRuns; ++i) {
@@ -162,7 +163,7 @@ void SandboxManagerRunLeakKvmTest::RunsLeakNothing(int kRuns) {
   EXPECT_TRUE(Quiesce(kPoolVms)) << DescribeVmmProcesses();
   EXPECT_EQ(m_->usage().mem_mib, 64u * m_->usage().pool_vms);  // the pool's reservations only
   EXPECT_EQ(m_->usage().watched_processes, 0u);
-  EXPECT_EQ(OpenFds(), fds);
+  EXPECT_EQ(OpenFds(), fds) << "before: " << fds_before << "\nafter: " << DescribeFds();
   EXPECT_NE(metrics_->Render().find("kubicle_runs_total{result=\"ok\"} " + std::to_string(kRuns + 5)),
             std::string::npos);
 }

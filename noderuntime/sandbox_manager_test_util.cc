@@ -138,6 +138,15 @@ size_t ManagerTest::OpenFds() {
   return n;
 }
 
+std::string ManagerTest::DescribeFds() {
+  std::string out;
+  for (auto& e : fs::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    out += e.path().filename().string() + "->" + fs::read_symlink(e.path(), ec).string() + " ";
+  }
+  return out;
+}
+
 size_t ManagerTest::StateFiles() const {
   size_t n = 0;
   std::error_code ec;

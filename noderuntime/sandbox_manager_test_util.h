@@ -33,6 +33,8 @@ class ManagerTest : public ::testing::Test {
   // idle pool's) run under the state dir and `cgroups` VM cgroups exist.
   bool Quiesce(size_t vmms, size_t cgroups = 0);
   static size_t OpenFds();
+  // "fd->target ..." of this process: what a leak check names.
+  static std::string DescribeFds();
   // Entries under <state>/sandboxes and <state>/sock, idle pool sockets aside.
   size_t StateFiles() const;
   size_t Cgroups() const;  // VM groups of sandboxes (idle pool VMs' aside)
