@@ -310,7 +310,7 @@ class KubeBackend:
         except errors.NotFoundError as e:
             raise errors.TemplateNotFoundError(f"no SandboxTemplate {template}",
                                                reason="TemplateNotFound", status_code=404) from e
-        only = None
+        only = node_workspace = None
         if workspace is not None:
             from ._run import workspace_node
 
@@ -321,7 +321,7 @@ class KubeBackend:
             except errors.NotFoundError as e:
                 raise errors.WorkspaceNotFoundError(f"no Workspace {workspace}",
                                                     reason="WorkspaceNotFound", status_code=404) from e
-            only = workspace_node(ws)
+            only, node_workspace = workspace_node(ws)
         node, endpoint, node_template = pick_node(obj, only)
         secret = run_token_secret(obj)
         s = self._do(self._core.read_namespaced_secret, secret, self.namespace,
@@ -329,6 +329,7 @@ class KubeBackend:
         ca = self._serving_ca(node, template)
         return RunTarget(base=f"{'https' if ca else self._scheme}://{endpoint}",
                          node_template=node_template, token=_kobj.token_from_secret(s.data, secret),
+                         node_workspace=node_workspace,
                          http=self._tls.client(ca) if ca and self._transport.verify is True else None)
 
     def _serving_ca(self, node: str, sandbox: str) -> Optional[str]:

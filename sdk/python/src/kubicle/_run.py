@@ -19,6 +19,7 @@ class RunTarget:
     node_template: str       # the node's name of the template (the route's <name>)
     token: str               # the template's run token (or a node's admin token)
     http: Any = None         # the pooled client verifying that node; None: the default
+    node_workspace: Optional[str] = None  # the node's name of the workspace (status.disk.id)
 
 
 def run_body(command: Command, *, timeout_seconds: Optional[float],
@@ -32,15 +33,18 @@ def run_body(command: Command, *, timeout_seconds: Optional[float],
     return body
 
 
-def workspace_node(workspace: Mapping[str, Any]) -> str:
-    """The node a Workspace object lives on (status.nodeName): a run with it
-    must go there."""
+def workspace_node(workspace: Mapping[str, Any]) -> Tuple[str, str]:
+    """The node a Workspace object lives on (status.nodeName), where a run
+    with it must go, and that node's name for its disk (status.disk.id:
+    object names repeat across namespaces, so the node's is w-<uid>)."""
     name = (workspace.get("metadata") or {}).get("name", "")
-    node = (workspace.get("status") or {}).get("nodeName")
-    if not node:
-        raise errors.ConflictError(f"Workspace {name} is not placed on a node yet",
-                                   reason="WorkspaceNotPlaced", status_code=409)
-    return str(node)
+    status = workspace.get("status") or {}
+    node = status.get("nodeName")
+    disk = (status.get("disk") or {}).get("id")
+    if not node or not disk:
+        raise errors.ConflictError(f"Workspace {name} has no disk on a node yet",
+                                   reason="WorkspaceNotReady", status_code=409)
+    return str(node), str(disk)
 
 
 def run_path(node_template: str) -> str:

@@ -373,6 +373,8 @@ class Kubicle:
         body = _run.run_body(command, timeout_seconds=timeout_seconds, env=env, stdin=stdin,
                              workspace=workspace)
         target = self._backend.run_target(template, workspace)
+        if target.node_workspace:  # the node knows a Workspace object by its disk id
+            body["workspace"] = target.node_workspace
         http = target.http or self._http
         try:
             resp = http.post(target.base + _run.run_path(target.node_template), json=body,

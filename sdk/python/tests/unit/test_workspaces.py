@@ -110,7 +110,7 @@ def test_kubernetes_mode_sends_the_workspace_ref_and_runs_on_its_node(kube, clus
                                         "metadata": {"name": "py-run-token"},
                                         "data": {"token": base64.b64encode(b"run-tok").decode()}})
     cluster.update(("sandboxtemplates", "team-a", "py"), lambda o: o.update(status={
-        "runTokenSecretName": "py-run-token",
+        "runTokenSecretName": "py-run-token", "runTokenSha256": "0" * 64,
         "nodes": [{"nodeName": "n1", "phase": "Ready", "observedGeneration": 1,
                    "endpoint": node.address, "nodeTemplate": "py-node"}]}))
     with pytest.raises(errors.WorkspaceNotFoundError):
@@ -118,7 +118,16 @@ def test_kubernetes_mode_sends_the_workspace_ref_and_runs_on_its_node(kube, clus
     cluster.create("workspaces", "team-a", {
         "apiVersion": "kubicle.dev/v1alpha1", "kind": "Workspace",
         "metadata": {"name": "ws-1"}, "spec": {"sizeMiB": 64}, "status": {"nodeName": "n2"}})
+    with pytest.raises(errors.ConflictError, match="no disk on a node yet"):
+        kube.run("py", ["true"], workspace="ws-1")  # placed, but its node has not made the disk
+    cluster.update(("workspaces", "team-a", "ws-1"),
+                   lambda o: o.update(status={"nodeName": "n2", "disk": {"id": "w-uid1"}}))
     with pytest.raises(errors.TemplateNotReadyError, match="n2"):
+        kube.run("py", ["true"], workspace="ws-1")
+    # On the template's node the run names the disk as that node knows it.
+    cluster.update(("workspaces", "team-a", "ws-1"),
+                   lambda o: o.update(status={"nodeName": "n1", "disk": {"id": "w-uid1"}}))
+    with pytest.raises(errors.WorkspaceNotFoundError, match="w-uid1"):
         kube.run("py", ["true"], workspace="ws-1")
     body = kubicle._kobj.sandbox_manifest(namespace="team-a", template="py", name="s", labels={},
                                           ttl_seconds=None, env=None, resources=None,
