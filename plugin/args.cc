@@ -35,6 +35,7 @@ const std::map<std::string, std::vector<FlagSpec>>& VerbSpecs() {
       {"run",
        {{"stdin", 'i', true, false},
         {"timeout", 0, false, false},
+        {"workspace", 0, false, false},
         {"env", 'e', false, true},
         {"cwd", 0, false, false}}},
       {"cp", {}},

@@ -42,7 +42,7 @@ Commands:
 
 std::string VerbText(const std::string& verb) {
   if (verb == "run") {
-    return R"(Usage: kubectl kubicle run TEMPLATE [-i] [--timeout 60s] [-e K=V]... [--cwd DIR] -- CMD [ARG...]
+    return R"(Usage: kubectl kubicle run TEMPLATE [-i] [--timeout 60s] [-e K=V]... [--cwd DIR] [--workspace WS] -- CMD [ARG...]
 
 Runs CMD (an argv, no shell) once in a VM restored from the SandboxTemplate
 for this call alone and discarded after it (a per-call run). A node where
@@ -57,6 +57,8 @@ Flags:
       --timeout D     the command's time limit (default 60s)
   -e, --env K=V       an environment variable (repeatable)
       --cwd DIR       the working directory
+      --workspace WS  attach Workspace WS for the call (at /workspace); the run
+                      goes to its node, and WS is free again when it ends
 )";
   }
   if (verb == "exec") {

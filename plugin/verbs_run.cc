@@ -1,9 +1,11 @@
 // kubectl kubicle run TEMPLATE -- CMD: a per-call run (docs/kubectl-plugin.md).
 // The node is one where the template's current generation is Ready
 // (status.nodes[], with its endpoint and node template name), the token the
-// one in the template's run-token Secret, the CA the node's Lease's.
+// one in the template's run-token Secret, the CA the node's Lease's. With
+// --workspace the node is the Workspace's, and the disk its status.disk.id.
 #include <iostream>
 #include <iterator>
+#include <utility>
 
 #include "kube/json_fields.h"
 #include "kube/resource.h"
@@ -24,8 +26,9 @@ struct RunTarget {
   std::string node, endpoint, node_template, secret;
 };
 
-// Pure: where a SandboxTemplate object says its runs go.
-Result<RunTarget> RunTargetOf(const Json& tmpl) {
+// Pure: where a SandboxTemplate object says its runs go; `only_node`
+// non-empty: that node or none (a workspace's).
+Result<RunTarget> RunTargetOf(const Json& tmpl, const std::string& only_node) {
   const std::string name = StrAt(tmpl, {"metadata", "name"});
   const int64_t gen = kube::IntAt(tmpl, {"metadata", "generation"}, 1);
   RunTarget t;
@@ -37,6 +40,7 @@ Result<RunTarget> RunTargetOf(const Json& tmpl) {
   if (nodes.is_array()) {
     for (const Json& e : nodes) {
       if (StrAt(e, {"phase"}) != "Ready" || kube::IntAt(e, {"observedGeneration"}) != gen) continue;
+      if (!only_node.empty() && StrAt(e, {"nodeName"}) != only_node) continue;
       t.endpoint = StrAt(e, {"endpoint"});
       t.node_template = StrAt(e, {"nodeTemplate"});
       t.node = StrAt(e, {"nodeName"});
@@ -44,17 +48,46 @@ Result<RunTarget> RunTargetOf(const Json& tmpl) {
         return t;
     }
   }
+  if (!only_node.empty())
+    return Status::FailedPrecondition("SandboxTemplate " + name + " is not Ready on node " + only_node +
+                                      ", where the workspace is");
   return Status::FailedPrecondition("SandboxTemplate " + name + " is not Ready on any node that serves runs");
 }
 
-Result<DataPlane> ResolveRun(Env& env, const std::string& name) {
+// Pure: a Workspace object's node and that node's name for its disk
+// (status.disk.id: object names repeat across namespaces, the node's not).
+Result<std::pair<std::string, std::string>> WorkspaceDiskOf(const Json& ws) {
+  const std::string node = StrAt(ws, {"status", "nodeName"});
+  const std::string disk = StrAt(ws, {"status", "disk", "id"});
+  if (node.empty() || disk.empty())
+    return Status::FailedPrecondition("Workspace " + StrAt(ws, {"metadata", "name"}) +
+                                      " has no disk on a node yet");
+  return std::make_pair(node, disk);
+}
+
+// Where the run goes; with a workspace, sets *node_workspace to the
+// node's name for it.
+Result<DataPlane> ResolveRun(Env& env, const std::string& name, const std::string& workspace,
+                             std::string* node_workspace) {
+  std::string only_node;
+  if (!workspace.empty()) {
+    auto ws = env.kube->Get(kube::WorkspaceResource(), env.ns, workspace);
+    if (!ws.ok()) {
+      if (kube::IsNotFound(ws.status()))
+        return Status::NotFound("Workspace \"" + workspace + "\" not found in namespace " + env.ns);
+      return ws.status();
+    }
+    ASSIGN_OR_RETURN(auto disk, WorkspaceDiskOf(*ws));
+    only_node = disk.first;
+    *node_workspace = disk.second;
+  }
   auto tmpl = env.kube->Get(kube::SandboxTemplateResource(), env.ns, name);
   if (!tmpl.ok()) {
     if (kube::IsNotFound(tmpl.status()))
       return Status::NotFound("SandboxTemplate \"" + name + "\" not found in namespace " + env.ns);
     return tmpl.status();
   }
-  ASSIGN_OR_RETURN(RunTarget t, RunTargetOf(*tmpl));
+  ASSIGN_OR_RETURN(RunTarget t, RunTargetOf(*tmpl, only_node));
   ASSIGN_OR_RETURN(Json secret, env.kube->Get(kube::SecretResource(), env.ns, t.secret));
   auto token = noderuntime::api::Base64Decode(StrAt(secret, {"data", "token"}));
   if (!token.ok() || token->empty())
@@ -98,8 +131,11 @@ int RunRun(const Invocation& inv, Env& env) {
     const auto* p = reinterpret_cast<const uint8_t*>(data.data());
     req["stdinBase64"] = noderuntime::api::Base64Encode({p, data.size()});
   }
-  auto dp = ResolveRun(env, inv.positional[0]);
+  std::string node_workspace;
+  auto dp = ResolveRun(env, inv.positional[0], inv.Has("workspace") ? inv.Get("workspace") : "",
+                       &node_workspace);
   if (!dp.ok()) return Say(env, dp.status().message(), kExecFailed);
+  if (!node_workspace.empty()) req["workspace"] = node_workspace;
   auto client = Connect(*dp);
   if (!client.ok()) return Say(env, client.status().message(), kExecFailed);
   auto r = (*client)->Call("POST", "/v1/templates/" + dp->vm_id + "/run", req);

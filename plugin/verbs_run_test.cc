@@ -101,5 +101,31 @@ TEST_F(RunVerbTest, AWrongRunTokenIsRefusedByTheNode) {
   EXPECT_EQ(node_.runs(), 0);
 }
 
+TEST_F(RunVerbTest, AWorkspaceRunGoesToItsNodeAndNamesItsDisk) {
+  Publish();
+  EXPECT_EQ(Run({"run", "py", "--workspace", "ws", "--", "echo"}), kExecFailed);
+  EXPECT_NE(err_.str().find("Workspace \"ws\" not found"), std::string::npos) << err_.str();
+  ASSERT_TRUE(kube_.Create(kube::WorkspaceResource(), "ns",
+                           {{"metadata", {{"name", "ws"}}}, {"spec", {{"sizeMiB", 64}}}}).ok());
+  EXPECT_EQ(Run({"run", "py", "--workspace", "ws", "--", "echo"}), kExecFailed);
+  EXPECT_NE(err_.str().find("no disk on a node yet"), std::string::npos) << err_.str();
+  auto place = [&](const std::string& node) {
+    ASSERT_TRUE(kube_.Patch(kube::WorkspaceResource(), "ns", "ws", kube::PatchType::kMerge,
+                            {{"status", {{"nodeName", node}, {"disk", {{"id", "w-uid1"}}}}}}, "status").ok());
+  };
+  place("n2");  // the template serves runs on n1 only
+  EXPECT_EQ(Run({"run", "py", "--workspace", "ws", "--", "echo"}), kExecFailed);
+  EXPECT_NE(err_.str().find("not Ready on node n2"), std::string::npos) << err_.str();
+  place("n1");
+  EXPECT_EQ(Run({"run", "py", "--workspace", "ws", "--", "echo"}), kExecFailed);  // no disk w-uid1 yet
+  EXPECT_NE(err_.str().find("w-uid1"), std::string::npos) << err_.str();
+  ASSERT_TRUE(node_.PutWorkspace({.name = "w-uid1", .size_mib = 64}).ok());
+  EXPECT_EQ(Run({"run", "py", "--workspace", "ws", "--", "echo", "in", "ws"}), 0) << err_.str();
+  EXPECT_EQ(out_.str(), "in ws\n");
+  auto held = node_.GetWorkspace("w-uid1");
+  ASSERT_TRUE(held.ok());
+  EXPECT_EQ(held->attached_to, "") << "free again when the run ends";
+}
+
 }  // namespace
 }  // namespace kubicle::plugin
