@@ -128,8 +128,10 @@ TEST_F(KubectlPluginE2E, WaitExecCpLogsTopOverTheNodesTls) {
   ::unsetenv("KUBECONFIG");
   EXPECT_EQ(echo.exit_code, 0) << echo.output;
   EXPECT_EQ(echo.output, "hello from a\n");
-  EXPECT_EQ(Kubicle({"exec", "a", "--", "false"}).exit_code, 1);
-  EXPECT_EQ(Kubicle({"exec", "a", "--", "no-such-command"}).exit_code, 127);
+  auto f = Kubicle({"exec", "a", "--", "false"});
+  EXPECT_EQ(f.exit_code, 1) << f.output;
+  auto nx = Kubicle({"exec", "a", "--", "no-such-command"});
+  EXPECT_EQ(nx.exit_code, 127) << nx.output;
   auto cat = Kubicle({"exec", "a", "-i", "--", "cat"}, "piped in\n");
   EXPECT_EQ(cat.exit_code, 0) << cat.output;
   EXPECT_EQ(cat.output, "piped in\n");

@@ -179,6 +179,7 @@ std::string EncodeTemplateRecord(const TemplateRecord& r) {
             {"mem_mib", s.mem_mib},
             {"vcpus", s.vcpus},
             {"warmup", s.warmup},
+            {"network", network::ToJson(s.network)},
             {"state", TemplateStateName(i.state)},
             {"message", i.message},
             {"digest", i.digest},
@@ -215,6 +216,11 @@ Result<TemplateRecord> DecodeTemplateRecord(const std::string& text) {
   rd.Get("bake_seconds", &i.bake_seconds, false);
   rd.Get("ready_at_ms", &ready, false);
   RETURN_IF_ERROR(rd.status());
+  if (auto n = j.find("network"); n != j.end()) {  // absent in older records: the default
+    auto p = network::ParseNetworkSpec(*n);
+    if (!p.ok()) return Status::DataLoss("record: bad \"network\": " + p.status().message());
+    s.network = *p;
+  }
   ASSIGN_OR_RETURN(i.state, ParseTemplateState(state));
   i.ready_at = FromMs(ready);
   return r;

@@ -242,6 +242,7 @@ TEST(RecordsTest, TemplateRecordRoundTrip) {
   t.info.digest = "sha256:00";
   t.info.snapshot_dir = "/s/templates/tg/snapshot";
   t.info.nic = true;
+  t.info.spec.network = {network::EgressMode::kNone, {}};
   t.info.bake_seconds = 1.5;
   t.info.ready_at = WallTime(std::chrono::milliseconds(5));
   auto back = DecodeTemplateRecord(EncodeTemplateRecord(t));
@@ -251,12 +252,21 @@ TEST(RecordsTest, TemplateRecordRoundTrip) {
   EXPECT_EQ(back->info.spec.warmup, t.info.spec.warmup);
   EXPECT_EQ(back->info.state, TemplateState::kReady);
   EXPECT_TRUE(back->info.nic);
+  EXPECT_EQ(back->info.spec.network, t.info.spec.network);
   t.info.nic = false;
   std::string old = EncodeTemplateRecord(t);
   old.erase(old.find("  \"nic\": false,\n"), 16);
   auto without = DecodeTemplateRecord(old);  // an older record: no NIC
   ASSERT_TRUE(without.ok()) << without.status().ToString() << old;
   EXPECT_FALSE(without->info.nic);
+  // Records from before templates had a policy: the default (internet).
+  auto j = nlohmann::json::parse(old);
+  j.erase("network");
+  auto no_policy = DecodeTemplateRecord(j.dump());
+  ASSERT_TRUE(no_policy.ok()) << no_policy.status().ToString();
+  EXPECT_EQ(no_policy->info.spec.network, network::EgressPolicy{});
+  j["network"] = {{"egress", "sometimes"}};
+  EXPECT_EQ(DecodeTemplateRecord(j.dump()).status().code(), StatusCode::kDataLoss);
   EXPECT_EQ(DecodeTemplateRecord(R"({"version":1,"name":"x"})").status().code(), StatusCode::kDataLoss);
 }
 

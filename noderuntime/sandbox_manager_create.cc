@@ -137,6 +137,7 @@ Status SandboxManager::RegisterSandbox(const std::shared_ptr<Sandbox>& sb, std::
     sb->shape = {ti.spec.mem_mib, ti.spec.vcpus};
     sb->nic = ti.nic;
     sb->workspace_slot = ti.workspace_slot;
+    sb->template_egress = ti.spec.network;
   }
   return table_->Add(sb);  // under mu_: no DeleteTemplate in between
 }
@@ -157,7 +158,7 @@ Result<SandboxInfo> SandboxManager::CreateSandbox(const SandboxSpec& spec) {
   // slot, a policy nft will not load) then costs no VM.
   // The workspace first of all: a refusal (attached elsewhere) costs nothing.
   Status st = spec.workspace.empty() ? Status::Ok() : AttachWorkspace(*sb, spec.workspace);
-  if (st.ok()) st = AttachNetwork(*sb, spec.network);
+  if (st.ok()) st = AttachNetwork(*sb, spec.network.value_or(sb->template_egress));
   steps.Mark("net");
   if (st.ok()) st = AcquireVm(sb->shape, &vm);
   steps.Mark("vmm");

@@ -41,6 +41,7 @@ struct SandboxManager::Sandbox {
   bool holds_suspend_disk = false;  // rec.info.suspended_bytes are counted
   bool nic = false;            // its snapshot has a network device
   bool workspace_slot = false; // its snapshot has a workspace slot
+  network::EgressPolicy template_egress;  // its template's spec.network
   // The workspace it holds (rec.info.workspace names it): its image, and
   // whether releasing it is ours to do (sandbox_manager_workspaces.cc).
   std::string workspace_image;

@@ -87,6 +87,7 @@ Result<std::shared_ptr<SandboxManager::Sandbox>> SandboxManager::StartRunVm(cons
   std::optional<PoolVm> vm;
   StepTimes steps;
   st = options.workspace.empty() ? Status::Ok() : AttachWorkspace(*sb, options.workspace);
+  if (st.ok()) st = AttachNetwork(*sb, sb->template_egress);  // a pooled namespace: a list pop
   if (st.ok()) st = AcquireVm(sb->shape, &vm);
   if (st.ok()) {
     {

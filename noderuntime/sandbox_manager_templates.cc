@@ -33,7 +33,8 @@ Status CheckTemplateSpec(const TemplateSpec& s) {
 
 bool SameSpec(const TemplateSpec& a, const TemplateSpec& b) {
   return a.name == b.name && a.kernel == b.kernel && a.initrd == b.initrd && a.cmdline == b.cmdline &&
-         a.disks == b.disks && a.mem_mib == b.mem_mib && a.vcpus == b.vcpus && a.warmup == b.warmup;
+         a.disks == b.disks && a.mem_mib == b.mem_mib && a.vcpus == b.vcpus && a.warmup == b.warmup &&
+         a.network == b.network;
 }
 
 }  // namespace

@@ -48,6 +48,10 @@ struct TemplateSpec {
   uint64_t mem_mib = 256;
   uint32_t vcpus = 1;
   std::vector<std::string> warmup;    // shell commands, run in order
+  // The egress of its sandboxes that name none and of every per-call run
+  // (SandboxTemplate spec.network; docs/network.md); default: internet.
+  // The bake's own warm-up has the default, so it may fetch packages.
+  network::EgressPolicy network;
 };
 
 enum class TemplateState { kBaking, kReady, kFailed };
@@ -80,8 +84,8 @@ struct SandboxSpec {
   // node agent takes it from Sandbox status.tokenSha256) and no token is
   // minted. Empty: the node mints one and returns it once.
   std::string token_sha256;
-  // spec.network's egress policy (docs/network.md); default: internet.
-  network::EgressPolicy network;
+  // spec.network's egress policy (docs/network.md); unset: the template's.
+  std::optional<network::EgressPolicy> network;
   // ---- workspaces ----
   // The name of a Workspace of this node to attach (mounted at /workspace
   // in a Linux guest); empty: none. One writer at a time: a workspace
@@ -172,6 +176,8 @@ struct RunOptions {
   // the run from restore until its VM has been flushed and stopped, then
   // released before Run returns, so the caller may read its files at once.
   std::string workspace;
+  // No network field: a run's egress is its template's (TemplateSpec::
+  // network), so the token that may run a template cannot widen it.
 };
 
 struct RunTimings {

@@ -4,6 +4,7 @@
 #include <iostream>
 #include <optional>
 
+#include "common/cli_exit.h"
 #include "common/stop_signals.h"
 
 #include "kube/http_kube_client.h"
@@ -13,7 +14,9 @@
 
 using namespace kubicle;
 
-int main(int argc, char** argv) {
+namespace {
+
+int RunPlugin(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   auto inv = plugin::ParseArgs(args);
   if (!inv.ok()) {
@@ -53,7 +56,9 @@ int main(int argc, char** argv) {
   env.out = &std::cout;
   env.err = &std::cerr;
   if (stop) env.wait_for_stop = [&stop] { stop->Wait(); };
-  int code = plugin::RunVerb(*inv, env);
-  std::cout.flush();
-  return code;
+  return plugin::RunVerb(*inv, env);
 }
+
+}  // namespace
+
+int main(int argc, char** argv) { ExitCli(RunPlugin(argc, argv)); }

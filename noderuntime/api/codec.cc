@@ -168,7 +168,7 @@ Result<json> ParseJsonObject(std::string_view body) {
 Result<TemplateSpec> TemplateSpecFromJson(const json& body, const std::string& name) {
   Fields f(body);
   RETURN_IF_ERROR(f.OnlyKnown(
-      {"name", "kernel", "initrd", "cmdline", "disks", "memMib", "vcpus", "warmup"}));
+      {"name", "kernel", "initrd", "cmdline", "disks", "memMib", "vcpus", "warmup", "network"}));
   TemplateSpec spec;
   spec.name = name;
   std::string body_name = name;
@@ -188,6 +188,8 @@ Result<TemplateSpec> TemplateSpecFromJson(const json& body, const std::string& n
   RETURN_IF_ERROR(f.Int("vcpus", 1, 64, &vcpus));
   if (mem) spec.mem_mib = static_cast<uint64_t>(*mem);
   if (vcpus) spec.vcpus = static_cast<uint32_t>(*vcpus);
+  auto net = body.find("network");
+  ASSIGN_OR_RETURN(spec.network, network::ParseNetworkSpec(net == body.end() ? json() : *net));
   return spec;
 }
 
@@ -213,9 +215,11 @@ Result<SandboxSpec> SandboxSpecFromJson(const json& body) {
   RETURN_IF_ERROR(f.String("workspace", &spec.workspace));
   if (!spec.workspace.empty() && !ValidId(spec.workspace))
     return Status::InvalidArgument("field \"workspace\" must be a DNS-1123 label");
-  // Strict (unknown keys, bad CIDRs, ports, limits), as spec.network.
-  auto net = body.find("network");
-  ASSIGN_OR_RETURN(spec.network, network::ParseNetworkSpec(net == body.end() ? json() : *net));
+  // Strict (unknown keys, bad CIDRs, ports, limits), as spec.network;
+  // absent or null: the template's.
+  if (auto net = body.find("network"); net != body.end() && !net->is_null()) {
+    ASSIGN_OR_RETURN(spec.network, network::ParseNetworkSpec(*net));
+  }
   return spec;
 }
 
@@ -280,7 +284,7 @@ std::string FormatTime(WallTime t) {
 json ToJson(const TemplateSpec& s) {
   return json{{"name", s.name},     {"kernel", s.kernel}, {"initrd", s.initrd},
               {"cmdline", s.cmdline}, {"disks", s.disks}, {"memMib", s.mem_mib},
-              {"vcpus", s.vcpus},   {"warmup", s.warmup}};
+              {"vcpus", s.vcpus},   {"warmup", s.warmup}, {"network", network::ToJson(s.network)}};
 }
 
 json ToJson(const TemplateInfo& info) {

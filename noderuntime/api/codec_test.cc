@@ -57,11 +57,15 @@ TEST(SandboxSpec, ParsesAndRejects) {
 TEST(SandboxSpec, NetworkIsParsedStrictly) {
   auto none = SandboxSpecFromJson(json::parse(R"({"template":"t"})"));
   ASSERT_TRUE(none.ok());
-  EXPECT_EQ(none->network, network::EgressPolicy{}) << "default: internet";
+  EXPECT_FALSE(none->network) << "none given: the template's";
+  auto null = SandboxSpecFromJson(json::parse(R"({"template":"t","network":null})"));
+  ASSERT_TRUE(null.ok());
+  EXPECT_FALSE(null->network);
   auto allow = SandboxSpecFromJson(json::parse(
       R"({"template":"t","network":{"egress":{"allow":[{"cidr":"10.1.0.0/16","ports":[5432]}]}}})"));
   ASSERT_TRUE(allow.ok()) << allow.status().ToString();
-  EXPECT_EQ(allow->network.mode, network::EgressMode::kAllow);
+  ASSERT_TRUE(allow->network);
+  EXPECT_EQ(allow->network->mode, network::EgressMode::kAllow);
   for (const char* bad : {R"({"template":"t","network":"none"})",
                           R"({"template":"t","network":{"egress":"nope"}})",
                           R"({"template":"t","network":{"egress":{"allow":[{"cidr":"10.1.0.1/16"}]}}})",
@@ -70,6 +74,21 @@ TEST(SandboxSpec, NetworkIsParsedStrictly) {
     auto r = SandboxSpecFromJson(json::parse(bad));
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << bad;
   }
+}
+
+TEST(TemplateSpec, NetworkIsTheEgressOfItsSandboxesAndRuns) {
+  auto dflt = TemplateSpecFromJson(json::parse(R"({"kernel":"/k"})"), "t");
+  ASSERT_TRUE(dflt.ok()) << dflt.status().ToString();
+  EXPECT_EQ(dflt->network, network::EgressPolicy{}) << "default: internet";
+  auto none = TemplateSpecFromJson(json::parse(R"({"kernel":"/k","network":{"egress":"none"}})"), "t");
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_EQ(none->network.mode, network::EgressMode::kNone);
+  EXPECT_EQ(ToJson(*none)["network"]["egress"], "none");
+  EXPECT_EQ(TemplateSpecFromJson(json::parse(R"({"kernel":"/k","network":{"egress":"nope"}})"), "t")
+                .status().code(), StatusCode::kInvalidArgument);
+  // A run takes its template's egress: the run token cannot widen it.
+  auto run = RunOptionsFromJson("t", json::parse(R"({"argv":["true"],"network":{"egress":"internet"}})"));
+  EXPECT_EQ(run.status().code(), StatusCode::kInvalidArgument) << run.status().ToString();
 }
 
 TEST(Json, SandboxNetworkShowsPolicyAndMac) {

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <map>
 
+#include "common/cli_exit.h"
 #include "common/file_io.h"
 #include "noderuntime/cli/args.h"
 #include "noderuntime/cli/commands.h"
@@ -117,4 +118,4 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace kubicle::noderuntime::cli
 
-int main(int argc, char** argv) { return kubicle::noderuntime::cli::Main(argc, argv); }
+int main(int argc, char** argv) { kubicle::ExitCli(kubicle::noderuntime::cli::Main(argc, argv)); }

@@ -54,6 +54,7 @@ Status FakeNetSystem::Nft(const std::string& netns, const std::string& ruleset) 
   if (Failing("nft")) return Status::Internal("nft failed (injected)");
   if (!netns.empty() && !namespaces_.count(netns)) return Status::Internal("nft: no namespace " + netns);
   rulesets_[netns] = ruleset;
+  nft_history_[netns].push_back(ruleset);
   return Status::Ok();
 }
 
@@ -139,6 +140,11 @@ std::vector<std::string> FakeNetSystem::batches(const std::string& netns) const 
   std::lock_guard l(mu_);
   auto it = batches_.find(netns);
   return it == batches_.end() ? std::vector<std::string>{} : it->second;
+}
+std::vector<std::string> FakeNetSystem::rulesets_applied(const std::string& netns) const {
+  std::lock_guard l(mu_);
+  auto it = nft_history_.find(netns);
+  return it == nft_history_.end() ? std::vector<std::string>{} : it->second;
 }
 size_t FakeNetSystem::calls() const {
   std::lock_guard l(mu_);

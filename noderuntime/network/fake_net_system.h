@@ -39,6 +39,9 @@ class FakeNetSystem final : public NetSystem {
   std::string sysctl(const std::string& netns, const std::string& key) const;
   // Every batch sent to `ip` for `netns`, in order.
   std::vector<std::string> batches(const std::string& netns) const;
+  // Every ruleset sent to `nft` for `netns`, in order; kept after the
+  // namespace goes, as batches are.
+  std::vector<std::string> rulesets_applied(const std::string& netns) const;
   size_t calls() const;
 
  private:
@@ -52,6 +55,7 @@ class FakeNetSystem final : public NetSystem {
   std::map<std::string, std::string> rulesets_;
   std::map<std::string, std::string> sysctls_;
   std::map<std::string, std::vector<std::string>> batches_;
+  std::map<std::string, std::vector<std::string>> nft_history_;
   size_t calls_ = 0;
 };
 

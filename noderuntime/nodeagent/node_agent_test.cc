@@ -95,6 +95,22 @@ TEST(TemplateSync, SpecFromTemplateResolvesEveryImage) {
   EXPECT_EQ(spec->warmup, (std::vector<std::string>{"python3 -c 'import json'", "true"}));
 }
 
+TEST(TemplateSync, SpecNetworkIsTheTemplatesEgress) {
+  auto ok = [](const ImageSource&) -> Result<std::string> { return std::string("/x"); };
+  auto dflt = TemplateSpecFrom(Template(), "t", ok);
+  ASSERT_TRUE(dflt.ok()) << dflt.status().ToString();
+  EXPECT_EQ(dflt->network, network::EgressPolicy{}) << "none given: internet";
+  kube::Json t = Template();
+  t["spec"]["network"] = {{"egress", "none"}};
+  auto none = TemplateSpecFrom(t, "t", ok);
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_EQ(none->network.mode, network::EgressMode::kNone);
+  t["spec"]["network"] = {{"egress", {{"allow", {{{"cidr", "10.0.0.1/8"}}}}}}};  // host bits set
+  auto bad = TemplateSpecFrom(t, "t", ok);
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("spec.network"), std::string::npos) << bad.status().ToString();
+}
+
 TEST(TemplateSync, AResolveErrorFailsTheSpecWithItsMessage) {
   auto spec = TemplateSpecFrom(Template(), "t", [](const ImageSource& src) -> Result<std::string> {
     if (src.field == "rootfs") return Status::PermissionDenied("rootfs \"/etc/shadow\" is outside");
@@ -151,14 +167,15 @@ TEST(SandboxSync, DesiredVmFollowsTheObject) {
 }
 
 TEST(SandboxSync, DesiredVmCarriesSpecNetwork) {
-  EXPECT_EQ(DesiredVmOf(Sandbox())->spec.network, network::EgressPolicy{}) << "none given: internet";
+  EXPECT_FALSE(DesiredVmOf(Sandbox())->spec.network) << "none given: the template's";
   kube::Json s = Sandbox();
   s["spec"]["network"] = {{"egress", {{"allow", {{{"cidr", "1.2.3.0/24"}, {"ports", {443}}}}}}}};
   auto d = DesiredVmOf(s);
   ASSERT_TRUE(d.ok()) << d.status().ToString();
-  EXPECT_EQ(d->spec.network.mode, network::EgressMode::kAllow);
-  ASSERT_EQ(d->spec.network.allow.size(), 1u);
-  EXPECT_EQ(d->spec.network.allow[0].ports, std::vector<uint16_t>{443});
+  ASSERT_TRUE(d->spec.network);
+  EXPECT_EQ(d->spec.network->mode, network::EgressMode::kAllow);
+  ASSERT_EQ(d->spec.network->allow.size(), 1u);
+  EXPECT_EQ(d->spec.network->allow[0].ports, std::vector<uint16_t>{443});
   s["spec"]["network"] = {{"egress", "everything"}};
   auto bad = DesiredVmOf(s);
   ASSERT_FALSE(bad.ok());

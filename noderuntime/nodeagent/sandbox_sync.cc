@@ -79,9 +79,12 @@ Result<DesiredVm> DesiredVmOf(const Json& sandbox) {
   }
   // Checked strictly here too (the CRD keeps egress free-form): a bad
   // policy fails the Sandbox with the reason instead of running wider.
-  auto network = network::ParseNetworkSpec(At(sandbox, {"spec", "network"}));
-  if (!network.ok()) return Status::InvalidArgument("spec." + network.status().message());
-  d.spec.network = *network;
+  // None given: its template's.
+  if (const Json& net = At(sandbox, {"spec", "network"}); !net.is_null()) {
+    auto network = network::ParseNetworkSpec(net);
+    if (!network.ok()) return Status::InvalidArgument("spec." + network.status().message());
+    d.spec.network = *network;
+  }
   d.template_name = StrAt(sandbox, {"spec", "templateRef", "name"});
   d.fork_source = StrAt(sandbox, {"spec", "forkSource"});
   d.workspace_ref = StrAt(sandbox, {"spec", "workspaceRef", "name"});

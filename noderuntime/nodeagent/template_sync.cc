@@ -67,6 +67,11 @@ Result<TemplateSpec> TemplateSpecFrom(const Json& tmpl, const std::string& node_
       s.warmup.push_back(ShellJoin(argv));
     }
   }
+  // The egress of its sandboxes that name none and of its per-call runs;
+  // strict here as a Sandbox's (the CRD keeps egress free-form).
+  auto network = network::ParseNetworkSpec(At(spec, {"network"}));
+  if (!network.ok()) return Status::InvalidArgument("spec." + network.status().message());
+  s.network = *network;
   return s;
 }
 

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <thread>
 
 #include "common/unique_fd.h"
@@ -321,7 +322,7 @@ class FakeVm {
       if (state_ != "running" && state_ != "paused") return Status::FailedPrecondition("vm is " + state_);
     }
     if (::mkdir(r.dir.c_str(), 0755) != 0) return Status::FromErrno("mkdir " + r.dir);
-    AppendFile(r.dir + "/state", "fake snapshot state of " + id_ + "\n");
+    AppendFile(r.dir + "/state", "fake snapshot state of " + id_ + "\n" + (net_ ? "nic\n" : ""));
     AppendFile(r.dir + "/memory", std::string(4096, '\0'));
     std::lock_guard l(mu_);
     state_ = r.resume ? "running" : "paused";
@@ -333,6 +334,14 @@ class FakeVm {
       if (state_ != "pooled") return Status::FailedPrecondition("not a pool vm (vm is " + state_ + ")");
       if (::access((r.snapshot + "/state").c_str(), R_OK) != 0)
         return Status::NotFound("no snapshot state in " + r.snapshot);
+      // As kubicle-vmm: a snapshot's NIC and a network attachment come together.
+      std::ifstream state(r.snapshot + "/state");
+      const std::string text((std::istreambuf_iterator<char>(state)), std::istreambuf_iterator<char>());
+      const bool has_nic = text.find("\nnic\n") != std::string::npos;
+      if (has_nic && !r.net)
+        return Status::InvalidArgument("the snapshot has a network device: a network attachment is required");
+      if (!has_nic && r.net)
+        return Status::InvalidArgument("a network attachment was given but the snapshot has no network device");
       if (r.vsock_uds) vsock_path_ = *r.vsock_uds;
       if (r.serial) serial_path_ = *r.serial;
       if (r.id) id_ = *r.id;
