@@ -32,6 +32,7 @@ from .errors import (
     TemplateNotFoundError,
     TemplateNotReadyError,
     UnsupportedError,
+    WorkspaceFailedError,
     WorkspaceInUseError,
     WorkspaceNotFoundError,
     WorkspaceNotSupportedError,
@@ -54,5 +55,6 @@ __all__ = [
     "SandboxFailedError", "SandboxNotFoundError", "SandboxNotReadyError", "SandboxTimeoutError",
     "TemplateError", "TemplateNotFoundError", "TemplateNotReadyError", "UnsupportedError",
     "WorkspaceNotSupportedError", "WorkspaceNotFoundError", "WorkspaceInUseError",
+    "WorkspaceFailedError",
     "Workspaces", "AsyncWorkspaces", "WorkspaceInfo",
 ]

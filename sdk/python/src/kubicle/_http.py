@@ -97,6 +97,28 @@ class TlsPool:
             return out
 
 
+@dataclass(frozen=True)
+class NodeTransport:
+    """How to reach one cluster node's data plane: its scheme, the pooled
+    client verifying it (None: the client's default) and the SSL context
+    raw sockets (port streams) use (None: from the client's ``verify=``)."""
+
+    scheme: str
+    http: Any = None
+    ssl: Optional[ssl.SSLContext] = None
+
+
+def node_transport(ca_pem: Optional[str], cfg: TransportConfig, pool: TlsPool) -> NodeTransport:
+    """A node publishing a CA on its Lease is https verified against exactly
+    that CA, unless the client's own ``verify=`` was given (it wins); a node
+    publishing none is the client's scheme (plain http by the protocol)."""
+    if ca_pem is None:
+        return NodeTransport(cfg.scheme)
+    if cfg.verify is not True:
+        return NodeTransport("https")
+    return NodeTransport("https", pool.client(ca_pem), tls_context(ca_pem))
+
+
 def auth(token: str) -> Dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 

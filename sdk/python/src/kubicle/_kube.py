@@ -10,7 +10,7 @@ import os
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, TypeVar
 
-from . import _http, _kobj, _watchcache, errors
+from . import _http, _kobj, _watchcache, _workspace_obj, errors
 from ._labels import FORK_OF
 from ._ref import Ref
 
@@ -215,7 +215,8 @@ class KubeBackend:
             return self._do(self._co.delete_namespaced_custom_object, _kobj.GROUP, _kobj.VERSION,
                             self.namespace, plural, name,
                             body=client.V1DeleteOptions(propagation_policy=policy),
-                            what=f"delete {plural[:-1]} {name}", sandbox=name)
+                            what=f"delete {plural[:-1]} {name}",
+                            sandbox=None if plural == _kobj.WORKSPACES else name)
         except errors.NotFoundError:
             return None
 
@@ -287,15 +288,11 @@ class KubeBackend:
         if not _kobj.is_ready(obj):
             obj = self.get(ref.info.name).raw
             ref.raw, ref.info = obj, _kobj.sandbox_info(obj)
-        ca = self._serving_ca(_kobj.node_of(obj), ref.info.name)
-        base = _kobj.data_plane_url("https" if ca else self._scheme, obj)
-        secret = obj["status"]["tokenSecretName"]
-        s = self._do(self._core.read_namespaced_secret, secret, self.namespace,
-                     what=f"read token Secret {secret}", sandbox=ref.info.name)
-        ref.token = _kobj.token_from_secret(s.data, secret)
-        # The client's own verify= wins when given; else exactly the node's CA.
-        ref.http = self._tls.client(ca) if ca and self._transport.verify is True else None
-        ref.ssl = _http.tls_context(ca) if ca and self._transport.verify is True else None
+        transport = self._node_transport(_kobj.node_of(obj), ref.info.name)
+        base = _kobj.data_plane_url(transport.scheme, obj)
+        ref.token = self._secret_token(obj["status"]["tokenSecretName"], "token",
+                                       sandbox=ref.info.name)
+        ref.http, ref.ssl = transport.http, transport.ssl
         ref.base = base
 
     def run_target(self, template: str, workspace: Optional[str] = None) -> Any:
@@ -312,25 +309,22 @@ class KubeBackend:
                                                reason="TemplateNotFound", status_code=404) from e
         only = node_workspace = None
         if workspace is not None:
-            from ._run import workspace_node
-
-            try:
-                ws = self._do(self._co.get_namespaced_custom_object, _kobj.GROUP, _kobj.VERSION,
-                              self.namespace, _kobj.WORKSPACES, workspace,
-                              what=f"get Workspace {workspace}")
-            except errors.NotFoundError as e:
-                raise errors.WorkspaceNotFoundError(f"no Workspace {workspace}",
-                                                    reason="WorkspaceNotFound", status_code=404) from e
-            only, node_workspace = workspace_node(ws)
+            only, node_workspace = _workspace_obj.workspace_node(self.get_workspace(workspace))
         node, endpoint, node_template = pick_node(obj, only)
-        secret = run_token_secret(obj)
+        token = self._secret_token(run_token_secret(obj), "run-token")
+        transport = self._node_transport(node, template)
+        return RunTarget(base=f"{transport.scheme}://{endpoint}", node_template=node_template,
+                         token=token, node_workspace=node_workspace, http=transport.http)
+
+    def _secret_token(self, secret: str, kind: str, sandbox: Optional[str] = None) -> str:
+        """data.token of Secret ``secret`` (a Sandbox's, a template's run
+        token, a Workspace's)."""
         s = self._do(self._core.read_namespaced_secret, secret, self.namespace,
-                     what=f"read run-token Secret {secret}")
-        ca = self._serving_ca(node, template)
-        return RunTarget(base=f"{'https' if ca else self._scheme}://{endpoint}",
-                         node_template=node_template, token=_kobj.token_from_secret(s.data, secret),
-                         node_workspace=node_workspace,
-                         http=self._tls.client(ca) if ca and self._transport.verify is True else None)
+                     what=f"read {kind} Secret {secret}", sandbox=sandbox)
+        return _kobj.token_from_secret(s.data, secret)
+
+    def _node_transport(self, node: str, sandbox: str) -> _http.NodeTransport:
+        return _http.node_transport(self._serving_ca(node, sandbox), self._transport, self._tls)
 
     def _serving_ca(self, node: str, sandbox: str) -> Optional[str]:
         """The CA the node's Lease publishes; None for a node without one."""
@@ -441,3 +435,77 @@ class KubeBackend:
         except errors.KubicleError:
             fork = None
         raise step.timeout(timeout, objs, fork)
+
+    # --- Workspaces (client.workspaces) -------------------------------------
+
+    def get_workspace(self, name: str) -> Dict[str, Any]:
+        try:
+            obj: Dict[str, Any] = self._do(
+                self._co.get_namespaced_custom_object, _kobj.GROUP, _kobj.VERSION,
+                self.namespace, _kobj.WORKSPACES, name, what=f"get Workspace {name}")
+        except errors.NotFoundError as e:
+            raise _workspace_obj.not_found(name) from e
+        return obj
+
+    def list_workspaces(self) -> List[Dict[str, Any]]:
+        objs, _ = self._list(_kobj.WORKSPACES)
+        return [o for _, o in sorted(objs.items())]
+
+    def create_workspace(self, name: str, size_mib: int, labels: Optional[Mapping[str, str]],
+                         timeout: float) -> Dict[str, Any]:
+        """Creates the Workspace (or finds one of that size) and returns it
+        once Ready. One this call made is deleted again if that fails."""
+        body = _workspace_obj.manifest(namespace=self.namespace, name=name, size_mib=size_mib,
+                                       labels=labels)
+        try:
+            self._do(self._co.create_namespaced_custom_object, _kobj.GROUP, _kobj.VERSION,
+                     self.namespace, _kobj.WORKSPACES, body, what=f"create Workspace {name}")
+        except errors.ConflictError as e:
+            if e.reason != "AlreadyExists":
+                raise
+            _workspace_obj.check_size(self.get_workspace(name), size_mib)
+            return self._wait_ready_workspace(name, timeout)
+        try:
+            return self._wait_ready_workspace(name, timeout)
+        except BaseException:
+            self._delete(_kobj.WORKSPACES, name, "Background")  # not a half-made disk left behind
+            raise
+
+    def delete_workspace(self, name: str, *, wait: bool, timeout: float) -> None:
+        """Refuses while a Sandbox uses it (as a standalone node does);
+        else deletes it, with ``wait`` until the node has removed the disk."""
+        obj = self.get_workspace(name)
+        in_use = _workspace_obj.deletion_blocked(obj) or _workspace_obj.attached(obj)
+        if in_use is not None:
+            raise in_use
+        if self._delete(_kobj.WORKSPACES, name, "Background") is not None and wait:
+            self._wait_workspace(name, _workspace_obj.GoneStep(name), timeout)
+
+    def workspace_files(self, name: str, *, with_token: bool) -> _workspace_obj.FilesTarget:
+        """Where the Workspace's files are: its node's data plane (verified
+        as a Sandbox's is), the node's name of the disk and, ``with_token``,
+        the token from its Secret."""
+        obj = self.get_workspace(name)
+        node, disk = _workspace_obj.workspace_node(obj)
+        endpoint = _workspace_obj.endpoint_of(obj)
+        token = ""
+        if with_token:
+            secret = _workspace_obj.token_secret_of(obj)
+            try:
+                token = self._secret_token(secret, "workspace token")
+            except errors.NotFoundError as e:
+                raise _workspace_obj.missing_secret(name, secret) from e
+        transport = self._node_transport(node, name)
+        return _workspace_obj.FilesTarget(scheme=transport.scheme, endpoint=endpoint, disk=disk,
+                                          token=token, http=transport.http)
+
+    def _wait_ready_workspace(self, name: str, timeout: float) -> Dict[str, Any]:
+        obj: Dict[str, Any] = self._wait_workspace(name, _workspace_obj.ReadyStep(name), timeout)
+        return obj
+
+    def _wait_workspace(self, name: str, step: Any, timeout: float) -> Any:
+        r, objs = self._watch(_kobj.WORKSPACES, timeout, step,
+                              field_selector=f"metadata.name={name}")
+        if r is None:
+            raise step.timeout(timeout, objs)
+        return r

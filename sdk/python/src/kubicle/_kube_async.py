@@ -8,7 +8,7 @@ import asyncio
 import time
 from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Tuple, TypeVar
 
-from . import _http, _kobj, _watchcache, errors
+from . import _http, _kobj, _watchcache, _workspace_obj, errors
 from ._kube import (REPLACED_MESSAGE, TOKEN_RETRIES, incluster_files, incluster_namespace,
                     kubeconfig_namespace, kubeconfig_path, log, use_incluster)
 from ._labels import FORK_OF
@@ -164,7 +164,8 @@ class AsyncKubeBackend:
             return await self._do(self._co.delete_namespaced_custom_object, _kobj.GROUP,
                                   _kobj.VERSION, self.namespace, plural, name,
                                   body=client.V1DeleteOptions(propagation_policy=policy),
-                                  what=f"delete {plural[:-1]} {name}", sandbox=name)
+                                  what=f"delete {plural[:-1]} {name}",
+                                  sandbox=None if plural == _kobj.WORKSPACES else name)
         except errors.NotFoundError:
             return None
 
@@ -263,14 +264,11 @@ class AsyncKubeBackend:
         if not _kobj.is_ready(obj):
             obj = (await self.get(ref.info.name)).raw
             ref.raw, ref.info = obj, _kobj.sandbox_info(obj)
-        ca = await self._serving_ca(_kobj.node_of(obj), ref.info.name)
-        base = _kobj.data_plane_url("https" if ca else self._scheme, obj)
-        secret = obj["status"]["tokenSecretName"]
-        s = await self._do(self._core.read_namespaced_secret, secret, self.namespace,
-                           what=f"read token Secret {secret}", sandbox=ref.info.name)
-        ref.token = _kobj.token_from_secret(s.data, secret)
-        ref.http = self._tls.client(ca) if ca and self._transport.verify is True else None
-        ref.ssl = _http.tls_context(ca) if ca and self._transport.verify is True else None
+        transport = await self._node_transport(_kobj.node_of(obj), ref.info.name)
+        base = _kobj.data_plane_url(transport.scheme, obj)
+        ref.token = await self._secret_token(obj["status"]["tokenSecretName"], "token",
+                                             sandbox=ref.info.name)
+        ref.http, ref.ssl = transport.http, transport.ssl
         ref.base = base
 
     async def run_target(self, template: str, workspace: Optional[str] = None) -> Any:
@@ -286,25 +284,22 @@ class AsyncKubeBackend:
                                                reason="TemplateNotFound", status_code=404) from e
         only = node_workspace = None
         if workspace is not None:
-            from ._run import workspace_node
-
-            try:
-                ws = await self._do(self._co.get_namespaced_custom_object, _kobj.GROUP, _kobj.VERSION,
-                              self.namespace, _kobj.WORKSPACES, workspace,
-                              what=f"get Workspace {workspace}")
-            except errors.NotFoundError as e:
-                raise errors.WorkspaceNotFoundError(f"no Workspace {workspace}",
-                                                    reason="WorkspaceNotFound", status_code=404) from e
-            only, node_workspace = workspace_node(ws)
+            only, node_workspace = _workspace_obj.workspace_node(
+                await self.get_workspace(workspace))
         node, endpoint, node_template = pick_node(obj, only)
-        secret = run_token_secret(obj)
+        token = await self._secret_token(run_token_secret(obj), "run-token")
+        transport = await self._node_transport(node, template)
+        return RunTarget(base=f"{transport.scheme}://{endpoint}", node_template=node_template,
+                         token=token, node_workspace=node_workspace, http=transport.http)
+
+    async def _secret_token(self, secret: str, kind: str, sandbox: Optional[str] = None) -> str:
         s = await self._do(self._core.read_namespaced_secret, secret, self.namespace,
-                           what=f"read run-token Secret {secret}")
-        ca = await self._serving_ca(node, template)
-        return RunTarget(base=f"{'https' if ca else self._scheme}://{endpoint}",
-                         node_template=node_template, token=_kobj.token_from_secret(s.data, secret),
-                         node_workspace=node_workspace,
-                         http=self._tls.client(ca) if ca and self._transport.verify is True else None)
+                           what=f"read {kind} Secret {secret}", sandbox=sandbox)
+        return _kobj.token_from_secret(s.data, secret)
+
+    async def _node_transport(self, node: str, sandbox: str) -> _http.NodeTransport:
+        return _http.node_transport(await self._serving_ca(node, sandbox), self._transport,
+                                    self._tls)
 
     async def _serving_ca(self, node: str, sandbox: str) -> Optional[str]:
         from kubernetes_asyncio.client.rest import ApiException
@@ -408,3 +403,74 @@ class AsyncKubeBackend:
             raise
         await self._delete(_kobj.FORKS, fname, "Orphan")  # see _kube.py
         return [self._ref(c) for c in r]
+
+    # --- Workspaces (AsyncKubicle.workspaces): KubeBackend's, awaited ------
+
+    async def get_workspace(self, name: str) -> Dict[str, Any]:
+        try:
+            obj: Dict[str, Any] = await self._do(
+                self._co.get_namespaced_custom_object, _kobj.GROUP, _kobj.VERSION,
+                self.namespace, _kobj.WORKSPACES, name, what=f"get Workspace {name}")
+        except errors.NotFoundError as e:
+            raise _workspace_obj.not_found(name) from e
+        return obj
+
+    async def list_workspaces(self) -> List[Dict[str, Any]]:
+        objs, _ = await self._list(_kobj.WORKSPACES)
+        return [o for _, o in sorted(objs.items())]
+
+    async def create_workspace(self, name: str, size_mib: int,
+                               labels: Optional[Mapping[str, str]],
+                               timeout: float) -> Dict[str, Any]:
+        await self.start()
+        body = _workspace_obj.manifest(namespace=self.namespace, name=name, size_mib=size_mib,
+                                       labels=labels)
+        try:
+            await self._do(self._co.create_namespaced_custom_object, _kobj.GROUP, _kobj.VERSION,
+                           self.namespace, _kobj.WORKSPACES, body, what=f"create Workspace {name}")
+        except errors.ConflictError as e:
+            if e.reason != "AlreadyExists":
+                raise
+            _workspace_obj.check_size(await self.get_workspace(name), size_mib)
+            return await self._wait_ready_workspace(name, timeout)
+        try:
+            return await self._wait_ready_workspace(name, timeout)
+        except BaseException:
+            # Not a half-made disk left behind (a cancelled task included).
+            await asyncio.shield(self._delete(_kobj.WORKSPACES, name, "Background"))
+            raise
+
+    async def delete_workspace(self, name: str, *, wait: bool, timeout: float) -> None:
+        obj = await self.get_workspace(name)
+        in_use = _workspace_obj.deletion_blocked(obj) or _workspace_obj.attached(obj)
+        if in_use is not None:
+            raise in_use
+        if await self._delete(_kobj.WORKSPACES, name, "Background") is not None and wait:
+            await self._wait_workspace(name, _workspace_obj.GoneStep(name), timeout)
+
+    async def workspace_files(self, name: str, *, with_token: bool) -> _workspace_obj.FilesTarget:
+        obj = await self.get_workspace(name)
+        node, disk = _workspace_obj.workspace_node(obj)
+        endpoint = _workspace_obj.endpoint_of(obj)
+        token = ""
+        if with_token:
+            secret = _workspace_obj.token_secret_of(obj)
+            try:
+                token = await self._secret_token(secret, "workspace token")
+            except errors.NotFoundError as e:
+                raise _workspace_obj.missing_secret(name, secret) from e
+        transport = await self._node_transport(node, name)
+        return _workspace_obj.FilesTarget(scheme=transport.scheme, endpoint=endpoint, disk=disk,
+                                          token=token, http=transport.http)
+
+    async def _wait_ready_workspace(self, name: str, timeout: float) -> Dict[str, Any]:
+        obj: Dict[str, Any] = await self._wait_workspace(name, _workspace_obj.ReadyStep(name),
+                                                         timeout)
+        return obj
+
+    async def _wait_workspace(self, name: str, step: Any, timeout: float) -> Any:
+        r, objs = await self._watch(_kobj.WORKSPACES, timeout, step,
+                                    field_selector=f"metadata.name={name}")
+        if r is None:
+            raise step.timeout(timeout, objs)
+        return r

@@ -33,20 +33,6 @@ def run_body(command: Command, *, timeout_seconds: Optional[float],
     return body
 
 
-def workspace_node(workspace: Mapping[str, Any]) -> Tuple[str, str]:
-    """The node a Workspace object lives on (status.nodeName), where a run
-    with it must go, and that node's name for its disk (status.disk.id:
-    object names repeat across namespaces, so the node's is w-<uid>)."""
-    name = (workspace.get("metadata") or {}).get("name", "")
-    status = workspace.get("status") or {}
-    node = status.get("nodeName")
-    disk = (status.get("disk") or {}).get("id")
-    if not node or not disk:
-        raise errors.ConflictError(f"Workspace {name} has no disk on a node yet",
-                                   reason="WorkspaceNotReady", status_code=409)
-    return str(node), str(disk)
-
-
 def run_path(node_template: str) -> str:
     return f"/v1/templates/{node_template}/run"
 

@@ -4,35 +4,44 @@ by name (mounted at /workspace in a Linux guest); while nobody holds it,
 its files are read and written through the node's data plane without a VM
 (``files(name)``), with the workspace's own token or the node's admin token.
 
-Sync and async. Creating, listing and deleting workspaces goes to a
-standalone node's API; with Kubernetes, those are Workspace objects (kubectl
-or the operator) and ``files(name, token=..., endpoint=...)`` reaches the
-workspace's node directly."""
+Sync and async, in both modes. On a standalone node these are its
+/v1/workspaces routes with the admin token. With Kubernetes they are
+Workspace objects in the client's namespace (the operator places each on a
+node and mints its token into a Secret; that node makes the disk), and
+``files(name)`` finds the data plane from the object as a Sandbox's is
+found (``_kube.py``, ``_workspace_obj.py``)."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional
+import dataclasses
+from typing import Any, Callable, Dict, List, Mapping, Optional
 
-import httpx
-
-from . import _http, errors
+from . import _workspace_obj, errors
 from ._dataplane import AsyncDataPlane, DataPlane
+from ._workspace_obj import FilesTarget
+from .client import DEFAULT_CREATE_TIMEOUT, DEFAULT_DELETE_TIMEOUT
 from .models import WorkspaceInfo
 
 
 def workspace_info(j: Mapping[str, Any]) -> WorkspaceInfo:
-    return WorkspaceInfo(name=str(j.get("name", "")), size_mib=int(j.get("sizeMiB", 0)),
+    """A standalone node's answer as WorkspaceInfo (its name is the node's)."""
+    name = str(j.get("name", ""))
+    return WorkspaceInfo(name=name, size_mib=int(j.get("sizeMiB", 0)),
                          filesystem=str(j.get("filesystem", "ext4")),
                          labels=dict(j.get("labels") or {}), state=str(j.get("state", "")),
                          message=str(j.get("message", "")), attached_to=j.get("attachedTo"),
                          bytes_used=int(j.get("bytesUsed", 0)),
-                         created_at=str(j.get("createdAt", "")), token=j.get("token"))
+                         created_at=str(j.get("createdAt", "")), token=j.get("token"), id=name)
+
+
+def check_size_mib(size_mib: int) -> None:
+    if not isinstance(size_mib, int) or isinstance(size_mib, bool) or size_mib < 8:
+        raise ValueError("size_mib must be an int of at least 8")
 
 
 def put_body(size_mib: int, labels: Optional[Mapping[str, str]],
              token_sha256: Optional[str]) -> Dict[str, Any]:
-    if not isinstance(size_mib, int) or size_mib < 8:
-        raise ValueError("size_mib must be an int of at least 8")
+    check_size_mib(size_mib)
     body: Dict[str, Any] = {"sizeMiB": size_mib}
     if labels:
         body["labels"] = dict(labels)
@@ -53,20 +62,30 @@ def refine(e: errors.KubicleError, name: str) -> errors.KubicleError:
 
 
 class _Handle:
-    """What Filesystem needs of its owner: a data plane."""
+    """What Filesystem needs of its owner: a data plane. ``find`` says where
+    the workspace's files are; it runs on first use (with Kubernetes it
+    reads the Workspace, its Secret and its node's Lease) and is kept."""
 
-    def __init__(self, http: Any, base: str, token: str, name: str, async_: bool) -> None:
-        self._http, self._base, self._token, self._name, self._async = http, base, token, name, async_
+    def __init__(self, client: Any, name: str, find: Callable[[], Any]) -> None:
+        self._client, self._name, self._find = client, name, find
+        self._target: Optional[FilesTarget] = None
 
     def _dp(self) -> Any:
-        dp = _Refining(DataPlane(self._http, self._base, self._token, self._name), self._name)
-        if not self._async:
-            return dp
+        if self._target is None:
+            self._target = self._find()
+        return self._plane(DataPlane, self._target)
 
-        async def ready() -> Any:  # AsyncFilesystem awaits its owner's _dp()
-            return _Refining(AsyncDataPlane(self._http, self._base, self._token, self._name),
-                             self._name)
-        return ready()
+    def _plane(self, kind: Any, t: FilesTarget) -> "_Refining":
+        return _Refining(kind(t.http or self._client._http, t.base, t.token, self._name), self._name)
+
+
+class _AsyncHandle(_Handle):
+    """_Handle for AsyncFilesystem, which awaits its owner's _dp()."""
+
+    async def _dp(self) -> Any:
+        if self._target is None:
+            self._target = await self._find()
+        return self._plane(AsyncDataPlane, self._target)
 
 
 class _Refining:
@@ -106,25 +125,33 @@ class _Refining:
 
 
 def _node_of(client: Any) -> Any:
+    """The standalone node's backend; None with Kubernetes."""
     backend = client._backend
-    if not hasattr(backend, "url") or not hasattr(backend, "_token"):
-        raise errors.UnsupportedError(
-            "with Kubernetes, workspaces are Workspace objects (kubectl apply); "
-            "reach one's files with files(name, token=..., endpoint=...)", reason="Unimplemented")
-    return backend
+    return backend if hasattr(backend, "url") and hasattr(backend, "_token") else None
+
+
+def check_kube_create(size_mib: int, token_sha256: Optional[str]) -> None:
+    check_size_mib(size_mib)
+    if token_sha256:
+        raise ValueError("with Kubernetes the operator mints a Workspace's token (Secret "
+                         "<name>-workspace-token): token_sha256 is for a standalone node")
+
+
+def _fixed(target: FilesTarget) -> Callable[[], FilesTarget]:
+    return lambda: target
 
 
 class Workspaces:
-    """``client.workspaces``: create, get, list, delete (standalone node) and
-    ``files(name)``."""
+    """``client.workspaces``: create, get, list, delete and ``files(name)``,
+    on a standalone node or, with Kubernetes, as Workspace objects in the
+    client's namespace."""
 
     def __init__(self, client: Any) -> None:
         self._client = client
 
     def _call(self, method: str, path: str, name: Optional[str], **kw: Any) -> Any:
-        node = _node_of(self._client)
         try:
-            return node._call(method, path, op="workspace", **kw)
+            return _node_of(self._client)._call(method, path, op="workspace", **kw)
         except errors.KubicleError as e:
             r = refine(e, name or "")
             if r is e:
@@ -132,50 +159,90 @@ class Workspaces:
             raise r from e
 
     def create(self, name: str, size_mib: int, *, labels: Optional[Mapping[str, str]] = None,
-               token_sha256: Optional[str] = None) -> WorkspaceInfo:
-        """Makes the workspace (an empty ext4 of ``size_mib``), or returns the
-        existing one of that size (ConflictError for another size). The
-        token is in the answer only when the node minted it."""
+               token_sha256: Optional[str] = None,
+               timeout: float = DEFAULT_CREATE_TIMEOUT) -> WorkspaceInfo:
+        """Makes the workspace (an empty ext4 of ``size_mib``) and returns it
+        once its disk is there, or returns the existing one of that size
+        (ConflictError for another size). On a standalone node the token is
+        in the answer only when the node minted it. With Kubernetes this
+        creates a Workspace object and waits until it is Ready:
+        WorkspaceFailedError if it cannot be, KubicleTimeoutError after
+        ``timeout`` s (a Workspace this call made is then deleted again);
+        its token is in Secret ``<name>-workspace-token``, so
+        ``token_sha256`` is a ValueError there."""
+        if _node_of(self._client) is None:
+            check_kube_create(size_mib, token_sha256)
+            return _workspace_obj.info(
+                self._client._backend.create_workspace(name, size_mib, labels, timeout))
         return workspace_info(self._call("PUT", f"/v1/workspaces/{name}", name,
                                          json=put_body(size_mib, labels, token_sha256),
-                                         timeout=120.0))
+                                         timeout=timeout))
 
     def get(self, name: str) -> WorkspaceInfo:
+        """WorkspaceNotFoundError when there is none of that name."""
+        if _node_of(self._client) is None:
+            return _workspace_obj.info(self._client._backend.get_workspace(name))
         return workspace_info(self._call("GET", f"/v1/workspaces/{name}", name))
 
     def list(self) -> List[WorkspaceInfo]:
+        """Every workspace of the node (with Kubernetes: of the namespace), by name."""
+        if _node_of(self._client) is None:
+            return [_workspace_obj.info(o) for o in self._client._backend.list_workspaces()]
         return [workspace_info(w) for w in self._call("GET", "/v1/workspaces", None).get("items", [])]
 
-    def delete(self, name: str) -> None:
-        """Removes it and its disk: WorkspaceInUseError while attached."""
-        self._call("DELETE", f"/v1/workspaces/{name}", name)
+    def delete(self, name: str, *, wait: bool = True,
+               timeout: float = DEFAULT_DELETE_TIMEOUT) -> None:
+        """Removes it and its disk: WorkspaceInUseError while a sandbox holds
+        it, WorkspaceNotFoundError when there is none. With Kubernetes this
+        deletes the Workspace object; with ``wait`` it returns once the
+        node has removed the disk (a per-call run holding it only delays
+        that), KubicleTimeoutError after ``timeout`` s."""
+        if _node_of(self._client) is None:
+            self._client._backend.delete_workspace(name, wait=wait, timeout=timeout)
+            return
+        self._call("DELETE", f"/v1/workspaces/{name}", name, timeout=timeout)
 
     def files(self, name: str, *, token: Optional[str] = None,
               endpoint: Optional[str] = None) -> Any:
         """The workspace's files without a VM, as ``sandbox.filesystem``:
         write, read, read_to, exists, stat, list, remove. While a sandbox or
-        run holds it, every call raises WorkspaceInUseError. ``token``: the
-        workspace's (default: a standalone node's admin token);
-        ``endpoint``: its node's data plane (default: the standalone node)."""
+        run holds it, every call raises WorkspaceInUseError. With
+        Kubernetes, the first call finds the Workspace's node and data plane
+        (``status.disk``), the node's name of the disk, the token (its
+        Secret) and the node's CA (its Lease), as for a Sandbox; a Workspace
+        without a disk yet is ConflictError (WorkspaceNotReady). ``token``
+        and ``endpoint`` override what is found (default on a standalone
+        node: its admin token and URL); with both given no apiserver call
+        is made and ``name`` is the node's name of the disk."""
         from .client import Filesystem
 
-        if endpoint is None or token is None:
-            node = _node_of(self._client)
-            endpoint = endpoint or node.url
-            token = token or node._token
-        if "://" not in endpoint:
-            endpoint = f"{self._client._transport.scheme}://{endpoint}"
-        base = f"{endpoint.rstrip('/')}/v1/workspaces/{name}"
-        return Filesystem(_Handle(self._client._http, base, token, name, False))  # type: ignore[arg-type]
+        return Filesystem(_Handle(self._client, name, self._finder(name, token, endpoint)))  # type: ignore[arg-type]
+
+    def _finder(self, name: str, token: Optional[str], endpoint: Optional[str]) -> Callable[[], Any]:
+        node = _node_of(self._client)
+        if node is not None or (token and endpoint):  # nothing to look up
+            return _fixed(FilesTarget(scheme=self._client._transport.scheme,
+                                      endpoint=endpoint or node.url, disk=name,
+                                      token=token or node._token))
+        backend = self._client._backend
+
+        def find() -> FilesTarget:
+            found: FilesTarget = backend.workspace_files(name, with_token=token is None)
+            return _override(found, token, endpoint)
+        return find
+
+
+def _override(found: FilesTarget, token: Optional[str], endpoint: Optional[str]) -> FilesTarget:
+    return dataclasses.replace(found, token=token or found.token,
+                               endpoint=endpoint or found.endpoint)
 
 
 class AsyncWorkspaces(Workspaces):
     """``AsyncKubicle.workspaces``: as Workspaces, awaited."""
 
     async def _call(self, method: str, path: str, name: Optional[str], **kw: Any) -> Any:  # type: ignore[override]
-        node = _node_of(self._client)
         try:
-            return await node._call(method, path, op="workspace", **kw)
+            return await _node_of(self._client)._call(method, path, op="workspace", **kw)
         except errors.KubicleError as e:
             r = refine(e, name or "")
             if r is e:
@@ -184,30 +251,51 @@ class AsyncWorkspaces(Workspaces):
 
     async def create(self, name: str, size_mib: int, *,  # type: ignore[override]
                      labels: Optional[Mapping[str, str]] = None,
-                     token_sha256: Optional[str] = None) -> WorkspaceInfo:
+                     token_sha256: Optional[str] = None,
+                     timeout: float = DEFAULT_CREATE_TIMEOUT) -> WorkspaceInfo:
+        if _node_of(self._client) is None:
+            check_kube_create(size_mib, token_sha256)
+            return _workspace_obj.info(
+                await self._client._backend.create_workspace(name, size_mib, labels, timeout))
         return workspace_info(await self._call("PUT", f"/v1/workspaces/{name}", name,
                                                json=put_body(size_mib, labels, token_sha256),
-                                               timeout=120.0))
+                                               timeout=timeout))
 
     async def get(self, name: str) -> WorkspaceInfo:  # type: ignore[override]
+        if _node_of(self._client) is None:
+            return _workspace_obj.info(await self._client._backend.get_workspace(name))
         return workspace_info(await self._call("GET", f"/v1/workspaces/{name}", name))
 
     async def list(self) -> List[WorkspaceInfo]:  # type: ignore[override]
+        if _node_of(self._client) is None:
+            return [_workspace_obj.info(o) for o in await self._client._backend.list_workspaces()]
         j = await self._call("GET", "/v1/workspaces", None)
         return [workspace_info(w) for w in j.get("items", [])]
 
-    async def delete(self, name: str) -> None:  # type: ignore[override]
-        await self._call("DELETE", f"/v1/workspaces/{name}", name)
+    async def delete(self, name: str, *, wait: bool = True,  # type: ignore[override]
+                     timeout: float = DEFAULT_DELETE_TIMEOUT) -> None:
+        if _node_of(self._client) is None:
+            await self._client._backend.delete_workspace(name, wait=wait, timeout=timeout)
+            return
+        await self._call("DELETE", f"/v1/workspaces/{name}", name, timeout=timeout)
 
     def files(self, name: str, *, token: Optional[str] = None,
               endpoint: Optional[str] = None) -> Any:
         from .aio import AsyncFilesystem
 
-        if endpoint is None or token is None:
-            node = _node_of(self._client)
-            endpoint = endpoint or node.url
-            token = token or node._token
-        if "://" not in endpoint:
-            endpoint = f"{self._client._transport.scheme}://{endpoint}"
-        base = f"{endpoint.rstrip('/')}/v1/workspaces/{name}"
-        return AsyncFilesystem(_Handle(self._client._http, base, token, name, True))  # type: ignore[arg-type]
+        return AsyncFilesystem(_AsyncHandle(self._client, name, self._afinder(name, token, endpoint)))  # type: ignore[arg-type]
+
+    def _afinder(self, name: str, token: Optional[str], endpoint: Optional[str]) -> Callable[[], Any]:
+        """Workspaces._finder, its lookups awaited."""
+        if _node_of(self._client) is not None or (token and endpoint):
+            fixed: FilesTarget = self._finder(name, token, endpoint)()
+
+            async def known() -> FilesTarget:
+                return fixed
+            return known
+        backend = self._client._backend
+
+        async def find() -> FilesTarget:
+            found: FilesTarget = await backend.workspace_files(name, with_token=token is None)
+            return _override(found, token, endpoint)
+        return find

@@ -124,6 +124,13 @@ class WorkspaceInUseError(ConflictError):
     the message names the holder."""
 
 
+class WorkspaceFailedError(KubicleError):
+    """With Kubernetes, a Workspace that will not become Ready: its node
+    could not make the disk (DiskFailed), the node is gone (NodeLost), its
+    token Secret is someone else's or broken, its spec is invalid, or it
+    was deleted while the SDK waited for it."""
+
+
 class PortError(KubicleError, ConnectionError):
     """A guest port cannot be reached through the data plane: nothing
     listens there (reason PortRefused, 502), it does not answer (PortTimeout,

@@ -130,8 +130,13 @@ class FileInfo(_FileKind):
 @dataclass(frozen=True)
 class WorkspaceInfo:
     """A workspace: a durable ext4 disk on one node (docs/workspaces.md).
-    ``token`` is set only by the create that minted it; ``attached_to`` is
-    the sandbox (or ``run-...``) holding it, or None."""
+    ``token`` is set only by the create that minted it (never with
+    Kubernetes: it is in the Workspace's Secret); ``attached_to`` is what
+    holds it (the node's sandbox id or ``run-...``; with Kubernetes the
+    Sandbox's name), or None. ``state``: the node's (``Ready``, ``Failed``),
+    with Kubernetes the Workspace's phase (also ``Pending``,
+    ``Terminating``). ``id`` is the node's name of the disk (``w-<uid>``
+    with Kubernetes) and ``node`` the node it lives on (Kubernetes only)."""
     name: str
     size_mib: int
     filesystem: str = "ext4"
@@ -142,3 +147,5 @@ class WorkspaceInfo:
     bytes_used: int = 0
     created_at: str = ""
     token: Optional[str] = None
+    node: str = ""
+    id: str = ""

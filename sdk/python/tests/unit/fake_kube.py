@@ -10,7 +10,12 @@ deletecollection, finalizers, and Secrets. The "operator" moves each new
 Sandbox through Scheduled to Running as docs/api.md describes, with a token
 Secret and a VM on a FakeNode (``k-<uid>``), or sets the condition a
 template, capacity or VM problem would; SandboxForks get children
-``<fork>-<i>`` forked from their source's files.
+``<fork>-<i>`` forked from their source's files. A new Workspace is placed
+on n1 with a token Secret ``<name>-workspace-token``, then its disk
+(``w-<uid>``) is made on the FakeNode and reported in ``status.disk``
+(``workspace_disks`` makes it never come, or fail); a Sandbox with
+``spec.workspaceRef`` attaches it, and deleting a Workspace a Sandbox uses
+waits with Ready False InUse (finalizer ``kubicle.dev/workspace-teardown``).
 
 Like the real apiserver it can serve https only (``tls=``, for the
 in-cluster loaders, which know no other scheme), refuse any bearer token
@@ -38,6 +43,7 @@ from fake_node import FakeNode
 
 Key = Tuple[str, str, str]  # plural, namespace, name
 FINALIZER = "kubicle.dev/vm-teardown"
+WORKSPACE_FINALIZER = "kubicle.dev/workspace-teardown"
 
 
 def _match(obj: Dict[str, Any], label_sel: str, field_sel: str) -> bool:
@@ -72,6 +78,9 @@ class FakeCluster:
         # refuses the VM for want of vCPUs); absent: TemplateNotFound.
         self.templates: Dict[str, str] = {"tg": "ready"}
         self.capacity = 1000
+        # What the node does with a new Workspace's disk: "ready" (makes it),
+        # "provisioning" (never gets to it), "diskfail" (cannot make it).
+        self.workspace_disks = "ready"
         # The next this many VMs start with a token hash other than their
         # Secret's (the operator's token-replacement race, docs/sdk.md).
         self.wrong_vm_tokens = 0
@@ -263,6 +272,8 @@ users:
             self._sandbox(key, obj)
         elif plural == "sandboxforks":
             self._fork(key, obj)
+        elif plural == "workspaces":
+            self._workspace(key, obj)
 
     def _sandbox(self, key: Key, obj: Dict[str, Any]) -> None:
         meta, status = obj["metadata"], obj.get("status") or {}
@@ -276,7 +287,7 @@ users:
             with self.cond:
                 if key in self.objects and not self.objects[key]["metadata"].get("finalizers"):
                     self._write(key, None, "DELETED")
-            return
+            return self._detach(key[1], obj)
         if status.get("phase") in ("Running", "Suspended") and \
                 bool(obj["spec"].get("suspend")) != (status["phase"] == "Suspended"):
             return self._suspend(key, obj)
@@ -310,6 +321,10 @@ users:
                    "needs 64 MiB and 1 vCPUs")
             return self._set(key, "Failed", sched=("True", "Scheduled", ""),
                              ready=("False", "VMFailed", msg), vm={"state": "Failed", "message": msg})
+        refused = self._attach(key[1], obj)
+        if refused:
+            return self._set(key, "Pending", sched=("False", refused[0], refused[1]),
+                             ready=("False", "Unscheduled", refused[1]))
         token = secrets.token_hex(16)
         secret = f"{meta['name']}-token"
         self.create("secrets", key[1], {
@@ -331,6 +346,119 @@ users:
         self._set(key, "Running", sched=("True", "Scheduled", ""), ready=("True", "Running", ""),
                   vm={"state": "Running", "endpoint": self.node.address, "restoreMillis": 4.2},
                   secret=secret)
+
+    def _attach(self, ns: str, sbx: Dict[str, Any]) -> Optional[Tuple[str, str]]:
+        """A Sandbox's workspace attached to its VM-to-be: None, or why not."""
+        name = ((sbx["spec"].get("workspaceRef") or {}).get("name"))
+        if not name:
+            return None
+        ws = self.get("workspaces", ns, name)
+        disk = ((ws or {}).get("status") or {}).get("disk") or {}
+        if not disk.get("id"):
+            return ("WorkspaceNotReady", f"Workspace {name} has no disk yet")
+        holder = "k-" + sbx["metadata"]["uid"]
+        with self.node.lock:
+            if self.node._attach(disk["id"], holder):
+                return ("WorkspaceInUse", f"Workspace {name} is in use")
+
+        def held(o: Dict[str, Any]) -> None:
+            o["status"]["attachedTo"] = sbx["metadata"]["name"]
+            o["status"]["disk"]["attachedTo"] = holder
+        self.update(("workspaces", ns, name), held)
+        return None
+
+    def _detach(self, ns: str, sbx: Dict[str, Any]) -> None:
+        """After a Sandbox is gone: its workspace is free (and may go now)."""
+        name = ((sbx["spec"].get("workspaceRef") or {}).get("name"))
+        if not name:
+            return
+
+        def free(o: Dict[str, Any]) -> None:
+            st = o.get("status") or {}
+            if st.get("attachedTo") == sbx["metadata"]["name"]:
+                st["attachedTo"] = None
+                (st.get("disk") or {}).pop("attachedTo", None)
+        self.update(("workspaces", ns, name), free)
+
+    def _workspace(self, key: Key, obj: Dict[str, Any]) -> None:
+        """The operator and node agent for a Workspace the SDK made (one made
+        with a status is the test's own, left as it is)."""
+        meta = obj["metadata"]
+        if meta.get("deletionTimestamp"):
+            return self._workspace_teardown(key, obj)
+        status = obj.get("status")
+        if status is None:
+            time.sleep(self.delay)
+            return self._place_workspace(key, obj)
+        if WORKSPACE_FINALIZER not in (meta.get("finalizers") or []) or \
+                status.get("phase") != "Pending" or self.workspace_disks == "provisioning":
+            return
+        time.sleep(self.delay)
+        disk_id = "w-" + meta["uid"]
+        if self.workspace_disks == "diskfail":
+            msg = "mke2fs failed: no space left on device"
+            return self.update(key, lambda o: o["status"].update(
+                phase="Failed", disk={"state": "Failed", "message": msg},
+                conditions=[_cond("Scheduled", "True", "Scheduled", "placed on node n1"),
+                            _cond("Ready", "False", "DiskFailed", msg)]))
+        secret = self.get("secrets", key[1], status["tokenSecretName"])
+        token = base64.b64decode(secret["data"]["token"]).decode()
+        self.node.add_workspace(disk_id, obj["spec"]["sizeMiB"], token)
+        self.update(key, lambda o: o["status"].update(
+            phase="Ready", bytesUsed=0,
+            disk={"state": "Ready", "id": disk_id, "endpoint": self.node.address, "bytesUsed": 0},
+            conditions=[_cond("Scheduled", "True", "Scheduled", "placed on node n1"),
+                        _cond("Ready", "True", "DiskReady", "the disk is ready on node n1")]))
+
+    def _place_workspace(self, key: Key, obj: Dict[str, Any]) -> None:
+        meta = obj["metadata"]
+        secret = f"{meta['name']}-workspace-token"
+        self.create("secrets", key[1], {
+            "apiVersion": "v1", "kind": "Secret", "type": "kubicle.dev/workspace-token",
+            "metadata": {"name": secret, "ownerReferences": [
+                {"apiVersion": "kubicle.dev/v1alpha1", "kind": "Workspace", "name": meta["name"],
+                 "uid": meta["uid"]}]},
+            "data": {"token": base64.b64encode(secrets.token_hex(16).encode()).decode()}})
+
+        def place(o: Dict[str, Any]) -> None:
+            o["metadata"].setdefault("labels", {})["kubicle.dev/node"] = "n1"
+            o["metadata"]["finalizers"] = [WORKSPACE_FINALIZER]
+            o["status"] = {"phase": "Pending", "nodeName": "n1", "tokenSecretName": secret,
+                           "tokenSha256": "0" * 64,
+                           "conditions": [
+                               _cond("Scheduled", "True", "Scheduled", "placed on node n1"),
+                               _cond("Ready", "False", "Provisioning",
+                                     "waiting for node n1 to make the disk")]}
+        self.update(key, place)
+
+    def _workspace_teardown(self, key: Key, obj: Dict[str, Any]) -> None:
+        """The finalizer holds while a placed Sandbox uses the workspace."""
+        if WORKSPACE_FINALIZER not in (obj["metadata"].get("finalizers") or []):
+            return
+        holders = sorted(o["metadata"]["name"] for o in self.list("sandboxes", key[1])
+                         if (o["spec"].get("workspaceRef") or {}).get("name") == key[2] and
+                         (o["metadata"].get("labels") or {}).get("kubicle.dev/node"))
+        if holders:
+            msg = (f"deletion waits for Sandbox {', '.join(holders)}, which uses the workspace, "
+                   "to be deleted")
+            ready = [c for c in (obj.get("status") or {}).get("conditions") or []
+                     if c["type"] == "Ready"]
+            if not ready or ready[0]["reason"] != "InUse":
+                self.update(key, lambda o: o["status"].update(
+                    phase="Terminating",
+                    conditions=[_cond("Scheduled", "True", "Scheduled", "placed on node n1"),
+                                _cond("Ready", "False", "InUse", msg)]))
+            return
+        time.sleep(self.delay)
+        with self.node.lock:
+            self.node.workspaces.pop("w-" + obj["metadata"]["uid"], None)
+
+        def unfinalize(o: Dict[str, Any]) -> None:
+            o["metadata"]["finalizers"] = []
+        self.update(key, unfinalize)
+        with self.cond:
+            if key in self.objects and not self.objects[key]["metadata"].get("finalizers"):
+                self._write(key, None, "DELETED")
 
     def _suspend(self, key: Key, obj: Dict[str, Any]) -> None:
         """The node and the operator for spec.suspend: the VM is suspended
@@ -522,6 +650,15 @@ users:
         h.send_header("Content-Length", str(len(data)))
         h.end_headers()
         h.wfile.write(data)
+
+
+def publish_ca(cluster: FakeCluster, pem: str) -> None:
+    """Node n1's heartbeat Lease with its serving CA, as kubicle-node writes it."""
+    cluster.create("leases", "kubicle-node-lease", {
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": "kubicle-node-n1", "labels": {"kubicle.dev/node": "n1"},
+                     "annotations": {"kubicle.dev/serving-ca": pem}},
+        "spec": {"holderIdentity": "n1", "leaseDurationSeconds": 40}})
 
 
 def _cond(type_: str, status: str, reason: str, message: str) -> Dict[str, Any]:

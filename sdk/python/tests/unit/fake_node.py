@@ -159,8 +159,16 @@ class FakeNode:
         return sb
 
     def remove(self, sid: str) -> None:
+        """The VM goes; a workspace it held is free again, as on the node."""
         with self.lock:
             self.sandboxes.pop(sid, None)
+            self._release(sid)
+
+    def add_workspace(self, name: str, size_mib: int, token: str) -> FakeWorkspace:
+        """A disk the node agent made for a Workspace object (name w-<uid>)."""
+        with self.lock:
+            ws = self.workspaces[name] = FakeWorkspace(name, size_mib, token, {})
+            return ws
 
     # --- HTTP ---------------------------------------------------------------
 
@@ -208,7 +216,6 @@ class FakeNode:
         if sub is None:
             if method == "DELETE":
                 self.remove(sid)
-                self._release(sid)
                 return self._json(h, 200, {"deleted": sid})
             return self._json(h, 200, sb.json())
         if sub in ("suspend", "resume"):

@@ -7,41 +7,8 @@ import pytest
 import kubicle
 from kubicle import errors
 
-from fake_kube import FakeCluster
-from fake_node import FakeNode
-from tls_certs import make_ca, serving_pair
-
-
-@pytest.fixture
-def tls_node(tmp_path):
-    ca = make_ca()
-    n = FakeNode(tls=serving_pair(str(tmp_path), ca))
-    n.ca_pem = ca.pem
-    yield n
-    n.close()
-
-
-@pytest.fixture
-def tls_cluster(tls_node):
-    c = FakeCluster(tls_node)
-    yield c
-    c.close()
-
-
-@pytest.fixture
-def tls_kubeconfig(tls_cluster, tmp_path, monkeypatch):
-    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    monkeypatch.delenv("KUBECONFIG", raising=False)
-    return tls_cluster.kubeconfig(str(tmp_path / "kubeconfig"))
-
-
-def publish_ca(cluster, pem):
-    # The node's heartbeat Lease, as kubicle-node writes it.
-    cluster.create("leases", "kubicle-node-lease", {
-        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-        "metadata": {"name": "kubicle-node-n1", "labels": {"kubicle.dev/node": "n1"},
-                     "annotations": {"kubicle.dev/serving-ca": pem}},
-        "spec": {"holderIdentity": "n1", "leaseDurationSeconds": 40}})
+from fake_kube import publish_ca
+from tls_certs import make_ca
 
 
 def test_exec_verifies_the_node_against_the_ca_on_its_lease(tls_kubeconfig, tls_cluster, tls_node):
