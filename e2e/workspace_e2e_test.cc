@@ -5,7 +5,7 @@
 // no VM running; a Sandbox with spec.workspaceRef lands on that node; a
 // second one is refused (WorkspaceInUse) until the first is deleted; the
 // Workspace's finalizer goes only after the disk is gone from the node's
-// state directory.
+// state directory. kubectl-kubicle cp ws/data reaches the same files.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -13,12 +13,14 @@
 
 #include "common/base64.h"
 #include "e2e/e2e_env.h"
+#include "e2e/harness/process.h"
 #include "kube/resource.h"
 
 namespace kubicle::e2e {
 namespace {
 
 using kube::Json;
+using namespace std::chrono_literals;
 
 std::string StatusOf(const Json& o, const std::string& f) {
   const Json& st = o.value("status", Json::object());
@@ -113,6 +115,21 @@ TEST_F(WorkspaceE2E, AWorkspaceThroughTheApiserverOneWriterAndTeardown) {
   EXPECT_NE(Curl("--cacert " + node->ca_file() + " -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer x' '" +
                  url + "/files?path=/notes/a.txt'"),
             "200");
+  // The plugin finds the same disk from the objects alone (cp ws/NAME).
+  auto plugin = [&](std::vector<std::string> args, const std::string& input = {}) {
+    args.insert(args.begin(), KUBICLE_PLUGIN_BIN);
+    for (std::string f : std::vector<std::string>{"-n", ns, "--kubeconfig=" + Cluster()->kubeconfig_path()})
+      args.push_back(f);
+    auto r = RunCommand(args, input, 60s);
+    return r.ok() ? *r : CommandResult{-1, r.status().ToString()};
+  };
+  auto got = plugin({"cp", "ws/data:/notes/a.txt", "-"});
+  EXPECT_EQ(got.exit_code, 0) << got.output;
+  EXPECT_EQ(got.output, "hello workspace");
+  auto put = plugin({"cp", "-", "ws/data:/notes/b.txt"}, "from the plugin");
+  EXPECT_EQ(put.exit_code, 0) << put.output;
+  EXPECT_EQ(Curl("--cacert " + node->ca_file() + " " + auth + "'" + url + "/files?path=/notes/b.txt'"),
+            "from the plugin");
 
   // One writer: s1 lands on the workspace's node; s2 waits.
   ASSERT_TRUE(c->Create(kube::SandboxResource(), ns, WithWorkspace("s1")).ok());

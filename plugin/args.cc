@@ -205,6 +205,11 @@ CpOperand ParseCpOperand(const std::string& arg) {
   size_t colon = arg.find(':');
   if (colon == std::string::npos || colon == 0) return {"", arg};
   std::string before = arg.substr(0, colon);
+  for (std::string_view kind : {"workspace/", "ws/"}) {
+    if (before.size() > kind.size() && before.compare(0, kind.size(), kind) == 0 &&
+        before.find('/', kind.size()) == std::string::npos)
+      return {before.substr(kind.size()), arg.substr(colon + 1), true};
+  }
   if (before.find('/') != std::string::npos || before == "." || before == "..") return {"", arg};
   return {before, arg.substr(colon + 1)};
 }

@@ -56,9 +56,12 @@ Result<std::chrono::milliseconds> ParseDuration(const std::string& text);
 
 // A cp operand: "SBX:/path" is remote (a name without '/' before the first
 // ':'), anything else ("./a:b", "/tmp/x", "-") local.
+// SBX:/path, ws/NAME:/path (or workspace/NAME:/path: a Workspace's disk,
+// no VM needed), or a local path.
 struct CpOperand {
-  std::string sandbox;  // empty: local
+  std::string sandbox;  // the object's name; empty: local
   std::string path;
+  bool workspace = false;  // `sandbox` names a Workspace
 };
 CpOperand ParseCpOperand(const std::string& arg);
 

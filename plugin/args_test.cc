@@ -110,6 +110,17 @@ TEST(PluginArgs, CpOperands) {
     EXPECT_EQ(ParseCpOperand(local).sandbox, "") << local;
     EXPECT_EQ(ParseCpOperand(local).path, local) << local;
   }
+  EXPECT_FALSE(r.workspace);
+  for (const char* ws : {"ws/data:/notes/a.txt", "workspace/data:/notes/a.txt"}) {
+    auto w = ParseCpOperand(ws);
+    EXPECT_TRUE(w.workspace) << ws;
+    EXPECT_EQ(w.sandbox, "data") << ws;
+    EXPECT_EQ(w.path, "/notes/a.txt") << ws;
+  }
+  for (const char* local : {"ws/a/b:/x", "ws/:/x", "workspace/:y", "./ws/a:b"}) {
+    EXPECT_EQ(ParseCpOperand(local).sandbox, "") << local;
+    EXPECT_FALSE(ParseCpOperand(local).workspace) << local;
+  }
 }
 
 }  // namespace

@@ -18,6 +18,39 @@ std::string NodeOf(const Json& sandbox) {
   return node;
 }
 
+namespace {
+
+// The token of `secret` and, from the node's Lease, the CA and so the
+// scheme of `endpoint`; `what` names the object in errors.
+Status SetTokenAndUrl(const std::string& what, const std::string& endpoint, const Json& secret,
+                      const Json& lease, DataPlane* dp) {
+  if (endpoint.find('/') != std::string::npos)
+    return Status::FailedPrecondition(what + ": endpoint \"" + endpoint + "\" is not host:port");
+  const Json& data = At(secret, {"data"});
+  const std::string b64 = data.is_object() ? StrAt(data, {"token"}) : "";
+  auto token = noderuntime::api::Base64Decode(b64);
+  if (b64.empty() || !token.ok() || token->empty())
+    return Status::FailedPrecondition("the token Secret of " + what + " has no data.token");
+  dp->token.assign(token->begin(), token->end());
+  const Json& annotations = At(lease, {"metadata", "annotations"});
+  dp->ca_pem = annotations.is_object() ? StrAt(annotations, {kServingCaAnnotation}) : "";
+  dp->url = (dp->ca_pem.empty() ? "http://" : "https://") + endpoint;
+  return Status::Ok();
+}
+
+// The node's Lease, or FailedPrecondition saying the node is gone.
+Result<Json> NodeLease(kube::KubeClient& kube, const std::string& lease_ns, const std::string& node,
+                       const std::string& what) {
+  auto lease = kube.Get(kube::LeaseResource(), lease_ns, "kubicle-node-" + node);
+  if (lease.ok()) return lease;
+  if (kube::IsNotFound(lease.status()))
+    return Status::FailedPrecondition("node " + node + " of " + what + " has no Lease " + lease_ns +
+                                      "/kubicle-node-" + node + ": the node is gone or not yet up");
+  return lease.status().WithContext("the Lease of node " + node);
+}
+
+}  // namespace
+
 Result<DataPlane> DataPlaneFrom(const Json& sandbox, const Json& secret, const Json& lease) {
   DataPlane dp;
   dp.sandbox = StrAt(sandbox, {"metadata", "name"});
@@ -29,24 +62,45 @@ Result<DataPlane> DataPlaneFrom(const Json& sandbox, const Json& secret, const J
     return Status::FailedPrecondition("Sandbox " + dp.sandbox + " has no VM endpoint yet (phase " +
                                       (phase.empty() ? "none" : phase) + ")");
   }
-  if (endpoint.find('/') != std::string::npos) {
-    return Status::FailedPrecondition("Sandbox " + dp.sandbox + ": endpoint \"" + endpoint +
-                                      "\" is not host:port");
-  }
   dp.vm_id = "k-" + uid;
   dp.node = NodeOf(sandbox);
-  const Json& data = At(secret, {"data"});
-  const std::string b64 = data.is_object() ? StrAt(data, {"token"}) : "";
-  auto token = noderuntime::api::Base64Decode(b64);
-  if (b64.empty() || !token.ok() || token->empty()) {
-    return Status::FailedPrecondition("the token Secret of Sandbox " + dp.sandbox +
-                                      " has no data.token");
-  }
-  dp.token.assign(token->begin(), token->end());
-  const Json& annotations = At(lease, {"metadata", "annotations"});
-  dp.ca_pem = annotations.is_object() ? StrAt(annotations, {kServingCaAnnotation}) : "";
-  dp.url = (dp.ca_pem.empty() ? "http://" : "https://") + endpoint;
+  RETURN_IF_ERROR(SetTokenAndUrl("Sandbox " + dp.sandbox, endpoint, secret, lease, &dp));
   return dp;
+}
+
+Result<DataPlane> WorkspaceDataPlaneFrom(const Json& workspace, const Json& secret, const Json& lease) {
+  DataPlane dp;
+  dp.sandbox = StrAt(workspace, {"metadata", "name"});
+  dp.files_owner = noderuntime::cli::FilesOwner::kWorkspace;
+  const std::string what = "Workspace " + dp.sandbox;
+  dp.node = StrAt(workspace, {"status", "nodeName"});
+  dp.vm_id = StrAt(workspace, {"status", "disk", "id"});
+  const std::string endpoint = StrAt(workspace, {"status", "disk", "endpoint"});
+  if (dp.node.empty() || dp.vm_id.empty() || endpoint.empty())
+    return Status::FailedPrecondition(what + " has no disk on a node yet (phase " +
+                                      StrAt(workspace, {"status", "phase"}) + ")");
+  if (!noderuntime::api::ValidId(dp.vm_id))
+    return Status::FailedPrecondition(what + ": status.disk.id \"" + dp.vm_id + "\" is not a disk name");
+  RETURN_IF_ERROR(SetTokenAndUrl(what, endpoint, secret, lease, &dp));
+  return dp;
+}
+
+Result<DataPlane> ResolveWorkspaceDataPlane(kube::KubeClient& kube, const std::string& ns,
+                                            const std::string& name, const std::string& lease_ns) {
+  auto ws = kube.Get(kube::WorkspaceResource(), ns, name);
+  if (!ws.ok()) {
+    if (kube::IsNotFound(ws.status())) return Status::NotFound("Workspace \"" + name + "\" not found in namespace " + ns);
+    return ws.status();
+  }
+  const std::string secret_name = StrAt(*ws, {"status", "tokenSecretName"});
+  const std::string node = StrAt(*ws, {"status", "nodeName"});
+  if (secret_name.empty() || node.empty())
+    return Status::FailedPrecondition("Workspace " + name + " is not placed with a token yet (phase " +
+                                      StrAt(*ws, {"status", "phase"}) + ")");
+  auto secret = kube.Get(kube::SecretResource(), ns, secret_name);
+  if (!secret.ok()) return secret.status().WithContext("the token Secret of Workspace " + name);
+  ASSIGN_OR_RETURN(Json lease, NodeLease(kube, lease_ns, node, "Workspace " + name));
+  return WorkspaceDataPlaneFrom(*ws, *secret, lease);
 }
 
 Result<DataPlane> ResolveDataPlane(kube::KubeClient& kube, const std::string& ns,
@@ -67,16 +121,8 @@ Result<DataPlane> ResolveDataPlane(kube::KubeClient& kube, const std::string& ns
   if (node.empty()) return Status::FailedPrecondition("Sandbox " + name + " is not placed on a node yet");
   auto secret = kube.Get(kube::SecretResource(), ns, secret_name);
   if (!secret.ok()) return secret.status().WithContext("the token Secret of Sandbox " + name);
-  auto lease = kube.Get(kube::LeaseResource(), lease_ns, "kubicle-node-" + node);
-  if (!lease.ok()) {
-    if (kube::IsNotFound(lease.status())) {
-      return Status::FailedPrecondition("node " + node + " of Sandbox " + name + " has no Lease " +
-                                        lease_ns + "/kubicle-node-" + node +
-                                        ": the node is gone or not yet up");
-    }
-    return lease.status().WithContext("the Lease of node " + node);
-  }
-  return DataPlaneFrom(*sandbox, *secret, *lease);
+  ASSIGN_OR_RETURN(Json lease, NodeLease(kube, lease_ns, node, "Sandbox " + name));
+  return DataPlaneFrom(*sandbox, *secret, lease);
 }
 
 Result<std::unique_ptr<noderuntime::cli::NodeClient>> Connect(const DataPlane& dp) {

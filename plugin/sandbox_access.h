@@ -22,7 +22,8 @@ using kube::Json;
 
 struct DataPlane {
   std::string sandbox;  // the object's name
-  std::string vm_id;    // k-<uid>: the node's id of its VM
+  std::string vm_id;    // k-<uid>: the node's id of its VM; a Workspace's: its disk's (w-<uid>)
+  noderuntime::cli::FilesOwner files_owner = noderuntime::cli::FilesOwner::kSandbox;
   std::string node;
   std::string url;      // https://<endpoint> or http://<endpoint>
   std::string token;
@@ -49,6 +50,14 @@ std::string NodeOf(const Json& sandbox);
 // data plane cannot be verified).
 Result<DataPlane> ResolveDataPlane(kube::KubeClient& kube, const std::string& ns,
                                    const std::string& name, const std::string& lease_ns);
+// A Workspace's disk on its node (docs/api.md, "Workspace"): its data plane
+// at status.disk.endpoint, the node's name of the disk status.disk.id (in
+// vm_id), the token of the Secret named in status.tokenSecretName and the
+// node's CA from its Lease, as for a Sandbox. Pure, then with reads.
+Result<DataPlane> WorkspaceDataPlaneFrom(const Json& workspace, const Json& secret, const Json& lease);
+Result<DataPlane> ResolveWorkspaceDataPlane(kube::KubeClient& kube, const std::string& ns,
+                                            const std::string& name, const std::string& lease_ns);
+
 // A client of the node with the Sandbox's token, verifying the CA.
 Result<std::unique_ptr<noderuntime::cli::NodeClient>> Connect(const DataPlane& dp);
 

@@ -57,6 +57,29 @@ TEST(SandboxAccess, SaysWhatIsMissing) {
   EXPECT_FALSE(DataPlaneFrom(weird, Secret(), Json(42)).ok());
 }
 
+Json Workspace(const std::string& disk_id = "w-9a8b") {
+  Json w{{"metadata", {{"name", "data"}, {"uid", "9a8b"}}},
+         {"status", {{"phase", "Ready"}, {"nodeName", "n1"}, {"tokenSecretName", "data-workspace-token"}}}};
+  if (!disk_id.empty()) w["status"]["disk"] = {{"id", disk_id}, {"endpoint", "10.0.0.5:7443"}};
+  return w;
+}
+
+TEST(SandboxAccess, AWorkspacesDiskIsReachedByItsNodesName) {
+  auto dp = WorkspaceDataPlaneFrom(Workspace(), Secret(), Lease(kCa));
+  ASSERT_TRUE(dp.ok()) << dp.status().ToString();
+  EXPECT_EQ(dp->vm_id, "w-9a8b") << "the node's name of the disk, not the object's";
+  EXPECT_EQ(dp->files_owner, noderuntime::cli::FilesOwner::kWorkspace);
+  EXPECT_EQ(dp->url, "https://10.0.0.5:7443");
+  EXPECT_EQ(dp->token, "secret");
+  auto no_disk = WorkspaceDataPlaneFrom(Workspace(""), Secret(), Lease(kCa));
+  EXPECT_EQ(no_disk.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(no_disk.status().message().find("no disk on a node yet"), std::string::npos);
+  EXPECT_FALSE(WorkspaceDataPlaneFrom(Workspace("../x"), Secret(), Lease(kCa)).ok()) << "not a disk name";
+  EXPECT_FALSE(WorkspaceDataPlaneFrom(Workspace(), Secret(""), Lease(kCa)).ok());
+  kube::FakeKubeClient kube;
+  EXPECT_EQ(ResolveWorkspaceDataPlane(kube, "ns", "data", "leases").status().code(), StatusCode::kNotFound);
+}
+
 TEST(SandboxAccess, ResolveReadsTheThreeObjects) {
   kube::FakeKubeClient kube;
   ASSERT_TRUE(kube.Create(kube::SecretResource(), "ns", Secret()).ok());

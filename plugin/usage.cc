@@ -81,11 +81,15 @@ There is no TTY: -t is refused.
   if (verb == "cp") {
     return R"(Usage: kubectl kubicle cp LOCAL SBX:/path
        kubectl kubicle cp SBX:/path LOCAL
+       kubectl kubicle cp LOCAL ws/WS:/path
+       kubectl kubicle cp ws/WS:/path LOCAL
 
 Copies one file into or out of the Sandbox's VM (the node caps a file at
-64 MiB). LOCAL "-" is stdin or stdout. An upload keeps the local file's
-permission bits. An operand is remote when it has a ':' with a Sandbox
-name before it that holds no '/' (so ./a:b and /tmp/a:b are local).
+64 MiB), or of a Workspace's disk with no VM running (ws/ or workspace/
+before its name; refused while a Sandbox or run holds it). LOCAL "-" is
+stdin or stdout. An upload keeps the local file's permission bits. An
+operand is remote when it has a ':' with a Sandbox name before it that
+holds no '/', or ws/WS (so ./a:b and /tmp/a:b are local).
 )";
   }
   if (verb == "fork") {

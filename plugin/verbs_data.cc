@@ -42,9 +42,13 @@ struct Connected {
   std::unique_ptr<NodeClient> client;
 };
 
-Result<Connected> Open(Env& env, const std::string& name) {
+Result<Connected> Open(Env& env, const std::string& name, bool workspace = false) {
   Connected c;
-  ASSIGN_OR_RETURN(c.dp, ResolveDataPlane(*env.kube, env.ns, name, env.lease_ns));
+  if (workspace) {
+    ASSIGN_OR_RETURN(c.dp, ResolveWorkspaceDataPlane(*env.kube, env.ns, name, env.lease_ns));
+  } else {
+    ASSIGN_OR_RETURN(c.dp, ResolveDataPlane(*env.kube, env.ns, name, env.lease_ns));
+  }
   ASSIGN_OR_RETURN(c.client, Connect(c.dp));
   return c;
 }
@@ -114,13 +118,13 @@ int RunCp(const Invocation& inv, Env& env) {
   if (inv.positional.size() != 2) return Usage(env, "cp", "give a source and a destination");
   CpOperand src = ParseCpOperand(inv.positional[0]), dst = ParseCpOperand(inv.positional[1]);
   if (src.sandbox.empty() == dst.sandbox.empty()) {
-    return Usage(env, "cp", "exactly one of the two must be SBX:/path");
+    return Usage(env, "cp", "exactly one of the two must be SBX:/path or ws/WS:/path");
   }
   const CpOperand& remote = src.sandbox.empty() ? dst : src;
   if (remote.path.empty() || remote.path[0] != '/') {
     return Usage(env, "cp", "the path in the Sandbox must be absolute: " + remote.sandbox + ":/path");
   }
-  auto c = Open(env, remote.sandbox);
+  auto c = Open(env, remote.sandbox, remote.workspace);
   if (!c.ok()) return Fail(env, "cp", c.status());
   if (!dst.sandbox.empty()) {  // upload
     std::string data;
@@ -140,10 +144,10 @@ int RunCp(const Invocation& inv, Env& env) {
       if (!f) return Fail(env, "cp", Status::FromErrno("open " + src.path));
       data.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
     }
-    Status st = c->client->PutFile(c->dp.vm_id, dst.path, data, mode);
+    Status st = c->client->PutFile(c->dp.vm_id, dst.path, data, mode, c->dp.files_owner);
     return st.ok() ? 0 : Fail(env, "cp", st);
   }
-  auto data = c->client->GetFile(c->dp.vm_id, src.path);
+  auto data = c->client->GetFile(c->dp.vm_id, src.path, c->dp.files_owner);
   if (!data.ok()) return Fail(env, "cp", data.status());
   if (dst.path == "-") {
     env.out->write(data->data(), static_cast<std::streamsize>(data->size()));

@@ -185,6 +185,39 @@ TEST_F(VerbsTest, CpBothWays) {
   fs::remove_all(dir);
 }
 
+// ws/NAME:/path reaches a Workspace's disk by the node's name for it
+// (status.disk.id) with the token of its Secret; the node refuses while a
+// sandbox holds it.
+TEST_F(VerbsTest, CpReachesAWorkspacesDiskWithoutAVm) {
+  auto minted = node_.PutWorkspace({.name = "w-1a2b", .size_mib = 16});
+  ASSERT_TRUE(minted.ok()) << minted.status().ToString();
+  const auto* t = reinterpret_cast<const uint8_t*>(minted->token.data());
+  ASSERT_TRUE(kube_.Create(kube::SecretResource(), "ns",
+                           {{"metadata", {{"name", "data-workspace-token"}}},
+                            {"data", {{"token", noderuntime::api::Base64Encode({t, minted->token.size()})}}}})
+                  .ok());
+  ASSERT_TRUE(kube_.Create(kube::WorkspaceResource(), "ns", {{"metadata", {{"name", "data"}}}, {"spec", {{"sizeMiB", 16}}}})
+                  .ok());
+  ASSERT_TRUE(kube_.Patch(kube::WorkspaceResource(), "ns", "data", kube::PatchType::kMerge,
+                          {{"status", {{"phase", "Ready"}, {"nodeName", "n1"},
+                                       {"tokenSecretName", "data-workspace-token"},
+                                       {"disk", {{"id", "w-1a2b"}, {"endpoint", endpoint_}}}}}},
+                          "status").ok());
+  in_.str("notes\n");
+  EXPECT_EQ(Run({"cp", "-", "ws/data:/notes.txt"}), 0) << err_.str();
+  EXPECT_EQ(Run({"cp", "workspace/data:/notes.txt", "-"}), 0) << err_.str();
+  EXPECT_EQ(out_.str(), "notes\n");
+  EXPECT_EQ(Run({"cp", "ws/nope:/notes.txt", "-"}), kExitFailed);
+  EXPECT_NE(err_.str().find("Workspace \"nope\" not found"), std::string::npos) << err_.str();
+  noderuntime::SandboxSpec holder;
+  holder.id = "holder";
+  holder.template_name = "tg";
+  holder.workspace = "w-1a2b";
+  ASSERT_TRUE(node_.CreateSandbox(holder).ok());
+  EXPECT_EQ(Run({"cp", "ws/data:/notes.txt", "-"}), kExitFailed);
+  EXPECT_NE(err_.str().find("409"), std::string::npos) << err_.str();
+}
+
 TEST_F(VerbsTest, LogsPrintsAndFollowsTheConsole) {
   const std::string vm = AddSandbox("a");
   node_.AppendConsole(vm, "boot\n");

@@ -152,10 +152,16 @@ Result<json> NodeClient::Call(const std::string& method, const std::string& path
   }
 }
 
-Result<std::string> NodeClient::GetFile(const std::string& id, const std::string& path) {
+namespace {
+std::string FilesPath(FilesOwner owner, const std::string& id, const std::string& path) {
+  return std::string(owner == FilesOwner::kWorkspace ? "/v1/workspaces/" : "/v1/sandboxes/") + id +
+         "/files?path=" + QueryEscape(path, kQueryKeep);
+}
+}  // namespace
+
+Result<std::string> NodeClient::GetFile(const std::string& id, const std::string& path, FilesOwner owner) {
   try {
-    const std::string target =
-        "/v1/sandboxes/" + id + "/files?path=" + QueryEscape(path, kQueryKeep);
+    const std::string target = FilesPath(owner, id, path);
     auto req = MakeRequest("GET", target, token_);
     auto resp = http_->request(req).get();
     std::string text = BodyString(resp);
@@ -167,12 +173,11 @@ Result<std::string> NodeClient::GetFile(const std::string& id, const std::string
 }
 
 Status NodeClient::PutFile(const std::string& id, const std::string& path,
-                           const std::string& data, uint32_t mode) {
+                           const std::string& data, uint32_t mode, FilesOwner owner) {
   try {
     char m[8];
     std::snprintf(m, sizeof m, "%04o", mode & 07777);
-    const std::string target =
-        "/v1/sandboxes/" + id + "/files?path=" + QueryEscape(path, kQueryKeep) + "&mode=" + m;
+    const std::string target = FilesPath(owner, id, path) + "&mode=" + m;
     auto req = MakeRequest("PUT", target, token_);
     req.set_body(std::vector<unsigned char>(data.begin(), data.end()));
     req.headers().set_content_type("application/octet-stream");

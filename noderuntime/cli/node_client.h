@@ -27,6 +27,10 @@ namespace kubicle::noderuntime::cli {
 
 using nlohmann::json;
 
+// Whose files a file call reaches: a sandbox's guest, or a workspace's disk
+// without a VM (/v1/workspaces/{id}/files, docs/workspaces.md).
+enum class FilesOwner { kSandbox, kWorkspace };
+
 class NodeClient {
  public:
   // `url` like http://127.0.0.1:7070 or https://node:7443; `token` the
@@ -50,9 +54,10 @@ class NodeClient {
                     const json& body = nullptr);
   // HTTP status of the last reply is not kept: errors carry it in the message.
 
-  Result<std::string> GetFile(const std::string& id, const std::string& path);
+  Result<std::string> GetFile(const std::string& id, const std::string& path,
+                              FilesOwner owner = FilesOwner::kSandbox);
   Status PutFile(const std::string& id, const std::string& path, const std::string& data,
-                 uint32_t mode);
+                 uint32_t mode, FilesOwner owner = FilesOwner::kSandbox);
   // POST /v1/sandboxes/{id}/exec?stream=true: on_output("stdout"|"stderr",
   // bytes) as lines arrive; returns the final "exit" object.
   Result<json> ExecStream(const std::string& id, const json& request,

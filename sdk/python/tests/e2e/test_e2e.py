@@ -343,3 +343,34 @@ def test_example_best_of_n(stack, kube):
     assert "6 forks" in p.stdout and "2 kept, 2 sandboxes left" in p.stdout
     assert p.stdout.count("winner ") == 2
     assert kube.sandboxes.list(metadata={"run": "ex-bon"}) == []
+
+
+def test_workspace_files_and_one_writer_in_kubernetes_mode(stack, kube):
+    """A Workspace made, read and written through the SDK alone: files()
+    finds node, disk id, token and CA from the objects; a Sandbox holding it
+    makes every file call WorkspaceInUseError, and its delete frees it."""
+    name = run_id()
+    ws = kube.workspaces.create(name, 16, labels={"team": "e2e"}, timeout=120)
+    assert ws.state == "Ready" and ws.size_mib == 16 and ws.id.startswith("w-")
+    assert ws.node and ws.attached_to is None
+    assert name in [w.name for w in kube.workspaces.list()]
+    files = kube.workspaces.files(name)
+    assert files.write("/notes/a.txt", "kept\n") == 5
+    assert files.read("/notes/a.txt") == "kept\n"
+    assert [e.name for e in files.list("/notes")] == ["a.txt"]
+    sb = kube.sandboxes.create(TEMPLATE, workspace=name, ttl_seconds=600, timeout=60)
+    try:
+        assert kube.workspaces.get(name).attached_to == sb.name
+        with pytest.raises(errors.WorkspaceInUseError):
+            files.read("/notes/a.txt")
+        with pytest.raises(errors.WorkspaceInUseError):
+            kube.workspaces.delete(name)
+    finally:
+        sb.delete()
+    deadline = time.monotonic() + 60
+    while kube.workspaces.get(name).attached_to is not None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert files.read("/notes/a.txt") == "kept\n"   # the disk outlived the Sandbox
+    kube.workspaces.delete(name)
+    with pytest.raises(errors.WorkspaceNotFoundError):
+        kube.workspaces.get(name)
