@@ -327,9 +327,9 @@ TEST_F(SandboxManagerTest, VmmCrashFailsTheSandboxAndFreesItsResources) {
   EXPECT_FALSE(fs::exists(state_dir_ + "/sandboxes/a"));
 }
 
-// Until per-sandbox namespaces land (NetnsPathOf, sandbox_manager_ports.cc)
-// no sandbox has a network: its ports are refused before any connect, and
-// a missing or crashed sandbox says so first.
+// With the sandbox network off a sandbox has no namespace (NetnsPathOf):
+// its ports are refused before any connect, and a missing or crashed
+// sandbox says so first.
 TEST_F(SandboxManagerTest, GuestPortsNeedARunningSandboxWithANetwork) {
   ASSERT_NO_FATAL_FAILURE(OpenAndBake());
   EXPECT_EQ(m_->ConnectGuestPort("nope", 3000).status().code(), StatusCode::kNotFound);

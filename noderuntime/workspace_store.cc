@@ -308,7 +308,26 @@ Status WorkspaceStore::WithDetached(const std::string& name, const std::function
                                         ": its files are the guest's while it runs (one writer); use "
                                         "the sandbox's own file calls, or delete it first");
   }
+  RETURN_IF_ERROR(ReplayJournalIfNeeded(name));
   return fn();
+}
+
+// A VM that stopped without unmounting the workspace (a VMM crash) leaves
+// its last metadata in the journal: replayed here, confined, before the
+// helper reads a stale file system (ext4/journal_replay.h).
+Status WorkspaceStore::ReplayJournalIfNeeded(const std::string& name) {
+  const std::string image = ImagePath(name);
+  ASSIGN_OR_RETURN(bool needed, ext4::NeedsJournalReplay(image));
+  if (!needed) return Status::Ok();
+  const auto t0 = std::chrono::steady_clock::now();
+  Status st = ext4::ReplayJournal(image, options_.replay);
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (!st.ok()) {
+    log::Warn("workspace journal replay failed", {{"workspace", name}, {"error", st.ToString()}});
+    return st.WithContext("workspace " + name);
+  }
+  log::Info("workspace journal replayed", {{"workspace", name}, {"ms", ms}});
+  return Status::Ok();
 }
 
 Status WorkspaceStore::ReadFile(const std::string& name, const std::string& path,

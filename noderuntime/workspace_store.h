@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "noderuntime/ext4/ext4_client.h"
+#include "noderuntime/ext4/journal_replay.h"
 #include "noderuntime/records.h"
 #include "noderuntime/sandbox_service.h"
 
@@ -40,6 +41,7 @@ struct WorkspaceStoreOptions {
   uint64_t budget_mib = 0;           // 0: only the file system's free space
   std::string mke2fs = "mke2fs";
   ext4::Ext4ClientOptions helper;
+  ext4::JournalReplayOptions replay;  // a journal left by a VM that did not unmount
   std::function<WallTime()> clock;   // default: system_clock::now
   std::chrono::milliseconds attach_wait{10000};
 };
@@ -84,8 +86,10 @@ class WorkspaceStore {
   Status MakeImage(const std::string& path, uint64_t size_mib);
   WorkspaceInfo InfoLocked(const Workspace& ws) const;
   std::shared_ptr<Workspace> Find(const std::string& name);
-  // Runs `fn` with the workspace's lock held and nobody attached.
+  // Runs `fn` with the workspace's lock held, nobody attached and the
+  // journal replayed.
   Status WithDetached(const std::string& name, const std::function<Status()>& fn);
+  Status ReplayJournalIfNeeded(const std::string& name);
 
   WorkspaceStoreOptions options_;
   ext4::Ext4Client helper_{options_.helper};

@@ -8,7 +8,9 @@ a 64 MiB workspace is made and a seed file written into it by the host
 which reads the seed at /workspace and writes /workspace/out/x.txt; the
 sandbox is deleted; the file is read back through the data plane with the
 workspace's own token while no VM runs. Then a per-call run with the
-workspace appends to the file, and the host reads it again.
+workspace appends to the file, and the host reads it again. Last, a
+sandbox's VMM is killed right after python fsyncs a file on the mounted
+workspace: the host's next read replays the journal and returns it.
 
     run-in-testhost.py -- e2e/nested/workspace-test.py BUILD_DIR IMAGES_ENV
 (IMAGES_ENV: prepare-images.sh's KUBICLE_LINUX_*=PATH lines).
@@ -131,6 +133,30 @@ try:
     if got != b"written by python in the guest\nappended by a run\n":
         raise SystemExit(f"workspace-test: FAIL: after the run {got!r}")
     say(f"per-call run with the workspace: timings {r['timings']}")
+
+    # A VMM killed with the workspace mounted leaves its journal to replay:
+    # the next host read replays it (confined e2fsck) and sees the write.
+    sb = json.loads(must(call("POST", "/v1/sandboxes", admin,
+                              {"template": "py", "workspace": "ws1"}), 201))
+    prog = ("import os; f = open('/workspace/out/crash.txt', 'w'); "
+            "f.write('synced before the crash\\n'); f.flush(); os.fsync(f.fileno())")
+    r = json.loads(must(call("POST", f"/v1/sandboxes/{sb['id']}/exec", sb["token"],
+                             {"shell": f"python3 -c \"{prog}\"", "timeoutSeconds": 120}), 200))
+    if r["exitCode"] != 0:
+        raise SystemExit(f"workspace-test: FAIL: python before the crash: {r}")
+    os.kill(sb["vmmPid"], 9)
+    deadline = time.monotonic() + 60
+    while json.loads(must(call("GET", "/v1/workspaces/ws1", wtok), 200)).get("attachedTo") and \
+            time.monotonic() < deadline:
+        time.sleep(0.2)
+    got = must(call("GET", "/v1/workspaces/ws1/files?path=/out/crash.txt", wtok), 200)
+    if got != b"synced before the crash\n":
+        raise SystemExit(f"workspace-test: FAIL: after the VMM was killed {got!r}")
+    log.flush()
+    if "workspace journal replayed" not in open(os.path.join(state, "node.log")).read():
+        raise SystemExit("workspace-test: FAIL: no journal replay logged after the VMM was killed")
+    say("after a VMM crash the host replayed the journal and read the guest's synced write")
+    must(call("DELETE", f"/v1/sandboxes/{sb['id']}", admin), 200)
     must(call("DELETE", "/v1/workspaces/ws1", admin), 200)
     if os.path.exists(f"{state}/node/workspaces/ws1"):
         raise SystemExit("workspace-test: FAIL: the workspace's files remain")
