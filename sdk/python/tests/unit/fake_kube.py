@@ -327,12 +327,7 @@ users:
                              ready=("False", "Unscheduled", refused[1]))
         token = secrets.token_hex(16)
         secret = f"{meta['name']}-token"
-        self.create("secrets", key[1], {
-            "apiVersion": "v1", "kind": "Secret", "type": "kubicle.dev/sandbox-token",
-            "metadata": {"name": secret, "ownerReferences": [
-                {"apiVersion": "kubicle.dev/v1alpha1", "kind": "Sandbox", "name": meta["name"],
-                 "uid": meta["uid"]}]},
-            "data": {"token": base64.b64encode(token.encode()).decode()}})
+        self._create_token_secret(key[1], secret, "Sandbox", meta, token)
         env = {e["name"]: e["value"] for e in spec.get("env") or []}
         labels = meta.get("labels") or {}
         if self.wrong_vm_tokens > 0:
@@ -410,15 +405,20 @@ users:
             conditions=[_cond("Scheduled", "True", "Scheduled", "placed on node n1"),
                         _cond("Ready", "True", "DiskReady", "the disk is ready on node n1")]))
 
+    def _create_token_secret(self, ns: str, name: str, kind: str, owner: Dict[str, Any],
+                             token: str) -> None:
+        """The operator's token Secret of a Sandbox or Workspace, owned by it."""
+        self.create("secrets", ns, {
+            "apiVersion": "v1", "kind": "Secret", "type": f"kubicle.dev/{kind.lower()}-token",
+            "metadata": {"name": name, "ownerReferences": [
+                {"apiVersion": "kubicle.dev/v1alpha1", "kind": kind, "name": owner["name"],
+                 "uid": owner["uid"]}]},
+            "data": {"token": base64.b64encode(token.encode()).decode()}})
+
     def _place_workspace(self, key: Key, obj: Dict[str, Any]) -> None:
         meta = obj["metadata"]
         secret = f"{meta['name']}-workspace-token"
-        self.create("secrets", key[1], {
-            "apiVersion": "v1", "kind": "Secret", "type": "kubicle.dev/workspace-token",
-            "metadata": {"name": secret, "ownerReferences": [
-                {"apiVersion": "kubicle.dev/v1alpha1", "kind": "Workspace", "name": meta["name"],
-                 "uid": meta["uid"]}]},
-            "data": {"token": base64.b64encode(secrets.token_hex(16).encode()).decode()}})
+        self._create_token_secret(key[1], secret, "Workspace", meta, secrets.token_hex(16))
 
         def place(o: Dict[str, Any]) -> None:
             o["metadata"].setdefault("labels", {})["kubicle.dev/node"] = "n1"
