@@ -1,6 +1,7 @@
 // kubicle-vmm: one KVM microVM per process. See UsageText() for the CLI and
 // docs/vmm.md for the design.
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <cstdio>
 #include <string>
@@ -44,6 +45,9 @@ int main(int argc, char** argv) {
                                        : kubicle::vmm::ParsePoolArgs(args);
   if (!config.ok()) return Fail(ExitCode::kUsage, config.status().message());
   kubicle::log::Init("kubicle-vmm", config->log_json, kubicle::log::ParseLevel(config->log_level));
+  // Sockets, snapshots and logs the VMM creates are its owner's alone,
+  // whatever umask it inherits: a socket is bound before anyone could chmod it.
+  ::umask(077);
   ::signal(SIGPIPE, SIG_IGN);  // a host peer closing a socket must not kill the VM
   ::signal(SIGCHLD, SIG_IGN);  // fork children are reaped by the kernel
 

@@ -226,6 +226,22 @@ TEST_F(VmmKvmTest, ShutdownLeavesNoSocketOrHelperBehind) {
   EXPECT_EQ(left, 0) << "the teardown helper outlived 10 s";
 }
 
+// The VMM binds its sockets before anyone could chmod them: whatever umask
+// it inherits, they are its owner's alone from the moment they exist.
+TEST_F(VmmKvmTest, SocketsArePrivateFromBindWhateverTheUmask) {
+  const mode_t old_umask = ::umask(0);
+  auto vm = Boot(Options());
+  ::umask(old_umask);
+  ASSERT_TRUE(vm);
+  ASSERT_TRUE(vm->ConnectAgent(60s).ok()) << vm->SerialOutput();
+  for (const std::string& path : {vm->control_path(), vm->vsock_path()}) {
+    struct stat st {};
+    ASSERT_EQ(::lstat(path.c_str(), &st), 0) << path;
+    EXPECT_TRUE(S_ISSOCK(st.st_mode)) << path;
+    EXPECT_EQ(st.st_mode & 077, 0u) << path << ": group or others have access";
+  }
+}
+
 TEST_F(VmmKvmTest, SigtermExitsCleanly) {
   auto vm = Boot(Options());
   ASSERT_TRUE(vm);
