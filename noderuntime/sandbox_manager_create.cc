@@ -22,6 +22,8 @@ using guest::client::AgentClient;
 namespace {
 
 constexpr uint32_t kMaxForkCount = 64;
+// How long a create or run waits for capacity held by VMs in teardown.
+constexpr auto kTeardownWait = 30s;
 
 Status CheckCommon(const Labels& labels, const std::optional<int64_t>& ttl) {
   RETURN_IF_ERROR(ValidateLabels(labels));
@@ -88,8 +90,12 @@ Status SandboxManager::AcquireVm(const VmShape& shape, std::optional<PoolVm>* vm
 }
 
 Status SandboxManager::ReserveCapacity(const VmShape& shape) {
+  const auto deadline = std::chrono::steady_clock::now() + kTeardownWait;
   while (!capacity_->TryReserve(shape)) {
     if (pool_->EvictOne(shape)) continue;
+    // Runs' VMs being torn down hold capacity that comes back within
+    // milliseconds: a burst of runs waits for it rather than fail.
+    if (teardowns_.WaitForProgress(deadline)) continue;
     auto [mem, vcpus] = capacity_->used();
     return Status::ResourceExhausted(
         "node is full: " + std::to_string(mem) + " of " + std::to_string(config_.capacity_mem_mib) +

@@ -124,6 +124,29 @@ TEST_F(SandboxManagerRunKvmTest, ShutdownMidRunKillsItsVm) {
   EXPECT_EQ(StateFiles(), 0u);
 }
 
+// A node with room for one VM and no pool: each run finds the previous
+// run's VM still being torn down (off its caller's path) and waits for its
+// capacity instead of failing "node is full".
+TEST_F(SandboxManagerRunKvmTest, ABurstWaitsForCapacityHeldByTeardowns) {
+  config_.capacity_mem_mib = 64;
+  config_.capacity_vcpus = 1;
+  config_.pool_size_per_shape = 0;
+  OpenAndBake();
+  for (int i = 0; i < 20; ++i) {
+    auto r = m_->Run(RunOf({"echo", std::to_string(i)}));
+    ASSERT_TRUE(r.ok()) << i << ": " << r.status().ToString();
+    EXPECT_EQ(S(r->exec.stdout_data), std::to_string(i) + "\n");
+  }
+  m_->DrainRunTeardowns();
+  EXPECT_EQ(m_->usage().mem_mib, 0u);
+  // A sandbox that holds the VM for good is still refused, with the reason,
+  // once nothing is being torn down.
+  auto held = Create("held");
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  auto refused = m_->Run(RunOf({"true"}));
+  EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted) << refused.status().ToString();
+}
+
 class SandboxManagerRunLeakKvmTest : public ManagerTest {
  protected:
   // `runs` runs of echo in a row, then everything a run holds is counted:

@@ -33,6 +33,7 @@ void TeardownQueue::Loop() {
     task();
     l.lock();
     --running_;
+    ++finished_;
     cv_.notify_all();
   }
 }
@@ -50,6 +51,13 @@ void TeardownQueue::Stop() {
 size_t TeardownQueue::pending() const {
   std::lock_guard l(mu_);
   return tasks_.size() + running_;
+}
+
+bool TeardownQueue::WaitForProgress(std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock l(mu_);
+  if (tasks_.empty() && running_ == 0) return false;
+  const uint64_t seen = finished_;
+  return cv_.wait_until(l, deadline, [&] { return finished_ != seen; });
 }
 
 void TeardownQueue::Drain() {

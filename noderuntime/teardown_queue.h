@@ -9,7 +9,9 @@
 //    caller's thread. Thread-safe; the destructor stops.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <cstddef>
 #include <deque>
 #include <functional>
@@ -32,6 +34,9 @@ class TeardownQueue {
   size_t pending() const;
   // Waits until nothing is queued or running (tests, shutdown paths).
   void Drain();
+  // Waits until a task finishes or the deadline passes; false at once when
+  // nothing is queued or running (no task will finish), false at the deadline.
+  bool WaitForProgress(std::chrono::steady_clock::time_point deadline);
 
  private:
   void Loop();
@@ -40,6 +45,7 @@ class TeardownQueue {
   std::condition_variable cv_;
   std::deque<std::function<void()>> tasks_;
   size_t running_ = 0;
+  uint64_t finished_ = 0;
   bool started_ = false, stopping_ = false;
   std::thread thread_;
 };

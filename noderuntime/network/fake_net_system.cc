@@ -7,12 +7,15 @@
 
 namespace kubicle::noderuntime::network::testing {
 
-bool FakeNetSystem::Failing(const std::string& op) {
+bool FakeNetSystem::Failing(const std::string& op, const std::string& netns) {
   ++calls_;
-  auto it = failures_.find(op);
-  if (it == failures_.end() || it->second <= 0) return false;
-  --it->second;
-  return true;
+  for (const std::string& key : {op + " in " + netns, op}) {
+    auto it = failures_.find(key);
+    if (it == failures_.end() || it->second <= 0) continue;
+    --it->second;
+    return true;
+  }
+  return false;
 }
 
 Status FakeNetSystem::Preflight() {
@@ -23,7 +26,7 @@ Status FakeNetSystem::Preflight() {
 
 Status FakeNetSystem::IpBatch(const std::string& netns, const std::string& batch) {
   std::lock_guard l(mu_);
-  if (Failing("ip")) return Status::Internal("ip failed (injected)");
+  if (Failing("ip", netns)) return Status::Internal("ip failed (injected)");
   batches_[netns].push_back(batch);
   if (!netns.empty() && !namespaces_.count(netns)) return Status::Internal("ip: no namespace " + netns);
   std::istringstream in(batch);
@@ -51,7 +54,7 @@ Status FakeNetSystem::IpBatch(const std::string& netns, const std::string& batch
 
 Status FakeNetSystem::Nft(const std::string& netns, const std::string& ruleset) {
   std::lock_guard l(mu_);
-  if (Failing("nft")) return Status::Internal("nft failed (injected)");
+  if (Failing("nft", netns)) return Status::Internal("nft failed (injected)");
   if (!netns.empty() && !namespaces_.count(netns)) return Status::Internal("nft: no namespace " + netns);
   rulesets_[netns] = ruleset;
   nft_history_[netns].push_back(ruleset);
@@ -101,7 +104,7 @@ Status FakeNetSystem::DeleteNetns(const std::string& path) {
 
 Status FakeNetSystem::Sysctl(const std::string& netns, const std::string& key, const std::string& value) {
   std::lock_guard l(mu_);
-  if (Failing("sysctl")) return Status::Internal("sysctl failed (injected)");
+  if (Failing("sysctl", netns)) return Status::Internal("sysctl failed (injected)");
   sysctls_[netns + "|" + key] = value;
   return Status::Ok();
 }
@@ -117,6 +120,10 @@ void FakeNetSystem::SetAddresses(std::string text) {
 void FakeNetSystem::FailNext(const std::string& op, int count) {
   std::lock_guard l(mu_);
   failures_[op] = count;
+}
+void FakeNetSystem::FailNextIn(const std::string& op, const std::string& netns, int count) {
+  std::lock_guard l(mu_);
+  failures_[op + " in " + netns] = count;
 }
 std::set<std::string> FakeNetSystem::namespaces() const {
   std::lock_guard l(mu_);

@@ -33,6 +33,9 @@ class FakeNetSystem final : public NetSystem {
   // The next call of `op` ("ip", "nft", "netns", "sysctl", "preflight")
   // fails, `count` times.
   void FailNext(const std::string& op, int count = 1);
+  // The same, only for calls in the namespace `netns` ("ip", "nft",
+  // "sysctl"): what another thread does elsewhere cannot take it.
+  void FailNextIn(const std::string& op, const std::string& netns, int count = 1);
   std::set<std::string> namespaces() const;
   std::set<std::string> host_links() const;
   std::string ruleset(const std::string& netns) const;  // "" for the host's
@@ -45,7 +48,7 @@ class FakeNetSystem final : public NetSystem {
   size_t calls() const;
 
  private:
-  bool Failing(const std::string& op);
+  bool Failing(const std::string& op, const std::string& netns = "");
 
   mutable std::mutex mu_;
   std::string routes_, addresses_;

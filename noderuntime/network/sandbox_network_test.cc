@@ -170,7 +170,10 @@ TEST_F(SandboxNetworkTest, AFailedBuildLeavesNothing) {
 TEST_F(SandboxNetworkTest, PolicyFailureOnAPooledSlotReleasesIt) {
   auto n = Started(1);
   ASSERT_TRUE(Eventually([&] { return n->census().pooled == 1; }));
-  sys_.FailNext("nft");
+  // Only the pooled slot's policy update fails, not the refill the
+  // Acquire sets off on the worker at the same time.
+  ASSERT_EQ(sys_.namespaces().size(), 1u);
+  sys_.FailNextIn("nft", *sys_.namespaces().begin());
   EXPECT_FALSE(n->Acquire({EgressMode::kNone, {}}).ok());
   ASSERT_TRUE(Eventually([&] { return n->census().released == 1; }));
   EXPECT_EQ(n->census().in_use, 0u);
