@@ -10,6 +10,7 @@ enum class ExitCode : int {
   kSetupFailed = 2,    // KVM, kernel image or a device could not be set up
   kGuestCrashed = 3,   // triple fault, KVM internal error, failed entry
   kInternal = 4,       // a bug or resource failure in kubicle-vmm itself
+  kSyscallRefused = 5, // a system call outside the seccomp filter (syscall_policy.h)
 };
 
 }  // namespace kubicle::vmm

@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "vmm/exit_code.h"
 #include "vmm/fast_exit.h"
+#include "vmm/syscall_policy.h"
 #include "vmm/vm.h"
 #include "vmm/vmm_config.h"
 
@@ -55,6 +56,9 @@ int main(int argc, char** argv) {
             : command == "restore" ? kubicle::vmm::Vm::Restore(*config)
                                    : kubicle::vmm::Vm::CreatePooled(*config);
   if (!vm.ok()) return Fail(ExitCode::kSetupFailed, vm.status().ToString());
+  // Built: from here on the VMM runs guest-driven code, confined.
+  if (kubicle::Status confined = kubicle::vmm::ConfineVmm(config->seccomp); !confined.ok())
+    return Fail(ExitCode::kSetupFailed, confined.ToString());
   (*vm)->StopOnSignals();
   kubicle::Status st = (*vm)->Start();
   if (!st.ok()) return Fail(ExitCode::kSetupFailed, st.ToString());

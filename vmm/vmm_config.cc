@@ -205,6 +205,7 @@ Result<VmmConfig> ParseRunArgs(const std::vector<std::string>& raw_args) {
     else if (flag == "--control") cfg.control_path = v;
     else if (flag == "--id") cfg.vm_id = v;
     else if (flag == "--log-level") cfg.log_level = v;
+    else if (flag == "--seccomp") { ASSIGN_OR_RETURN(cfg.seccomp, ParseSeccompMode(v)); }
     else if (flag == "--snapshot") cfg.snapshot_path = v;
     else if (flag == "--layer-dir") cfg.layer_dir = v;
     else return Status::InvalidArgument("unknown flag '" + flag + "' (see --help)");
@@ -309,6 +310,9 @@ Options for run:
   --id NAME            VM id used in logs
   --log-level LEVEL    debug, info, warn, error
   --json-log           logs as JSON lines on stderr
+  --seccomp MODE       enforce (default): a system call outside the VMM's
+                       filter ends it with exit code 5; log: such calls run
+                       and the kernel logs them; off: no filter
 
 Exit codes:
   0  the guest shut down (reset, power-off or shutdown command)
@@ -316,6 +320,7 @@ Exit codes:
   2  the VM could not be built (KVM, kernel image, devices)
   3  the guest crashed (triple fault, KVM internal error)
   4  kubicle-vmm internal error
+  5  a system call outside the seccomp filter (a bug, or a compromised VMM)
 )";
 }
 

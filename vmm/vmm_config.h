@@ -12,6 +12,7 @@
 #include "common/status.h"
 #include "vmm/control_protocol.h"
 #include "vmm/devices/legacy/console_log.h"
+#include "vmm/syscall_policy.h"
 
 namespace kubicle::vmm {
 
@@ -63,6 +64,9 @@ struct VmmConfig {
   // shared layers). Empty: writable disks are raw images, written in place,
   // and the VM cannot be snapshotted or forked.
   std::string layer_dir;
+  // --seccomp: the system call filter (syscall_policy.h); enforce unless
+  // debugging a refused call.
+  SeccompMode seccomp = SeccompMode::kEnforce;
   bool log_json = false;
   std::string log_level = "info";
 };

@@ -226,6 +226,44 @@ TEST_F(VmmKvmTest, ShutdownLeavesNoSocketOrHelperBehind) {
   EXPECT_EQ(left, 0) << "the teardown helper outlived 10 s";
 }
 
+// A field of /proc/<path>/status, e.g. StatusField("self", "Seccomp_filters").
+std::string StatusField(const std::string& path, const std::string& field) {
+  std::ifstream in("/proc/" + path + "/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(field + ":", 0) == 0) return line.substr(line.find_last_of(" \t") + 1);
+  return "?";
+}
+
+// Every thread of a running VMM is under its filter, one more than this
+// test runs under (docs/vmm.md, "Seccomp"), and the guest still runs and
+// answers; off adds none.
+TEST_F(VmmKvmTest, TheRunningVmmIsUnderItsSeccompFilter) {
+  const int inherited = std::stoi(StatusField("self", "Seccomp_filters"));
+  auto vm = Boot(Options());
+  ASSERT_TRUE(vm);
+  auto agent = vm->ConnectAgent(60s);
+  ASSERT_TRUE(agent.ok()) << agent.status().ToString() << "\n" << vm->VmmLog();
+  EXPECT_TRUE((*agent)->Ping().ok());
+  const std::string pid = std::to_string(vm->pid());
+  EXPECT_EQ(StatusField(pid, "NoNewPrivs"), "1");
+  size_t threads = 0;
+  for (const auto& t : std::filesystem::directory_iterator("/proc/" + pid + "/task")) {
+    ++threads;
+    const std::string task = pid + "/task/" + t.path().filename().string();
+    EXPECT_EQ(StatusField(task, "Seccomp"), "2") << task;
+    EXPECT_EQ(StatusField(task, "Seccomp_filters"), std::to_string(inherited + 1)) << task;
+  }
+  EXPECT_GT(threads, 1u);
+
+  VmProcessOptions off = Options();
+  off.extra_args = {"--seccomp", "off"};
+  auto unconfined = Boot(off);
+  ASSERT_TRUE(unconfined);
+  ASSERT_TRUE(unconfined->WaitForSerial(kBanner, 60s).ok());
+  EXPECT_EQ(StatusField(std::to_string(unconfined->pid()), "Seccomp_filters"), std::to_string(inherited));
+}
+
 // The VMM binds its sockets before anyone could chmod them: whatever umask
 // it inherits, they are its owner's alone from the moment they exist.
 TEST_F(VmmKvmTest, SocketsArePrivateFromBindWhateverTheUmask) {

@@ -8,8 +8,6 @@
 // open, no exec, no sockets: every other call fails EPERM). The image is
 // then parsed by libext2fs inside that box; the node kills it at a wall
 // deadline and treats whatever it says as hostile.
-#include <linux/audit.h>
-#include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -26,6 +24,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/seccomp_filter.h"
 #include "noderuntime/ext4/ext4_fs.h"
 #include "noderuntime/ext4/ext4_wire.h"
 
@@ -82,28 +81,19 @@ void Limit(int resource, rlim_t value) {
 // Allows the calls libext2fs and the C++ runtime need on fds it already
 // has; everything else returns EPERM.
 void Seccomp() {
-  static const int kAllowed[] = {
+  kubicle::seccomp::FilterBuilder b(SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA));
+  b.Allow({
       SYS_read, SYS_write, SYS_pread64, SYS_pwrite64, SYS_readv, SYS_writev, SYS_lseek,
       SYS_fstat, SYS_newfstatat, SYS_fcntl, SYS_fsync, SYS_fdatasync, SYS_fallocate,
       SYS_mmap, SYS_munmap, SYS_mremap, SYS_brk, SYS_madvise, SYS_mprotect,
       SYS_close, SYS_exit, SYS_exit_group, SYS_rt_sigreturn, SYS_rt_sigprocmask,
       SYS_futex, SYS_getrandom, SYS_clock_gettime, SYS_gettimeofday, SYS_time,
       SYS_getpid, SYS_gettid, SYS_sysinfo,
-  };
-  std::vector<sock_filter> f;
-  f.push_back(BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, arch)));
-  f.push_back(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0));
-  f.push_back(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS));
-  f.push_back(BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)));
-  for (int nr : kAllowed) {
-    f.push_back(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, static_cast<uint32_t>(nr), 0, 1));
-    f.push_back(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW));
-  }
-  f.push_back(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)));
-  sock_fprog prog{static_cast<unsigned short>(f.size()), f.data()};
-  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
-      ::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) != 0) {
-    std::fprintf(stderr, "kubicle-ext4: seccomp: %s\n", std::strerror(errno));
+  });
+  auto program = b.Build();
+  Status st = program.ok() ? kubicle::seccomp::Install(*program, /*tsync=*/false) : program.status();
+  if (!st.ok()) {
+    std::fprintf(stderr, "kubicle-ext4: %s\n", st.ToString().c_str());
     std::_Exit(2);
   }
 }
