@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <thread>
 
 namespace kubicle::kube {
@@ -131,12 +132,17 @@ TEST(FakeKubeClientTest, InjectedFaultsAndCloseWatches) {
   EXPECT_EQ(c.Create(SandboxResource(), "ns", Sbx("a")).status().code(), StatusCode::kUnavailable);
   EXPECT_TRUE(c.Create(SandboxResource(), "ns", Sbx("a")).ok());
   CancelToken cancel;
+  // A close before the watch began would be missed: close until it ends.
+  std::atomic<bool> ended{false};
   std::thread closer([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(30));
-    c.CloseWatches();
+    while (!ended) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      c.CloseWatches();
+    }
   });
   Status s = c.Watch(SandboxResource(), "ns", WatchOptions{}, [](const WatchEvent&) { return true; },
                      cancel);
+  ended = true;
   closer.join();
   EXPECT_EQ(s.code(), StatusCode::kUnavailable);
 }

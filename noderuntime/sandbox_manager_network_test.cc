@@ -373,6 +373,9 @@ TEST_F(SandboxManagerNetworkTest, SlotMetricsCountAndParse) {
   ASSERT_NO_FATAL_FAILURE(OpenAndBake());
   ASSERT_TRUE(Create("a").ok());
   ASSERT_TRUE(Create("b").ok());
+  // The bake's slot goes back on the network's worker, whose DeleteNetns
+  // would take the failure below: let it finish first.
+  ASSERT_TRUE(Eventually([&] { return m_->usage().network.releasing == 0; }));
   net_->FailNext("netns");
   EXPECT_FALSE(Create("c").ok());
   ASSERT_TRUE(Eventually([&] { return m_->usage().network.releasing == 0; })) << "c's halves are gone";

@@ -253,7 +253,9 @@ TEST_F(VerbsTest, TopShowsEachRunningSandbox) {
       std::this_thread::sleep_for(5ms);
     }
   });
-  EXPECT_EQ(Run({"top", "-l", "kubicle.dev/run=r", "--interval", "300ms"}), 0) << err_.str();
+  // Long enough that a stall of the burner (it writes every 5 ms) moves the
+  // figure by little.
+  EXPECT_EQ(Run({"top", "-l", "kubicle.dev/run=r", "--interval", "2s"}), 0) << err_.str();
   stop = true;
   burner.join();
   std::istringstream lines(out_.str());

@@ -138,7 +138,11 @@ Result<SandboxInfo> FakeSandboxService::AddLocked(SandboxInfo info, const std::s
 Result<SandboxInfo> FakeSandboxService::CreateSandbox(const SandboxSpec& spec) {
   ++calls_;
   std::lock_guard l(mu_);
-  if (!create_error.ok()) return create_error;
+  if (!create_error.ok()) {
+    Status failed = create_error;
+    if (create_errors_left_ > 0 && --create_errors_left_ == 0) create_error = Status::Ok();
+    return failed;
+  }
   auto t = templates_.find(spec.template_name);
   if (t == templates_.end()) return Status::NotFound("no template " + spec.template_name);
   SandboxInfo info;

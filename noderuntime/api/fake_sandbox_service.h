@@ -108,9 +108,12 @@ class FakeSandboxService : public SandboxService {
   // Makes CreateSandbox fail with this status (when not OK). Set it before
   // requests arrive, or with SetCreateError while they do.
   Status create_error;
-  void SetCreateError(Status s) {
+  // count > 0: only the next `count` creates fail, then create_error is
+  // OK again (no sleep in a test decides how many retries see it).
+  void SetCreateError(Status s, int count = 0) {
     std::lock_guard l(mu_);
     create_error = std::move(s);
+    create_errors_left_ = count;
   }
   size_t read_chunk_bytes = guest::protocol::kMaxChunk;
   uint64_t max_read_file_bytes = guest::client::ClientLimits{}.max_read_file_bytes;
@@ -148,6 +151,7 @@ class FakeSandboxService : public SandboxService {
   Result<SandboxInfo> AddLocked(SandboxInfo info, const std::string& token_sha256);
 
   mutable std::mutex mu_;
+  int create_errors_left_ = 0;  // SetCreateError(s, count): failures still to come
   std::map<std::string, TemplateInfo> templates_;
   std::map<std::string, std::string> run_tokens_;  // template -> hex SHA-256
   std::map<std::string, Sandbox> sandboxes_;

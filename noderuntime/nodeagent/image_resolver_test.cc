@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <atomic>
 #include <thread>
 
 #include <gmock/gmock.h>
@@ -354,16 +355,24 @@ TEST_F(ImageResolverTest, ConcurrentResolvesOfOneUrlDownloadOnce) {
 }
 
 TEST_F(ImageResolverTest, ConcurrentWaitersShareTheLeadersFailure) {
-  TestServer server([](const std::string&) {
-    return Reply{.status = 503, .reason = "Service Unavailable",
-                 .delay = std::chrono::milliseconds(300)};
+  // The leader's download fails only once both others wait for it (a late
+  // thread would otherwise lead a second download of its own).
+  std::atomic<int> waiting{0};
+  TestServer server([&](const std::string&) {
+    for (auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+         waiting < 2 && std::chrono::steady_clock::now() < end;)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    return Reply{.status = 503, .reason = "Service Unavailable"};
   });
   auto resolver = Make();
   const ImageSource src{"rootfs", server.Url("/rootfs"), HexOf("x")};
   std::vector<Result<std::string>> results(3, Status::Internal("not run"));
   std::vector<std::thread> threads;
+  auto progress = [&](const std::string& line) {
+    if (line.rfind("waiting for another download", 0) == 0) ++waiting;
+  };
   for (size_t i = 0; i < results.size(); ++i)
-    threads.emplace_back([&, i] { results[i] = resolver->Resolve(src, nullptr); });
+    threads.emplace_back([&, i] { results[i] = resolver->Resolve(src, progress); });
   for (auto& t : threads) t.join();
   for (auto& res : results) EXPECT_EQ(res.status().code(), StatusCode::kUnavailable);
   EXPECT_EQ(server.requests(), 1);

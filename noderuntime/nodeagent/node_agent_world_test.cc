@@ -204,7 +204,9 @@ TEST_F(NodeAgentWorld, MetricsCountWatchLagStatusWritesAndTheBakeQueue) {
   EXPECT_EQ(Metric("kubicle_node_agent_watch_lag_seconds_count"), 2);
   // Each Sandbox's Restoring and Running reports at least.
   EXPECT_GE(Metric("kubicle_node_agent_sandbox_status_write_seconds_count"), 2);
-  EXPECT_EQ(Metric("kubicle_node_agent_start_seconds_count{how=\"restore\"}"), 2);
+  // Observed just after the Running report: it may trail it a little.
+  EXPECT_TRUE(Eventually([&] { return Metric("kubicle_node_agent_start_seconds_count{how=\"restore\"}") == 2; }))
+      << Metric("kubicle_node_agent_start_seconds_count{how=\"restore\"}");
   EXPECT_EQ(Metric("kubicle_node_agent_bake_queue"), 0);
 }
 
@@ -395,10 +397,8 @@ TEST_F(NodeAgentWorld, AStartThatTimesOutIsRetriedThenFailed) {
   ASSERT_TRUE(Eventually([&] { return VmState("slow") == "Failed"; }));
   EXPECT_NE(VmMessage("slow").find("did not answer"), std::string::npos);
   // One timeout, then the host catches up: the Sandbox runs.
-  svc_.SetCreateError(Status::DeadlineExceeded("slow host"));
+  svc_.SetCreateError(Status::DeadlineExceeded("slow host"), 1);
   CreateSandbox("once");
-  std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  svc_.SetCreateError(Status::Ok());
   ASSERT_TRUE(Eventually([&] { return VmState("once") == "Running"; }));
 }
 
