@@ -56,7 +56,7 @@ CASES = [
     ("text logs, long TTL", {
         "operator": {"logFormat": "text", "logLevel": "debug", "defaultTTLSeconds": 2592000},
         "node": {"logFormat": "text", "logLevel": "warn", "capacity": {"sandboxes": 100000},
-                 "leaseDurationSeconds": 3600, "dataPlanePort": 17443},
+                 "leaseDurationSeconds": 3600, "dataPlanePort": 17443, "vmmSeccomp": "log"},
     }),
     ("sandbox network off", {"node": {"network": {"enabled": False}}}),
     ("sandbox network, own CIDR", {"node": {"stateDir": "/srv/kubicle", "network": {

@@ -46,6 +46,15 @@ SandboxManager::SandboxManager(NodeConfig config, metrics::Registry* metrics)
   sweeper_ = std::make_unique<Sweeper>(std::move(so));
 }
 
+std::vector<std::string> VmmFlags(const NodeConfig& config) {
+  const ConsoleLimits& l = config.console;
+  return {"--serial-max-bytes", std::to_string(l.max_file_bytes),
+          "--serial-files",     std::to_string(l.rotated_files),
+          "--serial-rate",      std::to_string(l.rate_bytes_per_sec),
+          "--serial-burst",     std::to_string(l.burst_bytes),
+          "--seccomp",          vmm::SeccompModeName(config.vmm_seccomp)};
+}
+
 Result<std::unique_ptr<SandboxManager>> SandboxManager::Open(NodeConfig config,
                                                              metrics::Registry* metrics) {
   if (config.state_dir.empty() || config.state_dir[0] != '/')
@@ -77,7 +86,7 @@ Status SandboxManager::Init() {
   po.dir = config_.state_dir + "/pool";
   po.sock_dir = config_.state_dir + "/sock";
   po.per_shape = config_.pool_size_per_shape;
-  po.vmm_flags = SerialFlags(config_.console);
+  po.vmm_flags = VmmFlags(config_);
   po.reserve = [this](const VmShape& s) { return capacity_->TryReserve(s); };
   po.release = [this](const VmShape& s) { capacity_->Release(s); };
   po.on_change = [this] { UpdatePoolGauge(); };
@@ -93,7 +102,7 @@ Status SandboxManager::Init() {
   TemplateBaker::Options bo;
   bo.launcher = config_.launcher.get();
   bo.sock_dir = config_.state_dir + "/sock";
-  bo.vmm_flags = SerialFlags(config_.console);
+  bo.vmm_flags = VmmFlags(config_);
   bo.boot_timeout = config_.bake_boot_timeout;
   bo.agent_options = AgentOptions();
   bo.allocate_cid = [this] { return table_->AllocateCid(); };

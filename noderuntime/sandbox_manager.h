@@ -48,6 +48,7 @@
 #include "noderuntime/warm_pool.h"
 #include "noderuntime/workspace_store.h"
 #include "vmm/control_protocol.h"
+#include "vmm/seccomp_mode.h"
 
 namespace kubicle::noderuntime {
 
@@ -105,6 +106,9 @@ struct NodeConfig {
   // kubicle-vmm as --serial-max-bytes/-files/-rate/-burst (console_log.h):
   // what ReadConsole serves is bounded by these, whatever the guest writes.
   ConsoleLimits console;
+  // --seccomp of every VMM this node starts (docs/vmm.md, "Seccomp"): log
+  // or off only to find what a new kernel or libc needs.
+  vmm::SeccompMode vmm_seccomp = vmm::SeccompMode::kEnforce;
   SandboxNetworkConfig network;
   // ---- workspaces (docs/workspaces.md) ----
   // The sum of every workspace's size_mib may not exceed this (0: no
@@ -115,8 +119,9 @@ struct NodeConfig {
   std::string mke2fs = "mke2fs";  // found on PATH
 };
 
-// kubicle-vmm's --serial-* flags for `limits`.
-std::vector<std::string> SerialFlags(const ConsoleLimits& limits);
+// The flags every kubicle-vmm this node starts gets: --serial-* for the
+// console's limits and --seccomp.
+std::vector<std::string> VmmFlags(const NodeConfig& config);
 
 class SandboxManager final : public SandboxService, private SweepTarget {
  public:

@@ -16,13 +16,6 @@
 
 namespace kubicle::noderuntime {
 
-std::vector<std::string> SerialFlags(const ConsoleLimits& l) {
-  return {"--serial-max-bytes", std::to_string(l.max_file_bytes),
-          "--serial-files",     std::to_string(l.rotated_files),
-          "--serial-rate",      std::to_string(l.rate_bytes_per_sec),
-          "--serial-burst",     std::to_string(l.burst_bytes)};
-}
-
 Result<ConsoleRead> SandboxManager::ReadConsole(const std::string& id, uint64_t offset,
                                                 size_t max_bytes) {
   ASSIGN_OR_RETURN(auto sb, Find(id));

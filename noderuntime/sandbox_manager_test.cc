@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
@@ -62,8 +63,17 @@ class SandboxManagerTest : public ::testing::Test {
     c.orphan_sweep_interval = 0s;
     c.agent_timeout = 5s;
     c.delete_grace = 1s;
+    c.vmm_seccomp = vmm_seccomp_;
     return c;
   }
+  // Every VMM the manager started (bake, pool), with the --seccomp each got.
+  std::vector<std::string> SpawnedSeccompModes() const {
+    std::vector<std::string> modes;
+    for (const auto& vm : launcher_->Vms())
+      if (vm.mode != "fork") modes.push_back(vm.mode + ":" + vm.seccomp);
+    return modes;
+  }
+  vmm::SeccompMode vmm_seccomp_ = vmm::SeccompMode::kEnforce;
 
   void Open() {
     auto m = SandboxManager::Open(Config(), nullptr);
@@ -130,6 +140,18 @@ TEST_F(SandboxManagerTest, BakeBootsSnapshotsAndStopsItsVm) {
   EXPECT_TRUE(bake_vm_gone);
 }
 
+// --vmm-seccomp reaches every VMM the node starts: the bake's and the
+// pool's (a restore or a fork child keeps its process's filter).
+TEST_F(SandboxManagerTest, EveryVmmGetsTheNodesSeccompMode) {
+  vmm_seccomp_ = vmm::SeccompMode::kLog;
+  ASSERT_NO_FATAL_FAILURE(OpenAndBake());
+  ASSERT_TRUE(Create("a").ok());
+  const std::vector<std::string> modes = SpawnedSeccompModes();
+  EXPECT_NE(std::find(modes.begin(), modes.end(), "run:log"), modes.end());
+  EXPECT_NE(std::find(modes.begin(), modes.end(), "pool:log"), modes.end());
+  for (const std::string& m : modes) EXPECT_EQ(m.substr(m.find(':')), ":log") << m;
+}
+
 TEST_F(SandboxManagerTest, CreateRestoresAPoolVmAndServesExecAndFiles) {
   ASSERT_NO_FATAL_FAILURE(OpenAndBake());
   auto a = Create("a", {{"kubicle.dev/run", "r1"}});
@@ -162,6 +184,7 @@ TEST_F(SandboxManagerTest, CreateRestoresAPoolVmAndServesExecAndFiles) {
   EXPECT_EQ(m_->GetSandbox("a").status().code(), StatusCode::kNotFound);
   EXPECT_FALSE(fs::exists(state_dir_ + "/sandboxes/a"));
   EXPECT_TRUE(SandboxesHoldMib(*m_, 0)) << m_->usage().mem_mib;
+  for (const std::string& m : SpawnedSeccompModes()) EXPECT_EQ(m.substr(m.find(':')), ":enforce") << m;
 }
 
 TEST_F(SandboxManagerTest, ForkMakesRunningChildrenWithTheirOwnIdentity) {

@@ -48,13 +48,6 @@ void OnRefusedSyscall(int, siginfo_t* info, void*) {
 
 }  // namespace
 
-Result<SeccompMode> ParseSeccompMode(const std::string& text) {
-  if (text == "enforce") return SeccompMode::kEnforce;
-  if (text == "log") return SeccompMode::kLog;
-  if (text == "off") return SeccompMode::kOff;
-  return Status::InvalidArgument("--seccomp: '" + text + "' is not enforce, log or off");
-}
-
 Result<std::vector<sock_filter>> VmmSeccompProgram(SeccompMode mode) {
   if (mode == SeccompMode::kOff) return Status::InvalidArgument("seccomp is off: no program");
   seccomp::FilterBuilder b(mode == SeccompMode::kEnforce ? SECCOMP_RET_TRAP : SECCOMP_RET_LOG);

@@ -12,16 +12,9 @@
 #include <vector>
 
 #include "common/status.h"
+#include "vmm/seccomp_mode.h"
 
 namespace kubicle::vmm {
-
-enum class SeccompMode {
-  kEnforce,  // refused calls end the VMM (the default)
-  kLog,      // refused calls are logged by the kernel (audit) and run
-  kOff,      // no filter (debugging only)
-};
-
-Result<SeccompMode> ParseSeccompMode(const std::string& text);
 
 // The VMM's filter program for `mode` (not kOff).
 Result<std::vector<sock_filter>> VmmSeccompProgram(SeccompMode mode);

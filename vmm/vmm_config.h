@@ -12,7 +12,7 @@
 #include "common/status.h"
 #include "vmm/control_protocol.h"
 #include "vmm/devices/legacy/console_log.h"
-#include "vmm/syscall_policy.h"
+#include "vmm/seccomp_mode.h"
 
 namespace kubicle::vmm {
 

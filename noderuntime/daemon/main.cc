@@ -50,6 +50,7 @@ NodeConfig ConfigFrom(const ServeFlags& f) {
   c.capacity_vcpus = f.capacity_vcpus ? f.capacity_vcpus : std::max(64u, cpus * 16);
   c.pool_size_per_shape = f.pool_size;
   c.use_cgroups = f.use_cgroups;
+  c.vmm_seccomp = f.vmm_seccomp;
   c.network.enabled = f.sandbox_network;
   c.network.cidr = f.sandbox_network_cidr;
   c.network.nameservers = f.sandbox_nameservers;

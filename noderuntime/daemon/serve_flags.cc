@@ -42,6 +42,10 @@ Value flags are written "--flag VALUE" or "--flag=VALUE".
                          100G, 512M, or plain MiB (default 0: only the state
                          directory's free space; docs/workspaces.md)
   --no-cgroups           do not put VMs in per-VM cgroups
+  --vmm-seccomp MODE     every VM's system call filter: enforce (default; a
+                         call outside it ends that VM, exit code 5), log (the
+                         kernel logs such calls and they run: to find what a
+                         new kernel or libc needs), off
   --stop-vms-on-exit     on SIGTERM/SIGINT delete every sandbox too (for demos
                          and CI: nothing is left running)
   --log-format FORMAT    text or json log lines on stderr (default text)
@@ -272,6 +276,8 @@ Status ApplyValueFlag(const std::string& name, const std::string& v, ServeFlags*
     } else {
       ASSIGN_OR_RETURN(f->workspace_budget_mib, ParseMemMib(v));
     }
+  } else if (name == "--vmm-seccomp") {
+    ASSIGN_OR_RETURN(f->vmm_seccomp, vmm::ParseSeccompMode(v, name));
   } else if (name == "--pool-size") {
     ASSIGN_OR_RETURN(f->pool_size, ParseUint32(name, v, 1024));
   } else if (name == "--node-name") {

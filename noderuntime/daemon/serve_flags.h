@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "vmm/seccomp_mode.h"
 
 namespace kubicle::noderuntime::daemon {
 
@@ -33,6 +34,8 @@ struct ServeFlags {
   uint32_t pool_size = 2;
   uint64_t workspace_budget_mib = 0;  // 0: only the disk's free space
   bool use_cgroups = true;
+  // --vmm-seccomp: every VMM's --seccomp (docs/vmm.md, "Seccomp").
+  vmm::SeccompMode vmm_seccomp = vmm::SeccompMode::kEnforce;
   bool stop_vms_on_exit = false;   // SIGTERM deletes every sandbox (demos, CI)
   std::string log_format = "text";  // "text" or "json"
   bool log_json = false;           // always log_format == "json" (--log-json is an alias)

@@ -144,6 +144,20 @@ TEST(ServeFlags, CapacitySandboxes) {
   }
 }
 
+TEST(ServeFlags, VmmSeccomp) {
+  auto d = ParseServeFlags({"--state-dir", "/s"});
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->vmm_seccomp, vmm::SeccompMode::kEnforce);
+  auto log = ParseServeFlags({"--state-dir", "/s", "--vmm-seccomp=log"});
+  ASSERT_TRUE(log.ok()) << log.status().ToString();
+  EXPECT_EQ(log->vmm_seccomp, vmm::SeccompMode::kLog);
+  EXPECT_EQ(ParseServeFlags({"--state-dir", "/s", "--vmm-seccomp", "off"})->vmm_seccomp, vmm::SeccompMode::kOff);
+  auto bad = ParseServeFlags({"--state-dir", "/s", "--vmm-seccomp", "strict"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("--vmm-seccomp: 'strict' is not enforce, log or off"), std::string::npos)
+      << bad.status().ToString();
+}
+
 TEST(ServeFlags, LogFormat) {
   auto d = ParseServeFlags({"--state-dir", "/s"});
   EXPECT_EQ(d->log_format, "text");
@@ -287,7 +301,7 @@ TEST(ServeFlags, UsageNamesEveryFlag) {
         "--check-flags", "--help", "--node-name", "--kubeconfig", "--lease-namespace",
         "--lease-duration-seconds", "--image-root", "--tls", "--tls-cert", "--tls-key",
         "--insecure-http", "--sandbox-network", "--sandbox-network-cidr",
-        "--sandbox-nameservers", "--sandbox-network-pool"}) {
+        "--sandbox-nameservers", "--sandbox-network-pool", "--vmm-seccomp"}) {
     EXPECT_NE(std::string(kServeUsage).find(std::string("  ") + flag + " "), std::string::npos)
         << flag;
   }

@@ -207,7 +207,7 @@ class FakeVm {
   FakeVmmLauncher::VmInfo Info() const {
     std::lock_guard l(mu_);
     return {pid_, id_, mode_, state_, cid_, control_path_, vsock_path_, exit_code_, net_,
-            Arg(args_, "--cmdline")};
+            Arg(args_, "--cmdline"), Arg(args_, "--seccomp")};
   }
   bool exited() const {
     std::lock_guard l(mu_);

@@ -65,6 +65,7 @@ class FakeVmmLauncher final : public VmmLauncher {
     // a restore's or a fork child's.
     std::optional<vmm::control::NetAttachment> net;
     std::string cmdline;  // --cmdline of `run`
+    std::string seccomp;  // --seccomp as spawned ("" when not given)
   };
 
   FakeVmmLauncher();
