@@ -41,7 +41,7 @@ std::string MacFor(int n) {
 
 // A booted guest (with a NIC on `ns` when given), its agent answering.
 Result<std::unique_ptr<VmProcess>> BootGuest(VmProcessOptions o, const TestNetns* ns) {
-  if (ns != nullptr) o.extra_args = {"--net", ns->NetFlag(MacFor(1))};
+  if (ns != nullptr) o.extra_args.insert(o.extra_args.end(), {"--net", ns->NetFlag(MacFor(1))});
   ASSIGN_OR_RETURN(auto vm, VmProcess::Start(o));
   RETURN_IF_ERROR(vm->ConnectAgent(60s).status());
   return vm;

@@ -14,6 +14,7 @@
 //
 //   build/bench/vmm/kubicle-bench-vmm [--runs N] [--pings N] [--fork-sizes 128M,512M,2G]
 //                                     [--only fork-sizes|fork20|fork-disk|shutdown|net]
+//                                     [--seccomp enforce|log|off]  (what the filter costs)
 #include <unistd.h>
 
 #include <algorithm>
@@ -234,7 +235,7 @@ bool MeasureForkWithDisk(const VmProcessOptions& base, int runs) {
   {
     VmProcessOptions o = base;
     o.disks = {dir + "/base.img"};
-    o.extra_args = {"--layer-dir", dir + "/layers"};
+    o.extra_args.insert(o.extra_args.end(), {"--layer-dir", dir + "/layers"});
     auto parent = VmProcess::Start(o);
     auto agent = parent.ok() ? (*parent)->ConnectAgent(60s) : Result<std::unique_ptr<AgentClient>>(parent.status());
     std::vector<double> fork_ms, parent_ms;
@@ -289,17 +290,21 @@ int main(int argc, char** argv) {
   int runs = 20, pings = 1000;
   std::string fork_sizes = "128M,512M,2G";
   std::string only;  // "fork-sizes" or "shutdown": just that part
+  std::string seccomp = "enforce";  // kubicle-vmm --seccomp: compare with off
   const std::vector<std::string> args = kubicle::SplitFlagValues(argc, argv);  // --flag V or --flag=V
   for (size_t i = 0; i + 1 < args.size(); i += 2) {
     if (args[i] == "--runs") runs = std::atoi(args[i + 1].c_str());
     if (args[i] == "--pings") pings = std::atoi(args[i + 1].c_str());
     if (args[i] == "--fork-sizes") fork_sizes = args[i + 1];
     if (args[i] == "--only") only = args[i + 1];
+    if (args[i] == "--seccomp") seccomp = args[i + 1];
   }
   VmProcessOptions o;
   o.vmm_binary = KUBICLE_VMM_BIN;
   o.kernel = KUBICLE_TESTGUEST_ELF;
-  std::printf("kubicle-vmm with the test guest, %s memory, %d run(s)\n", o.mem.c_str(), runs);
+  o.extra_args = {"--seccomp", seccomp};  // every VMM here, and so its fork children
+  std::printf("kubicle-vmm with the test guest, %s memory, %d run(s), seccomp %s\n", o.mem.c_str(), runs,
+              seccomp.c_str());
   if (only == "shutdown") return MeasureShutdown(o, runs) ? 0 : 1;
   if (only == "fork-disk") return MeasureForkWithDisk(o, runs) ? 0 : 1;
   if (only == "net") return kubicle::bench::MeasureNet(o, runs) ? 0 : 1;
