@@ -50,17 +50,28 @@ async def test_kube_fork_and_sweep(akube, cluster):
 async def test_cancelled_create_leaves_nothing(akube, cluster):
     cluster.delay = 2
     task = asyncio.ensure_future(akube.sandboxes.create("tg"))
-    await asyncio.sleep(0.5)
+    # Cancelled once its Sandbox exists (the fake operator holds it 2 s before
+    # placing it), so there is something to leave behind.
+    for _ in range(400):
+        if cluster.list("sandboxes", "team-a"):
+            break
+        await asyncio.sleep(0.025)
+    made = cluster.list("sandboxes", "team-a")
+    assert len(made) == 1, made
+    assert not task.done()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
     cluster.delay = 0.01
-    for _ in range(100):
-        objs = cluster.list("sandboxes", "team-a")
-        if not objs or all(o["metadata"].get("deletionTimestamp") for o in objs):
+
+    def left():
+        o = cluster.get("sandboxes", "team-a", made[0]["metadata"]["name"])
+        return o is not None and not o["metadata"].get("deletionTimestamp")
+    for _ in range(400):
+        if not left():
             break
-        await asyncio.sleep(0.05)
-    assert all(o["metadata"].get("deletionTimestamp") for o in cluster.list("sandboxes", "team-a"))
+        await asyncio.sleep(0.025)
+    assert not left(), "the cancelled create left its Sandbox undeleted"
 
 
 async def test_standalone_exec_stream_files(astandalone, node):
