@@ -23,6 +23,9 @@ PACKAGES=(
   # the node's per-sandbox network namespaces (docs/network.md): `ip` and
   # `nft`, run by kubicle-node --sandbox-network=on and node_network_root_test
   iproute2 nftables
+  # a real kubelet node in the e2e tier (e2e/harness/kubelet_node.h): the
+  # container runtime, its OCI runtime and the CNI plugins (/usr/lib/cni)
+  containerd runc containernetworking-plugins
 )
 
 missing=()

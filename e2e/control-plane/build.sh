@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Builds the real Kubernetes control plane used by Kubicle's e2e tests and
 # benchmarks -- etcd, kube-apiserver, kube-controller-manager, kubectl and
-# helm -- from Go modules fetched by the Go toolchain through the module
-# proxy it is configured with (`go env GOPROXY`: $GOPROXY or `go env -w`;
-# no GitHub releases, no dl.k8s.io, no registry address in this script).
+# helm -- and a real node's kubelet and kube-scheduler (the same pinned
+# k8s.io/kubernetes) and crictl to inspect that node, from Go modules
+# fetched by the Go toolchain through the module proxy it is configured with
+# (`go env GOPROXY`: $GOPROXY or `go env -w`; no GitHub releases, no
+# dl.k8s.io, no registry address in this script).
 # Versions are pinned below; the binaries land in
 #   ${KUBICLE_CACHE:-~/.cache/kubicle}/control-plane/<version-key>/bin
-# and are reused while the stamp file there says they are complete.
+# and are reused while the stamp file there says they are complete. A cache
+# built before a binary joined the list rebuilds only the missing ones.
 #
 # Usage: e2e/control-plane/build.sh [--print-bin-dir] [--force]
 #   --print-bin-dir  print the bin directory and exit (0 if complete, 1 if not)
@@ -20,6 +23,7 @@ KUBE_VERSION=v1.36.3       # k8s.io/kubernetes
 STAGING_VERSION=v0.36.3    # every k8s.io/* staging module, pinned by replace
 ETCD_VERSION=v3.6.16       # go.etcd.io/etcd/server/v3 (what 1.36 runs on)
 HELM_VERSION=v3.21.4       # helm.sh/helm/v3 (built against k8s 0.36)
+CRI_TOOLS_VERSION=v1.36.0  # sigs.k8s.io/cri-tools: crictl, the CRI's own CLI
 
 GO=${GO:-/usr/local/go/bin/go}
 JOBS=${KUBICLE_BUILD_JOBS:-2}
@@ -30,10 +34,14 @@ ROOT="$CACHE/control-plane/$KEY"
 BIN="$ROOT/bin"
 STAMP="$ROOT/.complete"
 LOG="$ROOT/build.log"
-BINARIES=(etcd kube-apiserver kube-controller-manager kubectl helm)
+BINARIES=(etcd kube-apiserver kube-controller-manager kubectl helm kubelet kube-scheduler crictl)
+
+# crictl's version is not in the key (it was added to a keyed cache later):
+# a marker beside it says which one it is, and another version rebuilds it.
+CRICTL_MARK="$BIN/.crictl-$CRI_TOOLS_VERSION"
 
 complete() {
-  [[ -f "$STAMP" ]] || return 1
+  [[ -f "$STAMP" && -f "$CRICTL_MARK" ]] || return 1
   local b
   for b in "${BINARIES[@]}"; do [[ -x "$BIN/$b" ]] || return 1; done
 }
@@ -125,7 +133,7 @@ minor=${KUBE_VERSION#v1.}; minor=${minor%%.*}
 kv="k8s.io/component-base/version"
 kflags="-X $kv.gitVersion=$KUBE_VERSION -X $kv.gitMajor=1 -X $kv.gitMinor=$minor"
 kflags+=" -X $kv.gitTreeState=clean -X $kv.buildDate=1970-01-01T00:00:00Z"
-for b in kube-apiserver kube-controller-manager kubectl; do
+for b in kube-apiserver kube-controller-manager kubectl kube-scheduler kubelet; do
   build "$b" "$ROOT/src/kube" "k8s.io/kubernetes/cmd/$b" "$kflags"
 done
 
@@ -133,6 +141,14 @@ done
 wrapper "$ROOT/src/helm" "require helm.sh/helm/v3 $HELM_VERSION"
 build helm "$ROOT/src/helm" helm.sh/helm/v3/cmd/helm \
   "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+
+# --- crictl -------------------------------------------------------------------
+[[ -f "$CRICTL_MARK" ]] || rm -f "$BIN/crictl"
+wrapper "$ROOT/src/cri-tools" "require sigs.k8s.io/cri-tools $CRI_TOOLS_VERSION"
+build crictl "$ROOT/src/cri-tools" sigs.k8s.io/cri-tools/cmd/crictl \
+  "-X sigs.k8s.io/cri-tools/pkg/version.Version=$CRI_TOOLS_VERSION"
+rm -f "$BIN"/.crictl-*
+: >"$CRICTL_MARK"
 
 total=$(( $(date +%s) - start ))
 {
