@@ -49,6 +49,12 @@ if ! python3 -c "import yaml" 2>/dev/null; then
   echo "install-deps: installing pyyaml from PyPI"
   python3 -m pip install --quiet pyyaml
 fi
+# The chart's strict validation against the Kubernetes schemas
+# (helm/chart_render_test.py, kubernetes-validate -k 1.36.0 --strict).
+if ! python3 -c "import kubernetes_validate" 2>/dev/null; then
+  echo "install-deps: installing kubernetes-validate from PyPI"
+  python3 -m pip install --quiet kubernetes-validate
+fi
 # The Python SDK (sdk/python) and what its tests need: kubernetes,
 # kubernetes-asyncio and httpx, pytest and pytest-asyncio, from the index pip
 # is configured with. The SDK is installed for `import kubicle` anywhere; its

@@ -14,6 +14,8 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 
+{{- /* The image of a component: (dict "root" . "component" "node"|"operator").
+The tag defaults to appVersion, the tag scripts/build-images.sh gives both. */ -}}
 {{- define "kubicle.image" -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{ (index .root.Values.image .component).repository }}:{{ .root.Values.image.tag | default .root.Chart.AppVersion }}
 {{- end -}}
