@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <thread>
 
@@ -15,14 +16,36 @@ namespace kubicle::noderuntime::testing {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
+namespace {
+
+// Why this host cannot give the tests real cgroups, or "" when it can: the
+// node's cgroups need write access to cgroup v2's unified root or to v1's
+// cpu, memory and pids hierarchies (as Cgroups picks), which takes root.
+std::string CgroupPrecondition() {
+  const std::string root = "/sys/fs/cgroup";
+  if (::access((root + "/cgroup.controllers").c_str(), F_OK) == 0) {
+    if (::access(root.c_str(), W_OK) == 0) return "";
+    return "cgroup v2 at " + root + " is not writable (" + std::strerror(errno) + "): needs root";
+  }
+  for (const char* controller : {"cpu", "memory", "pids"}) {
+    const std::string dir = root + "/" + controller;
+    if (::access(dir.c_str(), W_OK) != 0)
+      return "cgroup v1 " + dir + " is not writable (" + std::strerror(errno) + "): needs root";
+  }
+  return "";
+}
+
+}  // namespace
+
 void ManagerTest::SetUp() {
   if (::access("/dev/kvm", R_OK | W_OK) != 0) GTEST_SKIP() << "/dev/kvm is absent";
+  // The node always runs its VMMs in cgroups: the tests do too, or say why not.
+  if (std::string why = CgroupPrecondition(); !why.empty()) GTEST_SKIP() << why;
+  real_cgroups_ = true;
   char tmpl[] = "/tmp/kn-XXXXXX";
   ASSERT_NE(::mkdtemp(tmpl), nullptr);
   state_dir_ = tmpl;
   cgroup_parent_ = "kubicle-test-" + RandomHex(4);
-  real_cgroups_ = ::access("/sys/fs/cgroup/cpu", W_OK) == 0 && ::access("/sys/fs/cgroup/memory", W_OK) == 0 &&
-                  ::access("/sys/fs/cgroup/pids", W_OK) == 0;
   config_ = Config();
 }
 
@@ -163,7 +186,7 @@ size_t ManagerTest::Cgroups() const {
   return n;
 }
 
-std::string ManagerTest::EnableNetwork() {
+std::string ManagerTest::NetworkPrecondition() {
   if (const char* off = std::getenv("KUBICLE_TEST_NO_NETWORK"); off && std::string(off) == "1")
     return "KUBICLE_TEST_NO_NETWORK=1";
   if (::geteuid() != 0) return "the sandbox network needs root";
@@ -171,17 +194,21 @@ std::string ManagerTest::EnableNetwork() {
     if (::access((std::string("/usr/sbin/") + tool).c_str(), X_OK) != 0 &&
         ::access((std::string("/sbin/") + tool).c_str(), X_OK) != 0)
       return std::string(tool) + " is not installed (scripts/install-deps.sh)";
+  return "";
+}
+
+Status ManagerTest::EnableNetwork() {
   host_netns_ = state_dir_ + "/hostns";
   network::LinuxNetSystem sys;
   if (Status s = sys.CreateNetns(host_netns_); !s.ok()) {
     host_netns_.clear();
-    return s.ToString();
+    return s;
   }
-  if (Status s = sys.IpBatch(host_netns_, "link set lo up\n"); !s.ok()) return s.ToString();
+  RETURN_IF_ERROR(sys.IpBatch(host_netns_, "link set lo up\n"));
   config_.network.enabled = true;
   config_.network.pool_size = 2;
   config_.network.system = std::make_shared<network::LinuxNetSystem>(host_netns_);
-  return "";
+  return Status::Ok();
 }
 
 size_t ManagerTest::HostVeths() const {

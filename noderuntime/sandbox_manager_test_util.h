@@ -39,11 +39,15 @@ class ManagerTest : public ::testing::Test {
   size_t StateFiles() const;
   size_t Cgroups() const;  // VM groups of sandboxes (idle pool VMs' aside)
   bool real_cgroups() const { return real_cgroups_; }
+  // What the sandbox network needs that this host lacks (not root, no
+  // ip/nft, or KUBICLE_TEST_NO_NETWORK=1 by hand), or "" when nothing: a
+  // test skips on that and nothing else.
+  static std::string NetworkPrecondition();
   // Turns the sandbox network on in config_, over a namespace of the test's
   // own that plays the host (so nothing of the real host's network is
-  // touched). Empty when it did; else why not (not root, no ip/nft, or
-  // KUBICLE_TEST_NO_NETWORK=1).
-  std::string EnableNetwork();
+  // touched). Call only once NetworkPrecondition() is ""; an error then is
+  // the product's (LinuxNetSystem), and the test fails on it.
+  Status EnableNetwork();
   // In the network's host namespace and netns directory: this node's host
   // veths, its nftables tables, and namespace files (in use or pooled).
   size_t HostVeths() const;
