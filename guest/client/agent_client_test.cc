@@ -68,7 +68,11 @@ TEST(AgentClient, DeadlineExpiresAndConnectionStaysUsable) {
   const auto t0 = Clock::now();
   Status s = (*c)->Ping(DeadlineIn(100ms));
   EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded);
-  EXPECT_LT(Clock::now() - t0, 2s);
+  // Not before the deadline; and it came back at all, which a client that
+  // ignored its deadline would not: 60 s is no scheduling delay, so a loaded
+  // host cannot fail this.
+  EXPECT_GE(Clock::now() - t0, 100ms);
+  EXPECT_LT(Clock::now() - t0, 60s);
   EXPECT_TRUE((*c)->Ping(DeadlineIn(5s)).ok());
 }
 
@@ -375,9 +379,11 @@ TEST(AgentClient, VsockHandshakeFailuresAreClear) {
     EXPECT_EQ(c.status().code(), StatusCode::kUnavailable) << c.status().ToString();
   }
   {
-    VsockUds uds([](int fd) {
+    VsockUds uds([](int fd) {  // never answers: holds on until the client hangs up
       ReadLineFrom(fd);
-      std::this_thread::sleep_for(300ms);
+      char ch;
+      while (::recv(fd, &ch, 1, 0) > 0) {
+      }
     });
     auto c = ConnectVsockUds(uds.path(), 1024, DeadlineIn(50ms));
     EXPECT_EQ(c.status().code(), StatusCode::kDeadlineExceeded) << c.status().ToString();
