@@ -21,7 +21,8 @@
       uncompressed layer's digest) named <values.yaml repository>:<appVersion>
       for containerd and OCI; and each image's programs run from the image's
       own tree (its ldd closure is complete), which a tree missing a library
-      must fail.
+      must fail; a Linux guest kernel and initramfs given go into the node
+      image only.
 
 Exit status: 0 pass, 1 fail, 77 skipped (no user namespaces for the run
 check; not root or no containerd for the containerd check). Run by CTest as
@@ -240,6 +241,27 @@ def check_runs(name, root):
             raise Failure(f"kubicle-node lacks {path}")
 
 
+def check_linux_guest(build_dir, tmp):
+    """The Linux guest files given go into the node image only, and change
+    its inputs (so a kernel cached later rebuilds the image)."""
+    kernel, initramfs = os.path.join(tmp, "vmlinux"), os.path.join(tmp, "initramfs.cpio")
+    pathlib.Path(kernel).write_bytes(b"\x7fELF kernel")
+    pathlib.Path(initramfs).write_bytes(b"070701 cpio")
+    plain = oci_image.contents("kubicle-node", build_dir)
+    linux = oci_image.contents("kubicle-node", build_dir, kernel, initramfs)
+    added = {d: e for d, e in linux.items() if d not in plain}
+    want = {f"{oci_image.GUEST_DIR}/vmlinux": ("file", kernel, 0o644),
+            f"{oci_image.GUEST_DIR}/initramfs.cpio": ("file", initramfs, 0o644)}
+    if added != want:
+        raise Failure(f"with the Linux guest the node image adds {added}, want {want}")
+    if oci_image.contents("kubicle-operator", build_dir, kernel, initramfs) != \
+            oci_image.contents("kubicle-operator", build_dir):
+        raise Failure("the Linux guest went into the operator's image")
+    if oci_image.inputs_key(plain, "r", "t", 0) == oci_image.inputs_key(linux, "r", "t", 0):
+        raise Failure("the node image's inputs do not change with the Linux guest")
+    print(f"ok   the Linux guest goes to {oci_image.GUEST_DIR} in the node image only")
+
+
 def check_build(build_dir):
     if subprocess.run(["unshare", "--user", "--map-root-user", "true"]).returncode != 0:
         print("SKIP: no user namespaces here (unshare --user): cannot run the images' programs")
@@ -272,6 +294,7 @@ def check_build(build_dir):
             check_runs(name, root)
             print(f"ok   {name}: {names[name]} {index['manifests'][0]['digest']} twice, "
                   "valid layout, programs run from the image's tree")
+        check_linux_guest(build_dir, tmp)
         # The run check can fail: without libc the node cannot start.
         root = os.path.join(tmp, "root-kubicle-node")
         os.remove(os.path.join(root, "usr/lib/x86_64-linux-gnu/libc.so.6"))
