@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <vector>
 
 #include "vmm/devices/interrupt.h"
@@ -84,6 +85,7 @@ class DriverQueue {
     PushAvail(head);
   }
   void PushAvail(uint16_t head) {
+    ++outstanding_[head % size_];
     (void)mem_.WriteObj<uint16_t>(avail_ + 4 + 2ull * (avail_idx_ % size_), head);
     ++avail_idx_;
     (void)mem_.StoreRelease16(avail_ + 2, avail_idx_);
@@ -91,6 +93,23 @@ class DriverQueue {
   uint16_t used_idx() const {
     auto v = mem_.ReadObj<uint16_t>(used_ + 2);
     return v.ok() ? *v : 0;
+  }
+  // Counts one answer to head `id` against the times the driver offered it.
+  // False when the device answered it more often than it was offered: the
+  // device's half of the rule that every chain taken from the available
+  // ring is answered exactly once (spec 2.7.8). Meaningful only while the
+  // rings hold what the driver wrote (see StrayWrites).
+  bool Settle(uint32_t id) {
+    auto it = outstanding_.find(static_cast<uint16_t>(id));
+    if (it == outstanding_.end() || it->second == 0) return false;
+    --it->second;
+    return true;
+  }
+  // Heads offered and not yet answered.
+  size_t outstanding() const {
+    size_t n = 0;
+    for (const auto& [head, count] : outstanding_) n += count;
+    return n;
   }
   // Used entries published since the last call.
   std::vector<virtio::VirtqUsedElem> TakeUsed() {
@@ -110,6 +129,31 @@ class DriverQueue {
   uint16_t next_desc_ = 0;
   uint16_t avail_idx_ = 0;
   uint16_t last_used_ = 0;
+  std::map<uint16_t, uint32_t> outstanding_;
+};
+
+// The guest ranges a device was told to write through raw addresses (a
+// chain's device-writable buffers placed anywhere in RAM, rings included).
+// A real driver never aims a device's writes at its own rings or at another
+// request's buffers; a fuzzed one does, and then what it reads back there
+// (republished heads, overwritten status bytes) no longer says anything
+// about the device. Checks that read guest memory skip what these cover.
+class StrayWrites {
+ public:
+  void Add(const Buf& b) {
+    if (b.writable && b.len > 0) ranges_.push_back(b);
+  }
+  bool Overlaps(GuestAddress addr, uint64_t len) const {
+    for (const Buf& r : ranges_) {
+      // Wrapping raw ranges are refused by the device, so they write nothing.
+      if (r.addr + r.len < r.addr) continue;
+      if (addr < r.addr + r.len && r.addr < addr + len) return true;
+    }
+    return false;
+  }
+
+ private:
+  std::vector<Buf> ranges_;
 };
 
 // Drives a transport's registers like Linux's virtio_mmio + virtio core.

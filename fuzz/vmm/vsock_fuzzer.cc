@@ -19,7 +19,9 @@
 //
 // Checked: nothing crashes or leaks (ASan); every RX packet the device
 // delivers fits the buffer, says who it is from (CID 2 to the guest's CID,
-// type STREAM) and has len equal to the payload it carries.
+// type STREAM) and has len equal to the payload it carries; no chain is
+// answered more often than it was offered, and a TX chain is answered at
+// its kick while the device works.
 #include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -141,6 +143,7 @@ class Guest {
     for (const auto& e : rx_->TakeUsed()) {
       auto it = posted_.find(static_cast<uint16_t>(e.id));
       FUZZ_CHECK(it != posted_.end());
+      FUZZ_CHECK(rx_->Settle(e.id));  // never more answers than offers
       const RxPosted& p = it->second;
       FUZZ_CHECK(e.len <= sizeof(VsockHeader) + p.data_len);
       if (e.len == 0) continue;
@@ -178,6 +181,12 @@ class Guest {
       tx_->AddChain({{hdr, sizeof(h), false}, {data, uint32_t(payload.size()), false}});
     }
     drv_.Notify(1);
+    // TX is answered at once: exactly this chain, unless it broke the queue.
+    const auto used = tx_->TakeUsed();
+    for (const auto& e : used) FUZZ_CHECK(tx_->Settle(e.id));
+    const uint32_t status = drv_.Read32(0x70);
+    if ((status & virtio::kStatusDriverOk) && !(status & virtio::kStatusDeviceNeedsReset))
+      FUZZ_CHECK(tx_->outstanding() == 0);
     CheckRx();
   }
 

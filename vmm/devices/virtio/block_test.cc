@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -45,7 +46,7 @@ class BlockTest : public ::testing::Test {
   }
   void TearDown() override { ::unlink(path_.c_str()); }
 
-  void Start(bool read_only) {
+  void Start(bool read_only, uint16_t queue_size = 64) {
     auto backend = RawFileBackend::Open(path_, read_only);
     ASSERT_TRUE(backend.ok()) << backend.status().ToString();
     irq_ = std::make_shared<CountingInterrupt>();
@@ -54,7 +55,7 @@ class BlockTest : public ::testing::Test {
     ASSERT_TRUE(t.ok()) << t.status().ToString();
     t_ = std::move(*t);
     drv_ = std::make_unique<MmioDriver>(*t_);
-    q_ = std::make_unique<DriverQueue>(*mem_, 0x1000, 64);
+    q_ = std::make_unique<DriverQueue>(*mem_, 0x1000, queue_size);
     ASSERT_TRUE(drv_->Init(testing::kAllFeatures, {q_.get()}));
   }
   // Submits one request and returns {status byte, used length}.
@@ -191,6 +192,100 @@ TEST_F(BlockTest, MalformedRequests) {
   ASSERT_EQ(used.size(), 1u);
   EXPECT_EQ(used[0].len, 0u);
   EXPECT_EQ(FileBytes(), image_);
+}
+
+// The rule a driver relies on to free its buffers: every chain the device
+// takes from the available ring comes back on the used ring exactly once,
+// whatever the request did (read, write, error, unsupported, no status
+// byte), however the chains are spread over notifies, and across a reset.
+TEST_F(BlockTest, EveryChainTakenIsAnsweredExactlyOnce) {
+  Start(false);
+  ASSERT_TRUE(mem_->WriteObj(kHdr, Header{0, 0, 1}).ok());            // read
+  ASSERT_TRUE(mem_->WriteObj(kHdr + 16, Header{1, 0, 2}).ok());       // write
+  ASSERT_TRUE(mem_->WriteObj(kHdr + 32, Header{0, 0, 1000}).ok());    // out of range
+  ASSERT_TRUE(mem_->WriteObj(kHdr + 48, Header{77, 0, 0}).ok());      // unsupported
+  std::map<uint16_t, int> answered;
+  auto take = [&] {
+    for (const auto& e : q_->TakeUsed()) ++answered[static_cast<uint16_t>(e.id)];
+  };
+  std::vector<uint16_t> heads;
+  for (int round = 0; round < 3; ++round) {
+    heads.push_back(q_->AddChain({{kHdr, 16, false}, {kData, 512, true}, {kStatus, 1, true}}));
+    heads.push_back(
+        q_->AddChain({{kHdr + 16, 16, false}, {kData + 512, 512, false}, {kStatus + 1, 1, true}}));
+    drv_->Notify(0);
+    heads.push_back(
+        q_->AddChain({{kHdr + 32, 16, false}, {kData + 1024, 512, true}, {kStatus + 2, 1, true}}));
+    heads.push_back(q_->AddChain({{kHdr + 48, 16, false}, {kStatus + 3, 1, true}}));
+    heads.push_back(q_->AddChain({{kHdr, 16, false}}));  // no status byte
+    heads.push_back(q_->AddChain({{kHdr, 8, false}, {kStatus + 4, 1, true}}));  // short header
+    drv_->Notify(0);
+    drv_->Notify(0);  // a spurious kick finds nothing new
+    take();
+    for (uint16_t h : heads) EXPECT_EQ(answered[h], 1) << "head " << h << " round " << round;
+    answered.clear();
+    heads.clear();
+  }
+  EXPECT_EQ(q_->used_idx(), q_->avail_idx());
+
+  // After a reset and a new probe, a new driver's chains are answered once
+  // each (nothing owed to the old rings comes back).
+  drv_->Write32(0x70, 0);
+  std::vector<uint8_t> zeros(0x1000, 0);  // the new driver's rings start empty
+  ASSERT_TRUE(mem_->Write(0x1000, zeros.data(), zeros.size()).ok());
+  q_ = std::make_unique<DriverQueue>(*mem_, 0x1000, 64);
+  ASSERT_TRUE(drv_->Init(testing::kAllFeatures, {q_.get()}));
+  const uint16_t head = q_->AddChain({{kHdr, 16, false}, {kData, 512, true}, {kStatus, 1, true}});
+  drv_->Notify(0);
+  auto used = q_->TakeUsed();
+  ASSERT_EQ(used.size(), 1u);
+  EXPECT_EQ(used[0].id, head);
+  EXPECT_EQ(*mem_->ReadObj<uint8_t>(kStatus), 0);
+}
+
+// The fuzzer's finding (fuzz/vmm/corpus/virtio_blk/regress-status-byte-over-avail-idx):
+// a chain whose status byte lies on the high byte of avail->idx, in a ring
+// of the device's full size. Writing IOERR (1) there moves the index from 1
+// to 257, so the driver itself republishes its ring's entries, all head 0:
+// the same chain 256 more times. The device answers each taking once, in
+// order, within one drain's bound, and the queue stays usable; that the
+// driver sees head 0 answered 257 times is the driver's doing.
+TEST_F(BlockTest, ADriverThatRepublishesAHeadGetsOneAnswerPerTaking) {
+  Start(true, Block::kQueueSize);  // read-only: the write fails with IOERR
+  ASSERT_TRUE(mem_->WriteObj(kHdr, Header{1, 0, 0}).ok());
+  const GuestAddress avail_idx_high = q_->avail() + 3;
+  const uint16_t head =
+      q_->AddChain({{kHdr, 16, false}, {kData, 512, false}, {avail_idx_high, 1, true}});
+  ASSERT_EQ(q_->avail_idx(), 1);
+  drv_->Notify(0);
+  EXPECT_EQ(q_->avail_idx(), 257);
+  EXPECT_EQ(q_->used_idx(), 257);
+  auto used = q_->TakeUsed();
+  ASSERT_EQ(used.size(), 257u);
+  for (size_t i = 0; i < used.size(); ++i) {
+    EXPECT_EQ(used[i].id, head) << i;
+    EXPECT_EQ(used[i].len, 1u) << i;  // the status byte
+  }
+  EXPECT_EQ(drv_->Read32(0x70) & kStatusDeviceNeedsReset, 0u);
+  EXPECT_EQ(FileBytes(), image_);
+  // Still usable: the next request is answered once.
+  ASSERT_TRUE(mem_->WriteObj(kHdr, Header{0, 0, 0}).ok());
+  EXPECT_EQ(Submit(0, 0, {{kData, 512, true}}).first, 0);
+}
+
+// The same write in a ring smaller than the jump: 256 entries ahead of a
+// 64-entry ring is a driver error the device refuses, breaking the queue
+// (DEVICE_NEEDS_RESET) after answering the one chain it took.
+TEST_F(BlockTest, AnAvailIndexJumpBeyondTheRingBreaksTheQueue) {
+  Start(true);
+  ASSERT_TRUE(mem_->WriteObj(kHdr, Header{1, 0, 0}).ok());
+  const uint16_t head =
+      q_->AddChain({{kHdr, 16, false}, {kData, 512, false}, {q_->avail() + 3, 1, true}});
+  drv_->Notify(0);
+  auto used = q_->TakeUsed();
+  ASSERT_EQ(used.size(), 1u);
+  EXPECT_EQ(used[0].id, head);
+  EXPECT_NE(drv_->Read32(0x70) & kStatusDeviceNeedsReset, 0u);
 }
 
 TEST(RawFileBackendTest, RejectsMissingFileAndDirectories) {

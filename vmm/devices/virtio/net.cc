@@ -283,6 +283,7 @@ void Net::ProcessRx() {
     auto popped = q.Pop(mem, &chain_);
     if (!popped.ok() || !*popped) break;  // no buffer: wait for the guest's rx kick
     if (++pops > pop_bound) {
+      q.UndoPop();  // not taken, so every chain taken is answered once
       (void)q.Break(Status::ResourceExhausted("rx buffers keep coming: the ring feeds itself"));
       break;
     }

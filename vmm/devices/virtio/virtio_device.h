@@ -137,6 +137,7 @@ class VirtioDevice {
       auto popped = q.Pop(mem, chain);
       if (!popped.ok() || !*popped) break;
       if (++done > bound) {
+        q.UndoPop();  // not taken, so every chain taken is answered once
         (void)q.Break(Status::ResourceExhausted(
             "more than " + std::to_string(bound) +
             " chains in one drain: the device's writes are feeding the avail ring"));

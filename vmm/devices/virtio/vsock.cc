@@ -101,17 +101,12 @@ void Vsock::LogDrop(const char* why, const VsockHeader& h) {
 }
 
 void Vsock::ProcessTx() {
-  Queue& q = context()->queue(kTxQueue);
-  const GuestMemory& mem = context()->memory();
-  bool any = false;
-  while (true) {
-    auto popped = q.Pop(mem, &chain_);
-    if (!popped.ok() || !*popped) break;  // a broken queue is reported by the transport
-    HandleTxChain(chain_);
-    if (!q.AddUsed(mem, chain_.head, 0).ok()) break;
-    any = true;
-  }
-  if (any) context()->SignalUsed(kTxQueue);
+  // DrainQueue bounds the drain: a ring the device's own used entries keep
+  // feeding breaks instead of holding the transport's lock for ever.
+  DrainQueue(kTxQueue, &chain_, [this](const DescriptorChain& chain) {
+    HandleTxChain(chain);
+    return uint32_t{0};
+  });
 }
 
 void Vsock::HandleTxChain(const DescriptorChain& chain) {
@@ -129,10 +124,19 @@ void Vsock::ProcessRx() {
   if (!active_) return;
   Queue& q = context()->queue(kRxQueue);
   const GuestMemory& mem = context()->memory();
+  // Buffers too small to use are handed back at once, so only this bound
+  // stops a ring that the device's used entries keep refilling.
+  const uint32_t pop_bound = kDrainRingsBound * uint32_t{q.state().size};
+  uint32_t pops = 0;
   bool any = false;
   while (muxer_->HasRxWork()) {
     auto popped = q.Pop(mem, &chain_);
     if (!popped.ok() || !*popped) break;  // no buffers: wait for the guest's RX kick
+    if (++pops > pop_bound) {
+      q.UndoPop();  // not taken, so every chain taken is answered once
+      (void)q.Break(Status::ResourceExhausted("rx buffers keep coming: the ring feeds itself"));
+      break;
+    }
     uint32_t used = 0;
     if (chain_.writable_len < sizeof(VsockHeader)) {
       if (log_limiter_.Allow())

@@ -253,5 +253,42 @@ TEST_F(VsockTest, BrokenTxRingNeedsResetWithoutCrashing) {
   EXPECT_EQ(vsock_->connection_count(), 0u);
 }
 
+// The class of bug the fuzzers found in rng and virtio-blk, on vsock's own
+// drains: a TX used ring laid over its avail ring, one entry ahead (a
+// restored record can say so), moves avail->idx on with every answer, so
+// the ring never runs dry. The drain must stop at its bound and break the
+// queue (DEVICE_NEEDS_RESET) instead of holding the transport's lock for
+// ever; every chain it took is still answered exactly once.
+TEST_F(VsockTest, TxRingThatFeedsItselfBreaksTheQueue) {
+  auto v = Vsock::Create(cfg_);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  auto irq = std::make_shared<testing::CountingInterrupt>();
+  auto t = MmioTransport::Create(std::move(*v), *mem_, irq, loop_.get());
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  // desc[0] at 0x1000 is all zeros: an empty readable buffer, dropped as a
+  // short header; every used entry is {id 0, len 0}.
+  ASSERT_TRUE(mem_->StoreRelease16(0x2002, 1).ok());  // avail idx = used idx = 1
+  MmioTransportState st;
+  st.status = kStatusAcknowledge | kStatusDriver | kStatusFeaturesOk | kStatusDriverOk;
+  st.driver_features = uint64_t{1} << 32;  // VIRTIO_F_VERSION_1
+  QueueState rx, tx, ev;
+  rx.size = tx.size = ev.size = 16;
+  rx.ready = tx.ready = ev.ready = true;
+  rx.desc_table = 0x4000, rx.avail_ring = 0x5000, rx.used_ring = 0x6000;
+  ev.desc_table = 0x7000, ev.avail_ring = 0x8000, ev.used_ring = 0x9000;
+  tx.desc_table = 0x1000, tx.avail_ring = 0x2000, tx.used_ring = 0x2000;
+  tx.next_avail = 0;
+  tx.next_used = 1;
+  st.queues = {rx, tx, ev};
+  ASSERT_TRUE((*t)->RestoreState(st).ok());
+  (*t)->NotifyQueue(Vsock::kTxQueue);  // returns
+  EXPECT_NE((*t)->status() & kStatusDeviceNeedsReset, 0u);
+  const QueueState after = (*t)->SaveState().queues.at(Vsock::kTxQueue);
+  EXPECT_LE(after.next_avail, kDrainRingsBound * tx.size + 1);
+  // Answered once per taking: one used entry for each chain taken.
+  EXPECT_EQ(static_cast<uint16_t>(after.next_used - tx.next_used), after.next_avail);
+  EXPECT_EQ(after.next_avail, kDrainRingsBound * tx.size);
+}
+
 }  // namespace
 }  // namespace kubicle::vmm::devices::virtio
