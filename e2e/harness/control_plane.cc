@@ -42,7 +42,10 @@ std::optional<std::string> FindControlPlaneBinDir() {
   } else {
     auto r = RunCommand({std::string(KUBICLE_SOURCE_DIR) + "/e2e/control-plane/build.sh",
                          "--print-bin-dir"});
-    if (!r.ok() || r->exit_code != 0) return std::nullopt;
+    // It prints the directory even when the cache is incomplete (exit 1),
+    // e.g. while the node's binaries are being added to it: the control
+    // plane's own binaries are checked below.
+    if (!r.ok()) return std::nullopt;
     dir = Trim(r->output);
   }
   for (const char* b : {"etcd", "kube-apiserver", "kube-controller-manager", "kubectl", "helm"}) {
@@ -71,11 +74,13 @@ Result<std::unique_ptr<ControlPlane>> ControlPlane::Start(ControlPlaneOptions op
   // CRDs first, so the garbage collector monitors them from its first sync.
   if (!cp->opts_.crd_dir.empty()) RETURN_IF_ERROR(cp->InstallCrds(cp->opts_.crd_dir));
   if (cp->opts_.controller_manager) RETURN_IF_ERROR(cp->StartControllerManager());
+  if (cp->opts_.workloads) RETURN_IF_ERROR(cp->StartScheduler());
   log::Info("control plane up", {{"dir", cp->opts_.work_dir}, {"port", cp->api_port_}});
   return cp;
 }
 
 ControlPlane::~ControlPlane() {
+  scheduler_.Stop(std::chrono::seconds(5));
   controller_manager_.Stop(std::chrono::seconds(5));
   apiserver_.Stop(std::chrono::seconds(10));
   etcd_.Stop(std::chrono::seconds(5));
@@ -92,7 +97,8 @@ Status ControlPlane::GenerateCertificates() {
   {
     std::ofstream ext(d + "/server.ext");
     ext << "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,"
-           "DNS:kubernetes.default.svc,IP:10.0.0.1\nextendedKeyUsage=serverAuth\n";
+           "DNS:kubernetes.default.svc,IP:"
+        << opts_.service_ip << "\nextendedKeyUsage=serverAuth\n";
     std::ofstream cext(d + "/client.ext");
     cext << "extendedKeyUsage=clientAuth\n";
   }
@@ -112,6 +118,17 @@ Status ControlPlane::GenerateCertificates() {
   }
   RETURN_IF_ERROR(Run({"openssl", "genrsa", "-out", d + "/sa.key", "2048"}));
   return Run({"openssl", "rsa", "-in", d + "/sa.key", "-pubout", "-out", d + "/sa.pub"});
+}
+
+Status ControlPlane::WriteClientKubeconfig(const std::string& name, const std::string& subject,
+                                           const std::string& path) {
+  const std::string d = opts_.work_dir;
+  RETURN_IF_ERROR(Run({"openssl", "req", "-newkey", "rsa:2048", "-nodes", "-subj", subject,
+                       "-keyout", d + "/" + name + ".key", "-out", d + "/" + name + ".csr"}));
+  RETURN_IF_ERROR(Run({"openssl", "x509", "-req", "-in", d + "/" + name + ".csr", "-CA",
+                       d + "/ca.crt", "-CAkey", d + "/ca.key", "-CAcreateserial", "-days", "2",
+                       "-extfile", d + "/client.ext", "-out", d + "/" + name + ".crt"}));
+  return WriteKubeconfig(path, name);
 }
 
 Status ControlPlane::WriteKubeconfig(const std::string& path, const std::string& user) {
@@ -150,27 +167,61 @@ Status ControlPlane::StartApiserver() {
       ChildProcess::Spawn(
           {opts_.bin_dir + "/kube-apiserver",
            "--etcd-servers=http://127.0.0.1:" + std::to_string(etcd_port_),
-           "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+           // Workloads: pods reach it through the node's route from the
+           // Service address to the host's own (kubelet_node.cc).
+           std::string("--bind-address=") + (opts_.workloads ? "0.0.0.0" : "127.0.0.1"),
+           "--advertise-address=127.0.0.1",
            "--secure-port=" + std::to_string(api_port_), "--tls-cert-file=" + Path("apiserver.crt"),
            "--tls-private-key-file=" + Path("apiserver.key"), "--client-ca-file=" + Path("ca.crt"),
            "--service-account-issuer=https://kubernetes.default.svc",
            "--service-account-key-file=" + Path("sa.pub"),
            "--service-account-signing-key-file=" + Path("sa.key"),
-           "--service-cluster-ip-range=10.0.0.0/24", "--authorization-mode=RBAC",
-           "--allow-privileged=true", "--profiling=false", "--v=1"},
+           "--service-cluster-ip-range=" + opts_.service_cidr, "--authorization-mode=RBAC",
+           "--allow-privileged=true", "--profiling=false", "--v=1",
+           // kubectl logs/exec reach a KubeletNode's kubelet as the admin.
+           "--kubelet-client-certificate=" + Path("admin.crt"),
+           "--kubelet-client-key=" + Path("admin.key"),
+           "--kubelet-preferred-address-types=InternalIP"},
           Path("kube-apiserver.log")));
   return Status::Ok();
 }
 
 Status ControlPlane::StartControllerManager() {
+  std::vector<std::string> argv = {opts_.bin_dir + "/kube-controller-manager",
+                                   "--kubeconfig=" + Path("kcm.kubeconfig"),
+                                   "--leader-elect=false", "--use-service-account-credentials=false",
+                                   "--bind-address=127.0.0.1", "--secure-port=0", "--v=1"};
+  if (opts_.workloads) {
+    // Pods' token volumes project the kube-root-ca.crt ConfigMap (published
+    // from --root-ca-file) and need their ServiceAccount to exist.
+    argv.push_back(
+        "--controllers=garbage-collector-controller,namespace-controller,"
+        "deployment-controller,replicaset-controller,daemonset-controller,"
+        "serviceaccount-controller,serviceaccount-token-controller,"
+        "root-ca-certificate-publisher-controller,pod-garbage-collector-controller,"
+        // Takes the node.kubernetes.io/not-ready taint the kubelet
+        // registers with off once the node is Ready.
+        "node-lifecycle-controller");
+    argv.push_back("--root-ca-file=" + Path("ca.crt"));
+    argv.push_back("--service-account-private-key-file=" + Path("sa.key"));
+  } else {
+    argv.push_back("--controllers=garbage-collector-controller,namespace-controller");
+  }
   ASSIGN_OR_RETURN(controller_manager_,
-                   ChildProcess::Spawn(
-                       {opts_.bin_dir + "/kube-controller-manager",
-                        "--kubeconfig=" + Path("kcm.kubeconfig"),
-                        "--controllers=garbage-collector-controller,namespace-controller",
-                        "--leader-elect=false", "--use-service-account-credentials=false",
-                        "--bind-address=127.0.0.1", "--secure-port=0", "--v=1"},
-                       Path("kube-controller-manager.log")));
+                   ChildProcess::Spawn(argv, Path("kube-controller-manager.log")));
+  return Status::Ok();
+}
+
+Status ControlPlane::StartScheduler() {
+  // Its own identity: the bootstrap policy binds system:kube-scheduler.
+  RETURN_IF_ERROR(WriteClientKubeconfig("scheduler", "/CN=system:kube-scheduler",
+                                        Path("scheduler.kubeconfig")));
+  ASSIGN_OR_RETURN(scheduler_,
+                   ChildProcess::Spawn({opts_.bin_dir + "/kube-scheduler",
+                                        "--kubeconfig=" + Path("scheduler.kubeconfig"),
+                                        "--leader-elect=false", "--bind-address=127.0.0.1",
+                                        "--secure-port=0", "--v=1"},
+                                       Path("kube-scheduler.log")));
   return Status::Ok();
 }
 

@@ -30,6 +30,16 @@ struct ControlPlaneOptions {
   bool controller_manager = true;
   std::string crd_dir;  // installed before the controller manager starts
   std::chrono::seconds start_timeout{120};
+  // What pods need (a KubeletNode): kube-scheduler; the Deployment,
+  // ReplicaSet, DaemonSet, ServiceAccount and token controllers and the
+  // kube-root-ca.crt publisher; and an apiserver bound to every address,
+  // so the node can route the `kubernetes` Service to it.
+  bool workloads = false;
+  // The Service range and the `kubernetes` Service's address in it (also in
+  // the serving certificate): distinct per node slot, so two clusters on one
+  // host route their Service addresses apart (kubelet_node.h).
+  std::string service_cidr = "10.0.0.0/24";
+  std::string service_ip = "10.0.0.1";
 };
 
 class ControlPlane {
@@ -41,6 +51,13 @@ class ControlPlane {
   const std::string& work_dir() const { return opts_.work_dir; }
   const std::string& bin_dir() const { return opts_.bin_dir; }
   Result<kube::RestConfig> RestConfig() const;
+  int api_port() const { return api_port_; }
+  const ControlPlaneOptions& options() const { return opts_; }
+
+  // A client certificate for `subject` (e.g. /O=system:nodes/CN=system:node:n)
+  // signed by the cluster CA, as a kubeconfig at `path` (files <name>.*).
+  Status WriteClientKubeconfig(const std::string& name, const std::string& subject,
+                               const std::string& path);
 
   // Stops kube-apiserver and starts it again on the same port and etcd
   // (watches across it must recover); waits for /readyz.
@@ -59,13 +76,14 @@ class ControlPlane {
   Status StartEtcd();
   Status StartApiserver();
   Status StartControllerManager();
+  Status StartScheduler();
   Status WaitReady(std::chrono::seconds timeout);
   std::string Path(const std::string& name) const { return opts_.work_dir + "/" + name; }
 
   ControlPlaneOptions opts_;
   int etcd_port_ = 0, etcd_peer_port_ = 0, api_port_ = 0;
   std::string kubeconfig_;
-  ChildProcess etcd_, apiserver_, controller_manager_;
+  ChildProcess etcd_, apiserver_, controller_manager_, scheduler_;
 };
 
 }  // namespace kubicle::e2e
