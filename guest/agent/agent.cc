@@ -147,8 +147,14 @@ Status Agent::CheckHeader(const Connection& c, const Frame& f) const {
 }
 
 void Agent::OnFrame(Connection& c, Frame f) {
-  if (Status s = CheckHeader(c, f); !s.ok()) return c.SendError(f.id, s);
+  if (Status s = CheckHeader(c, f); !s.ok()) return Refuse(c, f, s);
   Dispatch(c, f);
+}
+
+void Agent::Refuse(Connection& c, const Frame& f, const Status& why) {
+  if (f.id != 0 && f.type == MsgType::kFileWrite) return files_.RefuseWrite(c, f, why);
+  if (f.id != 0 && f.type == MsgType::kExecStdin) return execs_.RefuseStdin(c, f, why);
+  c.SendError(f.id, why);
 }
 
 void Agent::Dispatch(Connection& c, Frame& f) {

@@ -8,6 +8,8 @@
 // Contracts:
 //  - Every request frame gets the replies its message defines, or exactly
 //    one ERROR for its id; streams (FILE_WRITE, EXEC_STDIN) are answered once.
+//    An ERROR ends its id: nothing follows it for that id, whether the
+//    frame was refused for its header or its payload (files.h, exec.h).
 //    A malformed frame never breaks the connection (only lost framing does,
 //    see connection.h).
 //  - Header rules: HELLO uses version 1, other frames the negotiated version;
@@ -64,6 +66,10 @@ class Agent final : public ConnectionSink {
   Status Listen(UniqueFd fd, std::string what);
   void Accept(int listen_fd, const std::string& what);
   Status CheckHeader(const Connection& c, const protocol::Frame& f) const;
+  // Answers a frame refused before dispatch. A frame of a stream (FILE_WRITE,
+  // EXEC_STDIN) ends that stream with its one ERROR, so no later reply for
+  // the id follows it.
+  void Refuse(Connection& c, const protocol::Frame& f, const Status& why);
   void Dispatch(Connection& c, protocol::Frame& f);
   void Hello(Connection& c, const protocol::Frame& f);
 

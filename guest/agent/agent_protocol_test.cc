@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <random>
 
 #include "guest/agent/agent_test_env.h"
@@ -283,6 +284,148 @@ TEST_F(AgentProtocolTest, ManyConnectionsComeAndGo) {
     for (auto& c : cs) EXPECT_TRUE(c->Ping().ok());
   }
   EXPECT_TRUE(client_->Ping().ok());
+}
+
+
+// ---- Each id is answered exactly once: an ERROR ends its id ----
+
+// Sends PING `ping_id` and returns every frame that arrived before its PONG.
+// The agent answers in one thread and sends in order, so everything it
+// decided to send before reading the PING is in the result.
+std::vector<Frame> FramesUntilPong(RawConnection& raw, uint32_t ping_id) {
+  raw.Send(RawFrame(MsgType::kPing, ping_id, TlvBuilder().U64(Tag::kNonce, ping_id).Take()));
+  std::vector<Frame> got;
+  for (;;) {
+    auto f = raw.Next();
+    if (!f.has_value()) {
+      ADD_FAILURE() << "no PONG for " << ping_id;
+      return got;
+    }
+    if (f->id == ping_id && f->type == MsgType::kPong) return got;
+    got.push_back(std::move(*f));
+  }
+}
+
+std::vector<MsgType> TypesFor(const std::vector<Frame>& frames, uint32_t id) {
+  std::vector<MsgType> out;
+  for (const Frame& f : frames) {
+    if (f.id == id) out.push_back(f.type);
+  }
+  return out;
+}
+
+Bytes WriteChunk(uint32_t id, std::optional<std::string> path, uint64_t offset, size_t n,
+                 uint32_t flags) {
+  protocol::FileWriteChunk c;
+  c.path = std::move(path);
+  c.atomic = true;
+  c.offset = offset;
+  c.data.assign(n, 0x5c);
+  return RawFrame(MsgType::kFileWrite, id, c.Encode(), flags);
+}
+
+Bytes Concat(std::initializer_list<Bytes> parts) {
+  Bytes out;
+  for (const Bytes& p : parts) out.insert(out.end(), p.begin(), p.end());
+  return out;
+}
+
+TEST_F(AgentProtocolTest, AWriteFrameRefusedForItsHeaderFailsItsStreamOnce) {
+  RawConnection raw(agent_->socket_path());
+  // The middle frame carries an unknown flag; the last one continues where
+  // the first ended, so a stream that went on past the refusal would commit
+  // a file without the refused bytes and answer a second time.
+  raw.Send(Concat({WriteChunk(21, Path("w"), 0, 10, protocol::kFlagMore),
+                   WriteChunk(21, std::nullopt, 10, 10, protocol::kFlagMore | (1u << 7)),
+                   WriteChunk(21, std::nullopt, 10, 10, 0)}));
+  const std::vector<Frame> got = FramesUntilPong(raw, 99);
+  ASSERT_EQ(TypesFor(got, 21), std::vector<MsgType>{MsgType::kError});
+  EXPECT_EQ(protocol::ErrorReply::Decode(got[0].payload)->code, ErrorCode::kInvalidArgument);
+  EXPECT_FALSE(std::filesystem::exists(Path("w")));
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(agent_->dir()),
+                          std::filesystem::directory_iterator()),
+            1)
+      << "only agent.sock: the temporary file is removed";
+}
+
+TEST_F(AgentProtocolTest, AFirstChunkOnTheIdOfAFailedWriteStartsANewStream) {
+  RawConnection raw(agent_->socket_path());
+  // The host stops sending at the ERROR (its last frame had MORE) ...
+  raw.Send(WriteChunk(22, Path("no/such/dir/f"), 0, 4, protocol::kFlagMore));
+  auto err = raw.Next();
+  ASSERT_TRUE(err.has_value());
+  EXPECT_EQ(err->type, MsgType::kError);
+  // ... and may then use the id again: that stream is answered.
+  raw.Send(WriteChunk(22, Path("f"), 0, 4, 0));
+  auto reply = raw.Next();
+  ASSERT_TRUE(reply.has_value()) << "the new stream was never answered";
+  ASSERT_EQ(reply->type, MsgType::kFileWrite);
+  EXPECT_EQ(reply->id, 22u);
+  EXPECT_EQ(protocol::FileWriteReply::Decode(reply->payload)->size, 4u);
+}
+
+// Starts `cat` with streamed stdin as exec `id` on `raw`; returns its pid.
+pid_t StartCat(RawConnection& raw, uint32_t id) {
+  protocol::ExecStartRequest req;
+  req.argv = {"cat"};
+  req.stdin_streamed = true;
+  raw.Send(RawFrame(MsgType::kExecStart, id, req.Encode()));
+  auto started = raw.Next();
+  EXPECT_TRUE(started.has_value());
+  if (!started.has_value()) return -1;
+  EXPECT_EQ(started->type, MsgType::kExecStart);
+  EXPECT_TRUE(started->has_more());
+  auto r = protocol::ExecStartReply::Decode(started->payload);
+  EXPECT_TRUE(r.ok());
+  return r.ok() ? pid_t(r->pid) : -1;
+}
+
+Bytes Stdin(uint32_t id, const std::string& data, uint32_t flags) {
+  protocol::ExecStdinChunk c;
+  c.data.assign(data.begin(), data.end());
+  return RawFrame(MsgType::kExecStdin, id, c.Encode(), flags);
+}
+Bytes StdinPayload(const std::string& data) {
+  protocol::ExecStdinChunk c;
+  c.data.assign(data.begin(), data.end());
+  return c.Encode();
+}
+
+TEST_F(AgentProtocolTest, ARefusedStdinFrameEndsItsExecWithOneError) {
+  // A payload that does not decode, and a header the agent refuses.
+  const Bytes bad[] = {RawFrame(MsgType::kExecStdin, 31, Bytes{1, 0, 0}, protocol::kFlagMore),
+                       RawFrame(MsgType::kExecStdin, 32, StdinPayload("x"),
+                                protocol::kFlagMore | protocol::kFlagReply)};
+  for (uint32_t id : {31u, 32u}) {
+    RawConnection raw(agent_->socket_path());
+    const pid_t pid = StartCat(raw, id);
+    ASSERT_GT(pid, 0);
+    // Then the end of stdin: an exec still running would now exit 0.
+    raw.Send(Concat({bad[id - 31], Stdin(id, "late", 0)}));
+    auto err = raw.Next();
+    ASSERT_TRUE(err.has_value());
+    EXPECT_EQ(err->id, id);
+    EXPECT_EQ(err->type, MsgType::kError);
+    ASSERT_TRUE(ProcessGone(pid)) << "the exec is killed with its answer";
+    EXPECT_EQ(TypesFor(FramesUntilPong(raw, 99), id), std::vector<MsgType>{})
+        << "nothing follows the ERROR for exec " << id;
+  }
+}
+
+TEST_F(AgentProtocolTest, AnExecStartReusingARunningIdEndsThatExecWithOneError) {
+  RawConnection raw(agent_->socket_path());
+  const pid_t pid = StartCat(raw, 41);
+  ASSERT_GT(pid, 0);
+  protocol::ExecStartRequest again;
+  again.argv = {"true"};
+  raw.Send(Concat({RawFrame(MsgType::kExecStart, 41, again.Encode()), Stdin(41, "", 0)}));
+  auto err = raw.Next();
+  ASSERT_TRUE(err.has_value());
+  EXPECT_EQ(err->id, 41u);
+  ASSERT_EQ(err->type, MsgType::kError);
+  EXPECT_EQ(protocol::ErrorReply::Decode(err->payload)->code, ErrorCode::kAlreadyExists);
+  ASSERT_TRUE(ProcessGone(pid));
+  EXPECT_EQ(TypesFor(FramesUntilPong(raw, 99), 41), std::vector<MsgType>{});
 }
 
 }  // namespace

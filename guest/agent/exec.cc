@@ -68,11 +68,13 @@ void Unwatch(Loop* loop, Loop::Token* t) {
 }  // namespace
 
 void ExecService::HandleStart(Connection& c, const Frame& f) {
+  // Checked before the payload: any ERROR for a running exec's id ends it.
+  if (EndWithError(c, f.id, Status::AlreadyExists("an exec with this id was running; it is "
+                                                  "killed, the new one is not started"))) {
+    return;
+  }
   auto req = protocol::ExecStartRequest::Decode(f.payload);
   if (!req.ok()) return c.SendError(f.id, req.status());
-  if (by_id_.count({&c, f.id}) != 0) {
-    return c.SendError(f.id, Status::AlreadyExists("an exec with this id is running"));
-  }
   if (execs_.size() >= kMaxExecs) {
     return c.SendError(f.id, Status::ResourceExhausted("too many running execs (limit " +
                                                        std::to_string(kMaxExecs) + ")"));
@@ -175,9 +177,28 @@ void ExecService::OnStdinWritable(Exec& e) {
   if (e.in_tok != 0) loop_->Modify(e.in_tok, pending > 0 ? uint32_t(EPOLLOUT) : 0u);
 }
 
+bool ExecService::EndWithError(Connection& c, uint32_t id, const Status& why) {
+  auto it = by_id_.find({&c, id});
+  if (it == by_id_.end()) return false;
+  Exec& e = *it->second;
+  ::kill(-e.pid, SIGKILL);
+  if (e.paused_conn) c.ResumeReading();
+  Detach(e);  // what it still prints is read and dropped; its exit is not sent
+  c.SendError(id, why);
+  return true;
+}
+
+void ExecService::RefuseStdin(Connection& c, const Frame& f, const Status& why) {
+  // Stdin is never answered: for an exec that is gone, an ERROR would be a
+  // second answer after its EXIT.
+  if (!EndWithError(c, f.id, why)) {
+    LogDebug("refused stdin for a finished or unknown exec ignored", "id=" + std::to_string(f.id));
+  }
+}
+
 void ExecService::HandleStdin(Connection& c, const Frame& f) {
   auto chunk = protocol::ExecStdinChunk::Decode(f.payload);
-  if (!chunk.ok()) return c.SendError(f.id, chunk.status());
+  if (!chunk.ok()) return RefuseStdin(c, f, chunk.status());
   auto it = by_id_.find({&c, f.id});
   if (it == by_id_.end()) {
     LogDebug("stdin for a finished or unknown exec ignored", "id=" + std::to_string(f.id));

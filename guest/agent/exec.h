@@ -18,6 +18,9 @@
 //    read output while it sends (else both sides wait: bounded memory wins).
 //  - EXEC_STDIN for an exec that has already finished (or never streamed
 //    stdin) is ignored: it races with the exit and is not an error.
+//  - An exec's id is answered once: an ERROR for a running exec's id (a
+//    malformed or refused EXEC_STDIN, an EXEC_START reusing the id) ends
+//    the exec: its process group is killed and no OUTPUT or EXIT follows.
 //  - Zombies: the agent is a child subreaper (or PID 1), and every SIGCHLD
 //    reaps all exited children, including orphans of finished execs.
 #pragma once
@@ -53,6 +56,8 @@ class ExecService {
   void HandleStart(Connection& c, const protocol::Frame& f);
   void HandleStdin(Connection& c, const protocol::Frame& f);
   void HandleSignal(Connection& c, const protocol::Frame& f);
+  // An EXEC_STDIN frame refused before its payload was read (bad header).
+  void RefuseStdin(Connection& c, const protocol::Frame& f, const Status& why);
   void OnDrained(Connection& c);
   void OnClosed(Connection& c);
   // SIGKILLs every exec's process group (agent shutdown).
@@ -69,6 +74,9 @@ class ExecService {
   void QueueStdin(Exec& e, const uint8_t* data, size_t n, bool eof);
   void OnExited(Exec& e, int wait_status);
   void Detach(Exec& e);
+  // Ends the running foreground exec `id` of `c` with one ERROR (see above);
+  // false when there is none.
+  bool EndWithError(Connection& c, uint32_t id, const Status& why);
   void Finish(pid_t pid);
 
   Loop* loop_;

@@ -123,13 +123,26 @@ void FileService::AbortWrite(Connection& c, const Frame& f, const Status& why) {
   c.SendError(f.id, why);
 }
 
+bool FileService::Dropped(Connection& c, const Frame& f) {
+  auto it = dropping_.find({&c, f.id});
+  if (it == dropping_.end()) return false;
+  if (!f.has_more()) dropping_.erase(it);
+  return true;
+}
+
+void FileService::RefuseWrite(Connection& c, const Frame& f, const Status& why) {
+  if (Dropped(c, f)) return;
+  AbortWrite(c, f, why);
+}
+
 void FileService::HandleWrite(Connection& c, const Frame& f) {
   const Key key{&c, f.id};
-  if (dropping_.count(key) != 0) {
-    if (!f.has_more()) dropping_.erase(key);
-    return;
-  }
   auto chunk = protocol::FileWriteChunk::Decode(f.payload);
+  // A first chunk starts a new stream even on the id of one that failed:
+  // the host may stop sending at our ERROR and later reuse the id, and
+  // that new stream must be answered, not dropped as the old one's rest.
+  if (chunk.ok() && chunk->path.has_value()) dropping_.erase(key);
+  if (Dropped(c, f)) return;
   if (!chunk.ok()) return AbortWrite(c, f, chunk.status());
   auto it = writes_.find(key);
   if (it == writes_.end()) {

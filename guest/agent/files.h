@@ -8,7 +8,9 @@
 //    (then the directory is fsynced), so readers see the old or the new file,
 //    never a mix. The mode is applied exactly (not masked by umask). One
 //    reply (size) after the last frame; on any error one ERROR, the rest of
-//    the stream is dropped and a temporary file is removed.
+//    the stream is dropped and a temporary file is removed. A frame refused
+//    for its header fails its stream the same way; a first chunk (with a
+//    path) on the id of a failed stream starts a new stream.
 //  - FILE_READ streams regular files in chunks, produced only while the
 //    connection has room (connection.h), so a large file is never in memory;
 //    the first frame carries the size. Non-regular files are refused.
@@ -44,6 +46,9 @@ class FileService {
   void HandleMkdir(Connection& c, const protocol::Frame& f);
   void HandleRemove(Connection& c, const protocol::Frame& f);
   void HandleChmod(Connection& c, const protocol::Frame& f);
+  // A FILE_WRITE frame refused before its payload was read (bad header):
+  // the stream it belongs to fails like any other, with its one ERROR.
+  void RefuseWrite(Connection& c, const protocol::Frame& f, const Status& why);
   // Aborts the connection's write streams (temporary files are removed).
   void OnClosed(Connection& c);
 
@@ -59,6 +64,9 @@ class FileService {
   Status Append(WriteStream& s, const protocol::FileWriteChunk& chunk);
   Status Commit(WriteStream& s);
   void AbortWrite(Connection& c, const protocol::Frame& f, const Status& why);
+  // True when `f` belongs to a stream that already failed (and forgets the
+  // stream at its last frame): such frames are never answered again.
+  bool Dropped(Connection& c, const protocol::Frame& f);
   size_t StreamsOf(Connection& c) const;
 
   std::map<Key, WriteStream> writes_;
