@@ -27,23 +27,30 @@ void Agent::Init(Platform* platform, const AgentConfig& config) {
   fs_.Attach(config.file_data);
 }
 
+void Agent::RefuseFrame(Session* s, const wire::FrameHeader& h, ErrorCode code,
+                        const char* message) {
+  if (h.id != 0 && Type(h.type) == Type::kFileWrite) return RefuseWrite(s, h, code, message);
+  if (h.id != 0 && Type(h.type) == Type::kExecStdin) return;
+  s->SendError(h.id, code, message);
+}
+
 void Agent::HandleFrame(Session* s, const wire::FrameHeader& h, const uint8_t* payload) {
   const Type type = Type(h.type);
   if (type == Type::kHello) {
     // HELLO is always version 1 so any peer can negotiate.
     if (h.version != wire::kVersion1) {
-      return s->SendError(h.id, ErrorCode::kFailedPrecondition, "HELLO must use version 1");
+      return RefuseFrame(s, h, ErrorCode::kFailedPrecondition, "HELLO must use version 1");
     }
   } else if (h.version != s->version()) {
-    return s->SendError(h.id, ErrorCode::kFailedPrecondition, "unsupported protocol version");
+    return RefuseFrame(s, h, ErrorCode::kFailedPrecondition, "unsupported protocol version");
   }
   if ((h.flags & wire::kFlagReply) != 0) {
-    return s->SendError(h.id, ErrorCode::kInvalidArgument, "agent does not accept replies");
+    return RefuseFrame(s, h, ErrorCode::kInvalidArgument, "agent does not accept replies");
   }
   if (h.id == 0) return s->SendError(0, ErrorCode::kInvalidArgument, "request id 0 is reserved");
   Fields f(payload, h.payload_len);
   if (!f.ok() && type != Type::kFileWrite) {
-    return s->SendError(h.id, ErrorCode::kInvalidArgument, f.error());
+    return RefuseFrame(s, h, ErrorCode::kInvalidArgument, f.error());
   }
   switch (type) {
     case Type::kHello: return Hello(s, h.id, f);

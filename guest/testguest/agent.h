@@ -96,6 +96,13 @@ class Agent {
 
   // Answers one complete frame whose header passed DecodeHeader.
   void HandleFrame(Session* s, const wire::FrameHeader& h, const uint8_t* payload);
+  // Answers a frame refused whole (its header, or a payload above our
+  // limit) with one ERROR, unless it belongs to a stream: a FILE_WRITE
+  // frame fails its stream (one ERROR for the stream, the rest dropped);
+  // EXEC_STDIN names a built-in exec that ended inside EXEC_START, whose
+  // answer is complete, so it is dropped like any stdin.
+  void RefuseFrame(Session* s, const wire::FrameHeader& h, wire::ErrorCode code,
+                   const char* message);
   void ReleaseWriteSlot(int slot) { fs_.Release(slot); }
 
  private:
@@ -163,6 +170,8 @@ class Agent {
   // Reads a required, valid RamFs path; false (with f failed) otherwise.
   bool ReadPath(Fields& f, const char** path, uint32_t* len);
   void AbortWrite(Session* s, const wire::FrameHeader& h, wire::ErrorCode code, const char* msg);
+  // AbortWrite, silent for a stream that already failed.
+  void RefuseWrite(Session* s, const wire::FrameHeader& h, wire::ErrorCode code, const char* msg);
   void SendEmpty(Session* s, Type type, uint32_t id);
 
   Platform* platform_ = nullptr;

@@ -28,10 +28,18 @@ void Agent::AbortWrite(Session* s, const wire::FrameHeader& h, ErrorCode code, c
   }
   if ((h.flags & wire::kFlagMore) != 0) {
     // Ignore the rest of this stream; the client stops at our ERROR.
-    ws.dropping = true;
-    ws.drop_id = h.id;
+    ws.StartDropping(h.id);
   }
   s->SendError(h.id, code, msg);
+}
+
+void Agent::RefuseWrite(Session* s, const wire::FrameHeader& h, ErrorCode code, const char* msg) {
+  Session::WriteStream& ws = s->write_stream();
+  if (ws.IsDropping(h.id)) {
+    if ((h.flags & wire::kFlagMore) == 0) ws.StopDropping(h.id);
+    return;
+  }
+  AbortWrite(s, h, code, msg);
 }
 
 bool Agent::OpenWrite(Session* s, const wire::FrameHeader& h, const char* path, uint32_t path_len,
@@ -39,10 +47,7 @@ bool Agent::OpenWrite(Session* s, const wire::FrameHeader& h, const char* path, 
   Session::WriteStream& ws = s->write_stream();
   if (ws.active) {
     // Another stream is open on this connection: refuse the new one only.
-    if ((h.flags & wire::kFlagMore) != 0) {
-      ws.dropping = true;
-      ws.drop_id = h.id;
-    }
+    if ((h.flags & wire::kFlagMore) != 0) ws.StartDropping(h.id);
     s->SendError(h.id, ErrorCode::kResourceExhausted,
                  "one file write at a time per connection in the test guest");
     return false;
@@ -87,10 +92,6 @@ bool Agent::OpenWrite(Session* s, const wire::FrameHeader& h, const char* path, 
 void Agent::FileWrite(Session* s, const wire::FrameHeader& h, Fields& f) {
   Session::WriteStream& ws = s->write_stream();
   const bool more = (h.flags & wire::kFlagMore) != 0;
-  if (ws.dropping && ws.drop_id == h.id) {
-    if (!more) ws.dropping = false;
-    return;
-  }
   const char* path = nullptr;
   uint32_t path_len = 0;
   uint32_t mode = 0644;
@@ -99,6 +100,16 @@ void Agent::FileWrite(Session* s, const wire::FrameHeader& h, Fields& f) {
   const uint8_t* data = nullptr;
   uint32_t len = 0;
   const bool has_path = f.Str(Tag::kPath, &path, &path_len, wire::kMaxPathLen);
+  if (ws.IsDropping(h.id)) {
+    // The rest of a failed stream is never answered again; but a first
+    // chunk (a path) on its id starts a new stream: the client stopped
+    // at our ERROR and used the id again.
+    if (!f.ok() || !has_path) {
+      if (!more) ws.StopDropping(h.id);
+      return;
+    }
+    ws.StopDropping(h.id);
+  }
   f.U32(Tag::kMode, &mode);
   f.Bool(Tag::kAtomic, &atomic);  // every test-guest write is atomic anyway
   f.Require(f.U64(Tag::kOffset, &offset), "missing required field offset");

@@ -277,5 +277,150 @@ TEST(TestGuestAgent, BadMagicClosesWithAConnectionError) {
   EXPECT_NE(r.status().message().find("bad frame magic"), std::string::npos) << r.status().ToString();
 }
 
+// ---- Each id is answered exactly once: an ERROR ends its id ----
+
+// One Session + Agent driven directly, as the vsock layer drives them: the
+// bytes go in within RxFree(), and every frame the guest writes comes back.
+class DirectGuest {
+ public:
+  DirectGuest() : rx_(Session::kRxCap), tx_(Session::kTxCap), files_(RamFs::kDataBytes) {
+    fill_.resize(1 << 16);
+    AgentConfig cfg;
+    cfg.cid = 3;
+    cfg.memory_bytes = 64ull << 20;
+    cfg.fill_area = fill_.data();
+    cfg.fill_area_size = fill_.size();
+    cfg.file_data = files_.data();
+    agent_->Init(&platform_, cfg);
+    session_->Attach(rx_.data(), tx_.data());
+    session_->Reset(agent_.get());
+  }
+  // Every frame the guest sends while it takes `bytes`.
+  std::vector<Frame> Send(const Bytes& bytes) {
+    std::vector<Frame> out;
+    size_t off = 0;
+    for (;;) {
+      if (off < bytes.size()) {
+        const uint32_t n = uint32_t(std::min<size_t>(session_->RxFree(), bytes.size() - off));
+        session_->Receive(bytes.data() + off, n);
+        off += n;
+      }
+      const uint32_t consumed = session_->Process(agent_.get());
+      const uint32_t sent = session_->TxSize();
+      decoder_.Append(protocol::ByteSpan(session_->TxData(), sent));
+      session_->TxConsume(sent);
+      for (;;) {
+        auto f = decoder_.Next();
+        EXPECT_TRUE(f.ok()) << f.status().ToString();
+        if (!f.ok() || !f->has_value()) break;
+        out.push_back(std::move(**f));
+      }
+      if (off == bytes.size() && consumed == 0 && sent == 0) return out;
+    }
+  }
+
+ private:
+  FakePlatform platform_;
+  std::vector<uint8_t> rx_, tx_, files_, fill_;
+  std::unique_ptr<Agent> agent_ = std::make_unique<Agent>();
+  std::unique_ptr<Session> session_ = std::make_unique<Session>();
+  protocol::FrameDecoder decoder_;
+};
+
+Bytes FrameBytes(MsgType type, uint32_t id, const Bytes& payload, uint32_t flags = 0) {
+  Frame f;
+  f.type = type;
+  f.id = id;
+  f.flags = flags;
+  f.payload = payload;
+  return *protocol::EncodeFrame(f);
+}
+
+Bytes Chunk(uint32_t id, const char* path, uint64_t offset, size_t n, uint32_t flags) {
+  protocol::FileWriteChunk c;
+  if (path != nullptr) c.path = path;
+  c.offset = offset;
+  c.data.assign(n, 0x42);
+  return FrameBytes(MsgType::kFileWrite, id, c.Encode(), flags);
+}
+
+Bytes Join(std::initializer_list<Bytes> parts) {
+  Bytes out;
+  for (const Bytes& p : parts) out.insert(out.end(), p.begin(), p.end());
+  return out;
+}
+
+std::vector<MsgType> TypesOf(const std::vector<Frame>& frames, uint32_t id) {
+  std::vector<MsgType> out;
+  for (const Frame& f : frames) {
+    if (f.id == id) out.push_back(f.type);
+  }
+  return out;
+}
+
+const std::vector<MsgType> kJustAnError = {MsgType::kError};
+
+TEST(TestGuestAgent, AWriteFrameRefusedWholeFailsItsStreamOnce) {
+  // The middle frame is refused for its header (a reply flag) or for its
+  // size (above our max_payload); the last one continues where the first
+  // ended, so a stream that went on would commit and answer a second time.
+  const Bytes refused[] = {
+      Chunk(30, nullptr, 10, 10, protocol::kFlagMore | protocol::kFlagReply),
+      Chunk(30, nullptr, 10, Session::kMaxRxPayload, protocol::kFlagMore)};
+  for (const Bytes& middle : refused) {
+    DirectGuest g;
+    auto got = g.Send(Join({Chunk(30, "/w", 0, 10, protocol::kFlagMore), middle,
+                            Chunk(30, nullptr, 10, 10, 0)}));
+    EXPECT_EQ(TypesOf(got, 30), kJustAnError);
+    auto stat = g.Send(FrameBytes(MsgType::kStat, 31,
+                                  protocol::StatRequest{"/w"}.Encode()));
+    ASSERT_EQ(TypesOf(stat, 31), kJustAnError) << "no file /w";
+    EXPECT_EQ(protocol::ErrorReply::Decode(stat[0].payload)->code, protocol::ErrorCode::kNotFound);
+  }
+}
+
+TEST(TestGuestAgent, StdinForAFinishedExecIsNeverAnsweredEvenWhenRefused) {
+  DirectGuest g;
+  protocol::ExecStartRequest req;
+  req.argv = {"true"};
+  req.stdin_streamed = true;
+  auto exec = g.Send(FrameBytes(MsgType::kExecStart, 40, req.Encode()));
+  ASSERT_EQ(TypesOf(exec, 40), (std::vector<MsgType>{MsgType::kExecStart, MsgType::kExecExit}));
+  // A header the agent refuses, and a payload that does not decode: the
+  // exec already has its whole answer, so neither gets another.
+  const Bytes stdin_payload = protocol::ExecStdinChunk{{'x'}}.Encode();
+  auto after = g.Send(Join({FrameBytes(MsgType::kExecStdin, 40, stdin_payload,
+                                       protocol::kFlagMore | protocol::kFlagReply),
+                            FrameBytes(MsgType::kExecStdin, 40, Bytes{1, 0, 0}, protocol::kFlagMore),
+                            FrameBytes(MsgType::kExecStdin, 40, stdin_payload)}));
+  EXPECT_EQ(TypesOf(after, 40), std::vector<MsgType>{});
+}
+
+TEST(TestGuestAgent, RefusedWriteStreamsStayQuietWhileOthersFail) {
+  DirectGuest g;
+  // Stream 50 holds the one write slot; 51 and 52 are refused at once and
+  // their hosts keep sending until they read the ERROR.
+  auto got = g.Send(Join({Chunk(50, "/a", 0, 4, protocol::kFlagMore),
+                          Chunk(51, "/b", 0, 4, protocol::kFlagMore),
+                          Chunk(52, "/c", 0, 4, protocol::kFlagMore),
+                          Chunk(51, nullptr, 4, 4, protocol::kFlagMore),
+                          Chunk(52, nullptr, 4, 4, protocol::kFlagMore),
+                          Chunk(51, nullptr, 8, 4, 0), Chunk(52, nullptr, 8, 4, 0),
+                          Chunk(50, nullptr, 4, 4, 0)}));
+  EXPECT_EQ(TypesOf(got, 51), kJustAnError);
+  EXPECT_EQ(TypesOf(got, 52), kJustAnError);
+  EXPECT_EQ(TypesOf(got, 50), std::vector<MsgType>{MsgType::kFileWrite});
+}
+
+TEST(TestGuestAgent, AFirstChunkOnTheIdOfAFailedWriteStartsANewStream) {
+  DirectGuest g;
+  // The host stops sending at the ERROR (its last frame had MORE) ...
+  EXPECT_EQ(TypesOf(g.Send(Chunk(60, "/no/../f", 0, 4, protocol::kFlagMore)), 60), kJustAnError);
+  // ... and may use the id again: that stream is answered.
+  auto got = g.Send(Chunk(60, "/f", 0, 4, 0));
+  ASSERT_EQ(TypesOf(got, 60), std::vector<MsgType>{MsgType::kFileWrite});
+  EXPECT_EQ(protocol::FileWriteReply::Decode(got[0].payload)->size, 4u);
+}
+
 }  // namespace
 }  // namespace kubicle::guest::testguest

@@ -73,8 +73,8 @@ uint32_t Session::Process(Agent* agent) {
       break;
     }
     if (h.payload_len > kMaxRxPayload) {
-      SendError(h.id, wire::ErrorCode::kResourceExhausted,
-                "frame payload above this agent's max_payload; skipped");
+      agent->RefuseFrame(this, h, wire::ErrorCode::kResourceExhausted,
+                         "frame payload above this agent's max_payload; skipped");
       Drop(wire::kHeaderSize);
       consumed += wire::kHeaderSize;
       skip_ = h.payload_len;

@@ -77,12 +77,40 @@ class Session {
 
   // FILE_WRITE stream state, owned by the agent's file code.
   struct WriteStream {
+    // Failed streams whose remaining chunks are ignored until their last
+    // one (0 = free slot). Several: a refused stream must stay quiet while
+    // others fail too (more than this many at once: the oldest is
+    // forgotten, and its next chunk is refused again).
+    static constexpr uint32_t kMaxDropping = 8;
     bool active = false;
     uint32_t id = 0;
     int slot = -1;
     uint64_t received = 0;
-    bool dropping = false;  // ignore chunks of `drop_id` until its last one
-    uint32_t drop_id = 0;
+    uint32_t dropping[kMaxDropping] = {};
+    uint32_t next_drop = 0;  // the slot to reuse when all are taken
+
+    bool IsDropping(uint32_t drop_id) const {
+      for (uint32_t d : dropping) {
+        if (d == drop_id) return true;
+      }
+      return false;
+    }
+    void StartDropping(uint32_t drop_id) {
+      if (IsDropping(drop_id)) return;
+      for (uint32_t& d : dropping) {
+        if (d == 0) {
+          d = drop_id;
+          return;
+        }
+      }
+      dropping[next_drop] = drop_id;
+      next_drop = (next_drop + 1) % kMaxDropping;
+    }
+    void StopDropping(uint32_t drop_id) {
+      for (uint32_t& d : dropping) {
+        if (d == drop_id) d = 0;
+      }
+    }
   };
   WriteStream& write_stream() { return write_; }
 
