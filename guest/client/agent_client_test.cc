@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <future>
+#include <optional>
 #include <thread>
 
 #include "guest/client/fake_agent_test_util.h"
@@ -124,6 +126,115 @@ TEST(AgentClient, ConcurrentRequestsAreRoutedById) {
   }
   for (auto& th : threads) th.join();
   EXPECT_EQ(ok.load(), 40);
+}
+
+// ---- Each request gets its own answer, exactly once ----
+
+TEST(AgentClient, AReplyForAnIdNeverSentReachesNoWaiter) {
+  auto [a, b] = SocketPair();
+  std::promise<void> echo_held;
+  std::optional<Frame> echo;
+  int pings = 0;
+  FakeAgent agent(std::move(b), [&](FakeAgent& ag, const Frame& f) {
+    if (f.type == MsgType::kEcho && !echo) {
+      echo = f;  // answered after the ping
+      echo_held.set_value();
+      return;
+    }
+    if (f.type == MsgType::kEcho) return AnswerPings(ag, f);
+    if (++pings == 1) {
+      // Replies for ids the client never sent: one far off, one the id its
+      // next request will take. Neither may reach a waiter, now or later.
+      ag.Reply(protocol::EchoMessage{{9, 9}}, 0x7fffffff);
+      ag.Reply(protocol::EchoMessage{{9, 9}}, f.id + 1);
+    }
+    AnswerPings(ag, f);
+    if (pings == 1) AnswerPings(ag, *echo);
+  });
+  auto c = AgentClient::Adopt(std::move(a));
+  ASSERT_TRUE(c.ok());
+  Result<Bytes> echoed = Status::Internal("not run");
+  std::thread waiter([&] { echoed = (*c)->Echo(Bytes{1, 2}, DeadlineIn(60s)); });
+  echo_held.get_future().wait();
+  EXPECT_TRUE((*c)->Ping(DeadlineIn(60s)).ok());
+  waiter.join();
+  ASSERT_TRUE(echoed.ok()) << echoed.status().ToString();
+  EXPECT_EQ(*echoed, (Bytes{1, 2}));
+  // The request that takes the id the stray reply named gets its own.
+  auto next = (*c)->Echo(Bytes{3}, DeadlineIn(60s));
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  EXPECT_EQ(*next, Bytes{3});
+  EXPECT_TRUE((*c)->health().ok());
+}
+
+TEST(AgentClient, ADuplicateReplyNeverReachesALaterRequest) {
+  auto [a, b] = SocketPair();
+  FakeAgent agent(std::move(b), [](FakeAgent& ag, const Frame& f) {
+    if (f.type != MsgType::kEcho) return AnswerPings(ag, f);
+    auto m = *protocol::EchoMessage::Decode(f.payload);
+    ag.Reply(m, f.id);
+    m.data.push_back(0xff);  // the same id answered again, differently
+    ag.Reply(m, f.id);
+  });
+  auto c = AgentClient::Adopt(std::move(a));
+  ASSERT_TRUE(c.ok());
+  for (uint8_t i = 0; i < 20; ++i) {
+    auto e = (*c)->Echo(Bytes{i}, DeadlineIn(60s));
+    ASSERT_TRUE(e.ok()) << int(i) << ": " << e.status().ToString();
+    EXPECT_EQ(*e, Bytes{i});
+  }
+  EXPECT_TRUE((*c)->Ping(DeadlineIn(60s)).ok());
+}
+
+TEST(AgentClient, AReplyAfterItsCallerGaveUpIsNotGivenToTheNextRequest) {
+  auto [a, b] = SocketPair();
+  std::optional<Frame> first;
+  FakeAgent agent(std::move(b), [&](FakeAgent& ag, const Frame& f) {
+    if (!first) {
+      first = f;  // held until the next request: its caller gives up first
+      return;
+    }
+    AnswerPings(ag, *first);
+    AnswerPings(ag, f);
+  });
+  auto c = AgentClient::Adopt(std::move(a));
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ((*c)->Ping(DeadlineIn(100ms)).code(), StatusCode::kDeadlineExceeded);
+  // A PONG for the first ping would carry the wrong nonce (DataLoss).
+  Status s = (*c)->Ping(DeadlineIn(60s));
+  EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
+TEST(AgentClient, TheConnectionDroppingWakesEveryWaiterWithAnError) {
+  auto [a, b] = SocketPair();
+  std::atomic<int> requests{0};
+  FakeAgent agent(std::move(b), [&](FakeAgent& ag, const Frame& f) {
+    if (f.type == MsgType::kExecStart) {
+      ag.Reply(protocol::ExecStartReply{7}, f.id, protocol::kFlagMore);  // a stream under way
+    }
+    if (++requests == 4) ag.Close();  // every request is waiting by now
+  });
+  auto c = AgentClient::Adopt(std::move(a));
+  ASSERT_TRUE(c.ok());
+  std::vector<Status> results(4);
+  std::atomic<int> outputs{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 3; ++i) {
+    threads.emplace_back([&, i] { results[i] = (*c)->Ping(DeadlineIn(60s)); });
+  }
+  threads.emplace_back([&] {
+    protocol::ExecStartRequest req;
+    req.argv = {"sleep", "1000"};
+    ExecIo io;
+    io.on_output = [&](protocol::OutputStream, ByteSpan) { ++outputs; };
+    results[3] = (*c)->Exec(req, io, DeadlineIn(60s)).status();
+  });
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(results[i].code(), StatusCode::kUnavailable) << i << ": " << results[i].ToString();
+  }
+  EXPECT_EQ(outputs.load(), 0);
+  EXPECT_EQ((*c)->health().code(), StatusCode::kUnavailable);
 }
 
 TEST(AgentClient, ExecStreamsOutputAndStdin) {
