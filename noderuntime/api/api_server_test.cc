@@ -6,6 +6,11 @@
 #include <cpprest/containerstream.h>
 #include <cpprest/http_client.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+
 #include <cstdio>
 #include <fstream>
 #include <future>
@@ -359,6 +364,74 @@ TEST_F(ApiServerTest, ExecStreamsOutputAsItIsProduced) {
   EXPECT_EQ(lines[1]["data"], "dHdvCg==");  // "two\n"
   EXPECT_EQ(lines[2]["stream"], "stderr");
   EXPECT_EQ(lines[3]["exit"]["exitCode"], 7);
+}
+
+// A streamed answer is one answer: a failure after it started ends it
+// (an error line for exec, a cut body for files), never a second response.
+TEST_F(ApiServerTest, ExecStreamFailingHalfWayEndsWithOneErrorLine) {
+  PutReadyTemplate();
+  Create(R"({"template":"tg","id":"s"})");
+  fake_.exec_hook = [](const std::string&, const ExecOptions& o) {
+    o.io.on_output(guest::protocol::OutputStream::kStdout, guest::protocol::Bytes{'o', 'k'});
+    return Result<guest::client::ExecResult>(
+        Status::Unavailable("agent connection broken: agent closed the connection"));
+  };
+  auto r = Do("POST", "/v1/sandboxes/s/exec?stream=true", R"({"argv":["x"]})");
+  ASSERT_EQ(r.code, 200) << r.body;
+  std::vector<json> lines;
+  size_t start = 0;
+  for (size_t nl; (nl = r.body.find('\n', start)) != std::string::npos; start = nl + 1) {
+    lines.push_back(json::parse(r.body.substr(start, nl - start)));
+  }
+  EXPECT_EQ(start, r.body.size()) << "the body ends with a whole line";
+  ASSERT_EQ(lines.size(), 2u) << r.body;
+  EXPECT_EQ(lines[0]["data"], "b2s=");  // "ok"
+  EXPECT_EQ(lines[1]["error"]["code"], "Unavailable");
+  EXPECT_FALSE(lines[1].contains("exit"));
+}
+
+TEST_F(ApiServerTest, FileReadFailingHalfWayIsACutBodyNeverACompleteOne) {
+  PutReadyTemplate();
+  Create(R"({"template":"tg","id":"s"})");
+  ASSERT_EQ(Do("PUT", "/v1/sandboxes/s/files?path=/f", std::string(50000, 'z')).code, 200);
+  fake_.read_chunk_bytes = 10000;
+  fake_.read_fails_after_bytes = 20000;
+  const int port = std::stoi(base_.substr(base_.rfind(':') + 1));
+  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  const std::string req = std::string("GET /v1/sandboxes/s/files?path=/f HTTP/1.1\r\n") +
+                          "Host: node\r\nAuthorization: Bearer " + kAdmin + "\r\n\r\n";
+  ASSERT_EQ(::send(fd.get(), req.data(), req.size(), MSG_NOSIGNAL), ssize_t(req.size()));
+  // Everything until the server closes (it must: the answer cannot end well).
+  std::string got;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  char buf[16384];
+  for (;;) {
+    pollfd p{fd.get(), POLLIN, 0};
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the connection stayed open";
+    if (::poll(&p, 1, 100) <= 0) continue;
+    const ssize_t n = ::recv(fd.get(), buf, sizeof buf, 0);
+    if (n <= 0) break;
+    got.append(buf, size_t(n));
+  }
+  size_t answers = 0;
+  for (size_t at = got.find("HTTP/1.1 "); at != std::string::npos;
+       at = got.find("HTTP/1.1 ", at + 1)) {
+    ++answers;
+  }
+  EXPECT_LE(answers, 1u) << got.substr(0, 400);
+  if (answers == 1) {
+    EXPECT_EQ(got.rfind("HTTP/1.1 200", 0), 0u) << got.substr(0, 200);
+  }
+  const std::string last_chunk = "\r\n0\r\n\r\n";
+  EXPECT_FALSE(got.size() >= last_chunk.size() &&
+               got.compare(got.size() - last_chunk.size(), last_chunk.size(), last_chunk) == 0)
+      << "a chunked body that ends well would pass for a short file";
+  EXPECT_EQ(got.find("\"error\""), std::string::npos) << "no error document after the data";
 }
 
 TEST_F(ApiServerTest, Files) {

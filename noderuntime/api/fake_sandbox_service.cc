@@ -356,6 +356,9 @@ Status FakeSandboxService::ReadFileStream(const std::string& id, const std::stri
   const size_t step = std::max<size_t>(1, read_chunk_bytes);
   size_t off = 0;
   do {
+    if (read_fails_after_bytes && off >= *read_fails_after_bytes) {
+      return Status::Unavailable("agent connection broken: the guest went away");
+    }
     const size_t n = std::min(step, data.size() - off);
     guest::client::FileChunk c{off, ByteSpan(data.data() + off, n), std::nullopt};
     if (off == 0) c.file_size = data.size();

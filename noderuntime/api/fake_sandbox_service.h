@@ -14,6 +14,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "noderuntime/sandbox_service.h"
@@ -116,6 +117,9 @@ class FakeSandboxService : public SandboxService {
     create_errors_left_ = count;
   }
   size_t read_chunk_bytes = guest::protocol::kMaxChunk;
+  // Set: ReadFileStream fails (Unavailable, as when the guest goes away)
+  // once it has delivered this many bytes of the file.
+  std::optional<size_t> read_fails_after_bytes;
   uint64_t max_read_file_bytes = guest::client::ClientLimits{}.max_read_file_bytes;
 
   int calls() const { return calls_.load(); }
