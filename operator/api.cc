@@ -86,6 +86,18 @@ std::optional<Json> FindCondition(const Json& obj, std::string_view type) {
   return std::nullopt;
 }
 
+Json SetProgress(const Json& conditions, Progress p, const Condition& why, int64_t generation,
+                 kube::TimePoint now) {
+  const Condition reconciling =
+      p == Progress::kWorking   ? Condition{"Reconciling", "True", why.reason, why.message}
+      : p == Progress::kStalled ? Condition{"Reconciling", "False", "Stalled", "stopped: see Stalled"}
+                                : Condition{"Reconciling", "False", "Reconciled", "nothing in progress"};
+  const Condition stalled = p == Progress::kStalled
+                                ? Condition{"Stalled", "True", why.reason, why.message}
+                                : Condition{"Stalled", "False", "NotStalled", "no failure"};
+  return SetCondition(SetCondition(conditions, reconciling, generation, now), stalled, generation, now);
+}
+
 Json ControllerRef(const Json& owner) {
   return Json{{"apiVersion", StrAt(owner, {"apiVersion"})}, {"kind", StrAt(owner, {"kind"})},
               {"name", Name(owner)}, {"uid", Uid(owner)}, {"controller", true},

@@ -35,6 +35,10 @@ inline constexpr std::string_view kCondReady = "Ready";
 inline constexpr std::string_view kCondScheduled = "Scheduled";
 inline constexpr std::string_view kCondExpired = "Expired";
 inline constexpr std::string_view kCondValid = "Valid";
+// The abnormal-true pair kstatus (Flux, kpt) reads, and the chart's Argo CD
+// health checks (helm/kubicle/argocd) with it: see SetProgress.
+inline constexpr std::string_view kCondReconciling = "Reconciling";
+inline constexpr std::string_view kCondStalled = "Stalled";
 
 std::string Name(const Json& obj);
 std::string Namespace(const Json& obj);
@@ -55,6 +59,18 @@ struct Condition {
 Json SetCondition(const Json& conditions, const Condition& c, int64_t generation,
                   kube::TimePoint now);
 std::optional<Json> FindCondition(const Json& obj, std::string_view type);
+
+// What a pass concluded about an object's progress towards its spec.
+// kstatus computes InProgress while Reconciling is True, Failed once Stalled
+// is True and otherwise reads Ready, so every kind sets both on every pass:
+//   kWorking  Reconciling True  (why.reason, why.message), Stalled False
+//   kStalled  Reconciling False, Stalled True (why.reason, why.message):
+//             nothing more happens without a change to the spec or the world
+//   kSettled  both False: the status is what the spec asks for
+// Never both True: kstatus takes the first True one in list order.
+enum class Progress { kSettled, kWorking, kStalled };
+Json SetProgress(const Json& conditions, Progress p, const Condition& why, int64_t generation,
+                 kube::TimePoint now);
 
 // A controller ownerReference to `owner` (blockOwnerDeletion true).
 Json ControllerRef(const Json& owner);

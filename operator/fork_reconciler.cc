@@ -107,13 +107,20 @@ Json ComputeForkStatus(const SandboxForkView& fork, const std::string& node,
                                                 std::to_string(ready) + "/" + std::to_string(want) +
                                                     " forks running"};
   const int64_t gen = fork.meta.generation;
+  // A spec it cannot read, a child's name taken by another object, or a
+  // failed child need the user: Stalled. Waiting for the source is not.
+  const bool stuck = phase == "Failed" || wait.reason == "InvalidSpec" || wait.reason == "NameConflict";
+  const Progress progress = phase == "Ready" ? Progress::kSettled
+                            : stuck          ? Progress::kStalled
+                                             : Progress::kWorking;
+  Json conds = SetProgress(SetCondition(fork.status.conditions, c, gen, now), progress, c, gen, now);
   Json st = {{"observedGeneration", gen},
              {"phase", phase},
              {"replicas", static_cast<int>(children.size())},
              {"readyReplicas", ready},
              {"failedReplicas", failed},
              {"children", list},
-             {"conditions", SetCondition(fork.status.conditions, c, gen, now)}};
+             {"conditions", conds}};
   if (!node.empty()) st["nodeName"] = node;
   return st;
 }

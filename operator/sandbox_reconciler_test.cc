@@ -131,7 +131,7 @@ TEST_F(SandboxReconcilerTest, HostileNeighboursAndReportsDoNotStopAPass) {
   ASSERT_TRUE(Reconcile("ok").ok());
   Json got = w.Sandbox("ok");
   EXPECT_EQ(got["status"]["phase"], "Scheduled");
-  EXPECT_EQ(got["status"]["conditions"].size(), 3u);
+  EXPECT_EQ(got["status"]["conditions"].size(), 5u) << "Scheduled, Ready, Expired, Reconciling, Stalled";
   for (const char* h : {"h1", "h2", "h3"}) EXPECT_TRUE(Reconcile(h).ok()) << h;
 }
 

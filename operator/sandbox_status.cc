@@ -66,6 +66,24 @@ std::optional<Condition> SuspendedCondition(const SandboxView& sbx) {
   return Condition{"Suspended", "False", "Resumed", "the VM runs again"};
 }
 
+// What is still under way (Reconciling), or why nothing more will happen
+// (Stalled): a Failed Sandbox is stalled with its Ready reason, so kstatus
+// reports Failed with the node's message instead of InProgress forever.
+Progress SandboxProgress(const std::string& phase, const SandboxView& sbx, Condition* why) {
+  if (phase == "Failed") return Progress::kStalled;
+  if (phase == "Running" && sbx.spec.suspend) {
+    *why = {"", "", "Suspending", "the node is suspending the VM"};
+    return Progress::kWorking;
+  }
+  if (phase == "Suspended" && !sbx.spec.suspend) {
+    *why = {"", "", "Resuming", "the node is resuming the VM"};
+    return Progress::kWorking;
+  }
+  // Running, or suspended as asked: nothing is under way.
+  if (phase == "Running" || phase == "Suspended") return Progress::kSettled;
+  return Progress::kWorking;  // Pending, Scheduled, Starting, Terminating
+}
+
 }  // namespace
 
 Json ComputeSandboxStatus(const SandboxView& sbx, const SandboxFacts& f, kube::TimePoint now) {
@@ -78,7 +96,10 @@ Json ComputeSandboxStatus(const SandboxView& sbx, const SandboxFacts& f, kube::T
                         : Condition{"Scheduled", "True", "Scheduled", "placed on node " + f.node};
   if (sched.reason.empty()) sched.reason = "Pending";
   conds = SetCondition(conds, sched, gen, now);
-  conds = SetCondition(conds, ReadyCondition(phase, sbx, f), gen, now);
+  Condition ready = ReadyCondition(phase, sbx, f);
+  conds = SetCondition(conds, ready, gen, now);
+  const Progress progress = SandboxProgress(phase, sbx, &ready);  // may say why instead
+  conds = SetProgress(conds, progress, ready, gen, now);
   Condition exp = f.expired ? Condition{"Expired", "True", "TTLExpired", "the Sandbox reached its expiry"}
                   : f.expires ? Condition{"Expired", "False", "NotExpired", "expires at " + kube::FormatTime(*f.expires)}
                               : Condition{"Expired", "False", "NoExpiry", "the Sandbox does not expire"};

@@ -38,13 +38,17 @@ Json ComputeTemplateStatus(const SandboxTemplateView& tmpl, const std::vector<st
                            const std::map<std::string, NodeInfo>& nodes, kube::TimePoint now) {
   const int64_t gen = tmpl.meta.generation;
   int ready = 0, failed = 0, live = 0;
+  std::string failures;  // "node: message; ..." so a pipeline sees why
   for (const TemplateNodeEntry& e : tmpl.status.nodes) {
     auto it = nodes.find(e.node_name);
     if (it == nodes.end() || !it->second.alive) continue;
     if (e.observed_generation != gen) continue;
     ++live;
     if (e.phase == "Ready") ++ready;
-    if (e.phase == "Failed") ++failed;
+    if (e.phase != "Failed") continue;
+    ++failed;
+    failures += (failures.empty() ? "" : "; ") + e.node_name + ": " +
+                (e.message.empty() ? "bake failed" : e.message);
   }
   const std::string joined = JoinProblems(problems);
   Json conds = SetCondition(tmpl.status.conditions,
@@ -58,9 +62,16 @@ Json ComputeTemplateStatus(const SandboxTemplateView& tmpl, const std::vector<st
   Condition rc = phase == "Ready" ? Condition{"Ready", "True", "Baked",
                                               std::to_string(ready) + " nodes ready"}
                  : phase == "Invalid" ? Condition{"Ready", "False", "InvalidSpec", joined}
-                 : phase == "Failed"  ? Condition{"Ready", "False", "BakeFailed", "every node failed to bake it"}
+                 : phase == "Failed"  ? Condition{"Ready", "False", "BakeFailed",
+                                                 "every node failed to bake it: " + failures}
                                       : Condition{"Ready", "False", "Baking", "no node has baked it yet"};
   conds = SetCondition(conds, rc, gen, now);
+  // Invalid and Failed wait for a new spec (or a node that bakes it):
+  // Stalled, so a pipeline fails at once with the reason.
+  const Progress progress = phase == "Ready"   ? Progress::kSettled
+                            : phase == "Pending" ? Progress::kWorking
+                                                 : Progress::kStalled;
+  conds = SetProgress(conds, progress, rc, gen, now);
   return Json{{"observedGeneration", gen}, {"phase", phase}, {"readyNodes", ready},
               {"conditions", conds}};
 }

@@ -76,7 +76,8 @@ TEST(TemplateReconcilerTest, HostileShapesAreReportedAsInvalid) {
   EXPECT_EQ(got["status"]["phase"], "Invalid");
   EXPECT_EQ(FindCondition(got, "Valid")->value("message", ""),
             "spec.kernel: expected a string, got object");
-  EXPECT_EQ(got["status"]["conditions"].size(), 3u) << "garbage entries dropped (Valid, Ready, RunToken)";
+  EXPECT_EQ(got["status"]["conditions"].size(), 5u)
+      << "garbage entries dropped (Valid, Ready, Reconciling, Stalled, RunToken)";
 }
 
 TEST(TemplateReconcilerTest, InvalidSpecIsReported) {

@@ -219,7 +219,7 @@ SandboxTemplateView SandboxTemplateView::Parse(Json object) {
   if (nodes.is_array()) {
     for (const Json& e : nodes) {
       TemplateNodeEntry n{StrAt(e, {"nodeName"}), StrAt(e, {"phase"}),
-                          IntAt(e, {"observedGeneration"})};
+                          IntAt(e, {"observedGeneration"}), StrAt(e, {"message"})};
       if (!n.node_name.empty()) v.status.nodes.push_back(std::move(n));
     }
   }

@@ -95,6 +95,7 @@ SandboxTemplateSpec ParseSandboxTemplateSpec(const Json& tmpl, std::vector<std::
 struct TemplateNodeEntry {
   std::string node_name, phase;
   int64_t observed_generation = 0;
+  std::string message;  // why, when Failed
 };
 
 struct SandboxTemplateStatus {

@@ -55,7 +55,12 @@ Json ComputeWorkspaceStatus(const WorkspaceView& ws, const WorkspaceFacts& f, ku
                         : Condition{"Scheduled", "True", "Scheduled", "placed on node " + f.node};
   if (sched.reason.empty()) sched.reason = "Pending";
   conds = SetCondition(conds, sched, gen, now);
-  conds = SetCondition(conds, ReadyCondition(phase, ws, f), gen, now);
+  const Condition ready = ReadyCondition(phase, ws, f);
+  conds = SetCondition(conds, ready, gen, now);
+  const Progress progress = phase == "Ready"    ? Progress::kSettled
+                            : phase == "Failed" ? Progress::kStalled
+                                                : Progress::kWorking;  // Pending, Terminating
+  conds = SetProgress(conds, progress, ready, gen, now);
   auto or_null = [](const std::string& s) { return s.empty() ? Json() : Json(s); };
   Json st = {{"observedGeneration", gen},
              {"phase", phase},
