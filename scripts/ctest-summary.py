@@ -27,7 +27,9 @@ import re
 import sys
 import xml.etree.ElementTree as ET
 
-GTEST_SKIPPED = re.compile(r"^\[  SKIPPED \] (\S+) \(\d+ ms\)$", re.M)
+# A skipped GoogleTest's own line, and its line in the closing list (the one
+# left when a long output lost its middle).
+GTEST_SKIPPED = re.compile(r"^\[  SKIPPED \] (\S+)(?: \(\d+ ms\))?$", re.M)
 PYTEST_SKIPPED = re.compile(r"^SKIPPED \[\d+\] (.+)$", re.M)
 PYTEST_SUMMARY = re.compile(r"\b(\d+) skipped\b.* in [\d.]+s\b")
 
@@ -61,7 +63,7 @@ def skip_reason(out):
 
 def inner_skips(out):
     """Cases a passed test skipped inside it: names or reasons."""
-    found = GTEST_SKIPPED.findall(out) + PYTEST_SKIPPED.findall(out)
+    found = list(dict.fromkeys(GTEST_SKIPPED.findall(out))) + PYTEST_SKIPPED.findall(out)
     if not found:
         m = PYTEST_SUMMARY.search(out)
         if m and int(m.group(1)) > 0:

@@ -76,6 +76,12 @@ class CtestSummaryTest(unittest.TestCase):
         self.assertEqual(summary.inner_skips("...\n3 passed in 0.50s\n"), [])
         self.assertEqual(summary.inner_skips("[  SKIPPED ] 1 test, listed below:\n"), [])
 
+    def test_a_gtest_skip_is_named_once_and_from_the_closing_list_alone(self):
+        full = "[  SKIPPED ] E.Kvm (0 ms)\n[  SKIPPED ] 1 test, listed below:\n[  SKIPPED ] E.Kvm\n"
+        self.assertEqual(summary.inner_skips(full), ["E.Kvm"])
+        cut = "...output truncated...\n[  SKIPPED ] 1 test, listed below:\n[  SKIPPED ] E.Kvm\n"
+        self.assertEqual(summary.inner_skips(cut), ["E.Kvm"])
+
 
 if __name__ == "__main__":
     unittest.main()
