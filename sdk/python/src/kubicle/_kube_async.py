@@ -316,10 +316,13 @@ class AsyncKubeBackend:
         """KubeBackend.set_suspend's twin."""
         await self.start()
         name = ref.info.name
+        # A merge patch, said so: kubernetes_asyncio would send an object as
+        # a JSON patch (the first type the custom-object API lists), which
+        # kube-apiserver refuses (400); the sync client picks merge itself.
         patched = await self._do(self._co.patch_namespaced_custom_object, _kobj.GROUP,
                                  _kobj.VERSION, self.namespace, _kobj.SANDBOXES, name,
                                  _kobj.suspend_patch(suspend), what=f"patch Sandbox {name}",
-                                 sandbox=name)
+                                 sandbox=name, _content_type="application/merge-patch+json")
         step = _kobj.SuspendStep(name, suspend)
         r, objs = await self._wait(step, _watchcache.by_name(name),
                                    _watchcache.min_rv_of(patched), timeout,

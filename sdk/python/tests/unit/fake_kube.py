@@ -571,7 +571,8 @@ users:
         if method == "POST":
             return self._send(h, 201, self.create(plural, ns, body))
         if method == "PATCH":
-            return self._send(h, 200, self._patch(plural, ns, name, body))
+            return self._send(h, 200, self._patch(plural, ns, name, body,
+                                                  h.headers.get("Content-Type", "")))
         if method == "DELETE":
             policy = body.get("propagationPolicy") or q.get("propagationPolicy") or "Background"
             if name:
@@ -596,8 +597,16 @@ users:
                             "metadata": {"resourceVersion": str(rv)}, "items": items})
 
     def _patch(self, plural: str, ns: str, name: Optional[str],
-               body: Dict[str, Any]) -> Dict[str, Any]:
-        """A merge patch of a Sandbox's spec (what the SDK patches: spec.suspend)."""
+               body: Dict[str, Any], content_type: str) -> Dict[str, Any]:
+        """A merge patch of a Sandbox's spec (what the SDK patches: spec.suspend).
+        The patch type is the Content-Type's, as kube-apiserver reads it: an
+        object sent as a JSON patch is refused in its words."""
+        if content_type.split(";")[0].strip() != "application/merge-patch+json":
+            if content_type.startswith("application/json-patch+json") and isinstance(body, dict):
+                raise _ApiFail(400, "BadRequest", "error decoding patch: json: cannot unmarshal "
+                               "object into Go value of type []handlers.jsonPatchOp")
+            raise _ApiFail(415, "UnsupportedMediaType",
+                           f"the fake takes merge patches only, not {content_type!r}")
         if plural != "sandboxes" or not name or set(body) != {"spec"}:
             raise _ApiFail(405, "MethodNotAllowed", "the fake patches Sandbox specs only")
         key = (plural, ns, name)
