@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 
@@ -79,6 +80,14 @@ Status ValidateLabels(const Labels& labels) {
                                      "' is not a valid label value");
   }
   return Status::Ok();
+}
+
+guest::client::Deadline BoundExec(guest::protocol::ExecStartRequest* request,
+                                  std::chrono::milliseconds timeout) {
+  const uint64_t ms = uint64_t(std::max<int64_t>(timeout.count(), 1));
+  if (request->timeout_ms == 0 || request->timeout_ms > ms) request->timeout_ms = ms;
+  return guest::client::DeadlineIn(std::chrono::milliseconds(request->timeout_ms) +
+                                   kExecAnswerGrace);
 }
 
 std::vector<std::string> MergedEnv(const Env& sandbox_env, const std::vector<std::string>& exec_env) {

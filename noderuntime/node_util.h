@@ -10,6 +10,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -29,6 +30,17 @@ Status ValidateLabels(const Labels& labels);
 // An exec's environment: the sandbox's variables, then the exec's own
 // "KEY=VALUE" entries, which win on the same name.
 std::vector<std::string> MergedEnv(const Env& sandbox_env, const std::vector<std::string>& exec_env);
+
+// An exec the node runs for a caller within `timeout`: the guest is told to
+// kill the command at `timeout` (unless the request asks for sooner) and the
+// node waits kExecAnswerGrace longer for the answer, which it returns. So a
+// command that runs out of time is answered by the guest (timed_out, with
+// its output so far), not by the node giving up first with
+// DeadlineExceeded while the guest's answer is dropped on arrival; and no
+// command outlives the node's wait.
+inline constexpr std::chrono::seconds kExecAnswerGrace{5};
+guest::client::Deadline BoundExec(guest::protocol::ExecStartRequest* request,
+                                  std::chrono::milliseconds timeout);
 
 guest::protocol::Bytes RandomBytes(size_t n);
 std::string RandomHex(size_t bytes);

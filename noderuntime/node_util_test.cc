@@ -6,6 +6,9 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <thread>
+
+#include "guest/client/fake_agent_test_util.h"
 
 namespace kubicle::noderuntime {
 namespace {
@@ -37,6 +40,49 @@ TEST(NodeUtilTest, ExecEnvOverridesTheSandboxEnv) {
             (std::vector<std::string>{"A=s", "B=e", "C=e"}));
   // An entry without '=' is kept for the agent to refuse, not dropped.
   EXPECT_EQ(MergedEnv({{"A", "s"}}, {"BAD"}), (std::vector<std::string>{"A=s", "BAD"}));
+}
+
+TEST(NodeUtilTest, AnExecThatRunsOutOfTimeIsAnsweredByTheGuest) {
+  using guest::protocol::Frame;
+  using guest::protocol::MsgType;
+  using namespace std::chrono_literals;
+  auto [a, b] = guest::client::test_util::SocketPair();
+  // A guest that enforces timeout_ms as kubicle-agent does: it kills the
+  // command when the time is up, counted from when the request arrived,
+  // and answers with the output so far and timed_out.
+  using guest::client::test_util::FakeAgent;
+  FakeAgent agent(std::move(b), [](FakeAgent& ag, const Frame& f) {
+    if (f.type != MsgType::kExecStart) return;
+    const auto req = *guest::protocol::ExecStartRequest::Decode(f.payload);
+    ag.Reply(guest::protocol::ExecStartReply{42}, f.id, guest::protocol::kFlagMore);
+    ag.Spawn([&ag, id = f.id, ms = req.timeout_ms] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+      ag.TrySend(ag.Encode(guest::protocol::ExecOutputChunk{guest::protocol::OutputStream::kStdout,
+                                                            {'s', 'o', 'f', 'a', 'r'}},
+                           id, guest::protocol::kFlagMore));
+      guest::protocol::ExecExitReply exit;
+      exit.signal = 9;
+      exit.timed_out = true;
+      ag.TrySend(ag.Encode(exit, id));
+    });
+  });
+  auto c = guest::client::AgentClient::Adopt(std::move(a));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  guest::protocol::ExecStartRequest req;
+  req.argv = {"sleep", "1000"};
+  const auto deadline = BoundExec(&req, 300ms);
+  EXPECT_EQ(req.timeout_ms, 300u) << "the guest is told the caller's timeout";
+  auto r = (*c)->Exec(req, {}, deadline);
+  ASSERT_TRUE(r.ok()) << r.status().ToString() << ": the node gave up before the guest answered";
+  EXPECT_TRUE(r->timed_out);
+  EXPECT_EQ(r->signal, 9u);
+  EXPECT_EQ(std::string(r->stdout_data.begin(), r->stdout_data.end()), "sofar");
+
+  // A request that asks for less time keeps it.
+  guest::protocol::ExecStartRequest sooner;
+  sooner.timeout_ms = 100;
+  (void)BoundExec(&sooner, 300ms);
+  EXPECT_EQ(sooner.timeout_ms, 100u);
 }
 
 TEST(NodeUtilTest, TokensAndDigests) {

@@ -411,7 +411,8 @@ Result<guest::client::ExecResult> SandboxManager::Exec(const std::string& id, co
     request.env = MergedEnv(sb->rec.info.env, options.request.env);
   }
   auto t0 = std::chrono::steady_clock::now();
-  auto r = agent->Exec(request, options.io, guest::client::DeadlineIn(options.timeout));
+  const guest::client::Deadline deadline = BoundExec(&request, options.timeout);
+  auto r = agent->Exec(request, options.io, deadline);
   if (r.ok()) exec_seconds_->WithLabels({}).Observe(SecondsSince(t0));
   return r;
 }

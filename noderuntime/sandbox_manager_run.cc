@@ -111,7 +111,9 @@ Result<guest::client::ExecResult> SandboxManager::ExecInRunVm(Sandbox& sb, const
   auto agent = AgentOf(sb, &why);
   if (!agent) return Status::Unavailable("the run's VM was stopped: " + why.message());
   auto t0 = std::chrono::steady_clock::now();
-  auto r = agent->Exec(exec.request, exec.io, guest::client::DeadlineIn(exec.timeout));
+  guest::protocol::ExecStartRequest request = exec.request;
+  const guest::client::Deadline deadline = BoundExec(&request, exec.timeout);
+  auto r = agent->Exec(request, exec.io, deadline);
   if (r.ok()) exec_seconds_->WithLabels({}).Observe(SecondsSince(t0));
   return r;
 }
