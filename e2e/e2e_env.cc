@@ -186,6 +186,7 @@ Status CreateTestGuestTemplate(kube::KubeClient* c, const std::string& ns, const
                {"memoryMiB", 64},
                {"vcpus", 1}};
   for (const auto& cmd : opts.warmup) spec["warmup"].push_back({{"command", cmd}});
+  if (!opts.network.is_null()) spec["network"] = opts.network;
   Json t = {{"metadata", {{"name", name}}}, {"spec", spec}};
   return c->Create(kube::SandboxTemplateResource(), ns, t).status();
 }

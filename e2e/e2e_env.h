@@ -97,6 +97,9 @@ Result<std::string> OperatorKubeconfig(const std::string& leader_lease);
 // for the DaemonSet pod's token, and the chart's policy keys on it.
 Result<std::string> NodeKubeconfig(const std::string& node);
 Result<std::unique_ptr<kube::HttpKubeClient>> NewClientAs(const std::string& kubeconfig);
+// A kubeconfig (path) with a token of ServiceAccount `sa` in `ns`, created
+// when missing: a user holding only the RBAC the test grants it.
+Result<std::string> ServiceAccountKubeconfig(const std::string& ns, const std::string& sa);
 
 class OperatorProcess {
  public:
@@ -126,6 +129,8 @@ struct TemplateOptions {
   std::string kernel;      // default <image_root>/kubicle-testguest
   // Plain words only: the test guest has no shell.
   std::vector<std::vector<std::string>> warmup;
+  // spec.network (docs/network.md); null: none, the node's default.
+  Json network;
 };
 // SandboxTemplate `name` of the test guest (memoryMiB 64, vcpus 1).
 Status CreateTestGuestTemplate(kube::KubeClient* c, const std::string& ns, const std::string& name,

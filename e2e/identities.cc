@@ -126,6 +126,15 @@ Result<std::string> NodeKubeconfig(const std::string& node) {
   return WriteTokenKubeconfig("node-" + node, Trim(token));
 }
 
+Result<std::string> ServiceAccountKubeconfig(const std::string& ns, const std::string& sa) {
+  auto created = Run({"create", "serviceaccount", sa, "-n", ns});
+  if (!created.ok() && created.status().message().find("AlreadyExists") == std::string::npos) {
+    return created.status();
+  }
+  ASSIGN_OR_RETURN(std::string token, Run({"create", "token", sa, "-n", ns, kTokenDuration}));
+  return WriteTokenKubeconfig("sa-" + ns + "-" + sa, Trim(token));
+}
+
 Result<std::unique_ptr<kube::HttpKubeClient>> NewClientAs(const std::string& kubeconfig) {
   ASSIGN_OR_RETURN(kube::RestConfig cfg, kube::LoadKubeconfig(kubeconfig));
   return kube::HttpKubeClient::Create(cfg);
