@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # The main job: installs dependencies, builds everything, builds or reuses
 # the local Kubernetes control plane (e2e/control-plane/build.sh, cached in
-# ~/.cache/kubicle), then runs scripts/kube-demo.sh: kubicle-operator and a
-# kubicle-node on that control plane, `kubectl apply -f examples/` (a
-# SandboxTemplate and a swarm of Sandboxes with one run id), a command in each
-# Sandbox through the data plane, a table of results, the sweep by label.
+# ~/.cache/kubicle), then runs scripts/kube-demo.sh: the images, a real
+# kubelet node and `helm install` of the chart on that control plane,
+# `kubectl apply -f examples/` (a SandboxTemplate and a swarm of Sandboxes
+# with one run id), a command in each Sandbox through the data plane, a table
+# of results, the sweep by label, `helm uninstall`.
 # Its environment variables pass through:
 #
+#   KUBICLE_DEMO_MODE        chart (default) or host: operator and node as
+#                            host processes (see scripts/kube-demo.sh)
 #   KUBICLE_DEMO_COUNT       Sandboxes in the swarm (default 20)
 #   KUBICLE_DEMO_GUEST       testguest or python (see scripts/kube-demo.sh)
 #   KUBICLE_DEMO_IMAGE_ROOT  where the guest images go (see scripts/kube-demo.sh)

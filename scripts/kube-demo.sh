@@ -1,15 +1,26 @@
 #!/usr/bin/env bash
 # The main job on the Kubernetes path: a local control plane
-# (kubicle-e2e-cluster: etcd, kube-apiserver, kube-controller-manager, the
-# CRDs), kubicle-operator and one kubicle-node (--node-name demo-node) as host
-# processes; then `kubectl apply -f examples/` (a SandboxTemplate and a swarm
-# of 20 Sandboxes under kubicle.dev/run=demo), a wait until they are Ready,
-# one command in each Sandbox through the node's data plane with that
-# Sandbox's own token, a table of results, the sweep by label, and a check
-# that no VM is left. Everything started here stops on exit, on failure too.
-# Needs a build and the control plane (scripts/demo.sh does both).
+# (kubicle-e2e-cluster: etcd, kube-apiserver, kube-controller-manager) with a
+# real node (containerd and a kubelet, e2e/harness/kubelet_node.h) and
+# kube-scheduler, the images built from the tree (scripts/build-images.sh)
+# imported into the node's containerd, and `helm install` of helm/kubicle
+# (unmodified but for values): the operator Deployment elects a leader and
+# the node DaemonSet's pod runs kubicle-node as demo-node. Then
+# `kubectl apply -f examples/` (a SandboxTemplate and a swarm of 20 Sandboxes
+# under kubicle.dev/run=demo), a wait until they are Ready, one command in
+# each Sandbox through the node's data plane (the hostPort, TLS verified with
+# the CA on its Lease) with that Sandbox's own token, a table of results, the
+# sweep by label, and a check that no VM is left; on exit `helm uninstall` and
+# the node's teardown, which must leave nothing on the host. Everything
+# started here stops on exit, on failure too. Needs a build and the control
+# plane (scripts/demo.sh does both).
+#
+# KUBICLE_DEMO_MODE=host runs kubicle-operator and kubicle-node as host
+# processes instead (no kubelet, no images, no chart: quicker for
+# development).
 #
 #   BUILD_DIR                the CMake build directory (default build)
+#   KUBICLE_DEMO_MODE        chart (default) or host (see above)
 #   KUBICLE_DEMO_COUNT       Sandboxes in the swarm (default 20, the count in
 #                            examples/swarm.yaml; others are generated)
 #   KUBICLE_DEMO_GUEST       testguest (default where /dev/kvm is itself
@@ -21,11 +32,13 @@
 #                            rewritten copies of the template)
 #
 # Exit status: 0 done, 1 a step failed (its log's tail is printed), 77 a
-# prerequisite is missing (/dev/kvm, the control plane binaries).
+# prerequisite is missing (/dev/kvm, the control plane binaries; in chart
+# mode also root, the kubelet and containerd).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=$(realpath "${BUILD_DIR:-build}")
 count=${KUBICLE_DEMO_COUNT:-20}
+mode=${KUBICLE_DEMO_MODE:-chart}
 guest=${KUBICLE_DEMO_GUEST:-}
 default_images=/var/lib/kubicle/images/demo
 images=${KUBICLE_DEMO_IMAGE_ROOT:-$default_images}
@@ -40,13 +53,14 @@ scratch=$(mktemp -d /tmp/kubicle-kube-demo-XXXXXX)
 logs=$scratch/logs
 state=$scratch/node
 mkdir -p "$logs"
-cluster_pid="" operator_pid="" node_pid="" watch_pid="" cp_dir=""
+cluster_pid="" operator_pid="" node_pid="" watch_pid="" cp_dir="" node_dir="" installed=""
 
 # die LOG MESSAGE: says what failed, shows the tail of LOG, exits 1.
 die() {
   local log=$1
   shift
   say "FAILED: $*"
+  [ "$mode" = chart ] && pod_logs
   if [ -n "$log" ] && [ -s "$log" ]; then
     say "last lines of $log:"
     tail -n 40 "$log" | sed 's/^/  | /'
@@ -70,7 +84,37 @@ stop() {
     say "$name did not stop in $secs s: killing it"
     kill -KILL "$pid" 2>/dev/null || true
   fi
-  wait "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null   # its exit status
+}
+
+# Chart mode: the operator's and the node's pod logs into $logs (what die()
+# shows), through the kubelet.
+pod_logs() {
+  [ -n "$cp_dir" ] && [ -n "${KUBECONFIG:-}" ] || return 0
+  "$kubectl" logs -n kubicle-system -l app.kubernetes.io/component=node --tail=-1 \
+    >"$logs/node.log" 2>&1 || true
+  "$kubectl" logs -n kubicle-system -l app.kubernetes.io/component=operator --tail=-1 \
+    --prefix >"$logs/operator.log" 2>&1 || true
+}
+
+# Chart mode, after helm uninstall: what the node pod left on the host. A VM
+# fails the demo; the sandbox network's host table and veths (kubicle-node
+# keeps them for a restarted pod) are reported and removed.
+uninstall_leftovers() {
+  local vmms tag links
+  vmms=$(node_vmms)
+  if [ -n "$vmms" ]; then
+    say "FAILED: kubicle-vmm processes of $state outlived helm uninstall: $(echo $vmms)"
+    return 1
+  fi
+  tag=$(printf %s "$state" | sha256sum | cut -c1-4)   # noderuntime SandboxNetworkTag
+  links=$(ip -o link show 2>/dev/null | awk -F': ' -v t="kh$tag-" 'index($2, t) == 1 {sub(/@.*/, "", $2); print $2}')
+  if nft list table ip "kubicle_$tag" >/dev/null 2>&1 || [ -n "$links" ]; then
+    say "note: helm uninstall left the node's host network: table ip kubicle_$tag${links:+, veths $(echo $links)}; removing them"
+    nft delete table ip "kubicle_$tag" 2>/dev/null
+    for l in $links; do ip link delete "$l" 2>/dev/null; done
+  fi
+  say "after helm uninstall: no VM of $state is running"
 }
 
 # kubicle-vmm processes of this node's state directory.
@@ -85,11 +129,35 @@ cleanup() {
     [ $rc -eq 0 ] || [ $rc -eq 77 ] || say "the demo FAILED (exit $rc)"
     exit $rc
   fi
-  say "stopping kubicle-node, kubicle-operator and the control plane"
   [ -n "$watch_pid" ] && stop "$watch_pid" "kubectl wait" 2
-  stop "$node_pid" kubicle-node 30      # --stop-vms-on-exit: its VMs go with it
-  stop "$operator_pid" kubicle-operator 10
-  stop "$cluster_pid" kubicle-e2e-cluster 30
+  if [ "$mode" = chart ]; then
+    pod_logs
+    if [ -n "$installed" ]; then
+      say "helm uninstall kubicle"
+      "$helm" uninstall kubicle -n kubicle-system --wait --timeout 180s >"$logs/helm-uninstall.log" 2>&1 ||
+        { say "FAILED: helm uninstall: $(tail -n 3 "$logs/helm-uninstall.log" | tr '\n' ' ')"; rc=1; }
+      uninstall_leftovers || rc=1
+    fi
+    say "stopping the node (kubelet, containerd, every pod) and the control plane"
+    if ! stop "$cluster_pid" kubicle-e2e-cluster 90; then
+      say "FAILED: the node's teardown: $(tail -n 5 "$logs/cluster.log" | tr '\n' ' ')"
+      rc=1
+    fi
+    if [ -n "$node_dir" ] && [ -e "$node_dir" ]; then
+      # Kept for its logs (KUBICLE_E2E_KEEP): nothing else may be left.
+      for f in "$node_dir"/*.log; do [ -e "$f" ] && cp "$f" "$logs/node-$(basename "$f")"; done
+      if [ -n "$(find "$node_dir" -mindepth 1 ! -name '*.log' -print -quit)" ]; then
+        say "FAILED: the node's teardown left files in $node_dir"
+        rc=1
+      fi
+      rm -rf "$node_dir"
+    fi
+  else
+    say "stopping kubicle-node, kubicle-operator and the control plane"
+    stop "$node_pid" kubicle-node 30      # --stop-vms-on-exit: its VMs go with it
+    stop "$operator_pid" kubicle-operator 10
+    stop "$cluster_pid" kubicle-e2e-cluster 30
+  fi
   left=$(node_vmms)
   if [ -n "$left" ]; then
     say "FAILED: kubicle-vmm processes of $state outlived kubicle-node: $(echo $left); killing them"
@@ -120,13 +188,23 @@ trap cleanup EXIT
 [ -e /dev/kvm ] || { say "/dev/kvm is absent: no VM can run here (skipped)"; exit 77; }
 # Where kubicle-e2e-cluster looks too: $KUBICLE_CONTROL_PLANE_BIN, else the cache.
 cp_bin=${KUBICLE_CONTROL_PLANE_BIN:-$(e2e/control-plane/build.sh --print-bin-dir || true)}
-for f in etcd kube-apiserver kube-controller-manager kubectl; do
+case $mode in
+  chart) cp_need=(etcd kube-apiserver kube-controller-manager kubectl helm kube-scheduler kubelet crictl) ;;
+  host) cp_need=(etcd kube-apiserver kube-controller-manager kubectl) ;;
+  *) die "" "KUBICLE_DEMO_MODE must be chart or host, not '$mode'" ;;
+esac
+if [ "$mode" = chart ]; then
+  [ "$(id -u)" = 0 ] || { say "the chart mode runs a kubelet node: it needs root (skipped; KUBICLE_DEMO_MODE=host does not)"; exit 77; }
+  [ -x /usr/bin/containerd ] || { say "containerd is missing: run scripts/install-deps.sh (skipped)"; exit 77; }
+fi
+for f in "${cp_need[@]}"; do
   if [ ! -x "$cp_bin/$f" ]; then
     say "the control plane binaries are missing ($cp_bin/$f): run e2e/control-plane/build.sh (skipped)"
     exit 77
   fi
 done
 kubectl=$cp_bin/kubectl
+helm=$cp_bin/helm
 for f in e2e/kubicle-e2e-cluster operator/kubicle-operator noderuntime/daemon/kubicle-node \
          noderuntime/cli/kubicle-nodectl vmm/kubicle-vmm kubicle-testguest; do
   [ -x "$B/$f" ] || die "" "$B/$f is missing: build first (scripts/build.sh)"
@@ -204,27 +282,6 @@ fi
 
 # --- the control plane, the operator and the node --------------------------
 
-say "starting the local control plane (etcd, kube-apiserver, kube-controller-manager, CRDs)"
-KUBICLE_E2E_KEEP=1 KUBICLE_CONTROL_PLANE_BIN=$cp_bin "$B/e2e/kubicle-e2e-cluster" >"$logs/cluster.log" 2>&1 &
-cluster_pid=$!
-deadline=$((SECONDS + 180))
-until grep -q '^KUBECONFIG=' "$logs/cluster.log"; do
-  kill -0 "$cluster_pid" 2>/dev/null || die "$logs/cluster.log" "kubicle-e2e-cluster exited"
-  [ $SECONDS -lt $deadline ] || die "$logs/cluster.log" "the control plane did not come up in 180 s"
-  sleep 0.2
-done
-export KUBECONFIG
-KUBECONFIG=$(sed -n 's/^KUBECONFIG=//p' "$logs/cluster.log")
-cp_dir=$(dirname "$KUBECONFIG")
-k() { "$kubectl" "$@"; }
-say "control plane up: KUBECONFIG=$KUBECONFIG"
-k create namespace kubicle-node-lease >/dev/null   # node heartbeats (the chart makes it)
-
-say "starting kubicle-operator"
-"$B/operator/kubicle-operator" --kubeconfig="$KUBECONFIG" --leader-elect=false --metrics-port=0 \
-  >"$logs/operator.log" 2>&1 &
-operator_pid=$!
-
 # Every sandbox gets its own network namespace (the node's default), on a
 # CIDR no other node on this host uses. Without root there is none to be
 # had: said here, and the node runs with the network off.
@@ -237,6 +294,76 @@ else
   net_flags=(--sandbox-network=off)
   say "not root: kubicle-node runs with --sandbox-network=off (sandboxes have no network)"
 fi
+k() { "$kubectl" "$@"; }
+
+if [ "$mode" = chart ]; then
+  t0=$SECONDS
+  say "building or reusing the images (scripts/build-images.sh)"
+  scripts/build-images.sh "$B" >"$logs/images.log" 2>&1 || die "$logs/images.log" "building the images failed"
+  tag=$(sed -n 's/^appVersion: *"*\([^"]*\)"*$/\1/p' helm/kubicle/Chart.yaml)
+  archives=("$B/images/kubicle-operator-$tag.oci.tar" "$B/images/kubicle-node-$tag.oci.tar")
+  for a in "${archives[@]}"; do [ -s "$a" ] || die "$logs/images.log" "scripts/build-images.sh wrote no $a"; done
+  say "images ready in $((SECONDS - t0)) s: $(cd "$B/images" && ls -s --block-size=M kubicle-*-"$tag".oci.tar | awk '{printf "%s%s %s", sep, $2, $1; sep = ", "}')"
+  t0=$SECONDS
+  say "starting the local control plane and a real node $node (containerd, kubelet, kube-scheduler)"
+fi
+cluster_args=()
+[ "$mode" = chart ] && cluster_args=(--no-crds "--kubelet-node=$node" --node-label=kubicle.dev/kvm=true)
+[ "$mode" = host ] && say "starting the local control plane (etcd, kube-apiserver, kube-controller-manager, CRDs)"
+KUBICLE_E2E_KEEP=1 KUBICLE_CONTROL_PLANE_BIN=$cp_bin "$B/e2e/kubicle-e2e-cluster" "${cluster_args[@]}" \
+  >"$logs/cluster.log" 2>&1 &
+cluster_pid=$!
+deadline=$((SECONDS + 300))
+ready_line='^KUBECONFIG='
+[ "$mode" = chart ] && ready_line='^CONTAINERD_SOCKET='
+until grep -q "$ready_line" "$logs/cluster.log"; do
+  [ -z "$cp_dir" ] && grep -q '^KUBECONFIG=' "$logs/cluster.log" &&
+    cp_dir=$(dirname "$(sed -n 's/^KUBECONFIG=//p' "$logs/cluster.log")")
+  kill -0 "$cluster_pid" 2>/dev/null || die "$logs/cluster.log" "kubicle-e2e-cluster exited"
+  [ $SECONDS -lt $deadline ] || die "$logs/cluster.log" "the control plane did not come up in 300 s"
+  sleep 0.2
+done
+export KUBECONFIG
+KUBECONFIG=$(sed -n 's/^KUBECONFIG=//p' "$logs/cluster.log")
+cp_dir=$(dirname "$KUBECONFIG")
+say "control plane up: KUBECONFIG=$KUBECONFIG"
+
+if [ "$mode" = chart ]; then
+  node_ip=$(sed -n 's/^NODE_IP=//p' "$logs/cluster.log")
+  node_dir=$(sed -n 's/^NODE_DIR=//p' "$logs/cluster.log")
+  sock=$(sed -n 's/^CONTAINERD_SOCKET=//p' "$logs/cluster.log")
+  say "node $node Ready in $((SECONDS - t0)) s at $node_ip (its files: $node_dir)"
+  for a in "${archives[@]}"; do
+    ctr --address "$sock" -n k8s.io images import "$a" >>"$logs/ctr-import.log" 2>&1 ||
+      die "$logs/ctr-import.log" "ctr images import $a failed"
+  done
+  say "imported into the node's containerd: $(ctr --address "$sock" -n k8s.io images ls -q | grep kubicle- | tr '\n' ' ')"
+  state=$node_dir/kubicle   # the node's hostPath state directory, swept with the node
+  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])')
+  say "helm install kubicle helm/kubicle (namespace kubicle-system, image tag $tag, data plane on hostPort $port)"
+  t0=$SECONDS
+  installed=1
+  "$helm" install kubicle helm/kubicle -n kubicle-system --create-namespace \
+    --set image.tag="$tag" --set node.stateDir="$state" --set "node.imageRoots={$images}" \
+    --set node.dataPlanePort="$port" --set node.network.cidr="$SANDBOX_CIDR" \
+    --wait --timeout 300s >"$logs/helm-install.log" 2>&1 ||
+    { pod_logs; k get pods -A -o wide >>"$logs/helm-install.log" 2>&1; die "$logs/helm-install.log" "helm install failed"; }
+  say "helm install done in $((SECONDS - t0)) s: $(k get pods -n kubicle-system --no-headers | awk '{printf "%s%s %s", sep, $1, $3; sep = ", "}')"
+  deadline=$((SECONDS + 120))
+  until leader=$(k get lease -n kubicle-system kubicle-operator-leader -o jsonpath='{.spec.holderIdentity}' 2>/dev/null) &&
+        [ -n "$leader" ] && k get lease -n kubicle-node-lease "kubicle-node-$node" >/dev/null 2>&1; do
+    [ $SECONDS -lt $deadline ] || { pod_logs; die "$logs/node.log" "no operator leader or no Lease of node $node in 120 s"; }
+    sleep 1
+  done
+  say "operator leader: $leader; kubicle-node $node (the DaemonSet's pod) holds Lease kubicle-node-lease/kubicle-node-$node"
+  node_url=https://$node_ip:$port
+else
+k create namespace kubicle-node-lease >/dev/null   # node heartbeats (the chart makes it)
+say "starting kubicle-operator"
+"$B/operator/kubicle-operator" --kubeconfig="$KUBECONFIG" --leader-elect=false --metrics-port=0 \
+  >"$logs/operator.log" 2>&1 &
+operator_pid=$!
+
 say "starting kubicle-node --node-name=$node (state $state, images $images)"
 "$B/noderuntime/daemon/kubicle-node" serve --node-name="$node" --kubeconfig="$KUBECONFIG" \
   --state-dir="$state" --listen=127.0.0.1:0 --advertise-address=127.0.0.1 --tls=on \
@@ -253,6 +380,7 @@ until grep -q 'operator running' "$logs/operator.log" && grep -q '^listening on 
 done
 node_url=$(sed -n 's/^listening on //p' "$logs/node.log")
 say "kubicle-operator running; kubicle-node $node serving $node_url, Lease kubicle-node-lease/kubicle-node-$node"
+fi
 
 # A node's data plane is https when its Lease publishes the CA of its serving
 # certificate (kubicle.dev/serving-ca): clients verify the node against it.
@@ -279,6 +407,7 @@ say "the node's serving CA is on its Lease (kubicle.dev/serving-ca); kubicle-nod
 
 alive() {
   kill -0 "$cluster_pid" 2>/dev/null || die "$logs/cluster.log" "the control plane exited"
+  [ "$mode" = chart ] && return 0
   kill -0 "$operator_pid" 2>/dev/null || die "$logs/operator.log" "kubicle-operator exited"
   kill -0 "$node_pid" 2>/dev/null || die "$logs/node.log" "kubicle-node exited"
 }

@@ -192,11 +192,12 @@ Status ControlPlane::StartControllerManager() {
                                    "--leader-elect=false", "--use-service-account-credentials=false",
                                    "--bind-address=127.0.0.1", "--secure-port=0", "--v=1"};
   if (opts_.workloads) {
-    // Pods' token volumes project the kube-root-ca.crt ConfigMap (published
+    // Jobs: Helm hooks (the chart's pre-delete uninstall Job). Pods' token
+    // volumes project the kube-root-ca.crt ConfigMap (published
     // from --root-ca-file) and need their ServiceAccount to exist.
     argv.push_back(
         "--controllers=garbage-collector-controller,namespace-controller,"
-        "deployment-controller,replicaset-controller,daemonset-controller,"
+        "deployment-controller,replicaset-controller,daemonset-controller,job-controller,"
         "serviceaccount-controller,serviceaccount-token-controller,"
         "root-ca-certificate-publisher-controller,pod-garbage-collector-controller,"
         // Takes the node.kubernetes.io/not-ready taint the kubelet

@@ -212,6 +212,11 @@ Status NodeSlot::CleanUp(bool keep_logs) const {
   if (!MountsUnder(d).empty()) {
     return Status::Internal("mounts left under " + d + ": " + MountsUnder(d).front());
   }
+  // Kept logs are the directory's own *.log files; nothing else stays.
+  for (const auto& e : fs::directory_iterator(d, ec)) {
+    bool log = e.is_regular_file(ec) && e.path().extension() == ".log";
+    if (!keep_logs || !log) fs::remove_all(e.path(), ec);
+  }
   if (!keep_logs) fs::remove_all(d, ec);
   bool others = false;
   for (int i = 0; i < kSlots && !others; ++i) others = i != index_ && HeldByOther(i);

@@ -40,7 +40,8 @@ class NodeSlot {
   std::string dir() const { return "/tmp/kubicle-e2e-node/" + std::to_string(index_); }
 
   // Kills, unmounts and removes everything of this slot; `keep_logs` leaves
-  // the scratch directory's *.log files (KUBICLE_E2E_KEEP).
+  // the scratch directory and its own *.log files, nothing else
+  // (KUBICLE_E2E_KEEP).
   Status CleanUp(bool keep_logs = false) const;
   // What CleanUp would still find (empty when the host is clean): one line
   // per process, mount, netns, cgroup, link or table.
