@@ -415,6 +415,7 @@ alive() {
 # --- apply, bake, wait ------------------------------------------------------
 
 say "kubectl apply ${apply[*]}"
+t_apply=$EPOCHREALTIME
 k apply "${apply[@]}" | sed 's/^/  /'
 
 say "node $node bakes SandboxTemplate demo (cold boot, warm-up, snapshot)"
@@ -459,7 +460,18 @@ while kill -0 "$watch_pid" 2>/dev/null; do
 done
 wait "$watch_pid" || die "$logs/node.log" "not every Sandbox was Ready in $ready_timeout s ($(tail -n 3 "$logs/kubectl-wait.log" | tr '\n' ' '))"
 watch_pid=""
-say "$count/$count Ready in $((SECONDS - t0)) s"
+say "$count/$count Ready in $((SECONDS - t0)) s; apply -> all Ready: $(awk -v a="$t_apply" -v b="$EPOCHREALTIME" 'BEGIN {printf "%.1f", b - a}') s ($mode mode)"
+if [ "$mode" = chart ]; then
+  # The node pod's memory with the swarm running: its pod cgroup (the VMs
+  # are in it) and kubicle-node's own resident set.
+  uid=$(k get pods -n kubicle-system -l app.kubernetes.io/component=node -o jsonpath='{.items[0].metadata.uid}')
+  cg=$(find /sys/fs/cgroup/memory -maxdepth 5 -type d -name "pod$uid" 2>/dev/null | head -n 1)
+  rss=$(for p in $(pgrep -x kubicle-node); do
+          tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -qF -- "--state-dir=$state " &&
+            awk '/^VmRSS/ {print $2}' "/proc/$p/status"
+        done | head -n 1)
+  say "node pod memory with $count Sandboxes: pod cgroup $(( $(cat "$cg/memory.usage_in_bytes" 2>/dev/null || echo 0) / 1048576 )) MiB (VMs included), kubicle-node RSS $(( ${rss:-0} / 1024 )) MiB"
+fi
 
 # --- one command in each Sandbox, through the data plane --------------------
 
