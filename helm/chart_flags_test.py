@@ -225,6 +225,60 @@ def check_network_shape(pod_spec, container, values, argv):
         raise Failure(f"{netns} is not the same host path")
 
 
+def check_vmm_placement(pod_spec, container, argv):
+    """VMMs outlive the node's container (a rollout keeps every VM): the
+    host's PID namespace and the host's cgroup hierarchy as --cgroup-root,
+    and the node refuses to start when that does not hold."""
+    if pod_spec.get("hostPID") is not True:
+        raise Failure("the node needs hostPID: its own PID namespace would die with it, VMMs too")
+    if "--vmms-outlive-container" not in argv or "--no-cgroups" in argv:
+        raise Failure(f"the node must run with --vmms-outlive-container and cgroups: {argv}")
+    roots = [a.split("=", 1)[1] for a in argv if a.startswith("--cgroup-root=")]
+    if len(roots) != 1:
+        raise Failure(f"want one --cgroup-root=: {argv}")
+    mounts = {m["mountPath"]: m for m in container.get("volumeMounts", [])}
+    volumes = {v["name"]: v for v in pod_spec.get("volumes", [])}
+    mount = mounts.get(roots[0])
+    if mount is None or volumes[mount["name"]].get("hostPath", {}).get("path") != "/sys/fs/cgroup":
+        raise Failure(f"--cgroup-root {roots[0]} is not the host's /sys/fs/cgroup mounted there")
+
+
+def check_uninstall_hook(docs, binaries):
+    """The pre-delete hook: a Job running `kubicle-node uninstall` under a
+    ServiceAccount that may list and delete Sandboxes and SandboxForks and
+    nothing else, its RBAC made before it (lower hook weight)."""
+    hooks = {(d["kind"], d["metadata"]["name"]): d for d in docs
+             if d["metadata"].get("annotations", {}).get("helm.sh/hook") == "pre-delete"}
+    kinds = sorted(k for k, _ in hooks)
+    if kinds != ["ClusterRole", "ClusterRoleBinding", "Job", "ServiceAccount"]:
+        raise Failure(f"pre-delete hooks {kinds}: want the uninstall Job and its RBAC")
+    by_kind = {k: d for (k, _), d in hooks.items()}
+    job, role, binding, sa = (by_kind[k] for k in ("Job", "ClusterRole", "ClusterRoleBinding", "ServiceAccount"))
+    want_rules = [{"apiGroups": ["kubicle.dev"], "resources": ["sandboxes", "sandboxforks"],
+                   "verbs": ["list", "delete"]}]
+    if role["rules"] != want_rules:
+        raise Failure(f"uninstall ClusterRole {role['rules']}: want exactly {want_rules}")
+    if binding["roleRef"]["name"] != role["metadata"]["name"] or \
+            binding["subjects"] != [{"kind": "ServiceAccount", "name": sa["metadata"]["name"],
+                                     "namespace": sa["metadata"]["namespace"]}]:
+        raise Failure(f"uninstall ClusterRoleBinding does not bind its role to its account: {binding}")
+    weight = lambda d: int(d["metadata"]["annotations"].get("helm.sh/hook-weight", "0"))
+    if not all(weight(d) < weight(job) for d in (role, binding, sa)):
+        raise Failure("the uninstall Job's RBAC must come first (lower helm.sh/hook-weight)")
+    pod = job["spec"]["template"]["spec"]
+    if pod["serviceAccountName"] != sa["metadata"]["name"] or pod["restartPolicy"] != "Never":
+        raise Failure(f"uninstall pod: account {pod['serviceAccountName']}, restart {pod['restartPolicy']}")
+    (c,) = pod["containers"]
+    sc = c.get("securityContext", {})
+    if sc.get("privileged") or sc.get("allowPrivilegeEscalation") is not False or \
+            sc.get("runAsNonRoot") is not True or sc.get("capabilities", {}).get("drop") != ["ALL"]:
+        raise Failure(f"uninstall container is not least privilege: {sc}")
+    argv = command_line(c, binaries)
+    if argv[1] != "uninstall":
+        raise Failure(f"uninstall Job runs {argv}")
+    expect_ok(argv)
+
+
 def check_host_paths(pod_spec, container):
     volumes = {v["name"]: v for v in pod_spec.get("volumes", [])}
     for m in container.get("volumeMounts", []):
@@ -242,6 +296,8 @@ def check_case(helm, chart, binaries, name, values):
     check_node_shape(node, values, node_argv)
     check_network_shape(ds, node, values, node_argv)
     check_host_paths(ds, node)
+    check_vmm_placement(ds, node, node_argv)
+    check_uninstall_hook(docs, binaries)
     expect_ok(node_argv)
     dep = workload(docs, "Deployment", "operator")["spec"]["template"]["spec"]
     (op,) = dep["containers"]
@@ -270,6 +326,7 @@ def self_check(operator, node):
         [node, "--state-dir=/s"],  # no serve
         [node, "serve", "--state-dir=/s", "--sandbox-network=off", "--sandbox-network-cidr=10.77.0.0/16"],
         [node, "serve", "--state-dir=/s", "--sandbox-network=maybe"],
+        [node, "uninstall", "--timeout-seconds=0"],
         [operator, "--no-such-flag=1"],
         [operator, "--workers=many"],
     ]

@@ -4,14 +4,20 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <optional>
+#include <set>
 #include <thread>
 
 #include "common/unique_fd.h"
+#include "noderuntime/node_util.h"
 
 namespace kubicle::noderuntime {
 namespace {
+
+namespace fs = std::filesystem;
 
 constexpr uint64_t kCfsPeriodUs = 100000;
 
@@ -54,16 +60,101 @@ Status RemoveGroupDir(const std::string& dir, int attempts) {
   return Status::FailedPrecondition("cgroup " + dir + " still has processes: [" + procs + "]");
 }
 
+// v1 hierarchies under `root` other than cpu, memory and pids: directories
+// (not the cpu -> cpu,cpuacct style symlinks) that hold a cgroup.procs.
+std::vector<std::string> FindOtherHierarchies(const std::string& root) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  std::set<fs::path> limited;
+  for (const char* c : {"cpu", "memory", "pids"}) {
+    fs::path p = fs::weakly_canonical(root + "/" + c, ec);
+    if (!ec) limited.insert(p);
+  }
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    std::error_code eec;
+    if (e.is_symlink(eec) || !e.is_directory(eec)) continue;
+    if (!fs::exists(e.path() / "cgroup.procs", eec)) continue;
+    if (limited.count(fs::weakly_canonical(e.path(), eec))) continue;
+    out.push_back(e.path().filename().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// A new cpuset group has no CPUs and no memory nodes, and no task can join
+// it until it has: it takes its parent's (cgroup.clone_children would do it
+// for children only, not for our parent under the root).
+Status InheritCpuset(const std::string& dir) {
+  for (const char* f : {"cpuset.cpus", "cpuset.mems"}) {
+    auto mine = ReadFileToString(dir + "/" + f);
+    if (!mine.ok() || mine->find_first_not_of(" \n") != std::string::npos) continue;
+    auto theirs = ReadFileToString(fs::path(dir).parent_path().string() + "/" + f);
+    if (!theirs.ok()) return theirs.status();
+    std::string v = *theirs;
+    while (!v.empty() && v.back() == '\n') v.pop_back();
+    RETURN_IF_ERROR(WriteControl(dir + "/" + f, v));
+  }
+  return Status::Ok();
+}
+
+// The path of `controller`'s group in a /proc/<pid>/cgroup text
+// ("8:pids:/kubepods/..."; "0::/..." for v2 when controller is empty).
+std::optional<std::string> GroupPathFor(const std::string& proc_cgroup, const std::string& controller) {
+  size_t pos = 0;
+  while (pos < proc_cgroup.size()) {
+    size_t nl = proc_cgroup.find('\n', pos);
+    if (nl == std::string::npos) nl = proc_cgroup.size();
+    std::string line = proc_cgroup.substr(pos, nl - pos);
+    pos = nl + 1;
+    size_t a = line.find(':');
+    size_t b = a == std::string::npos ? a : line.find(':', a + 1);
+    if (b == std::string::npos) continue;
+    std::string list = line.substr(a + 1, b - a - 1);
+    if (controller.empty() ? list.empty() : ("," + list + ",").find("," + controller + ",") != std::string::npos)
+      return line.substr(b + 1);
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 Cgroups::Cgroups(std::string root, bool enabled, std::string parent)
     : root_(std::move(root)), parent_(std::move(parent)), enabled_(enabled) {
   v2_ = ::access((root_ + "/cgroup.controllers").c_str(), F_OK) == 0;
+  if (enabled_ && !v2_) others_ = FindOtherHierarchies(root_);
 }
 
 std::vector<std::string> Cgroups::Parents() const {
   if (v2_) return {root_ + "/" + parent_};
   return {root_ + "/cpu/" + parent_, root_ + "/memory/" + parent_, root_ + "/pids/" + parent_};
+}
+
+std::vector<std::string> Cgroups::SharedGroups() const {
+  std::vector<std::string> out;
+  for (const std::string& h : others_) out.push_back(root_ + "/" + h + "/" + parent_);
+  return out;
+}
+
+Status Cgroups::CheckOutsideOwnGroup(const std::string& proc_cgroup, pid_t pid) const {
+  if (!enabled_) return Status::FailedPrecondition("cgroups are off: VMMs stay in this process's own groups");
+  if (v2_) return Status::Ok();
+  auto path = GroupPathFor(proc_cgroup, "pids");
+  if (!path) return Status::FailedPrecondition("no pids hierarchy in /proc/self/cgroup");
+  const std::string procs = root_ + "/pids" + (*path == "/" ? "" : *path) + "/cgroup.procs";
+  auto text = ReadFileToString(procs);
+  const std::string me = std::to_string(pid);
+  if (text.ok()) {
+    for (size_t p = 0; p < text->size();) {
+      size_t nl = std::min(text->find('\n', p), text->size());
+      if (text->compare(p, nl - p, me) == 0) return Status::Ok();
+      p = nl + 1;
+    }
+  }
+  return Status::FailedPrecondition(
+      root_ + " is not the host's cgroup root: this process's group " + *path + " does not list it at " +
+      procs + ", so groups made under " + root_ +
+      " are inside this process's own group (a container's view) and its VMMs would die with it; "
+      "mount the host's /sys/fs/cgroup and pass it as --cgroup-root");
 }
 
 std::vector<std::string> Cgroups::Dirs(const std::string& name) const {
@@ -92,6 +183,10 @@ Status Cgroups::Create(const std::string& name, const CgroupLimits& limits) {
     return WriteControl(dir + "/pids.max", std::to_string(limits.pids_max));
   }
   for (const std::string& p : Parents()) RETURN_IF_ERROR(MkdirIfMissing(p));
+  for (const std::string& g : SharedGroups()) {
+    RETURN_IF_ERROR(MkdirIfMissing(g));
+    RETURN_IF_ERROR(InheritCpuset(g));
+  }
   auto dirs = Dirs(name);
   for (const std::string& d : dirs) RETURN_IF_ERROR(MkdirIfMissing(d));
   RETURN_IF_ERROR(WriteControl(dirs[0] + "/cpu.cfs_period_us", std::to_string(kCfsPeriodUs)));
@@ -104,6 +199,8 @@ Status Cgroups::AddProcess(const std::string& name, pid_t pid) {
   if (!enabled_) return Status::Ok();
   for (const std::string& d : Dirs(name))
     RETURN_IF_ERROR(WriteControl(d + "/cgroup.procs", std::to_string(pid)));
+  for (const std::string& g : SharedGroups())
+    RETURN_IF_ERROR(WriteControl(g + "/cgroup.procs", std::to_string(pid)));
   return Status::Ok();
 }
 
@@ -133,7 +230,9 @@ Status Cgroups::Remove(const std::string& name, int attempts) {
 Status Cgroups::RemoveParent() {
   if (!enabled_) return Status::Ok();
   Status first;
-  for (const std::string& p : Parents()) {
+  std::vector<std::string> all = Parents();
+  for (const std::string& g : SharedGroups()) all.push_back(g);
+  for (const std::string& p : all) {
     Status s = RemoveGroupDir(p, 100);
     if (!s.ok() && first.ok()) first = s;
   }

@@ -50,6 +50,11 @@ double ProcessAgeSeconds(pid_t pid) {
 
 Result<VmmHandle> SpawnDetached(const std::vector<std::string>& argv, const std::string& log_path) {
   std::vector<std::string> args = argv;
+  if (!args.empty() && args[0].find('/') != std::string::npos && args[0][0] != '/') {
+    std::error_code ec;
+    auto abs = std::filesystem::absolute(args[0], ec);
+    if (!ec) args[0] = abs.string();
+  }
   std::vector<char*> cargv;
   for (std::string& a : args) cargv.push_back(a.data());
   cargv.push_back(nullptr);
@@ -63,6 +68,15 @@ Result<VmmHandle> SpawnDetached(const std::vector<std::string>& argv, const std:
   posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
   // Fds opened by other threads without O_CLOEXEC must not leak into a VM.
   posix_spawn_file_actions_addclosefrom_np(&fa, 3);
+  // The working directory is the log's, in the state directory: a VMM
+  // outlives the node, and in a container the node's cwd is in the
+  // container's root filesystem, which a rollout takes away (docs/node.md,
+  // "VMMs across node restarts and rollouts").
+  // Only with an absolute log path: then the node's paths are absolute too
+  // (they all derive from the state directory), and so is the binary's.
+  const std::filesystem::path log(log_path);
+  const std::string cwd = log.parent_path().string();
+  if (log.is_absolute()) posix_spawn_file_actions_addchdir_np(&fa, cwd.c_str());
   // A new session: the daemon's terminal or process group signals never reach
   // the VMs, which outlive the daemon. Default signal mask and dispositions.
   sigset_t none, all;

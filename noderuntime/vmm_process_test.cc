@@ -45,6 +45,17 @@ TEST_F(VmmProcessTest, SpawnDetachedLogsReapsAndLeaksNoFd) {
   EXPECT_EQ(log.substr(log.find("err\n") + 4), "0\n1\n2\n3\n");
 }
 
+// A VMM outlives the node: in a container the node's cwd lies in the root
+// filesystem a rollout takes away, so the VMM's is its log's directory.
+TEST_F(VmmProcessTest, SpawnDetachedRunsInTheLogsDirectory) {
+  std::filesystem::create_directories(dir_ + "/sb");
+  auto h = SpawnDetached({"/bin/sh", "-c", "pwd"}, dir_ + "/sb/vmm.log");
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  ASSERT_TRUE(WaitExited(h->pidfd.get(), 10s));
+  EXPECT_EQ(ReapIfChild(h->pidfd.get()), 0);
+  EXPECT_EQ(*ReadFileToString(dir_ + "/sb/vmm.log"), dir_ + "/sb\n");
+}
+
 TEST_F(VmmProcessTest, AttachChecksStartTimeAndKillThroughPidfd) {
   auto h = SpawnDetached({"/bin/sleep", "30"}, dir_ + "/log");
   ASSERT_TRUE(h.ok());

@@ -19,6 +19,7 @@
 #include "kube/http_kube_client.h"
 #include "kube/kubeconfig.h"
 #include "noderuntime/daemon/serve_flags.h"
+#include "noderuntime/daemon/uninstall.h"
 #include "noderuntime/node_util.h"
 #include "noderuntime/nodeagent/node_agent.h"
 #include "noderuntime/sandbox_manager.h"
@@ -50,6 +51,7 @@ NodeConfig ConfigFrom(const ServeFlags& f) {
   c.capacity_vcpus = f.capacity_vcpus ? f.capacity_vcpus : std::max(64u, cpus * 16);
   c.pool_size_per_shape = f.pool_size;
   c.use_cgroups = f.use_cgroups;
+  c.cgroup_root = f.cgroup_root;
   c.vmm_seccomp = f.vmm_seccomp;
   c.network.enabled = f.sandbox_network;
   c.network.cidr = f.sandbox_network_cidr;
@@ -119,6 +121,19 @@ Result<std::unique_ptr<nodeagent::NodeAgent>> StartAgent(const ServeFlags& f, co
   return std::make_unique<nodeagent::NodeAgent>(std::move(client), service, std::move(c), registry);
 }
 
+// Whether the VMMs this node starts will outlive its container: a runtime
+// stopping the container kills every process in the container's cgroup and,
+// without hostPID, its whole PID namespace (docs/node.md, "VMMs across node
+// restarts and rollouts"). The reason they would not, or OK.
+Status CheckVmmsOutliveContainer(const ServeFlags& f, const std::string& cgroup_parent) {
+  if (::getpid() == 1)
+    return Status::FailedPrecondition("this node is PID 1 of a PID namespace of its own, which dies with "
+                                      "it and its VMMs too: run the pod with hostPID");
+  auto self = ReadFileToString("/proc/self/cgroup");
+  if (!self.ok()) return self.status();
+  return Cgroups(f.cgroup_root, f.use_cgroups, cgroup_parent).CheckOutsideOwnGroup(*self, ::getpid());
+}
+
 int Serve(const ServeFlags& f) {
   // Taken synchronously below; every thread started from here on inherits
   // the mask.
@@ -144,6 +159,17 @@ int Serve(const ServeFlags& f) {
       return kExitSetup;
     }
     port = *p;
+  }
+  if (Status outlive = CheckVmmsOutliveContainer(f, ConfigFrom(f).cgroup_parent); !outlive.ok()) {
+    if (f.vmms_outlive_container) {
+      log::Error("VMMs would not outlive this node's container (--vmms-outlive-container)",
+                 {{"error", outlive.message()}});
+      return kExitSetup;
+    }
+    // Host processes (development): a note, since a stop of this process
+    // alone leaves VMMs running either way.
+    log::Info("VMMs would die with this process's container, if it runs in one",
+              {{"reason", outlive.message()}});
   }
   metrics::Registry registry;
   auto manager = SandboxManager::Open(ConfigFrom(f), &registry);
@@ -215,6 +241,68 @@ int Serve(const ServeFlags& f) {
   return 0;
 }
 
+constexpr char kUninstallUsage[] = R"(usage: kubicle-node uninstall [--kubeconfig FILE] [--timeout-seconds N]
+
+Deletes every SandboxFork and Sandbox in every namespace and waits until the
+nodes have torn each VM down and released each finalizer (the chart's
+pre-delete hook; docs/helm.md, "Uninstall"). Workspaces and SandboxTemplates
+are kept. --kubeconfig as for serve (default: the in-cluster service
+account); --timeout-seconds 1..86400 (default 240); --check-flags checks
+these and exits 0.
+Exit codes: 0 none left, 1 usage, 2 no cluster, 3 Sandboxes left (named).
+)";
+
+int Uninstall(const std::vector<std::string>& args) {
+  ServeFlags cluster;  // only its kubeconfig
+  UninstallOptions options;
+  bool check_flags = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string name = args[i], value;
+    if (name == "--help" || name == "-h") {
+      std::fputs(kUninstallUsage, stdout);
+      return 0;
+    }
+    if (name == "--check-flags") {  // the chart's test of its hook's command line
+      check_flags = true;
+      continue;
+    }
+    if (size_t eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name.resize(eq);
+    } else if (i + 1 < args.size()) {
+      value = args[++i];
+    }
+    char* end = nullptr;
+    const long n = std::strtol(value.c_str(), &end, 10);
+    if (name == "--kubeconfig" && !value.empty()) {
+      cluster.kubeconfig = value;
+    } else if (name == "--timeout-seconds" && !value.empty() && *end == '\0' && n >= 1 && n <= 86400) {
+      options.timeout = std::chrono::seconds(n);
+    } else {
+      std::fprintf(stderr, "kubicle-node uninstall: bad argument \"%s\"\n%s", args[i].c_str(), kUninstallUsage);
+      return kExitUsage;
+    }
+  }
+  if (check_flags) {
+    std::puts("kubicle-node: flags ok");
+    return 0;
+  }
+  log::Init("kubicle-node", false, log::ParseLevel("info"));
+  auto rest = ClusterConfig(cluster);
+  auto client = rest.ok() ? kube::HttpKubeClient::Create(*rest) : Result<std::unique_ptr<kube::HttpKubeClient>>(rest.status());
+  if (!client.ok()) {
+    log::Error("no cluster", {{"error", client.status().ToString()}});
+    return kExitSetup;
+  }
+  options.progress = [](const std::string& line) { log::Info(line); };
+  Status s = DeleteEverySandbox(**client, options);
+  if (!s.ok()) {
+    log::Error("uninstall: Sandboxes left", {{"error", s.ToString()}});
+    return 3;
+  }
+  return 0;
+}
+
 // kubicle-vmm beside the running binary: the packages and the image install
 // both side by side, so --vmm is only needed for unusual layouts.
 Result<std::string> DefaultVmmPath() {
@@ -244,6 +332,7 @@ int Main(int argc, char** argv) {
     std::fputs(kServeUsage, args.empty() ? stderr : stdout);
     return args.empty() ? kExitUsage : 0;
   }
+  if (args[0] == "uninstall") return Uninstall({args.begin() + 1, args.end()});
   if (args[0] != "serve") {
     std::fprintf(stderr, "kubicle-node: unknown command \"%s\" (try: kubicle-node serve --help)\n",
                  args[0].c_str());

@@ -42,6 +42,14 @@ Value flags are written "--flag VALUE" or "--flag=VALUE".
                          100G, 512M, or plain MiB (default 0: only the state
                          directory's free space; docs/workspaces.md)
   --no-cgroups           do not put VMs in per-VM cgroups
+  --cgroup-root DIR      the cgroup hierarchy per-VM groups are made in
+                         (default /sys/fs/cgroup); in a container, the host's
+                         /sys/fs/cgroup mounted there, so that VMMs live
+                         outside the container and outlive it
+  --vmms-outlive-container  refuse to start unless VMMs will outlive this
+                         process's container: cgroups on, --cgroup-root the
+                         host's hierarchy, and not PID 1 of a PID namespace
+                         of its own (hostPID); the chart sets it
   --vmm-seccomp MODE     every VM's system call filter: enforce (default; a
                          call outside it ends that VM, exit code 5), log (the
                          kernel logs such calls and they run: to find what a
@@ -224,6 +232,8 @@ namespace {
 bool ApplyBoolFlag(const std::string& name, ServeFlags* f) {
   if (name == "--no-cgroups") {
     f->use_cgroups = false;
+  } else if (name == "--vmms-outlive-container") {
+    f->vmms_outlive_container = true;
   } else if (name == "--stop-vms-on-exit") {
     f->stop_vms_on_exit = true;
   } else if (name == "--log-json") {
@@ -276,6 +286,10 @@ Status ApplyValueFlag(const std::string& name, const std::string& v, ServeFlags*
     } else {
       ASSIGN_OR_RETURN(f->workspace_budget_mib, ParseMemMib(v));
     }
+  } else if (name == "--cgroup-root") {
+    if (v.empty() || v.front() != '/')
+      return Status::InvalidArgument("--cgroup-root: \"" + v + "\" is not an absolute path");
+    f->cgroup_root = v;
   } else if (name == "--vmm-seccomp") {
     ASSIGN_OR_RETURN(f->vmm_seccomp, vmm::ParseSeccompMode(v, name));
   } else if (name == "--pool-size") {
@@ -384,6 +398,11 @@ Status Validate(const std::set<std::string>& given, ServeFlags* f) {
                                    f->listen_host);
   }
   RETURN_IF_ERROR(ValidateTls(given, *f));
+  if (!f->use_cgroups) {
+    for (const char* flag : {"--cgroup-root", "--vmms-outlive-container"})
+      if (given.count(flag))
+        return Status::InvalidArgument(std::string(flag) + " needs cgroups (it contradicts --no-cgroups)");
+  }
   if (!f->sandbox_network) {
     for (const char* flag : {"--sandbox-network-cidr", "--sandbox-nameservers", "--sandbox-network-pool"})
       if (given.count(flag))

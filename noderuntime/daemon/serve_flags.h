@@ -34,6 +34,15 @@ struct ServeFlags {
   uint32_t pool_size = 2;
   uint64_t workspace_budget_mib = 0;  // 0: only the disk's free space
   bool use_cgroups = true;
+  // Where per-VM cgroups are made: the host's cgroup hierarchy (in a pod,
+  // the host's /sys/fs/cgroup mounted into it; docs/node.md, "VMMs across
+  // node restarts and rollouts"). An absolute path.
+  std::string cgroup_root = "/sys/fs/cgroup";
+  // --vmms-outlive-container: refuse to start unless every VMM will live
+  // outside this process's container (cgroups on, --cgroup-root the host's
+  // hierarchy, not PID 1 of a PID namespace of its own). The chart sets it;
+  // host processes (development) need not.
+  bool vmms_outlive_container = false;
   // --vmm-seccomp: every VMM's --seccomp (docs/vmm.md, "Seccomp").
   vmm::SeccompMode vmm_seccomp = vmm::SeccompMode::kEnforce;
   bool stop_vms_on_exit = false;   // SIGTERM deletes every sandbox (demos, CI)

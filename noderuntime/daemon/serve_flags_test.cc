@@ -32,6 +32,26 @@ TEST(ServeFlags, ParsesEveryFlag) {
   EXPECT_EQ(d->listen_port, 7070);
 }
 
+TEST(ServeFlags, CgroupRootAndVmmsOutliveContainer) {
+  auto d = ParseServeFlags({"--state-dir", "/s"});
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->cgroup_root, "/sys/fs/cgroup");
+  EXPECT_FALSE(d->vmms_outlive_container) << "host processes (development) need no host placement";
+  auto pod = ParseServeFlags({"--state-dir", "/s", "--cgroup-root=/host/sys/fs/cgroup", "--vmms-outlive-container"});
+  ASSERT_TRUE(pod.ok()) << pod.status().ToString();
+  EXPECT_EQ(pod->cgroup_root, "/host/sys/fs/cgroup");
+  EXPECT_TRUE(pod->vmms_outlive_container);
+  for (std::vector<std::string> bad : std::vector<std::vector<std::string>>{
+           {"--cgroup-root=sys/fs/cgroup"},
+           {"--cgroup-root="},
+           {"--no-cgroups", "--vmms-outlive-container"},
+           {"--no-cgroups", "--cgroup-root=/c"},
+           {"--vmms-outlive-container=1"}}) {
+    bad.insert(bad.begin(), "--state-dir=/s");
+    EXPECT_FALSE(ParseServeFlags(bad).ok()) << bad.back();
+  }
+}
+
 TEST(ServeFlags, RejectsBadInput) {
   for (std::vector<std::string> bad : std::vector<std::vector<std::string>>{
            {"--vmm", "/v"},
@@ -301,7 +321,8 @@ TEST(ServeFlags, UsageNamesEveryFlag) {
         "--check-flags", "--help", "--node-name", "--kubeconfig", "--lease-namespace",
         "--lease-duration-seconds", "--image-root", "--tls", "--tls-cert", "--tls-key",
         "--insecure-http", "--sandbox-network", "--sandbox-network-cidr",
-        "--sandbox-nameservers", "--sandbox-network-pool", "--vmm-seccomp"}) {
+        "--sandbox-nameservers", "--sandbox-network-pool", "--vmm-seccomp", "--cgroup-root",
+        "--vmms-outlive-container"}) {
     EXPECT_NE(std::string(kServeUsage).find(std::string("  ") + flag + " "), std::string::npos)
         << flag;
   }
