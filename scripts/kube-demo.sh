@@ -152,11 +152,33 @@ cleanup() {
       fi
       rm -rf "$node_dir"
     fi
+    # The node's parent cgroup when its VMs live in the host's hierarchy
+    # (kubicle-<sha256 of the state dir>, noderuntime/daemon/main.cc): it too
+    # must go with the uninstall. Removed here when left, so the host stays
+    # clean for the next run.
+    cg_left=$(find /sys/fs/cgroup -mindepth 2 -maxdepth 2 -type d \
+                -name "kubicle-$(printf %s "$state" | sha256sum | cut -c1-12)" 2>/dev/null)
+    if [ -n "$cg_left" ]; then
+      say "FAILED: cgroups of the node outlived helm uninstall and its teardown: $(echo $cg_left | head -c 300)"
+      for d in $cg_left; do find "$d" -depth -type d -exec rmdir {} \; 2>/dev/null; done
+      rc=1
+    fi
   else
     say "stopping kubicle-node, kubicle-operator and the control plane"
     stop "$node_pid" kubicle-node 30      # --stop-vms-on-exit: its VMs go with it
     stop "$operator_pid" kubicle-operator 10
     stop "$cluster_pid" kubicle-e2e-cluster 30
+  fi
+  # The swarm's VM cgroups (k-<uid>, wherever the node made them: under
+  # its pod's group or the host's): none may outlive the teardown.
+  if [ -s "$scratch/uids" ]; then
+    left=$(while read -r uid; do
+             find /sys/fs/cgroup -maxdepth 10 -type d -name "k-$uid" 2>/dev/null
+           done <"$scratch/uids")
+    if [ -n "$left" ]; then
+      say "FAILED: VM cgroups outlived the node: $(echo $left | head -c 300)"
+      rc=1
+    fi
   fi
   left=$(node_vmms)
   if [ -n "$left" ]; then
@@ -462,15 +484,24 @@ wait "$watch_pid" || die "$logs/node.log" "not every Sandbox was Ready in $ready
 watch_pid=""
 say "$count/$count Ready in $((SECONDS - t0)) s; apply -> all Ready: $(awk -v a="$t_apply" -v b="$EPOCHREALTIME" 'BEGIN {printf "%.1f", b - a}') s ($mode mode)"
 if [ "$mode" = chart ]; then
-  # The node pod's memory with the swarm running: its pod cgroup (the VMs
-  # are in it) and kubicle-node's own resident set.
+  # The node pod's memory with the swarm running: its pod cgroup, the VMs'
+  # cgroup parent (kubicle-<sha256 of the state dir>) when the node makes
+  # their groups in the host's hierarchy rather than its own, and
+  # kubicle-node's own resident set.
   uid=$(k get pods -n kubicle-system -l app.kubernetes.io/component=node -o jsonpath='{.items[0].metadata.uid}')
   cg=$(find /sys/fs/cgroup/memory -maxdepth 5 -type d -name "pod$uid" 2>/dev/null | head -n 1)
+  vm_cg=/sys/fs/cgroup/memory/kubicle-$(printf %s "$state" | sha256sum | cut -c1-12)
   rss=$(for p in $(pgrep -x kubicle-node); do
           tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -qF -- "--state-dir=$state " &&
             awk '/^VmRSS/ {print $2}' "/proc/$p/status"
         done | head -n 1)
-  say "node pod memory with $count Sandboxes: pod cgroup $(( $(cat "$cg/memory.usage_in_bytes" 2>/dev/null || echo 0) / 1048576 )) MiB (VMs included), kubicle-node RSS $(( ${rss:-0} / 1024 )) MiB"
+  mib() { echo $(( $(cat "$1/memory.usage_in_bytes" 2>/dev/null || echo 0) / 1048576 )); }
+  if [ -d "$vm_cg" ]; then
+    vms="the VMs' cgroup $(basename "$vm_cg") $(mib "$vm_cg") MiB (outside the pod)"
+  else
+    vms="the VMs included"
+  fi
+  say "node pod memory with $count Sandboxes: pod cgroup $(mib "$cg") MiB, $vms; kubicle-node RSS $(( ${rss:-0} / 1024 )) MiB"
 fi
 
 # --- one command in each Sandbox, through the data plane --------------------
@@ -478,6 +509,7 @@ fi
 say "running '${command[*]}' in each Sandbox: POST https://<status.vm.endpoint>/v1/sandboxes/k-<uid>/exec"
 say "with the Sandbox's own token (Secret status.tokenSecretName, data.token)"
 rows=$(k get sandboxes -l "$sel" -o jsonpath='{range .items[*]}{.metadata.name} {.metadata.uid} {.status.nodeName} {.status.vm.endpoint} {.status.vm.restoreMillis} {.status.tokenSecretName}{"\n"}{end}')
+awk 'NF {print $2}' <<<"$rows" >"$scratch/uids"   # for the cgroup check at the end
 declare -A tokens=()
 while read -r secret token; do
   [ -n "$secret" ] && tokens[$secret]=$token
