@@ -428,5 +428,25 @@ TEST_F(AgentProtocolTest, AnExecStartReusingARunningIdEndsThatExecWithOneError) 
   EXPECT_EQ(TypesFor(FramesUntilPong(raw, 99), 41), std::vector<MsgType>{});
 }
 
+TEST_F(AgentProtocolTest, NothingFollowsAConnectionLevelError) {
+  WriteLocalFile(Path("big"), std::string(8 << 20, 'b'));
+  RawConnection raw(agent_->socket_path());
+  raw.Send(RawFrame(MsgType::kFileRead, 5, protocol::FileReadRequest{Path("big")}.Encode()));
+  auto first = raw.Next();
+  ASSERT_TRUE(first.has_value());
+  ASSERT_EQ(first->type, MsgType::kFileRead);
+  ASSERT_TRUE(first->has_more()) << "the read is still streaming";
+  // The framing is lost while the agent still has most of the file to send.
+  raw.Send(Bytes(protocol::kHeaderSize, 'X'));
+  std::vector<Frame> all;
+  while (auto f = raw.Next()) all.push_back(std::move(*f));
+  ASSERT_FALSE(all.empty());
+  EXPECT_EQ(all.back().type, MsgType::kError);
+  EXPECT_EQ(all.back().id, 0u) << "the connection-level ERROR is the last frame sent";
+  size_t errors = 0;
+  for (const Frame& f : all) errors += f.id == 0;
+  EXPECT_EQ(errors, 1u);
+}
+
 }  // namespace
 }  // namespace kubicle::guest::agent::testing

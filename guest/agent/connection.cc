@@ -41,7 +41,8 @@ size_t Connection::MaxChunk() const {
 }
 
 void Connection::Send(MsgType type, uint32_t id, uint32_t flags, std::vector<uint8_t> payload) {
-  if (closed_) return;
+  // After a connection-level ERROR nothing more is sent: it is the last frame.
+  if (closed_ || draining_to_close_) return;
   if (payload.size() > peer_max_payload_) {
     SendError(id, Status::ResourceExhausted(protocol::MsgTypeName(type) + " reply of " +
                                             std::to_string(payload.size()) +
@@ -170,6 +171,7 @@ void Connection::FatalFramingError(const std::string& why) {
   LogWarn("connection framing lost", "peer=" + peer_ + " reason=\"" + why + "\"");
   SendError(0, Status::InvalidArgument(why + "; closing the connection"));
   draining_to_close_ = true;
+  producers_.clear();  // streamed replies end here, unanswered like the rest
   rx_.clear();
   rx_start_ = 0;
   UpdateInterest();

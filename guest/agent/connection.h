@@ -7,6 +7,8 @@
 //    buffered. A bad magic or a payload length above kMaxPayload loses the
 //    framing: the connection sends a connection-level ERROR (id 0), stops
 //    reading and closes once that ERROR is flushed (or after a grace time).
+//    That ERROR is the last frame sent: streamed replies and exec output
+//    stop there.
 //    Every other problem is the message layer's to answer with an ERROR.
 //  - Transmit side: Send() never blocks. Frames queue in memory; Congested()
 //    turns true above kHighWater, and while it is true the connection stops
