@@ -12,16 +12,21 @@
 // CRD's CEL rule), a fork child keeps its source's policy, and a policy the
 // node refuses fails the Sandbox with the reason.
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
+#include <future>
 #include <map>
 #include <set>
 #include <sstream>
 
+#include "common/base64.h"
 #include "e2e/e2e_env.h"
 #include "kube/json_fields.h"
 #include "kube/resource.h"
+#include "noderuntime/cli/node_client.h"
 
 namespace kubicle::e2e {
 namespace {
@@ -79,15 +84,19 @@ class NetworkE2E : public ::testing::Test {
     std::ifstream f(node->state_dir() + "/sandboxes/" + VmId(*s) + "/record.json");
     return Json::parse(f, nullptr, false);
   }
-  // `nft list ARGS...` inside the namespace file `netns`.
-  std::string NftIn(const std::string& netns, const std::vector<std::string>& args) {
+  // `nft list ARGS...` inside the namespace file `netns`; "" when that
+  // fails, which fails the test if `must`.
+  std::string NftIn(const std::string& netns, const std::vector<std::string>& args, bool must = true) {
     std::vector<std::string> argv = {"nsenter", "--net=" + netns, "nft", "list"};
     argv.insert(argv.end(), args.begin(), args.end());
     auto r = RunCommand(argv, {}, 60s);
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
-    if (!r.ok()) return "";
-    EXPECT_EQ(r->exit_code, 0) << r->output;
-    return r->output;
+    if (must) {
+      EXPECT_TRUE(r.ok()) << r.status().ToString();
+      if (r.ok()) {
+        EXPECT_EQ(r->exit_code, 0) << r->output;
+      }
+    }
+    return r.ok() && r->exit_code == 0 ? r->output : "";
   }
   // The rules of chain `egress` in a Sandbox's namespace, one per line,
   // trimmed, split into the never-list ("ip daddr X reject", which comes
@@ -99,9 +108,12 @@ class NetworkE2E : public ::testing::Test {
     Json rec = Record(name);
     const std::string netns = kube::StrAt(rec, {"network", "netns"});
     EXPECT_FALSE(netns.empty()) << name << "'s record has no namespace: " << rec.dump();
+    return netns.empty() ? Egress{} : EgressIn(netns);
+  }
+  // `must` false: a namespace being built or torn down reads as empty.
+  Egress EgressIn(const std::string& netns, bool must = true) {
     Egress e;
-    if (netns.empty()) return e;
-    std::istringstream in(NftIn(netns, {"chain", "ip", "kubicle", "egress"}));
+    std::istringstream in(NftIn(netns, {"chain", "ip", "kubicle", "egress"}, must));
     std::string line;
     while (std::getline(in, line)) {
       line.erase(0, line.find_first_not_of(" \t"));
@@ -212,6 +224,74 @@ TEST_F(NetworkE2E, APolicyTheNodeRefusesFailsTheSandboxWithTheReason) {
     return entry.is_object() && entry.value("phase", "") == "Failed";
   }, 120s)) << entry.dump();
   EXPECT_NE(entry.dump().find("everywhere"), std::string::npos) << entry.dump();
+}
+
+// A per-call run has its template's policy. A run's VM lives for one call,
+// so the run is held still to be looked at: the idle pool VMM it will be
+// restored into is stopped (SIGSTOP) before the run is sent; the node takes
+// the run's namespace and applies the policy before it restores the VM
+// (SandboxManager::StartRunVm), then waits on that VMM. Once a namespace
+// of the node has the template's policy, SIGCONT lets the run finish.
+TEST_F(NetworkE2E, APerCallRunHasItsTemplatesPolicy) {
+  ASSERT_NO_FATAL_FAILURE(Template("closed", {{"egress", "none"}}));
+  ASSERT_TRUE(WaitTemplateReady(c.get(), ns, "closed", node->name())) << node->LogTail();
+  std::string token, node_template;
+  ASSERT_TRUE(Eventually([&] {
+    auto t = c->Get(kube::SandboxTemplateResource(), ns, "closed");
+    auto s = c->Get(kube::SecretResource(), ns, "closed-run");
+    if (!t.ok() || !s.ok() || kube::StrAt(*t, {"status", "runTokenSha256"}).empty()) return false;
+    node_template = kube::StrAt(TemplateNodeEntry(*t, node->name()), {"nodeTemplate"});
+    auto tok = Base64Decode(kube::StrAt(*s, {"data", "token"}));
+    token = tok.ok() ? std::string(tok->begin(), tok->end()) : "";
+    return !token.empty() && !node_template.empty();
+  }, 60s)) << "no run token or node template";
+  pid_t pool = -1;
+  ASSERT_TRUE(Eventually([&] {
+    for (const auto& [pid, group] : node->VmmGroups())
+      if (group.rfind("pool-", 0) == 0) pool = pid;
+    return pool > 0;
+  }, 60s)) << "no idle pool VM";
+  auto namespaces = [&] {
+    std::vector<std::string> out;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(node->state_dir() + "/netns", ec))
+      out.push_back(e.path().string());
+    return out;
+  };
+  auto with_policy = [&](const std::vector<std::string>& policy) {
+    std::vector<std::string> out;
+    for (const std::string& n : namespaces())
+      if (EgressIn(n, false).policy == policy) out.push_back(n);
+    return out;
+  };
+  const std::vector<std::string> internet = {"accept", "reject"}, none = {"reject"};
+  // Until the run, every namespace of the node is an idle pooled slot,
+  // built with the default.
+  EXPECT_TRUE(Eventually([&] {
+    auto all = namespaces();
+    return !all.empty() && with_policy(internet).size() == all.size();
+  }, 60s)) << "the pooled slots are not all built with the default";
+
+  ASSERT_EQ(::kill(pool, SIGSTOP), 0);
+  auto run = std::async(std::launch::async, [&]() -> Result<Json> {
+    ASSIGN_OR_RETURN(auto client, noderuntime::cli::NodeClient::Create(node->url(), token, node->ca_file()));
+    return client->Call("POST", "/v1/templates/" + node_template + "/run", Json{{"argv", {"echo", "ran"}}});
+  });
+  std::vector<std::string> held;
+  const bool seen = Eventually([&] {
+    held = with_policy(none);
+    return !held.empty();
+  }, 30s);
+  ::kill(pool, SIGCONT);
+  EXPECT_TRUE(seen) << "no namespace of the node took the template's policy";
+  EXPECT_EQ(held.size(), 1u);
+  ASSERT_EQ(run.wait_for(120s), std::future_status::ready);
+  auto r = run.get();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(kube::StrAt(*r, {"stdout"}), "ran\n") << r->dump();
+  // The run's namespace goes with its VM.
+  EXPECT_TRUE(Eventually([&] { return with_policy(none).empty(); }, 60s))
+      << "a namespace kept the run's policy after it";
 }
 
 }  // namespace
