@@ -14,7 +14,7 @@
 # pulls (`ctr -n k8s.io images import` reads io.containerd.image.name).
 #
 # The node image carries the Linux guest kernel and initramfs when the
-# kernel is in the cache (guest/linux/build-kernel.sh --cached), or given in
+# kernel is in the cache (guest/linux/cached-kernel.sh), or given in
 # KUBICLE_LINUX_KERNEL and KUBICLE_LINUX_INITRAMFS; --linux builds them first
 # (long: a kernel build). Without them it carries the test guest and the
 # guest agent only, and says so.
@@ -50,7 +50,7 @@ if [ -z "$kernel" ]; then
   if [ $linux -eq 1 ]; then
     kernel=$(guest/linux/build-kernel.sh | tail -n1)
   else
-    kernel=$(guest/linux/build-kernel.sh --cached 2>/dev/null || true)
+    kernel=$(guest/linux/cached-kernel.sh || true)
   fi
 fi
 if [ -n "$kernel" ] && [ -z "$initramfs" ]; then

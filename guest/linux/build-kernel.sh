@@ -4,8 +4,6 @@
 #
 #   guest/linux/build-kernel.sh            build or reuse; prints the vmlinux path
 #   guest/linux/build-kernel.sh --force    rebuild even when cached
-#   guest/linux/build-kernel.sh --cached   print the path only when cached
-#                                          (exit 1 otherwise; never builds)
 #
 # Result: $KUBICLE_CACHE/kernel/<key>/vmlinux (and its .config), where key
 # hashes the fragment, this script and the source package version. The
@@ -17,19 +15,14 @@
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
-force=0 cached_only=0
+force=0
 [ "${1:-}" = "--force" ] && force=1
-[ "${1:-}" = "--cached" ] && cached_only=1
 fragment="$GUEST_LINUX_DIR/kernel.config"
 
 ensure_packages linux-source-6.1 bc bison flex libelf-dev libssl-dev make gcc xz-utils
 src_version=$(package_version linux-source-6.1)
 key=$(content_key "$fragment" "$0" "linux-source-6.1=$src_version")
 out="$KUBICLE_CACHE/kernel/$key"
-if [ $cached_only -eq 1 ]; then
-  [ -s "$out/vmlinux" ] && echo "$out/vmlinux" && exit 0
-  exit 1
-fi
 if [ $force -eq 0 ] && [ -s "$out/vmlinux" ]; then
   log "cached: $out/vmlinux"
   echo "$out/vmlinux"
