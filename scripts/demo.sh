@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The main job: installs dependencies, builds everything, builds or reuses
+# The main job: installs dependencies, builds its binaries, builds or reuses
 # the local Kubernetes control plane (e2e/control-plane/build.sh, cached in
 # ~/.cache/kubicle), then runs scripts/kube-demo.sh: the images, a real
 # kubelet node and `helm install` of the chart on that control plane,
@@ -19,7 +19,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
-scripts/build.sh
+# Only what the main job runs and puts in the images, not every test.
+BUILD_TARGETS="kubicle-operator kubicle-node kubicle-vmm kubicle-ext4 kubicle-nodectl \
+  kubectl-kubicle kubicle-agent kubicle-testguest kubicle-e2e-cluster" scripts/build.sh
 echo "demo: building or reusing the Kubernetes control plane (cached in ~/.cache/kubicle)"
 e2e/control-plane/build.sh
 exec scripts/kube-demo.sh
