@@ -5,7 +5,8 @@
 // the real apiserver, written by the real operator and a real kubicle-node
 // (test guest on this machine's KVM). The checker is e2e/health, built and
 // cached by e2e/health/build.sh.
-//   Sandbox:  Pending (no such template) -> InProgress; Running -> Current;
+//   Sandbox:  created with no operator running -> InProgress;
+//             Pending (no such template) -> InProgress; Running -> Current;
 //             suspended -> InProgress / Argo Suspended; resumed -> Current;
 //             its kubicle-vmm killed -> Failed / Degraded, with the reason.
 //   SandboxTemplate: good -> Current; a kernel that does not exist -> Failed.
@@ -163,9 +164,20 @@ TEST_F(HealthE2E, TemplatesGoodAndOneThatCannotBake) {
 }
 
 TEST_F(HealthE2E, SandboxPendingRunningSuspendedResumedAndItsVmDies) {
+  // Before any operator pass: the CRD's status default keeps kstatus from
+  // calling a bare new object Current.
+  operator_->Stop();
+  ASSERT_TRUE(c->Create(kube::SandboxResource(), ns, SandboxManifest("fresh", "good")).ok());
+  Health h = Check("sandbox", "fresh");
+  EXPECT_EQ(h.kstatus, "InProgress") << h.ToString();
+  EXPECT_EQ(h.argocd, "Progressing") << h.ToString();
+  auto op = OperatorProcess::Start(ns + "-again");
+  ASSERT_TRUE(op.ok()) << op.status().ToString();
+  operator_ = std::move(*op);
+
   ASSERT_TRUE(c->Create(kube::SandboxResource(), ns, SandboxManifest("waits", "no-such-template")).ok());
   WaitPhase(kube::SandboxResource(), "waits", "Pending");
-  Health h = Check("sandbox", "waits");
+  h = Check("sandbox", "waits");
   EXPECT_EQ(h.kstatus, "InProgress") << h.ToString();
   EXPECT_EQ(h.argocd, "Progressing") << h.ToString();
 

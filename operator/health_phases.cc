@@ -63,6 +63,13 @@ void AddSandboxCases(std::vector<HealthCase>* out) {
   const Json running = {{"state", "Running"}, {"endpoint", "10.0.0.1:7443"}};
   const Json suspended = {{"state", "Suspended"}};
   const Json died = {{"state", "Failed"}, {"message", "kubicle-vmm exited: killed by signal 9"}};
+  // Before the operator's first pass: the CRD's defaults make status read
+  // back as {observedGeneration: 0} (an object with no status at all would
+  // be Current to kstatus).
+  HealthCase fresh{"Sandbox", "Created (no operator pass yet)", Object("Sandbox", "sbx", spec),
+                   "InProgress", "Progressing"};
+  fresh.object["status"] = {{"observedGeneration", 0}};
+  out->push_back(std::move(fresh));
   out->push_back(SandboxCase("Pending", spec, nullptr, unplaced, "InProgress", "Progressing"));
   out->push_back(SandboxCase("Scheduled", spec, nullptr, placed, "InProgress", "Progressing"));
   out->push_back(SandboxCase("Starting", spec, {{"state", "Restoring"}}, placed, "InProgress",

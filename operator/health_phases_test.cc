@@ -36,6 +36,10 @@ class HealthPhasesTest : public ::testing::TestWithParam<HealthCase> {};
 TEST_P(HealthPhasesTest, ConditionsSayWhatTheToolsMustCompute) {
   const HealthCase& c = GetParam();
   const Json& obj = c.object;
+  if (obj["status"].value("observedGeneration", -1) == 0) {  // no operator pass yet
+    EXPECT_EQ(c.kstatus, "InProgress");
+    return;
+  }
   const Json reconciling = Cond(obj, "Reconciling"), stalled = Cond(obj, "Stalled");
   ASSERT_TRUE(reconciling.is_object() && stalled.is_object()) << obj.dump(2);
   ASSERT_TRUE(Cond(obj, "Ready").is_object());
