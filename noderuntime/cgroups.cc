@@ -227,13 +227,13 @@ Status Cgroups::Remove(const std::string& name, int attempts) {
   return first;
 }
 
-Status Cgroups::RemoveParent() {
+Status Cgroups::RemoveParent(int attempts) {
   if (!enabled_) return Status::Ok();
   Status first;
   std::vector<std::string> all = Parents();
   for (const std::string& g : SharedGroups()) all.push_back(g);
   for (const std::string& p : all) {
-    Status s = RemoveGroupDir(p, 100);
+    Status s = RemoveGroupDir(p, attempts);
     if (!s.ok() && first.ok()) first = s;
   }
   return first;

@@ -54,8 +54,9 @@ class Cgroups {
   // kubicle-vmm's teardown helper stays in it for a moment after the VMM exits.
   Status Remove(const std::string& name, int attempts = 100);
   // Names of the groups that exist under the parent.
-  // Removes the (empty) parent groups themselves.
-  Status RemoveParent();
+  // Removes the (empty) parent groups themselves, trying each `attempts`
+  // times while busy.
+  Status RemoveParent(int attempts = 100);
   std::vector<std::string> List() const;
   // The directories of a group (one per v1 controller, or the v2 one).
   std::vector<std::string> Dirs(const std::string& name) const;

@@ -182,6 +182,13 @@ void SandboxManager::Shutdown(bool stop_vms) {
     // Nothing of this node is left to hold its cgroup parent.
     Status s = cgroups_.RemoveParent();
     if (!s.ok()) log::Warn("cgroup parent removal failed", {{"error", s.ToString()}});
+  } else {
+    // The groups are in the host's hierarchy, which outlives a node pod: a
+    // stop that leaves no VM (an uninstall's, after its hook) takes them
+    // along. VMs left running keep them busy, and one try each leaves them
+    // for the next node (docs/node.md, "VMMs across node restarts and
+    // rollouts").
+    (void)cgroups_.RemoveParent(1);
   }
   {
     std::lock_guard l(scrape_link_->mu);

@@ -26,6 +26,9 @@
 #   KUBICLE_DEMO_GUEST       testguest (default where /dev/kvm is itself
 #                            virtualised) or python (examples/python/: the
 #                            Linux guest, built and cached by guest/linux/)
+#   KUBICLE_DEMO_ROLLOUT     1 (default): in chart mode, a helm upgrade that
+#                            replaces the node's pod while the swarm runs,
+#                            which must keep every VM and its files; 0 skips
 #   KUBICLE_DEMO_IMAGE_ROOT  where the guest images go, the node's
 #                            --image-root (default /var/lib/kubicle/images/demo,
 #                            the path in the examples; another one gets
@@ -546,6 +549,73 @@ awk 'NR > 1 {r[NR - 1] = $3; e[NR - 1] = $4; n++}
                  p(r, 0.5), p(r, 1), p(e, 0.5), p(e, 1)}' "$table"
 [ $failed -eq 0 ] || die "$logs/node.log" "$failed of $count execs failed"
 [ "$(($(wc -l <"$table") - 1))" -eq "$count" ] || die "$logs/node.log" "expected $count Sandboxes, the table has $(($(wc -l <"$table") - 1))"
+
+# --- a rollout: helm upgrade replaces the node's pod; every VM keeps running -
+# Chart mode (KUBICLE_DEMO_ROLLOUT=0 skips it): a file in each Sandbox, then
+# a helm upgrade that changes the node DaemonSet's template (its log level),
+# so the kubelet stops the node's container and starts a new one on the same
+# state directory. Every Sandbox must then answer through the new pod with
+# its file, run by the same kubicle-vmm process as before, and no VMM may be
+# duplicated (docs/node.md, "VMMs across node restarts and rollouts").
+if [ "$mode" = chart ] && [ "${KUBICLE_DEMO_ROLLOUT:-1}" = 1 ]; then
+  # as_sandbox SECRET ENDPOINT NODE ARGS...: kubicle-nodectl with that Sandbox's own token.
+  as_sandbox() {
+    local secret=$1 endpoint=$2 on=$3 b64
+    shift 3
+    b64=${tokens[$secret]:-$(k get secret "$secret" -o jsonpath='{.data.token}')}
+    tls_of "$on"
+    KUBICLE_NODE_TOKEN=$(base64 -d <<<"$b64") "$B/noderuntime/cli/kubicle-nodectl" \
+      --server "$tls_scheme://$endpoint" "${tls_args[@]}" "$@"
+  }
+  # vmm_of UID: the pid of the Sandbox's kubicle-vmm, as the node reports it.
+  vmm_of() {
+    KUBICLE_NODE_TOKEN_FILE=$state/admin-token "$B/noderuntime/cli/kubicle-nodectl" --server "$node_url" \
+      "${node_tls_args[@]}" get "k-$1" 2>/dev/null | python3 -c 'import json, sys; print(json.load(sys.stdin)["vmmPid"])'
+  }
+  declare -A vmm_before=()
+  while read -r name uid on endpoint restore secret; do
+    [ -n "$name" ] || continue
+    echo "kept by $name" | as_sandbox "$secret" "$endpoint" "$on" put-file "k-$uid" - /rollout >/dev/null 2>&1 ||
+      die "$logs/node.log" "put-file /rollout into $name failed"
+    vmm_before[$uid]=$(vmm_of "$uid") || die "$logs/node.log" "no kubicle-vmm pid for $name"
+  done <<<"$rows"
+  old_pod=$(k get pods -n kubicle-system -l app.kubernetes.io/component=node -o jsonpath='{.items[0].metadata.name}')
+  say "rollout: a file in each of the $count Sandboxes, then helm upgrade --set node.logLevel=debug (replaces the node's pod $old_pod)"
+  t0=$EPOCHREALTIME
+  "$helm" upgrade kubicle helm/kubicle -n kubicle-system --reuse-values --set node.logLevel=debug \
+    --wait --timeout 300s >"$logs/helm-upgrade.log" 2>&1 ||
+    { pod_logs; die "$logs/helm-upgrade.log" "helm upgrade failed"; }
+  deadline=$((SECONDS + 120))
+  until new_pod=$(k get pods -n kubicle-system -l app.kubernetes.io/component=node \
+                    -o jsonpath='{range .items[*]}{.metadata.name} {.status.phase}{"\n"}{end}' |
+                  awk -v old="$old_pod" '$1 != old && $2 == "Running" {print $1}') && [ -n "$new_pod" ] &&
+        [ "$(k get pods -n kubicle-system -l app.kubernetes.io/component=node -o name | wc -l)" = 1 ]; do
+    [ $SECONDS -lt $deadline ] || { pod_logs; die "$logs/helm-upgrade.log" "the node's pod $old_pod was not replaced in 120 s"; }
+    sleep 1
+  done
+  kept=0
+  while read -r name uid on endpoint restore secret; do
+    [ -n "$name" ] || continue
+    deadline=$((SECONDS + 60))  # the new node re-adopts, then serves
+    until out=$(as_sandbox "$secret" "$endpoint" "$on" get-file "k-$uid" /rollout - 2>&1) && [ "$out" = "kept by $name" ]; do
+      [ $SECONDS -lt $deadline ] || { pod_logs; die "$logs/node.log" "$name lost its file in the rollout: $out"; }
+      sleep 1
+    done
+    out=$(as_sandbox "$secret" "$endpoint" "$on" exec "k-$uid" -- "${command[@]}" 2>&1) && [[ $out == "$name"* ]] ||
+      die "$logs/node.log" "$name does not answer after the rollout: $out"
+    now=$(vmm_of "$uid") || die "$logs/node.log" "no kubicle-vmm pid for $name after the rollout"
+    [ "$now" = "${vmm_before[$uid]}" ] ||
+      die "$logs/node.log" "$name runs in kubicle-vmm $now after the rollout, ${vmm_before[$uid]} before: its VM was not kept"
+    kill -0 "$now" 2>/dev/null || die "$logs/node.log" "$name's kubicle-vmm $now is not running"
+    kept=$((kept + 1))
+  done <<<"$rows"
+  [ "$kept" -eq "$count" ] || die "$logs/node.log" "$kept of $count Sandboxes kept their VM"
+  vmms=$(node_vmms | wc -w)
+  pool=$(find "$state/pool" -maxdepth 1 -name 'pool-*.log' | wc -l)
+  [ "$vmms" -le $((count + pool)) ] ||
+    die "$logs/node.log" "$vmms kubicle-vmm processes of $state after the rollout: $count Sandboxes and $pool pool VMs expected"
+  say "rollout done in $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN {printf "%.1f", b - a}') s: pod $old_pod -> $new_pod; all $count Sandboxes answer with their file, each in the same kubicle-vmm as before; $vmms kubicle-vmm processes ($count Sandboxes, the rest the new pod's warm pool)"
+fi
 
 # --- the sweep --------------------------------------------------------------
 

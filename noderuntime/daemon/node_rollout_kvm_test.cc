@@ -238,9 +238,7 @@ TEST_F(NodeRolloutTest, ContainerStopKeepsTwentyVmsAndTheNextNodeReadoptsThem) {
     EXPECT_TRUE(st.ok() && *st == vmm.second) << id << "'s VMM died with the node's container";
   }
 
-  // The next node stops as an uninstall's does (--stop-vms-on-exit, which
-  // the uninstall hook's drain amounts to): every VM goes with it.
-  ASSERT_NO_FATAL_FAILURE(StartNode("/node2.log", {"--stop-vms-on-exit"}));
+  ASSERT_NO_FATAL_FAILURE(StartNode("/node2.log"));
   std::set<pid_t> sandbox_pids;
   for (const auto& [id, vmm] : vmms) {
     json s = Get(id);
@@ -295,9 +293,15 @@ TEST_F(NodeRolloutTest, ContainerStopKeepsTwentyVmsAndTheNextNodeReadoptsThem) {
     EXPECT_TRUE(r.ok() && (*r)["stdout"] == id + "\n") << id;
   }
 
-  // The stop of a node that takes its VMs along leaves nothing: no VMM
-  // (the adopted ones included), no group of this node in any hierarchy,
-  // no namespace file.
+  // An uninstall: its hook deletes every Sandbox, then the node's pod is
+  // stopped (SIGTERM, VMs kept as for any stop). Nothing is left: no VMM
+  // (the adopted ones included), no group of this node in any hierarchy of
+  // the host's, no namespace file.
+  for (const auto& [id, vmm] : vmms) {
+    if (id != "r0") {
+      EXPECT_TRUE(client_->Call("DELETE", "/v1/sandboxes/" + id).ok()) << id;
+    }
+  }
   daemon_->Signal(SIGTERM);
   EXPECT_EQ(daemon_->Wait(60s), std::optional<int>(0));
   daemon_.reset();
