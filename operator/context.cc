@@ -30,8 +30,17 @@ Result<bool> WriteStatusIfChanged(Context& ctx, const kube::Resource& r, const J
     if (kube::At(current, {k}) != v) patch[k] = v;
   }
   if (patch.empty()) return false;
-  auto r2 = ctx.client->Patch(r, Namespace(obj), Name(obj), kube::PatchType::kMerge,
-                              Json{{"status", patch}}, "status");
+  Json body = {{"status", patch}};
+  // Status computed from a stale copy (the informer behind our own last
+  // write) must not land: with the copy's resourceVersion as precondition
+  // the apiserver answers 409 and the key is reconciled again from the
+  // newer copy, instead of e.g. keeping a condition's old transition time.
+  const std::string rv = kube::At(obj, {"metadata", "resourceVersion"}).is_string()
+                             ? kube::At(obj, {"metadata", "resourceVersion"}).get<std::string>()
+                             : "";
+  if (!rv.empty()) body["metadata"]["resourceVersion"] = rv;
+  auto r2 = ctx.client->Patch(r, Namespace(obj), Name(obj), kube::PatchType::kMerge, body,
+                              "status");
   if (!r2.ok()) return r2.status();
   return true;
 }
