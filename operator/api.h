@@ -1,8 +1,8 @@
 // Names fixed by the API (labels, finalizer, condition types and reasons)
 // and small helpers over unstructured objects of any kind (Leases, Secrets,
 // children in a cache): metadata accessors that never throw (a missing field
-// or one of another type reads as ""/0/false; the operator's own kinds have
-// typed views in views.h), the Kubernetes condition list (lastTransitionTime kept while the status does
+// or one of another type reads as ""/0/false; the API's own kinds have
+// typed views in kube/api/types.h), the Kubernetes condition list (lastTransitionTime kept while the status does
 // not change, so a recomputed status is byte-identical when nothing
 // changed), and ownerReferences.
 #pragma once
@@ -13,32 +13,43 @@
 #include <string_view>
 
 #include "kube/clock.h"
+#include "kube/api/names.h"
+#include "kube/api/types.h"
 #include "kube/kube_client.h"
 
 namespace kubicle::op {
 
 using kube::Json;
 
-inline constexpr std::string_view kLabelRun = "kubicle.dev/run";
-inline constexpr std::string_view kLabelAgent = "kubicle.dev/agent";
-inline constexpr std::string_view kLabelTemplate = "kubicle.dev/template";
-inline constexpr std::string_view kLabelNode = "kubicle.dev/node";
-inline constexpr std::string_view kLabelForkOf = "kubicle.dev/fork-of";
-inline constexpr std::string_view kFinalizer = "kubicle.dev/vm-teardown";
-// Held on a Workspace until its node reports the disk deleted.
-inline constexpr std::string_view kWorkspaceFinalizer = "kubicle.dev/workspace-teardown";
-// Node heartbeat Leases (see docs/operator.md, "Node protocol").
-inline constexpr std::string_view kAnnotationCapacitySandboxes = "kubicle.dev/capacity-sandboxes";
-inline constexpr std::string_view kAnnotationCapacityMemory = "kubicle.dev/capacity-memory-mib";
-
-inline constexpr std::string_view kCondReady = "Ready";
-inline constexpr std::string_view kCondScheduled = "Scheduled";
-inline constexpr std::string_view kCondExpired = "Expired";
-inline constexpr std::string_view kCondValid = "Valid";
-// The abnormal-true pair kstatus (Flux, kpt) reads, and the chart's Argo CD
-// health checks (helm/kubicle/argocd) with it: see SetProgress.
-inline constexpr std::string_view kCondReconciling = "Reconciling";
-inline constexpr std::string_view kCondStalled = "Stalled";
+// The API's names and typed views (kube/api), by their short names.
+using kube::api::kAnnotationCapacityMemory;
+using kube::api::kAnnotationCapacitySandboxes;
+using kube::api::kCondExpired;
+using kube::api::kCondReady;
+using kube::api::kCondReconciling;
+using kube::api::kCondScheduled;
+using kube::api::kCondStalled;
+using kube::api::kCondValid;
+using kube::api::kFinalizer;
+using kube::api::kLabelAgent;
+using kube::api::kLabelForkOf;
+using kube::api::kLabelNode;
+using kube::api::kLabelRun;
+using kube::api::kLabelTemplate;
+using kube::api::kWorkspaceFinalizer;
+using kube::api::JoinProblems;
+using kube::api::ObjectMeta;
+using kube::api::ParseObjectMeta;
+using kube::api::ParseSandboxSpec;
+using kube::api::ParseSandboxTemplateSpec;
+using kube::api::SandboxForkSpec;
+using kube::api::SandboxForkView;
+using kube::api::SandboxSpec;
+using kube::api::SandboxTemplateSpec;
+using kube::api::SandboxTemplateView;
+using kube::api::SandboxView;
+using kube::api::TemplateNodeEntry;
+using kube::api::WorkspaceView;
 
 std::string Name(const Json& obj);
 std::string Namespace(const Json& obj);

@@ -45,4 +45,9 @@ Result<bool> WriteStatusIfChanged(Context& ctx, const kube::Resource& r, const J
   return true;
 }
 
+Json GuardedMetaPatch(const ObjectMeta& meta, Json metadata) {
+  metadata["resourceVersion"] = meta.resource_version;
+  return Json{{"metadata", metadata}};
+}
+
 }  // namespace kubicle::op

@@ -95,4 +95,9 @@ class Reconciler {
 Result<bool> WriteStatusIfChanged(Context& ctx, const kube::Resource& r, const Json& obj,
                                   const Json& desired);
 
+// A merge patch of `metadata` (finalizers, labels) guarded by the
+// resourceVersion the pass read: the apiserver answers 409 when the object
+// changed since, and the key is reconciled again from the newer copy.
+Json GuardedMetaPatch(const ObjectMeta& meta, Json metadata);
+
 }  // namespace kubicle::op

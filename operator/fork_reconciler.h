@@ -5,7 +5,7 @@
 // with the source's run/agent/template, the fork's run, the fork's
 // childMetadata labels and kubicle.dev/fork-of. Scaling down deletes the
 // highest indexes. Status: counts and children, written only when changed.
-// A spec the view cannot read (views.h) makes no children: Ready False
+// A spec the view cannot read (kube/api/types.h) makes no children: Ready False
 // InvalidSpec names the fields.
 #pragma once
 
@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "operator/context.h"
-#include "operator/views.h"
+#include "operator/api.h"
 
 namespace kubicle::op {
 

@@ -14,7 +14,6 @@
 #include <vector>
 
 #include "operator/api.h"
-#include "operator/views.h"
 
 namespace kubicle::op {
 

@@ -22,7 +22,7 @@
 #include <string_view>
 
 #include "operator/context.h"
-#include "operator/views.h"
+#include "operator/api.h"
 
 namespace kubicle::op {
 

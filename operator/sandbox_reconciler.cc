@@ -18,12 +18,6 @@ using kube::SandboxResource;
 
 namespace {
 
-// Metadata patch guarded by the resourceVersion we read.
-Json GuardedMetaPatch(const ObjectMeta& meta, Json metadata) {
-  metadata["resourceVersion"] = meta.resource_version;
-  return Json{{"metadata", metadata}};
-}
-
 Json WithFinalizer(const ObjectMeta& meta) {
   Json finalizers = meta.finalizers;
   finalizers.push_back(kFinalizer);
@@ -117,7 +111,7 @@ Result<Outcome> SandboxReconciler::Reconcile(const std::string& key) {
 // looked at again when the grace ends.
 void SandboxReconciler::CheckNode(const SandboxView& sbx, SandboxFacts* facts, Outcome* out) {
   if (facts->node.empty() || facts->placed_now) return;
-  const std::string& vm = sbx.status.vm_state;
+  const std::string& vm = sbx.status.vm.state;
   if (vm == "Failed" || vm == "Terminated") return;  // the node said how it ended
   const kube::TimePoint now = ctx_.clock->Now();
   const NodeStanding st = Standing(facts->node, now);
@@ -346,7 +340,7 @@ Result<Outcome> SandboxReconciler::Finalize(const SandboxView& sbx) {
   Outcome out;
   if (node.empty()) {
     why = "NeverScheduled";
-  } else if (sbx.status.vm_state == "Terminated") {
+  } else if (sbx.status.vm.state == "Terminated") {
     why = "TornDown";
   } else if (const NodeStanding st = Standing(node, now); st.alive) {
     out.RequeueWithin(std::chrono::seconds(30));  // the node's status write wakes us sooner

@@ -8,7 +8,7 @@
 //   one: an owned one whose hash was not recorded is read back, a foreign
 //   one fails the Sandbox) -> status
 // Status is recomputed from the world and written only when it changed. A
-// spec the view cannot read (views.h) is not placed: Scheduled False
+// spec the view cannot read (kube/api/types.h) is not placed: Scheduled False
 // InvalidSpec names the fields.
 #pragma once
 

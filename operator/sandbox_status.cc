@@ -21,7 +21,7 @@ std::string ComputePhase(const SandboxView& sbx, const std::string& node, bool n
   if (sbx.meta.deleting) return "Terminating";
   if (node.empty()) return "Pending";
   if (node_lost) return "Failed";
-  const std::string& vm = sbx.status.vm_state;
+  const std::string& vm = sbx.status.vm.state;
   if (vm == "Restoring" || vm == "Forking") return "Starting";
   if (vm == "Running") return "Running";
   // The node suspended it (spec.suspend): it stays placed on that node.
@@ -38,10 +38,10 @@ Condition ReadyCondition(const std::string& phase, const SandboxView& sbx, const
   if (phase == "Failed" && !f.token_problem.empty()) {
     return {"Ready", "False", f.token_problem_reason, f.token_problem};
   }
-  const std::string& vm_message = sbx.status.vm_message;
+  const std::string& vm_message = sbx.status.vm.message;
   if (phase == "Running") return {"Ready", "True", "Running", "the VM is running"};
   if (phase == "Pending") return {"Ready", "False", "Unscheduled", "waiting for a node"};
-  if (phase == "Scheduled" && sbx.status.vm_state == "Waiting") {
+  if (phase == "Scheduled" && sbx.status.vm.state == "Waiting") {
     // The node refused to attach the workspace: another writer has it there.
     return {"Ready", "False", "WorkspaceInUse", vm_message.empty() ? "the workspace is in use on the node" : vm_message};
   }
@@ -58,7 +58,7 @@ Condition ReadyCondition(const std::string& phase, const SandboxView& sbx, const
 std::optional<Condition> SuspendedCondition(const SandboxView& sbx) {
   const bool had = FindCondition(sbx.object, "Suspended").has_value();
   if (!sbx.spec.suspend && !had) return std::nullopt;
-  const std::string& vm = sbx.status.vm_state;
+  const std::string& vm = sbx.status.vm.state;
   if (vm == "Suspended" && sbx.spec.suspend)
     return Condition{"Suspended", "True", "Suspended", "the VM's memory, devices and disks are saved on its node"};
   if (vm == "Suspended") return Condition{"Suspended", "False", "Resuming", "the node is resuming the VM"};

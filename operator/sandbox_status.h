@@ -7,7 +7,6 @@
 #include <string>
 
 #include "operator/api.h"
-#include "operator/views.h"
 
 namespace kubicle::op {
 

@@ -25,8 +25,8 @@ std::vector<std::string> ValidateTemplate(const SandboxTemplateView& tmpl) {
       problems.push_back(std::string("spec.") + f + " must be an absolute path or an http(s)/file/oci URL: \"" + **v + "\"");
     }
   }
-  for (size_t i = 0; i < spec.warmup_commands.size(); ++i) {
-    const std::vector<std::string>& cmd = spec.warmup_commands[i];
+  for (size_t i = 0; i < spec.warmup.size(); ++i) {
+    const std::vector<std::string>& cmd = spec.warmup[i].command;
     if (cmd.empty() || cmd[0].empty()) {
       problems.push_back("spec.warmup[" + std::to_string(i) + "].command[0] must name a program");
     }

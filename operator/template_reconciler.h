@@ -14,7 +14,7 @@
 
 #include "operator/context.h"
 #include "operator/nodes.h"
-#include "operator/views.h"
+#include "operator/api.h"
 
 namespace kubicle::op {
 

@@ -13,11 +13,6 @@ using kube::WorkspaceResource;
 
 namespace {
 
-Json GuardedMetaPatch(const ObjectMeta& meta, Json metadata) {
-  metadata["resourceVersion"] = meta.resource_version;
-  return Json{{"metadata", metadata}};
-}
-
 Json FinalizersWith(const ObjectMeta& meta) {
   Json finalizers = meta.finalizers;
   finalizers.push_back(kWorkspaceFinalizer);

@@ -1,8 +1,8 @@
-#include "operator/views.h"
+#include "kube/api/types.h"
 
 #include <gtest/gtest.h>
 
-namespace kubicle::op {
+namespace kubicle::kube::api {
 namespace {
 
 bool Mentions(const std::vector<std::string>& problems, const std::string& what) {
@@ -37,8 +37,8 @@ TEST(ViewsTest, SandboxFieldsAsWritten) {
   EXPECT_EQ(v.spec.memory_mib, 512);
   EXPECT_EQ(v.spec.vcpus, 2);
   EXPECT_FALSE(v.spec.expires_at);
-  EXPECT_EQ(v.status.vm_state, "Running");
-  EXPECT_EQ(v.status.vm_message, "ok");
+  EXPECT_EQ(v.status.vm.state, "Running");
+  EXPECT_EQ(v.status.vm.message, "ok");
   EXPECT_EQ(v.status.conditions.size(), 1u);
   EXPECT_EQ(v.object["spec"]["env"][0]["name"], "A") << "the object is kept whole";
 }
@@ -54,7 +54,7 @@ TEST(ViewsTest, MissingEverythingIsAbsentNotAProblem) {
     EXPECT_TRUE(s.status.conditions.is_array());
     SandboxTemplateView t = SandboxTemplateView::Parse(Json::parse(text));
     EXPECT_TRUE(t.problems.empty()) << text;
-    EXPECT_TRUE(t.spec.warmup_commands.empty());
+    EXPECT_TRUE(t.spec.warmup.empty());
     EXPECT_TRUE(t.status.nodes.empty());
     SandboxForkView f = SandboxForkView::Parse(Json::parse(text));
     EXPECT_TRUE(f.problems.empty()) << text;
@@ -108,7 +108,7 @@ TEST(ViewsTest, SandboxSpecOfTheWrongTypesIsNamed) {
                v.spec.memory_mib || v.spec.vcpus);
   // Status is not the spec: garbled reports read as absent, silently.
   EXPECT_EQ(v.status.phase, "");
-  EXPECT_EQ(v.status.vm_state, "");
+  EXPECT_EQ(v.status.vm.state, "");
   EXPECT_EQ(v.status.conditions, Json::parse(R"([{"type": "Ready"}])"));
 }
 
@@ -140,9 +140,9 @@ TEST(ViewsTest, TemplateSpecAndNodeEntries) {
   EXPECT_TRUE(Mentions(t.problems, "spec.warmup[0].command[1]: expected a string"));
   EXPECT_TRUE(Mentions(t.problems, "spec.warmup[1]: expected an object, got string"));
   EXPECT_TRUE(Mentions(t.problems, "spec.warmup[2].command: expected an array, got string"));
-  ASSERT_EQ(t.spec.warmup_commands.size(), 4u);
-  EXPECT_EQ(t.spec.warmup_commands[0], (std::vector<std::string>{"pip", ""}));
-  EXPECT_TRUE(t.spec.warmup_commands[3].empty());
+  ASSERT_EQ(t.spec.warmup.size(), 4u);
+  EXPECT_EQ(t.spec.warmup[0].command, (std::vector<std::string>{"pip", ""}));
+  EXPECT_TRUE(t.spec.warmup[3].command.empty());
   ASSERT_EQ(t.status.nodes.size(), 2u) << "entries without a node name are dropped";
   EXPECT_EQ(t.status.nodes[0].node_name, "a");
   EXPECT_EQ(t.status.nodes[0].observed_generation, 4);
@@ -181,4 +181,4 @@ TEST(ViewsTest, ForkSpecAndChildMetadata) {
 }
 
 }  // namespace
-}  // namespace kubicle::op
+}  // namespace kubicle::kube::api

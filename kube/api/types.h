@@ -1,7 +1,10 @@
-// Typed views of the operator's kinds (Sandbox, SandboxTemplate,
-// SandboxFork, Workspace; fields in docs/api.md), parsed once from the unstructured
-// JSON an informer cache or the client hands out, so reconcilers and the
-// pure status functions read fields instead of JSON paths.
+// The Kubernetes contract of group kubicle.dev: typed views of every kind
+// (Sandbox, SandboxTemplate, SandboxFork, Workspace; fields in docs/api.md),
+// parsed once from the unstructured JSON an informer cache or the client
+// hands out, and the status parts the node agent writes. The operator, the
+// node agent and the plugin read these objects through this file only, so
+// reconcilers, node syncs and the pure status functions read fields instead
+// of JSON paths. crd_schema_test holds these types and crds/ to each other.
 //
 // Contracts:
 // - Parsing never throws and never fails. A missing (or null) field reads as
@@ -26,11 +29,14 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <tuple>
+#include <utility>
 #include <vector>
 
+#include "kube/clock.h"
 #include "kube/kube_client.h"
 
-namespace kubicle::op {
+namespace kubicle::kube::api {
 
 using kube::Json;
 
@@ -59,16 +65,34 @@ struct SandboxSpec {
   std::optional<int64_t> vcpus;            // resources.vcpus
   bool suspend = false;                    // spec.suspend (the node acts on it)
   std::optional<std::string> workspace;    // workspaceRef.name
-  // env and resources are checked for their shape only: fork children copy
-  // them verbatim from the object (DesiredForkChild), the node reads them.
+  // env[]: entries that are not objects are dropped; a name or value that
+  // is not a string reads as "". Its shape is not a problem of the spec
+  // (fork children copy env verbatim from the object: DesiredForkChild).
+  std::vector<std::pair<std::string, std::string>> env;
+  // spec.network as written (null when absent): the CRD keeps egress
+  // free-form and the node parses it strictly (network::ParseNetworkSpec).
+  Json network;
 };
 // `problems` may be null (not recorded).
 SandboxSpec ParseSandboxSpec(const Json& sandbox, std::vector<std::string>* problems);
 
+// status.vm: the node daemon's report of the VM.
+struct SandboxVm {
+  std::string state;  // Restoring, Forking, Waiting, Running, Suspended, Failed, Terminated
+  std::string endpoint;  // host:port of the node's data plane, while Running
+  std::string message;
+  double restore_millis = 0;
+  bool operator==(const SandboxVm&) const = default;
+};
+// The merge patch of status.vm the node writes: null removes what a
+// previous state set; lastUpdateTime is `now`.
+Json SandboxVmStatusPatch(const SandboxVm& vm, TimePoint now);
+
 struct SandboxStatus {
   std::string phase, node_name, expires_at, token_secret_name, token_sha256;
-  std::string vm_state, vm_message;  // status.vm: the node daemon's report
-  Json conditions = Json::array();   // object entries only
+  bool has_vm = false;  // status.vm is an object
+  SandboxVm vm;         // all empty without a report
+  Json conditions = Json::array();  // object entries only
 };
 
 struct SandboxView {
@@ -83,24 +107,48 @@ struct SandboxView {
 
 // --- SandboxTemplate -----------------------------------------------------
 
+struct WarmupStep {
+  std::vector<std::string> command;  // an item that is not a string reads as ""
+  std::optional<int64_t> timeout_seconds;
+};
+
 struct SandboxTemplateSpec {
   std::optional<std::string> kernel, initrd, rootfs;
-  std::optional<int64_t> memory_mib;
-  // warmup[].command; an item that is not a string reads as "".
-  std::vector<std::vector<std::string>> warmup_commands;
+  std::optional<std::string> kernel_sha256, initrd_sha256, rootfs_sha256;
+  std::optional<std::string> kernel_args;
+  std::optional<int64_t> memory_mib, vcpus, capacity_hint;
+  std::vector<WarmupStep> warmup;
+  Json network;  // as written, null when absent (see SandboxSpec::network)
 };
 SandboxTemplateSpec ParseSandboxTemplateSpec(const Json& tmpl, std::vector<std::string>* problems);
 
-// One node daemon's entry in status.nodes[].
-struct TemplateNodeEntry {
-  std::string node_name, phase;
+// What one node daemon reports of a template in its status.nodes[] entry.
+struct TemplateNodeReport {
+  std::string phase;  // Baking, Ready, Failed
   int64_t observed_generation = 0;
-  std::string message;  // why, when Failed
+  std::string message;  // why, when Failed; progress while Baking
+  std::string snapshot_digest;
+  double bake_seconds = 0;
+  // While Ready: where and under which name clients run it (per-call runs).
+  std::string endpoint;
+  std::string node_template;
+  bool operator==(const TemplateNodeReport&) const = default;
 };
+// One entry of status.nodes[].
+struct TemplateNodeEntry : TemplateNodeReport {
+  std::string node_name;
+};
+// The status.nodes[] entry `node` applies (server-side apply, one field
+// manager per node): empty fields left out, lastUpdateTime `now`.
+Json TemplateNodeEntryJson(std::string_view node, const TemplateNodeReport& report, TimePoint now);
 
 struct SandboxTemplateStatus {
   std::vector<TemplateNodeEntry> nodes;  // entries without a nodeName dropped
+  std::string run_token_sha256;
   Json conditions = Json::array();
+
+  // The entry of `node`, if any.
+  std::optional<TemplateNodeReport> NodeReport(std::string_view node) const;
 };
 
 struct SandboxTemplateView {
@@ -147,12 +195,16 @@ struct WorkspaceSpec {
 // status.disk: the node daemon's report of the disk.
 struct WorkspaceDisk {
   std::string state;  // Ready, Failed, Deleted; "" = no report
-  std::string message, attached_to;
+  std::string id, endpoint, attached_to, message;
   std::optional<int64_t> bytes_used;
+  bool operator==(const WorkspaceDisk&) const = default;
 };
+// The merge patch of status.disk the node writes (null removes a field).
+Json WorkspaceDiskStatusPatch(const WorkspaceDisk& disk, TimePoint now);
 
 struct WorkspaceStatus {
   std::string phase, node_name, token_secret_name, token_sha256, attached_to;
+  bool has_disk = false;  // status.disk is an object
   WorkspaceDisk disk;
   Json conditions = Json::array();
 };
@@ -170,4 +222,16 @@ struct WorkspaceView {
 // "a; b; c" for status messages.
 std::string JoinProblems(const std::vector<std::string>& problems);
 
-}  // namespace kubicle::op
+// One field a parse read, with the JSON type it asked for ("string",
+// "integer", "number", "boolean", "object", "array", "map" of strings, or
+// "any"); array items as "[]". For crd_schema_test: what the types read is
+// what the CRD holds.
+struct FieldRead {
+  std::string path;  // "spec.env[].name"
+  std::string type;
+  bool operator<(const FieldRead& o) const { return std::tie(path, type) < std::tie(o.path, o.type); }
+};
+// Parses `object` as `kind` ("Sandbox", ...) recording every field read.
+void RecordReads(std::string_view kind, const Json& object, std::vector<FieldRead>* reads);
+
+}  // namespace kubicle::kube::api
