@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional
 from . import _workspace_obj, errors
 from ._dataplane import AsyncDataPlane, DataPlane
 from ._workspace_obj import FilesTarget
-from .client import DEFAULT_CREATE_TIMEOUT, DEFAULT_DELETE_TIMEOUT
+from ._api import DEFAULT_CREATE_TIMEOUT, DEFAULT_DELETE_TIMEOUT
 from .models import WorkspaceInfo
 
 
@@ -146,8 +146,10 @@ class Workspaces:
     on a standalone node or, with Kubernetes, as Workspace objects in the
     client's namespace."""
 
-    def __init__(self, client: Any) -> None:
-        self._client = client
+    def __init__(self, client: Any, filesystem: Any) -> None:
+        # The client's Filesystem class: this module sits below the
+        # clients and imports neither.
+        self._client, self._filesystem = client, filesystem
 
     def _call(self, method: str, path: str, name: Optional[str], **kw: Any) -> Any:
         try:
@@ -214,9 +216,7 @@ class Workspaces:
         and ``endpoint`` override what is found (default on a standalone
         node: its admin token and URL); with both given no apiserver call
         is made and ``name`` is the node's name of the disk."""
-        from .client import Filesystem
-
-        return Filesystem(_Handle(self._client, name, self._finder(name, token, endpoint)))  # type: ignore[arg-type]
+        return self._filesystem(_Handle(self._client, name, self._finder(name, token, endpoint)))  # type: ignore[arg-type]
 
     def _finder(self, name: str, token: Optional[str], endpoint: Optional[str]) -> Callable[[], Any]:
         node = _node_of(self._client)
@@ -281,9 +281,7 @@ class AsyncWorkspaces(Workspaces):
 
     def files(self, name: str, *, token: Optional[str] = None,
               endpoint: Optional[str] = None) -> Any:
-        from .aio import AsyncFilesystem
-
-        return AsyncFilesystem(_AsyncHandle(self._client, name, self._afinder(name, token, endpoint)))  # type: ignore[arg-type]
+        return self._filesystem(_AsyncHandle(self._client, name, self._afinder(name, token, endpoint)))  # type: ignore[arg-type]
 
     def _afinder(self, name: str, token: Optional[str], endpoint: Optional[str]) -> Callable[[], Any]:
         """Workspaces._finder, its lookups awaited."""

@@ -16,8 +16,8 @@ from . import _http, _labels, _ports, _ports_async, _run, _wire, errors
 from ._dataplane import AsyncDataPlane
 from ._ports_async import AsyncPortForward
 from ._ref import Ref
-from .client import (DEFAULT_CREATE_TIMEOUT, DEFAULT_DELETE_TIMEOUT, DEFAULT_SUSPEND_TIMEOUT,
-                     _merge_env, finish_exec)
+from ._api import DEFAULT_CREATE_TIMEOUT, DEFAULT_DELETE_TIMEOUT, DEFAULT_SUSPEND_TIMEOUT
+from .client import _merge_env, finish_exec
 from .models import EntryInfo, ExecResult, FileInfo, RunResult, SandboxInfo
 
 
@@ -248,7 +248,7 @@ class AsyncKubicle:
         self.sandboxes = AsyncSandboxes(self)
         from ._workspaces import AsyncWorkspaces
 
-        self.workspaces = AsyncWorkspaces(self)
+        self.workspaces = AsyncWorkspaces(self, AsyncFilesystem)
 
     @property
     def namespace(self) -> str:

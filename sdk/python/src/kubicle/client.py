@@ -10,14 +10,12 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 import httpx
 
 from . import _http, _labels, _ports, _run, _wire, errors
+from ._api import DEFAULT_CREATE_TIMEOUT, DEFAULT_DELETE_TIMEOUT, DEFAULT_SUSPEND_TIMEOUT
 from ._dataplane import Content, DataPlane
 from ._ports import PortForward, PortStream
 from ._ref import Ref
 from .models import EntryInfo, ExecResult, FileInfo, RunResult, SandboxInfo
 
-DEFAULT_CREATE_TIMEOUT = 120.0
-DEFAULT_DELETE_TIMEOUT = 120.0
-DEFAULT_SUSPEND_TIMEOUT = 300.0  # a snapshot of a large guest is written to the node's disk
 
 
 def _merge_env(base: Mapping[str, str], own: Optional[Mapping[str, str]]) -> Dict[str, str]:
@@ -320,7 +318,7 @@ class Kubicle:
         self.sandboxes = Sandboxes(self)
         from ._workspaces import Workspaces
 
-        self.workspaces = Workspaces(self)
+        self.workspaces = Workspaces(self, Filesystem)
 
     def _make_backend(self, namespace: Optional[str], kubeconfig: Optional[str],
                       context: Optional[str], node_url: Optional[str], token: Optional[str],
