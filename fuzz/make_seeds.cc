@@ -22,8 +22,7 @@
 #include "snapshot/meta.h"
 #include "snapshot/state.h"
 #include "snapshot/testing/sample_state.h"
-#include "vmm/devices/virtio/virtio_spec.h"
-#include "vmm/devices/virtio/vsock_packet.h"
+#include "vmm/devices/virtio/layout.h"
 
 namespace kubicle::fuzz {
 namespace {

@@ -1,15 +1,22 @@
-// Constants from the virtio 1.x specification (OASIS virtio v1.2) that the
-// transport, the virtqueue and the devices share. Only what kubicle-vmm uses;
-// names follow the spec so they can be grepped there.
+// The virtio 1.x layout (OASIS virtio v1.2) that both sides of the device
+// boundary compile: kubicle-vmm's devices (vmm/devices/virtio/) and the test
+// guest's drivers (guest/testguest/). Device types, feature and status bits,
+// interrupt bits and the split virtqueue's descriptor and used element. Names
+// follow the spec so they can be grepped there; the MMIO register window is
+// in mmio.h, the vsock packet header in vsock.h.
+//
+// FREESTANDING: the test guest compiles this with -ffreestanding and links
+// it -nostdlib (guest/testguest/CMakeLists.txt), so only <stdint.h> and
+// compiler builtins; no libc, no STL.
 #pragma once
 
-#include <bit>
-#include <cstdint>
+#include <stdint.h>
 
-namespace kubicle::vmm::devices::virtio {
+namespace kubicle::virtio {
 
-static_assert(std::endian::native == std::endian::little,
-              "virtio 1.x structures are little-endian; the host must be too");
+// virtio structures are little-endian; both sides read them in place.
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "virtio 1.x structures are little-endian; the machine must be too");
 
 // Device types (spec 5).
 inline constexpr uint32_t kDeviceIdNet = 1;
@@ -18,11 +25,11 @@ inline constexpr uint32_t kDeviceIdRng = 4;
 inline constexpr uint32_t kDeviceIdVsock = 19;
 
 // Feature bits shared by all devices (spec 6).
-inline constexpr unsigned kFeatureRingIndirectDesc = 28;  // not offered
+inline constexpr unsigned kFeatureRingIndirectDesc = 28;  // the VMM does not offer it
 inline constexpr unsigned kFeatureRingEventIdx = 29;
 inline constexpr unsigned kFeatureVersion1 = 32;
 
-// virtio-net feature bits (spec 5.1.3); only those offered.
+// virtio-net feature bits (spec 5.1.3); only those the VMM offers.
 inline constexpr unsigned kFeatureNetMac = 5;
 inline constexpr unsigned kFeatureNetStatus = 16;
 
@@ -64,4 +71,4 @@ static_assert(sizeof(VirtqUsedElem) == 8);
 // The largest queue the spec allows for split rings.
 inline constexpr uint16_t kMaxQueueSize = 32768;
 
-}  // namespace kubicle::vmm::devices::virtio
+}  // namespace kubicle::virtio

@@ -1,11 +1,16 @@
 // The virtio-vsock wire format (spec 5.10.6): the 44-byte packet header that
 // precedes every packet on the RX and TX queues, its ops and flags, and the
-// event the event queue carries. Little-endian, packed, as the guest sees it.
+// event the event queue carries. kubicle-vmm's vsock device and muxer and the
+// test guest's VsockEndpoint read and write packets in this layout.
+// Little-endian, packed, as the guest sees it.
+//
+// FREESTANDING, like spec.h: only <stddef.h> and <stdint.h>.
 #pragma once
 
-#include <cstdint>
+#include <stddef.h>
+#include <stdint.h>
 
-namespace kubicle::vmm::devices::virtio {
+namespace kubicle::virtio {
 
 inline constexpr uint64_t kVsockHostCid = 2;  // VMADDR_CID_HOST
 
@@ -29,6 +34,8 @@ inline constexpr uint32_t kVsockShutdownBoth = 3;
 
 inline constexpr uint32_t kVsockEventTransportReset = 0;
 
+// struct virtio_vsock_hdr. Packed: fields may sit unaligned in a buffer, so
+// copy the header out rather than binding references to its fields.
 #pragma pack(push, 1)
 struct VsockHeader {
   uint64_t src_cid;
@@ -43,6 +50,9 @@ struct VsockHeader {
   uint32_t fwd_cnt;
 };
 #pragma pack(pop)
-static_assert(sizeof(VsockHeader) == 44);
+inline constexpr uint32_t kVsockHeaderSize = 44;
+static_assert(sizeof(VsockHeader) == kVsockHeaderSize);
+static_assert(offsetof(VsockHeader, len) == 24 && offsetof(VsockHeader, op) == 30 &&
+              offsetof(VsockHeader, fwd_cnt) == 40);
 
-}  // namespace kubicle::vmm::devices::virtio
+}  // namespace kubicle::virtio

@@ -21,6 +21,7 @@
 #include "guest/protocol/frame.h"
 #include "guest/testguest/agent.h"
 #include "guest/testguest/vsock.h"
+#include "virtio/vsock.h"
 
 namespace kubicle::fuzz {
 namespace {
@@ -131,12 +132,12 @@ void RunSession(Guest& g, FuzzInput& in) {
 
 class FakeTx : public tg::VsockTx {
  public:
-  bool Send(const tg::VsockHdr& hdr, const uint8_t* data, uint32_t len) override {
+  bool Send(const virtio::VsockHeader& hdr, const uint8_t* data, uint32_t len) override {
     if (slots == 0) return false;
     --slots;
     FUZZ_CHECK(hdr.len == len);
     FUZZ_CHECK(len <= tg::VsockEndpoint::kMaxPacketData);
-    FUZZ_CHECK(hdr.src_cid == 3 && hdr.type == tg::kVsockTypeStream);
+    FUZZ_CHECK(hdr.src_cid == 3 && hdr.type == virtio::kVsockTypeStream);
     return true;
   }
   uint32_t slots = 0;
@@ -147,7 +148,7 @@ void RunVsock(Guest& g, FuzzInput& in) {
   ep->Init(g.agent.get(), g.sessions.get(), 3, 1024);
   FakeTx tx;
   while (!in.empty()) {
-    uint8_t hdr[tg::kVsockHdrSize] = {};
+    uint8_t hdr[virtio::kVsockHeaderSize] = {};
     auto h = in.Bytes(sizeof(hdr));
     std::memcpy(hdr, h.data(), h.size());
     auto data = in.Bytes(in.U16() % 8192);

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "vmm/devices/interrupt.h"
+#include "vmm/devices/virtio/layout.h"
 #include "vmm/devices/virtio/mmio_transport.h"
-#include "vmm/devices/virtio/virtio_spec.h"
 #include "vmm/memory/guest_memory.h"
 
 namespace kubicle::fuzz {

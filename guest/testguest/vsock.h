@@ -18,46 +18,20 @@
 
 #include "guest/testguest/agent.h"
 #include "guest/testguest/session.h"
+#include "virtio/vsock.h"
 
 namespace kubicle::guest::testguest {
 
-inline constexpr uint32_t kVsockHdrSize = 44;
-inline constexpr uint16_t kVsockTypeStream = 1;
-enum VsockOp : uint16_t {
-  kVsockOpInvalid = 0,
-  kVsockOpRequest = 1,
-  kVsockOpResponse = 2,
-  kVsockOpRst = 3,
-  kVsockOpShutdown = 4,
-  kVsockOpRw = 5,
-  kVsockOpCreditUpdate = 6,
-  kVsockOpCreditRequest = 7,
-};
-inline constexpr uint32_t kVsockShutdownRcv = 1;
-inline constexpr uint32_t kVsockShutdownSend = 2;
-inline constexpr uint32_t kVsockEventTransportReset = 0;
-
-// struct virtio_vsock_hdr, little-endian, packed (44 bytes).
-struct VsockHdr {
-  uint64_t src_cid = 0;
-  uint64_t dst_cid = 0;
-  uint32_t src_port = 0;
-  uint32_t dst_port = 0;
-  uint32_t len = 0;
-  uint16_t type = 0;
-  uint16_t op = 0;
-  uint32_t flags = 0;
-  uint32_t buf_alloc = 0;
-  uint32_t fwd_cnt = 0;
-};
-void EncodeVsockHdr(const VsockHdr& h, uint8_t* out);
-VsockHdr DecodeVsockHdr(const uint8_t* in);
+// The header's bytes (virtio/vsock.h) to and from a struct, wherever the
+// device put them.
+void EncodeVsockHdr(const virtio::VsockHeader& h, uint8_t* out);
+virtio::VsockHeader DecodeVsockHdr(const uint8_t* in);
 
 class VsockTx {
  public:
   // Queues one packet (header + len bytes of data); false when the TX queue
   // has no room, in which case nothing was queued.
-  virtual bool Send(const VsockHdr& hdr, const uint8_t* data, uint32_t len) = 0;
+  virtual bool Send(const virtio::VsockHeader& hdr, const uint8_t* data, uint32_t len) = 0;
 
  protected:
   ~VsockTx() = default;
@@ -110,10 +84,10 @@ class VsockEndpoint {
   static constexpr uint32_t kMaxPendingRst = 16;
 
   Conn* Find(uint64_t peer_cid, uint32_t peer_port, uint32_t local_port);
-  Conn* Accept(const VsockHdr& h);
+  Conn* Accept(const virtio::VsockHeader& h);
   void Free(Conn* c);
-  void QueueRst(const VsockHdr& h);
-  VsockHdr Header(const Conn& c, uint16_t op) const;
+  void QueueRst(const virtio::VsockHeader& h);
+  virtio::VsockHeader Header(const Conn& c, uint16_t op) const;
   bool SendControl(Conn* c, uint16_t op, VsockTx* tx);
   // Returns false when the TX queue filled up.
   bool PumpConn(Conn* c, VsockTx* tx, bool* sent);

@@ -33,13 +33,13 @@ class FakePlatform : public Platform {
 };
 
 struct Packet {
-  VsockHdr hdr;
+  virtio::VsockHeader hdr{};
   Bytes data;
 };
 
 class FakeTx : public VsockTx {
  public:
-  bool Send(const VsockHdr& hdr, const uint8_t* data, uint32_t len) override {
+  bool Send(const virtio::VsockHeader& hdr, const uint8_t* data, uint32_t len) override {
     if (packets.size() >= limit) return false;
     EXPECT_EQ(hdr.len, len);
     packets.push_back({hdr, Bytes(data, data + len)});
@@ -64,8 +64,8 @@ struct Guest {
     }
     ep->Init(agent.get(), sessions.get(), kGuestCid, kPort);
   }
-  void Deliver(const VsockHdr& h, const Bytes& data = {}) {
-    uint8_t raw[kVsockHdrSize];
+  void Deliver(const virtio::VsockHeader& h, const Bytes& data = {}) {
+    uint8_t raw[virtio::kVsockHeaderSize];
     EncodeVsockHdr(h, raw);
     ep->OnPacket(raw, data.data(), uint32_t(data.size()));
   }
@@ -76,13 +76,13 @@ struct Guest {
   std::vector<uint8_t> bufs, files;
 };
 
-VsockHdr FromHost(uint16_t op, uint32_t src_port, uint32_t len = 0) {
-  VsockHdr h;
+virtio::VsockHeader FromHost(uint16_t op, uint32_t src_port, uint32_t len = 0) {
+  virtio::VsockHeader h{};
   h.src_cid = protocol::kHostCid;
   h.dst_cid = kGuestCid;
   h.src_port = src_port;
   h.dst_port = kPort;
-  h.type = kVsockTypeStream;
+  h.type = virtio::kVsockTypeStream;
   h.op = op;
   h.len = len;
   h.buf_alloc = 1 << 20;
@@ -94,14 +94,14 @@ Bytes PingFrame(uint32_t id) {
 }
 
 TEST(VsockEndpoint, HeaderRoundTrip) {
-  VsockHdr h = FromHost(kVsockOpRw, 7, 12);
+  virtio::VsockHeader h = FromHost(virtio::kVsockOpRw, 7, 12);
   h.flags = 3;
   h.fwd_cnt = 0xdeadbeef;
-  uint8_t raw[kVsockHdrSize];
+  uint8_t raw[virtio::kVsockHeaderSize];
   EncodeVsockHdr(h, raw);
   EXPECT_EQ(raw[0], 2);   // src_cid little-endian
-  EXPECT_EQ(raw[30], kVsockOpRw);
-  VsockHdr d = DecodeVsockHdr(raw);
+  EXPECT_EQ(raw[30], virtio::kVsockOpRw);
+  virtio::VsockHeader d = DecodeVsockHdr(raw);
   EXPECT_EQ(d.fwd_cnt, 0xdeadbeefu);
   EXPECT_EQ(d.len, 12u);
   EXPECT_EQ(d.flags, 3u);
@@ -110,11 +110,11 @@ TEST(VsockEndpoint, HeaderRoundTrip) {
 TEST(VsockEndpoint, AcceptsHostRequestAndAnswersFrames) {
   Guest g;
   FakeTx tx;
-  g.Deliver(FromHost(kVsockOpRequest, 5000));
+  g.Deliver(FromHost(virtio::kVsockOpRequest, 5000));
   ASSERT_TRUE(g.ep->Pump(&tx));
   ASSERT_EQ(tx.packets.size(), 1u);
-  const VsockHdr& r = tx.packets[0].hdr;
-  EXPECT_EQ(r.op, kVsockOpResponse);
+  const virtio::VsockHeader& r = tx.packets[0].hdr;
+  EXPECT_EQ(r.op, virtio::kVsockOpResponse);
   EXPECT_EQ(r.src_cid, kGuestCid);
   EXPECT_EQ(r.dst_cid, protocol::kHostCid);
   EXPECT_EQ(r.src_port, kPort);
@@ -123,10 +123,10 @@ TEST(VsockEndpoint, AcceptsHostRequestAndAnswersFrames) {
   tx.packets.clear();
 
   Bytes ping = PingFrame(1);
-  g.Deliver(FromHost(kVsockOpRw, 5000, uint32_t(ping.size())), ping);
+  g.Deliver(FromHost(virtio::kVsockOpRw, 5000, uint32_t(ping.size())), ping);
   ASSERT_TRUE(g.ep->Pump(&tx));
   ASSERT_EQ(tx.packets.size(), 1u);
-  EXPECT_EQ(tx.packets[0].hdr.op, kVsockOpRw);
+  EXPECT_EQ(tx.packets[0].hdr.op, virtio::kVsockOpRw);
   EXPECT_EQ(tx.packets[0].hdr.fwd_cnt, ping.size());  // the credit travels with the reply
   protocol::FrameDecoder dec;
   dec.Append(tx.packets[0].data);
@@ -139,35 +139,35 @@ TEST(VsockEndpoint, AcceptsHostRequestAndAnswersFrames) {
 TEST(VsockEndpoint, RefusesWhatItShould) {
   Guest g;
   FakeTx tx;
-  VsockHdr other = FromHost(kVsockOpRequest, 1);
+  virtio::VsockHeader other = FromHost(virtio::kVsockOpRequest, 1);
   other.src_cid = 5;  // not the host
   g.Deliver(other);
-  VsockHdr wrong_port = FromHost(kVsockOpRequest, 2);
+  virtio::VsockHeader wrong_port = FromHost(virtio::kVsockOpRequest, 2);
   wrong_port.dst_port = 80;
   g.Deliver(wrong_port);
-  g.Deliver(FromHost(kVsockOpRw, 3, 1), Bytes{1});  // no connection
-  g.Deliver(FromHost(kVsockOpRst, 4));               // RST is never answered
+  g.Deliver(FromHost(virtio::kVsockOpRw, 3, 1), Bytes{1});  // no connection
+  g.Deliver(FromHost(virtio::kVsockOpRst, 4));               // RST is never answered
   g.ep->Pump(&tx);
   ASSERT_EQ(tx.packets.size(), 3u);
-  for (const Packet& p : tx.packets) EXPECT_EQ(p.hdr.op, kVsockOpRst);
+  for (const Packet& p : tx.packets) EXPECT_EQ(p.hdr.op, virtio::kVsockOpRst);
   EXPECT_EQ(g.ep->active(), 0u);
   // Wrong CID and a header claiming more data than delivered are dropped.
-  VsockHdr wrong_cid = FromHost(kVsockOpRequest, 6);
+  virtio::VsockHeader wrong_cid = FromHost(virtio::kVsockOpRequest, 6);
   wrong_cid.dst_cid = 99;
   g.Deliver(wrong_cid);
-  g.Deliver(FromHost(kVsockOpRw, 7, 100), Bytes(10));
+  g.Deliver(FromHost(virtio::kVsockOpRw, 7, 100), Bytes(10));
   EXPECT_EQ(g.ep->dropped_packets(), 2u);
 }
 
 TEST(VsockEndpoint, AtMostEightConnections) {
   Guest g;
   FakeTx tx;
-  for (uint32_t p = 0; p < 9; ++p) g.Deliver(FromHost(kVsockOpRequest, 100 + p));
+  for (uint32_t p = 0; p < 9; ++p) g.Deliver(FromHost(virtio::kVsockOpRequest, 100 + p));
   g.ep->Pump(&tx);
   int responses = 0, rsts = 0;
   for (const Packet& p : tx.packets) {
-    responses += p.hdr.op == kVsockOpResponse;
-    rsts += p.hdr.op == kVsockOpRst && p.hdr.dst_port == 108;
+    responses += p.hdr.op == virtio::kVsockOpResponse;
+    rsts += p.hdr.op == virtio::kVsockOpRst && p.hdr.dst_port == 108;
   }
   EXPECT_EQ(responses, 8);
   EXPECT_EQ(rsts, 1);
@@ -177,13 +177,13 @@ TEST(VsockEndpoint, AtMostEightConnections) {
 TEST(VsockEndpoint, RespectsPeerCredit) {
   Guest g;
   FakeTx tx;
-  VsockHdr req = FromHost(kVsockOpRequest, 5000);
+  virtio::VsockHeader req = FromHost(virtio::kVsockOpRequest, 5000);
   req.buf_alloc = 10;  // the host can take only 10 bytes at a time
   g.Deliver(req);
   g.ep->Pump(&tx);
   tx.packets.clear();
   Bytes ping = PingFrame(1);
-  VsockHdr rw = FromHost(kVsockOpRw, 5000, uint32_t(ping.size()));
+  virtio::VsockHeader rw = FromHost(virtio::kVsockOpRw, 5000, uint32_t(ping.size()));
   rw.buf_alloc = 10;
   g.Deliver(rw, ping);
   g.ep->Pump(&tx);
@@ -192,7 +192,7 @@ TEST(VsockEndpoint, RespectsPeerCredit) {
   tx.packets.clear();
   g.ep->Pump(&tx);
   EXPECT_TRUE(tx.packets.empty());  // no credit, nothing sent
-  VsockHdr credit = FromHost(kVsockOpCreditUpdate, 5000);
+  virtio::VsockHeader credit = FromHost(virtio::kVsockOpCreditUpdate, 5000);
   credit.buf_alloc = 10;
   credit.fwd_cnt = 10;
   g.Deliver(credit);
@@ -201,51 +201,51 @@ TEST(VsockEndpoint, RespectsPeerCredit) {
   EXPECT_EQ(tx.packets[0].data.size(), 10u);
   // A credit request is answered with a credit update.
   tx.packets.clear();
-  VsockHdr ask = FromHost(kVsockOpCreditRequest, 5000);
+  virtio::VsockHeader ask = FromHost(virtio::kVsockOpCreditRequest, 5000);
   ask.buf_alloc = 10;
   ask.fwd_cnt = 10;  // still 10 bytes in flight: no credit for data
   g.Deliver(ask);
   g.ep->Pump(&tx);
   ASSERT_EQ(tx.packets.size(), 1u);
-  EXPECT_EQ(tx.packets[0].hdr.op, kVsockOpCreditUpdate);
+  EXPECT_EQ(tx.packets[0].hdr.op, virtio::kVsockOpCreditUpdate);
   EXPECT_EQ(tx.packets[0].hdr.fwd_cnt, ping.size());
 }
 
 TEST(VsockEndpoint, PeerIgnoringOurCreditIsReset) {
   Guest g;
   FakeTx tx;
-  g.Deliver(FromHost(kVsockOpRequest, 5000));
+  g.Deliver(FromHost(virtio::kVsockOpRequest, 5000));
   g.ep->Pump(&tx);
   tx.packets.clear();
   // Fill the session with a frame header announcing a big payload, then overrun.
   Bytes chunk(4096, 0);
   uint32_t sent = 0;
   while (sent + chunk.size() <= Session::kRxCap) {
-    g.Deliver(FromHost(kVsockOpRw, 5000, 4096), chunk);
+    g.Deliver(FromHost(virtio::kVsockOpRw, 5000, 4096), chunk);
     sent += 4096;
   }
-  g.Deliver(FromHost(kVsockOpRw, 5000, 4096), chunk);
+  g.Deliver(FromHost(virtio::kVsockOpRw, 5000, 4096), chunk);
   g.ep->Pump(&tx);
   ASSERT_FALSE(tx.packets.empty());
-  EXPECT_EQ(tx.packets.back().hdr.op, kVsockOpRst);
+  EXPECT_EQ(tx.packets.back().hdr.op, virtio::kVsockOpRst);
   EXPECT_EQ(g.ep->active(), 0u);
 }
 
 TEST(VsockEndpoint, ShutdownRstAndTransportReset) {
   Guest g;
   FakeTx tx;
-  g.Deliver(FromHost(kVsockOpRequest, 1));
-  g.Deliver(FromHost(kVsockOpRequest, 2));
-  g.Deliver(FromHost(kVsockOpRequest, 3));
+  g.Deliver(FromHost(virtio::kVsockOpRequest, 1));
+  g.Deliver(FromHost(virtio::kVsockOpRequest, 2));
+  g.Deliver(FromHost(virtio::kVsockOpRequest, 3));
   g.ep->Pump(&tx);
   tx.packets.clear();
-  VsockHdr shut = FromHost(kVsockOpShutdown, 1);
-  shut.flags = kVsockShutdownRcv | kVsockShutdownSend;
+  virtio::VsockHeader shut = FromHost(virtio::kVsockOpShutdown, 1);
+  shut.flags = virtio::kVsockShutdownRcv | virtio::kVsockShutdownSend;
   g.Deliver(shut);
-  g.Deliver(FromHost(kVsockOpRst, 2));
+  g.Deliver(FromHost(virtio::kVsockOpRst, 2));
   g.ep->Pump(&tx);
   ASSERT_EQ(tx.packets.size(), 1u);
-  EXPECT_EQ(tx.packets[0].hdr.op, kVsockOpRst);
+  EXPECT_EQ(tx.packets[0].hdr.op, virtio::kVsockOpRst);
   EXPECT_EQ(tx.packets[0].hdr.dst_port, 1u);
   EXPECT_EQ(g.ep->active(), 1u);
 
@@ -253,44 +253,44 @@ TEST(VsockEndpoint, ShutdownRstAndTransportReset) {
   g.ep->SetCid(7);
   EXPECT_EQ(g.ep->active(), 0u);
   tx.packets.clear();
-  g.Deliver(FromHost(kVsockOpRequest, 4));  // still addressed to the old CID 3
+  g.Deliver(FromHost(virtio::kVsockOpRequest, 4));  // still addressed to the old CID 3
   EXPECT_EQ(g.ep->dropped_packets(), 1u);
-  VsockHdr fresh = FromHost(kVsockOpRequest, 4);
+  virtio::VsockHeader fresh = FromHost(virtio::kVsockOpRequest, 4);
   fresh.dst_cid = 7;
   g.Deliver(fresh);
   g.ep->Pump(&tx);
   ASSERT_EQ(tx.packets.size(), 1u);
-  EXPECT_EQ(tx.packets[0].hdr.op, kVsockOpResponse);
+  EXPECT_EQ(tx.packets[0].hdr.op, virtio::kVsockOpResponse);
   EXPECT_EQ(tx.packets[0].hdr.src_cid, 7u);
 }
 
 TEST(VsockEndpoint, HalfCloseAnswersThenResets) {
   Guest g;
   FakeTx tx;
-  g.Deliver(FromHost(kVsockOpRequest, 9));
+  g.Deliver(FromHost(virtio::kVsockOpRequest, 9));
   g.ep->Pump(&tx);  // RESPONSE: a real host sends data only after it
   Bytes ping = PingFrame(1);
-  g.Deliver(FromHost(kVsockOpRw, 9, uint32_t(ping.size())), ping);
-  VsockHdr shut = FromHost(kVsockOpShutdown, 9);
-  shut.flags = kVsockShutdownSend;
+  g.Deliver(FromHost(virtio::kVsockOpRw, 9, uint32_t(ping.size())), ping);
+  virtio::VsockHeader shut = FromHost(virtio::kVsockOpShutdown, 9);
+  shut.flags = virtio::kVsockShutdownSend;
   g.Deliver(shut);
   g.ep->Pump(&tx);
   ASSERT_EQ(tx.packets.size(), 3u);
-  EXPECT_EQ(tx.packets[0].hdr.op, kVsockOpResponse);
-  EXPECT_EQ(tx.packets[1].hdr.op, kVsockOpRw);
-  EXPECT_EQ(tx.packets[2].hdr.op, kVsockOpRst);
+  EXPECT_EQ(tx.packets[0].hdr.op, virtio::kVsockOpResponse);
+  EXPECT_EQ(tx.packets[1].hdr.op, virtio::kVsockOpRw);
+  EXPECT_EQ(tx.packets[2].hdr.op, virtio::kVsockOpRst);
 }
 
 TEST(VsockEndpoint, TxQueueFullLosesNothing) {
   Guest g;
   FakeTx tx;
   tx.limit = 0;
-  g.Deliver(FromHost(kVsockOpRequest, 5000));
+  g.Deliver(FromHost(virtio::kVsockOpRequest, 5000));
   EXPECT_FALSE(g.ep->Pump(&tx));
   tx.limit = SIZE_MAX;
   EXPECT_TRUE(g.ep->Pump(&tx));
   ASSERT_EQ(tx.packets.size(), 1u);
-  EXPECT_EQ(tx.packets[0].hdr.op, kVsockOpResponse);
+  EXPECT_EQ(tx.packets[0].hdr.op, virtio::kVsockOpResponse);
 }
 
 // Plays the VMM's vsock device and host muxer: each host socket is one vsock
@@ -309,7 +309,7 @@ class Muxer {
       std::lock_guard l(mu_);
       const uint32_t port = 2000 + uint32_t(conns_.size());
       conns_[port].fd = UniqueFd(sv[0]);
-      g_->Deliver(FromHost(kVsockOpRequest, port));
+      g_->Deliver(FromHost(virtio::kVsockOpRequest, port));
     }
     if (!thread_.joinable()) thread_ = std::thread([this] { Run(); });
     auto c = client::AgentClient::Adopt(UniqueFd(sv[1]));
@@ -334,7 +334,7 @@ class Muxer {
         uint8_t buf[4096];
         const ssize_t n = ::recv(c.fd.get(), buf, std::min<size_t>(sizeof(buf), credit), MSG_DONTWAIT);
         if (n <= 0) continue;
-        VsockHdr h = FromHost(kVsockOpRw, port, uint32_t(n));
+        virtio::VsockHeader h = FromHost(virtio::kVsockOpRw, port, uint32_t(n));
         h.fwd_cnt = c.fwd_cnt;
         g_->Deliver(h, Bytes(buf, buf + n));
         c.tx_cnt += uint32_t(n);
@@ -346,9 +346,9 @@ class Muxer {
         HostConn& c = conns_[p.hdr.dst_port];
         c.guest_buf_alloc = p.hdr.buf_alloc;
         c.guest_fwd_cnt = p.hdr.fwd_cnt;
-        if (p.hdr.op == kVsockOpResponse) c.open = true;
-        if (p.hdr.op == kVsockOpRst) c.fd.reset();
-        if (p.hdr.op == kVsockOpRw && c.fd) {
+        if (p.hdr.op == virtio::kVsockOpResponse) c.open = true;
+        if (p.hdr.op == virtio::kVsockOpRst) c.fd.reset();
+        if (p.hdr.op == virtio::kVsockOpRw && c.fd) {
           ASSERT_EQ(::send(c.fd.get(), p.data.data(), p.data.size(), MSG_NOSIGNAL),
                     ssize_t(p.data.size()));
           c.fwd_cnt += uint32_t(p.data.size());
@@ -356,7 +356,7 @@ class Muxer {
       }
       for (auto& [port, c] : conns_) {
         if (c.open && c.fwd_cnt - c.fwd_sent > 64 * 1024) {
-          VsockHdr h = FromHost(kVsockOpCreditUpdate, port);
+          virtio::VsockHeader h = FromHost(virtio::kVsockOpCreditUpdate, port);
           h.fwd_cnt = c.fwd_sent = c.fwd_cnt;
           g_->Deliver(h);
         }

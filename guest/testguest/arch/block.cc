@@ -82,12 +82,13 @@ DiskResult BlockDevice::Submit(uint32_t type, uint64_t sector, uint64_t data, ui
   header_ = RequestHeader{type, 0, sector};
   *static_cast<volatile uint8_t*>(&status_) = kStatusUnset;
   uint16_t next = 1;
-  q.desc[0] = VirtqDesc{Addr(&header_), sizeof(header_), kDescNext, 1};
+  q.desc[0] = {Addr(&header_), sizeof(header_), virtio::kDescFlagNext, 1};
   if (len != 0) {
-    q.desc[1] = VirtqDesc{data, len, uint16_t(kDescNext | (device_writes ? kDescWrite : 0)), 2};
+    const uint16_t direction = device_writes ? virtio::kDescFlagWrite : 0;
+    q.desc[1] = {data, len, uint16_t(virtio::kDescFlagNext | direction), 2};
     next = 2;
   }
-  q.desc[next] = VirtqDesc{Addr(&status_), 1, kDescWrite, 0};
+  q.desc[next] = {Addr(&status_), 1, virtio::kDescFlagWrite, 0};
   q.Push(0);
   transport_.Notify(0);
   uint32_t id = 0, used_len = 0;

@@ -81,7 +81,7 @@ class VsockDevice final : public VsockTx {
   bool Poll();
   void AckInterrupt() const { transport_.AckInterrupt(); }
 
-  bool Send(const VsockHdr& hdr, const uint8_t* data, uint32_t len) override;
+  bool Send(const virtio::VsockHeader& hdr, const uint8_t* data, uint32_t len) override;
 
  private:
   void PostRx(uint32_t buffer);

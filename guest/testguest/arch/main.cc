@@ -226,16 +226,16 @@ void InitDevices() {
     Print(" ");
     Print(VirtioDeviceName(t.device_id()));
     Print("\n");
-    if (t.device_id() == kVirtioIdRng && !have_rng) {
+    if (t.device_id() == virtio::kDeviceIdRng && !have_rng) {
       rng = t;
       have_rng = true;
-    } else if (t.device_id() == kVirtioIdVsock && !have_vsock) {
+    } else if (t.device_id() == virtio::kDeviceIdVsock && !have_vsock) {
       vsock = t;
       have_vsock = true;
-    } else if (t.device_id() == kVirtioIdNet && !have_net) {
+    } else if (t.device_id() == virtio::kDeviceIdNet && !have_net) {
       net = t;
       have_net = true;
-    } else if (t.device_id() == kVirtioIdBlock) {
+    } else if (t.device_id() == virtio::kDeviceIdBlock) {
       if (block_count < BlockDevice::kMaxDisks) {
         blocks[block_count++] = t;
       } else {

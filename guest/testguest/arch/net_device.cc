@@ -10,7 +10,7 @@ namespace kubicle::guest::testguest::arch {
 
 namespace {
 constexpr uint32_t kRxQueue = 0, kTxQueue = 1;
-constexpr uint64_t kFeatureMac = 1ull << 5;  // VIRTIO_NET_F_MAC
+constexpr uint64_t kFeatureMac = virtio::FeatureBit(virtio::kFeatureNetMac);
 constexpr uint32_t kHeaderSize = 12;         // virtio_net_hdr with num_buffers (v1)
 constexpr uint32_t kBufferSize = 2048;       // header + the largest frame answered
 static_assert(kHeaderSize + kMaxFrameSize <= kBufferSize);
@@ -85,7 +85,7 @@ void NetDevice::ReadMac() {
 // the same pass: a clone answers its host before it looks at its NIC.
 void NetDevice::AckInterrupt() {
   if (!ready_) return;
-  if ((transport_.AckInterrupt() & kInterruptConfigChange) != 0) config_changed_ = true;
+  if ((transport_.AckInterrupt() & virtio::kInterruptConfigChange) != 0) config_changed_ = true;
 }
 
 void NetDevice::RefreshMac() {
@@ -93,7 +93,7 @@ void NetDevice::RefreshMac() {
 }
 
 void NetDevice::PostRx(uint32_t k) {
-  g_net_rxq.desc[k] = VirtqDesc{Addr(g_net_rx[k]), kBufferSize, kDescWrite, 0};
+  g_net_rxq.desc[k] = {Addr(g_net_rx[k]), kBufferSize, virtio::kDescFlagWrite, 0};
   g_net_rxq.Push(uint16_t(k));
 }
 
@@ -129,7 +129,7 @@ bool NetDevice::Poll() {
       if (n > 0) {
         --tx_free_count_;
         Zero(g_net_tx[k], kHeaderSize);  // no offloads: an all-zero header
-        g_net_txq.desc[k] = VirtqDesc{Addr(g_net_tx[k]), kHeaderSize + n, 0, 0};
+        g_net_txq.desc[k] = {Addr(g_net_tx[k]), kHeaderSize + n, 0, 0};
         g_net_txq.Push(uint16_t(k));
         sent = true;
       }

@@ -21,7 +21,7 @@ bool RngDevice::Read(uint8_t* out, uint32_t n) {
   Virtq& q = g_rng_queue;
   uint32_t got = 0;
   while (got < n) {
-    q.desc[0] = VirtqDesc{reinterpret_cast<uint64_t>(out + got), n - got, kDescWrite, 0};
+    q.desc[0] = {reinterpret_cast<uint64_t>(out + got), n - got, virtio::kDescFlagWrite, 0};
     q.Push(0);
     transport_.Notify(0);
     uint32_t id = 0, len = 0;

@@ -2,46 +2,22 @@
 
 #include "guest/testguest/arch/cpu.h"
 #include "guest/testguest/freestanding.h"
+#include "virtio/mmio.h"
 
 namespace kubicle::guest::testguest::arch {
 
 namespace {
-enum : uint32_t {
-  kMagic = 0x000,
-  kVersion = 0x004,
-  kDeviceId = 0x008,
-  kDeviceFeatures = 0x010,
-  kDeviceFeaturesSel = 0x014,
-  kDriverFeatures = 0x020,
-  kDriverFeaturesSel = 0x024,
-  kQueueSel = 0x030,
-  kQueueNumMax = 0x034,
-  kQueueNum = 0x038,
-  kQueueReady = 0x044,
-  kQueueNotify = 0x050,
-  kInterruptStatus = 0x060,
-  kInterruptAck = 0x064,
-  kStatus = 0x070,
-  kQueueDescLow = 0x080,
-  kQueueDescHigh = 0x084,
-  kQueueDriverLow = 0x090,
-  kQueueDriverHigh = 0x094,
-  kQueueDeviceLow = 0x0a0,
-  kQueueDeviceHigh = 0x0a4,
-  kConfigGeneration = 0x0fc,
-  kConfig = 0x100,
-};
-constexpr uint32_t kStatusAck = 1, kStatusDriver = 2, kStatusDriverOk = 4, kStatusFeaturesOk = 8,
-                   kStatusFailed = 128;
-constexpr uint64_t kFeatureVersion1 = 1ull << 32;
+namespace mmio = ::kubicle::virtio::mmio;
+constexpr uint64_t kVersion1 = virtio::FeatureBit(virtio::kFeatureVersion1);
+constexpr uint32_t kAckDriver = virtio::kStatusAcknowledge | virtio::kStatusDriver;
 }  // namespace
 
 const char* VirtioDeviceName(uint32_t id) {
   switch (id) {
-    case kVirtioIdNet: return "net";
-    case kVirtioIdBlock: return "block";
-    case kVirtioIdRng: return "rng";
-    case kVirtioIdVsock: return "vsock";
+    case virtio::kDeviceIdNet: return "net";
+    case virtio::kDeviceIdBlock: return "block";
+    case virtio::kDeviceIdRng: return "rng";
+    case virtio::kDeviceIdVsock: return "vsock";
     default: return "other";
   }
 }
@@ -56,15 +32,15 @@ bool VirtioMmio::Probe(uint64_t base, uint32_t irq, const char** why) {
     *why = "base outside the 3-4 GiB MMIO window the guest maps uncached";
     return false;
   }
-  if (Read(kMagic) != 0x74726976) {
+  if (Read(mmio::kMagicValue) != mmio::kMagic) {
     *why = "bad magic";
     return false;
   }
-  if (Read(kVersion) != 2) {
+  if (Read(mmio::kVersion) != mmio::kVersionModern) {
     *why = "not a modern (version 2) virtio-mmio device";
     return false;
   }
-  device_id_ = Read(kDeviceId);
+  device_id_ = Read(mmio::kDeviceId);
   if (device_id_ == 0) {
     *why = "empty transport";
     return false;
@@ -73,27 +49,27 @@ bool VirtioMmio::Probe(uint64_t base, uint32_t irq, const char** why) {
 }
 
 bool VirtioMmio::Negotiate(uint64_t wanted, const char** why) {
-  Write(kStatus, 0);
-  for (int i = 0; i < 1000 && Read(kStatus) != 0; ++i) Pause();
-  Write(kStatus, kStatusAck);
-  Write(kStatus, kStatusAck | kStatusDriver);
-  Write(kDeviceFeaturesSel, 0);
-  uint64_t offered = Read(kDeviceFeatures);
-  Write(kDeviceFeaturesSel, 1);
-  offered |= uint64_t(Read(kDeviceFeatures)) << 32;
-  if ((offered & kFeatureVersion1) == 0) {
-    Write(kStatus, kStatusFailed);
+  Write(mmio::kStatus, 0);
+  for (int i = 0; i < 1000 && Read(mmio::kStatus) != 0; ++i) Pause();
+  Write(mmio::kStatus, virtio::kStatusAcknowledge);
+  Write(mmio::kStatus, kAckDriver);
+  Write(mmio::kDeviceFeaturesSel, 0);
+  uint64_t offered = Read(mmio::kDeviceFeatures);
+  Write(mmio::kDeviceFeaturesSel, 1);
+  offered |= uint64_t(Read(mmio::kDeviceFeatures)) << 32;
+  if ((offered & kVersion1) == 0) {
+    Write(mmio::kStatus, virtio::kStatusFailed);
     *why = "device does not offer VIRTIO_F_VERSION_1";
     return false;
   }
-  const uint64_t chosen = (wanted & offered) | kFeatureVersion1;
-  Write(kDriverFeaturesSel, 0);
-  Write(kDriverFeatures, uint32_t(chosen));
-  Write(kDriverFeaturesSel, 1);
-  Write(kDriverFeatures, uint32_t(chosen >> 32));
-  Write(kStatus, kStatusAck | kStatusDriver | kStatusFeaturesOk);
-  if ((Read(kStatus) & kStatusFeaturesOk) == 0) {
-    Write(kStatus, kStatusFailed);
+  const uint64_t chosen = (wanted & offered) | kVersion1;
+  Write(mmio::kDriverFeaturesSel, 0);
+  Write(mmio::kDriverFeatures, uint32_t(chosen));
+  Write(mmio::kDriverFeaturesSel, 1);
+  Write(mmio::kDriverFeatures, uint32_t(chosen >> 32));
+  Write(mmio::kStatus, kAckDriver | virtio::kStatusFeaturesOk);
+  if ((Read(mmio::kStatus) & virtio::kStatusFeaturesOk) == 0) {
+    Write(mmio::kStatus, virtio::kStatusFailed);
     *why = "device refused FEATURES_OK";
     return false;
   }
@@ -102,12 +78,12 @@ bool VirtioMmio::Negotiate(uint64_t wanted, const char** why) {
 }
 
 bool VirtioMmio::SetupQueue(uint32_t index, Virtq* q, const char** why) {
-  Write(kQueueSel, index);
-  if (Read(kQueueReady) != 0) {
+  Write(mmio::kQueueSel, index);
+  if (Read(mmio::kQueueReady) != 0) {
     *why = "queue already live";
     return false;
   }
-  const uint32_t max = Read(kQueueNumMax);
+  const uint32_t max = Read(mmio::kQueueNumMax);
   if (max == 0) {
     *why = "queue not available";
     return false;
@@ -116,41 +92,41 @@ bool VirtioMmio::SetupQueue(uint32_t index, Virtq* q, const char** why) {
   while (size > max) size = uint16_t(size / 2);
   Zero(q, sizeof(*q));
   q->size = size;
-  Write(kQueueNum, size);
+  Write(mmio::kQueueNum, size);
   const uint64_t desc = reinterpret_cast<uint64_t>(q->desc);
   const uint64_t avail = reinterpret_cast<uint64_t>(&q->avail);
   const uint64_t used = reinterpret_cast<uint64_t>(&q->used);
-  Write(kQueueDescLow, uint32_t(desc));
-  Write(kQueueDescHigh, uint32_t(desc >> 32));
-  Write(kQueueDriverLow, uint32_t(avail));
-  Write(kQueueDriverHigh, uint32_t(avail >> 32));
-  Write(kQueueDeviceLow, uint32_t(used));
-  Write(kQueueDeviceHigh, uint32_t(used >> 32));
-  Write(kQueueReady, 1);
+  Write(mmio::kQueueDescLow, uint32_t(desc));
+  Write(mmio::kQueueDescHigh, uint32_t(desc >> 32));
+  Write(mmio::kQueueDriverLow, uint32_t(avail));
+  Write(mmio::kQueueDriverHigh, uint32_t(avail >> 32));
+  Write(mmio::kQueueDeviceLow, uint32_t(used));
+  Write(mmio::kQueueDeviceHigh, uint32_t(used >> 32));
+  Write(mmio::kQueueReady, 1);
   return true;
 }
 
 void VirtioMmio::DriverOk() {
-  Write(kStatus, kStatusAck | kStatusDriver | kStatusFeaturesOk | kStatusDriverOk);
+  Write(mmio::kStatus, kAckDriver | virtio::kStatusFeaturesOk | virtio::kStatusDriverOk);
 }
 
-void VirtioMmio::Notify(uint32_t queue) const { Write(kQueueNotify, queue); }
+void VirtioMmio::Notify(uint32_t queue) const { Write(mmio::kQueueNotify, queue); }
 
 uint32_t VirtioMmio::AckInterrupt() const {
-  const uint32_t s = Read(kInterruptStatus);
-  if (s != 0) Write(kInterruptAck, s);
+  const uint32_t s = Read(mmio::kInterruptStatus);
+  if (s != 0) Write(mmio::kInterruptAck, s);
   return s;
 }
 
-uint32_t VirtioMmio::ConfigRead32(uint32_t offset) const { return Read(kConfig + offset); }
+uint32_t VirtioMmio::ConfigRead32(uint32_t offset) const { return Read(mmio::kConfig + offset); }
 
-uint32_t VirtioMmio::ConfigGeneration() const { return Read(kConfigGeneration); }
+uint32_t VirtioMmio::ConfigGeneration() const { return Read(mmio::kConfigGeneration); }
 
 uint64_t VirtioMmio::ConfigRead64(uint32_t offset) const {
   for (;;) {
-    const uint32_t gen = Read(kConfigGeneration);
+    const uint32_t gen = Read(mmio::kConfigGeneration);
     const uint64_t v = uint64_t(ConfigRead32(offset)) | (uint64_t(ConfigRead32(offset + 4)) << 32);
-    if (Read(kConfigGeneration) == gen) return v;
+    if (Read(mmio::kConfigGeneration) == gen) return v;
   }
 }
 

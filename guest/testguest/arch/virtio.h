@@ -1,5 +1,7 @@
 // Minimal virtio 1.x driver side for the test guest: the virtio-mmio
-// (version 2) transport and split virtqueues in static memory.
+// (version 2) transport and split virtqueues in static memory. The layout
+// (registers, bits, descriptors) is virtio/, the one copy the VMM's devices
+// compile too.
 //
 // Physical = virtual in the guest, so descriptor addresses are plain
 // pointers. Barriers: x86 keeps stores ordered and loads ordered, so
@@ -12,43 +14,28 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "virtio/spec.h"
+
 namespace kubicle::guest::testguest::arch {
 
-inline constexpr uint32_t kVirtioIdNet = 1;
-inline constexpr uint32_t kVirtioIdBlock = 2;
-inline constexpr uint32_t kVirtioIdRng = 4;
-inline constexpr uint32_t kVirtioIdVsock = 19;
+// "net", "block", "rng", "vsock" or "other", for the boot log.
 const char* VirtioDeviceName(uint32_t id);
-
-inline constexpr uint16_t kDescNext = 1;
-inline constexpr uint16_t kDescWrite = 2;
-
-struct VirtqDesc {
-  uint64_t addr;
-  uint32_t len;
-  uint16_t flags;
-  uint16_t next;
-};
 
 // One split virtqueue with up to kMax entries; the transport picks
 // size = the largest power of two <= min(QueueNumMax, kMax).
 struct Virtq {
   static constexpr uint16_t kMax = 128;
-  alignas(4096) VirtqDesc desc[kMax];
+  alignas(4096) virtio::VirtqDesc desc[kMax];
   struct {
     uint16_t flags;
     uint16_t idx;
     uint16_t ring[kMax];
     uint16_t used_event;
   } avail __attribute__((aligned(2)));
-  struct UsedElem {
-    uint32_t id;
-    uint32_t len;
-  };
   struct {
     uint16_t flags;
     uint16_t idx;
-    UsedElem ring[kMax];
+    virtio::VirtqUsedElem ring[kMax];
     uint16_t avail_event;
   } used __attribute__((aligned(4096)));
 
@@ -65,15 +52,13 @@ struct Virtq {
   // Next completed chain, if any.
   bool PopUsed(uint32_t* id, uint32_t* len) {
     if (__atomic_load_n(&used.idx, __ATOMIC_ACQUIRE) == last_used) return false;
-    const UsedElem e = used.ring[last_used & (size - 1)];
+    const virtio::VirtqUsedElem e = used.ring[last_used & (size - 1)];
     ++last_used;
     *id = e.id;
     *len = e.len;
     return true;
   }
 };
-
-inline constexpr uint32_t kInterruptConfigChange = 2;
 
 class VirtioMmio {
  public:

@@ -55,14 +55,14 @@ bool VsockDevice::Init(const VirtioMmio& transport, VsockEndpoint* endpoint, Age
 }
 
 void VsockDevice::PostRx(uint32_t k) {
-  g_rxq.desc[2 * k] = VirtqDesc{Addr(g_rx_hdr[k]), kVsockHdrSize, kDescWrite | kDescNext,
-                                uint16_t(2 * k + 1)};
-  g_rxq.desc[2 * k + 1] = VirtqDesc{Addr(g_rx_data[k]), kDataSize, kDescWrite, 0};
+  g_rxq.desc[2 * k] = {Addr(g_rx_hdr[k]), virtio::kVsockHeaderSize,
+                       virtio::kDescFlagWrite | virtio::kDescFlagNext, uint16_t(2 * k + 1)};
+  g_rxq.desc[2 * k + 1] = {Addr(g_rx_data[k]), kDataSize, virtio::kDescFlagWrite, 0};
   g_rxq.Push(uint16_t(2 * k));
 }
 
 void VsockDevice::PostEvent(uint32_t k) {
-  g_evq.desc[k] = VirtqDesc{Addr(g_events[k]), 4, kDescWrite, 0};
+  g_evq.desc[k] = {Addr(g_events[k]), 4, virtio::kDescFlagWrite, 0};
   g_evq.Push(uint16_t(k));
 }
 
@@ -73,8 +73,8 @@ bool VsockDevice::DrainRx() {
     any = true;
     if (id % 2 != 0 || id / 2 >= rx_buffers_) continue;  // not a head we posted: drop
     const uint32_t k = id / 2;
-    if (len >= kVsockHdrSize) {
-      const uint32_t data = Min(len - kVsockHdrSize, kDataSize);
+    if (len >= virtio::kVsockHeaderSize) {
+      const uint32_t data = Min(len - virtio::kVsockHeaderSize, kDataSize);
       endpoint_->OnPacket(g_rx_hdr[k], g_rx_data[k], data);
     }
     PostRx(k);
@@ -89,7 +89,7 @@ bool VsockDevice::DrainEvents() {
   while (g_evq.PopUsed(&id, &len)) {
     any = true;
     if (id >= event_buffers_) continue;
-    if (len >= 4 && protocol::LoadLe32(g_events[id]) == kVsockEventTransportReset) {
+    if (len >= 4 && protocol::LoadLe32(g_events[id]) == virtio::kVsockEventTransportReset) {
       // Snapshot restore or fork: drop every connection (keep listening)
       // and pick up the clone's new CID.
       endpoint_->OnTransportReset();
@@ -114,16 +114,17 @@ bool VsockDevice::DrainTx() {
   return any;
 }
 
-bool VsockDevice::Send(const VsockHdr& hdr, const uint8_t* data, uint32_t len) {
+bool VsockDevice::Send(const virtio::VsockHeader& hdr, const uint8_t* data, uint32_t len) {
   if (tx_free_count_ == 0 || len > kDataSize) return false;
   const uint32_t k = tx_free_[--tx_free_count_];
   EncodeVsockHdr(hdr, g_tx_hdr[k]);
   if (len > 0) {
     Copy(g_tx_data[k], data, len);
-    g_txq.desc[2 * k] = VirtqDesc{Addr(g_tx_hdr[k]), kVsockHdrSize, kDescNext, uint16_t(2 * k + 1)};
-    g_txq.desc[2 * k + 1] = VirtqDesc{Addr(g_tx_data[k]), len, 0, 0};
+    g_txq.desc[2 * k] = {Addr(g_tx_hdr[k]), virtio::kVsockHeaderSize, virtio::kDescFlagNext,
+                         uint16_t(2 * k + 1)};
+    g_txq.desc[2 * k + 1] = {Addr(g_tx_data[k]), len, 0, 0};
   } else {
-    g_txq.desc[2 * k] = VirtqDesc{Addr(g_tx_hdr[k]), kVsockHdrSize, 0, 0};
+    g_txq.desc[2 * k] = {Addr(g_tx_hdr[k]), virtio::kVsockHeaderSize, 0, 0};
   }
   g_txq.Push(uint16_t(2 * k));
   tx_notify_ = true;

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "vmm/devices/virtio/layout.h"
 #include "vmm/devices/virtio/mmio_transport.h"
 #include "vmm/devices/virtio/test_driver.h"
-#include "vmm/devices/virtio/virtio_spec.h"
 
 namespace kubicle::vmm::devices::virtio {
 namespace {

@@ -4,44 +4,10 @@
 #include <string>
 
 #include "common/log.h"
-#include "vmm/devices/virtio/virtio_spec.h"
+#include "vmm/devices/virtio/layout.h"
 
 namespace kubicle::vmm::devices::virtio {
 namespace {
-
-// virtio-mmio register offsets (spec 4.2.2).
-enum Reg : uint64_t {
-  kMagicValue = 0x000,
-  kVersion = 0x004,
-  kDeviceId = 0x008,
-  kVendorIdReg = 0x00c,
-  kDeviceFeatures = 0x010,
-  kDeviceFeaturesSel = 0x014,
-  kDriverFeatures = 0x020,
-  kDriverFeaturesSel = 0x024,
-  kQueueSel = 0x030,
-  kQueueNumMax = 0x034,
-  kQueueNum = 0x038,
-  kQueueReady = 0x044,
-  kQueueNotify = 0x050,
-  kInterruptStatus = 0x060,
-  kInterruptAck = 0x064,
-  kStatus = 0x070,
-  kQueueDescLow = 0x080,
-  kQueueDescHigh = 0x084,
-  kQueueDriverLow = 0x090,
-  kQueueDriverHigh = 0x094,
-  kQueueDeviceLow = 0x0a0,
-  kQueueDeviceHigh = 0x0a4,
-  kShmSel = 0x0ac,
-  kShmLenLow = 0x0b0,
-  kShmLenHigh = 0x0b4,
-  kShmBaseLow = 0x0b8,
-  kShmBaseHigh = 0x0bc,
-  kConfigGeneration = 0x0fc,
-};
-
-constexpr uint32_t kMmioVersion = 2;
 
 GuestAddress SetHalf(GuestAddress old, uint32_t v, bool high) {
   return high ? (old & 0xffffffffull) | (uint64_t{v} << 32) : (old & ~0xffffffffull) | v;
@@ -150,38 +116,38 @@ Queue* MmioTransport::SelectedQueue() {
 uint32_t MmioTransport::ReadRegister(uint64_t offset) {
   Queue* q = SelectedQueue();
   switch (offset) {
-    case kMagicValue: return kMagic;
-    case kVersion: return kMmioVersion;
-    case kDeviceId: return device_->device_id();
-    case kVendorIdReg: return kVendorId;
-    case kDeviceFeatures:
+    case mmio::kMagicValue: return kMagic;
+    case mmio::kVersion: return mmio::kVersionModern;
+    case mmio::kDeviceId: return device_->device_id();
+    case mmio::kVendorId: return kVendorId;
+    case mmio::kDeviceFeatures:
       if (device_features_sel_ > 1) return 0;
       return static_cast<uint32_t>(device_->device_features() >> (32 * device_features_sel_));
-    case kQueueNumMax: return q ? q->max_size() : 0;
-    case kQueueNum: return q ? q->state().size : 0;
-    case kQueueReady: return q && q->ready() ? 1 : 0;
-    case kQueueDescLow: return q ? static_cast<uint32_t>(q->state().desc_table) : 0;
-    case kQueueDescHigh: return q ? static_cast<uint32_t>(q->state().desc_table >> 32) : 0;
-    case kQueueDriverLow: return q ? static_cast<uint32_t>(q->state().avail_ring) : 0;
-    case kQueueDriverHigh: return q ? static_cast<uint32_t>(q->state().avail_ring >> 32) : 0;
-    case kQueueDeviceLow: return q ? static_cast<uint32_t>(q->state().used_ring) : 0;
-    case kQueueDeviceHigh: return q ? static_cast<uint32_t>(q->state().used_ring >> 32) : 0;
-    case kInterruptStatus: return interrupt_status_;
-    case kStatus: return status_;
-    case kShmLenLow:
-    case kShmLenHigh: return 0xffffffff;  // no shared memory regions
-    case kShmBaseLow:
-    case kShmBaseHigh: return 0xffffffff;
-    case kConfigGeneration: return config_generation_;
+    case mmio::kQueueNumMax: return q ? q->max_size() : 0;
+    case mmio::kQueueNum: return q ? q->state().size : 0;
+    case mmio::kQueueReady: return q && q->ready() ? 1 : 0;
+    case mmio::kQueueDescLow: return q ? static_cast<uint32_t>(q->state().desc_table) : 0;
+    case mmio::kQueueDescHigh: return q ? static_cast<uint32_t>(q->state().desc_table >> 32) : 0;
+    case mmio::kQueueDriverLow: return q ? static_cast<uint32_t>(q->state().avail_ring) : 0;
+    case mmio::kQueueDriverHigh: return q ? static_cast<uint32_t>(q->state().avail_ring >> 32) : 0;
+    case mmio::kQueueDeviceLow: return q ? static_cast<uint32_t>(q->state().used_ring) : 0;
+    case mmio::kQueueDeviceHigh: return q ? static_cast<uint32_t>(q->state().used_ring >> 32) : 0;
+    case mmio::kInterruptStatus: return interrupt_status_;
+    case mmio::kStatus: return status_;
+    case mmio::kShmLenLow:
+    case mmio::kShmLenHigh: return 0xffffffff;  // no shared memory regions
+    case mmio::kShmBaseLow:
+    case mmio::kShmBaseHigh: return 0xffffffff;
+    case mmio::kConfigGeneration: return config_generation_;
     default: LogBadAccess("unknown register read", offset, 4); return 0;
   }
 }
 
 void MmioTransport::WriteRegister(uint64_t offset, uint32_t value) {
   switch (offset) {
-    case kDeviceFeaturesSel: device_features_sel_ = value; return;
-    case kDriverFeaturesSel: driver_features_sel_ = value; return;
-    case kDriverFeatures:
+    case mmio::kDeviceFeaturesSel: device_features_sel_ = value; return;
+    case mmio::kDriverFeaturesSel: driver_features_sel_ = value; return;
+    case mmio::kDriverFeatures:
       if ((status_ & kStatusDriver) == 0 || (status_ & kStatusFeaturesOk) != 0 ||
           driver_features_sel_ > 1)
         return LogBadAccess("driver features write out of sequence", offset, 4);
@@ -191,19 +157,19 @@ void MmioTransport::WriteRegister(uint64_t offset, uint32_t value) {
         driver_features_ = (driver_features_ & 0xffffffffull) | (uint64_t{value} << 32);
       }
       return;
-    case kQueueSel: queue_sel_ = value; return;
-    case kQueueNotify: NotifyQueueLocked(value); return;
-    case kInterruptAck: interrupt_status_ &= ~value; return;
-    case kStatus: SetStatus(value); return;
-    case kShmSel: return;
-    case kQueueNum:
-    case kQueueReady:
-    case kQueueDescLow:
-    case kQueueDescHigh:
-    case kQueueDriverLow:
-    case kQueueDriverHigh:
-    case kQueueDeviceLow:
-    case kQueueDeviceHigh: WriteQueueRegister(offset, value); return;
+    case mmio::kQueueSel: queue_sel_ = value; return;
+    case mmio::kQueueNotify: NotifyQueueLocked(value); return;
+    case mmio::kInterruptAck: interrupt_status_ &= ~value; return;
+    case mmio::kStatus: SetStatus(value); return;
+    case mmio::kShmSel: return;
+    case mmio::kQueueNum:
+    case mmio::kQueueReady:
+    case mmio::kQueueDescLow:
+    case mmio::kQueueDescHigh:
+    case mmio::kQueueDriverLow:
+    case mmio::kQueueDriverHigh:
+    case mmio::kQueueDeviceLow:
+    case mmio::kQueueDeviceHigh: WriteQueueRegister(offset, value); return;
     default: LogBadAccess("unknown register write", offset, 4); return;
   }
 }
@@ -213,25 +179,25 @@ void MmioTransport::WriteQueueRegister(uint64_t offset, uint32_t value) {
   // Queues are configured between FEATURES_OK and DRIVER_OK (spec 4.2.3.2).
   if (q == nullptr || (status_ & kStatusFeaturesOk) == 0 || (status_ & kStatusDriverOk) != 0)
     return LogBadAccess("queue register write out of sequence", offset, 4);
-  if (offset == kQueueReady) return q->set_ready(value == 1);
+  if (offset == mmio::kQueueReady) return q->set_ready(value == 1);
   if (q->ready()) return LogBadAccess("queue register write on a ready queue", offset, 4);
   const QueueState& s = q->state();
   switch (offset) {
-    case kQueueNum:
+    case mmio::kQueueNum:
       if (value > q->max_size()) return LogBadAccess("queue size above QueueNumMax", offset, 4);
       q->set_size(static_cast<uint16_t>(value));
       return;
-    case kQueueDescLow:
-    case kQueueDescHigh:
-      q->set_desc_table(SetHalf(s.desc_table, value, offset == kQueueDescHigh));
+    case mmio::kQueueDescLow:
+    case mmio::kQueueDescHigh:
+      q->set_desc_table(SetHalf(s.desc_table, value, offset == mmio::kQueueDescHigh));
       return;
-    case kQueueDriverLow:
-    case kQueueDriverHigh:
-      q->set_avail_ring(SetHalf(s.avail_ring, value, offset == kQueueDriverHigh));
+    case mmio::kQueueDriverLow:
+    case mmio::kQueueDriverHigh:
+      q->set_avail_ring(SetHalf(s.avail_ring, value, offset == mmio::kQueueDriverHigh));
       return;
-    case kQueueDeviceLow:
-    case kQueueDeviceHigh:
-      q->set_used_ring(SetHalf(s.used_ring, value, offset == kQueueDeviceHigh));
+    case mmio::kQueueDeviceLow:
+    case mmio::kQueueDeviceHigh:
+      q->set_used_ring(SetHalf(s.used_ring, value, offset == mmio::kQueueDeviceHigh));
       return;
   }
 }
@@ -256,13 +222,13 @@ void MmioTransport::SetStatus(uint32_t value) {
   if (value == 0) return ResetLocked();
   if ((value & status_) != status_) {
     // Only Status = 0 may clear bits (spec 2.1.2).
-    return LogBadAccess("status write clears bits", kStatus, 4);
+    return LogBadAccess("status write clears bits", mmio::kStatus, 4);
   }
   uint32_t added = value & ~status_;
   if (added & kStatusFailed) log::Warn("virtio driver gave up", {{"device", device_->name()}});
   if ((added & kStatusFeaturesOk) && !AcceptFeatures()) value &= ~kStatusFeaturesOk;
   if ((added & kStatusDriverOk) && !(value & kStatusFeaturesOk)) {
-    LogBadAccess("DRIVER_OK without FEATURES_OK", kStatus, 4);
+    LogBadAccess("DRIVER_OK without FEATURES_OK", mmio::kStatus, 4);
     value &= ~kStatusDriverOk;
   }
   status_ = value;

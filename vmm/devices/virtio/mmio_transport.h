@@ -43,6 +43,7 @@
 #include "common/status.h"
 #include "vmm/devices/bus.h"
 #include "vmm/devices/interrupt.h"
+#include "vmm/devices/virtio/layout.h"
 #include "vmm/devices/virtio/log_limiter.h"
 #include "vmm/devices/virtio/queue.h"
 #include "vmm/devices/virtio/virtio_device.h"
@@ -68,9 +69,9 @@ struct MmioTransportState {
 class MmioTransport final : public BusDevice, private DeviceContext {
  public:
   static constexpr uint64_t kMmioSize = 0x1000;
-  static constexpr uint64_t kQueueNotifyOffset = 0x50;
-  static constexpr uint64_t kConfigOffset = 0x100;
-  static constexpr uint32_t kMagic = 0x74726976;     // "virt"
+  static constexpr uint64_t kQueueNotifyOffset = mmio::kQueueNotify;
+  static constexpr uint64_t kConfigOffset = mmio::kConfig;
+  static constexpr uint32_t kMagic = mmio::kMagic;   // "virt"
   static constexpr uint32_t kVendorId = 0x4b424c45;  // "KBLE"
 
   // loop may be null when the device has no host fd (blk, rng).

@@ -2,9 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include "vmm/devices/virtio/layout.h"
 #include "vmm/devices/virtio/net_test_fixture.h"
 #include "vmm/devices/virtio/persist.h"
-#include "vmm/devices/virtio/virtio_spec.h"
 
 namespace kubicle::vmm::devices::virtio {
 namespace {

@@ -3,7 +3,7 @@
 #include <atomic>
 #include <string>
 
-#include "vmm/devices/virtio/virtio_spec.h"
+#include "vmm/devices/virtio/layout.h"
 
 namespace kubicle::vmm::devices::virtio {
 namespace {

@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 
 #include "vmm/devices/virtio/chain_io.h"
+#include "vmm/devices/virtio/layout.h"
 #include "vmm/devices/virtio/test_driver.h"
-#include "vmm/devices/virtio/virtio_spec.h"
 
 namespace kubicle::vmm::devices::virtio {
 namespace {

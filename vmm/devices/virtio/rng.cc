@@ -8,7 +8,7 @@
 #include "common/log.h"
 #include "snapshot/byte_io.h"
 #include "vmm/devices/virtio/chain_io.h"
-#include "vmm/devices/virtio/virtio_spec.h"
+#include "vmm/devices/virtio/layout.h"
 
 namespace kubicle::vmm::devices::virtio {
 

@@ -13,8 +13,8 @@
 #include <gtest/gtest.h>
 
 #include "vmm/devices/interrupt.h"
+#include "vmm/devices/virtio/layout.h"
 #include "vmm/devices/virtio/mmio_transport.h"
-#include "vmm/devices/virtio/virtio_spec.h"
 #include "vmm/memory/guest_memory.h"
 
 namespace kubicle::vmm::devices::virtio::testing {

@@ -7,8 +7,8 @@
 #include "common/log.h"
 #include "snapshot/byte_io.h"
 #include "vmm/devices/virtio/chain_io.h"
+#include "vmm/devices/virtio/layout.h"
 #include "vmm/devices/virtio/persist.h"
-#include "vmm/devices/virtio/virtio_spec.h"
 #include "vmm/devices/virtio/vsock_cid.h"
 
 namespace kubicle::vmm::devices::virtio {

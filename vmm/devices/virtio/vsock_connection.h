@@ -29,8 +29,8 @@
 
 #include "common/status.h"
 #include "common/unique_fd.h"
+#include "vmm/devices/virtio/layout.h"
 #include "vmm/devices/virtio/queue.h"
-#include "vmm/devices/virtio/vsock_packet.h"
 
 namespace kubicle::vmm::devices::virtio {
 

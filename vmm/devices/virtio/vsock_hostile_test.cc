@@ -2,7 +2,7 @@
 // packets, credit violations, floods, garbage handshakes, silent peers.
 #include <gtest/gtest.h>
 
-#include "vmm/devices/virtio/virtio_spec.h"
+#include "vmm/devices/virtio/layout.h"
 #include "vmm/devices/virtio/vsock.h"
 #include "vmm/devices/virtio/vsock_test_fixture.h"
 

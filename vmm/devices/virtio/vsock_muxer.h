@@ -34,9 +34,9 @@
 #include "common/status.h"
 #include "common/unique_fd.h"
 #include "vmm/devices/virtio/chain_io.h"
+#include "vmm/devices/virtio/layout.h"
 #include "vmm/devices/virtio/log_limiter.h"
 #include "vmm/devices/virtio/vsock_connection.h"
-#include "vmm/devices/virtio/vsock_packet.h"
 
 namespace kubicle::vmm::devices::virtio {
 

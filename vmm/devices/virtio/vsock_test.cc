@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
-#include "vmm/devices/virtio/virtio_spec.h"
+#include "vmm/devices/virtio/layout.h"
 #include "vmm/devices/virtio/vsock_test_fixture.h"
 
 namespace kubicle::vmm::devices::virtio {
