@@ -1,5 +1,6 @@
-// Injected wall clock for everything in the operator that depends on time
-// (expiry, backoff, leases, delayed requeues), so tests can drive time.
+// Injected wall clock for everything in the operator and the node agent that
+// depends on time (expiry, backoff, leases, delayed requeues), so tests can
+// drive time.
 // Contract: Now() is thread-safe. FakeClock only moves when Advance()/Set()
 // is called.
 #pragma once

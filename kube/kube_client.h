@@ -1,6 +1,7 @@
-// KubeClient: the operator's only way to the Kubernetes API. One interface,
-// two implementations: HttpKubeClient (cpprestsdk, real apiserver) and
-// FakeKubeClient (in memory, for unit tests of reconcile logic).
+// KubeClient: the only way to the Kubernetes API of the operator, the node
+// agent and the kubectl plugin. One interface, two implementations:
+// HttpKubeClient (cpprestsdk, real apiserver) and FakeKubeClient (in memory,
+// for unit tests of reconcile logic).
 //
 // Contracts:
 // - Objects are unstructured JSON exactly as the apiserver sends them.

@@ -1,6 +1,7 @@
 // Kubernetes label selectors ("a=b,c!=d,e in (x,y),f notin (z),g,!h"),
 // parsed once and matched against an object's labels. Used by the fake
-// client (to behave like the apiserver) and by reconcilers.
+// client (to behave like the apiserver) and by the node, whose sandbox list
+// and delete take the same grammar (`?labelSelector=`, docs/node.md).
 #pragma once
 
 #include <map>

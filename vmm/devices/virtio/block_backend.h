@@ -3,9 +3,10 @@
 // in-range offsets; it moves bytes straight between the guest buffers (iovecs
 // into guest memory) and its storage.
 //
-// RawFileBackend is a raw image file used with preadv/pwritev/fdatasync. The
-// copy-on-write overlay backend of the snapshot work implements the same
-// interface.
+// RawFileBackend is a raw image file used with preadv/pwritev/fdatasync.
+// The copy-on-write disk (snapshot::LayeredDisk: base image, frozen layers,
+// private overlay) is put behind the same interface by an adapter in
+// vmm/vm_disks.cc.
 //
 // Persist: SavedChain() names the read-only files a snapshot of the disk
 // refers to (what Block saves, docs/snapshot-format.md); a backend that

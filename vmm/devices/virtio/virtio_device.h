@@ -1,4 +1,4 @@
-// VirtioDevice: the interface between a virtio device model (blk, rng,
+// VirtioDevice: the interface between a virtio device model (blk, net, rng,
 // vsock) and the transport that exposes it to the guest (MmioTransport).
 //
 // Threading contract. A device never runs on its own: the transport calls
