@@ -39,7 +39,8 @@ from .errors import (
 )
 from ._ports import PortForward, PortStream
 from ._ports_async import AsyncPortForward
-from ._workspaces import AsyncWorkspaces, Workspaces
+from .aio import AsyncWorkspaces
+from .client import Workspaces
 from .models import (EntryInfo, ExecResult, FileInfo, RunResult, RunTimings, SandboxInfo,
                      WorkspaceInfo)
 

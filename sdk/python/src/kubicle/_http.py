@@ -21,6 +21,7 @@ from typing import Any, Dict, List, Optional, Union
 import httpx
 
 from . import _wire, errors
+from ._sansio import Op, call
 
 Verify = Union[bool, str, ssl.SSLContext]
 
@@ -137,3 +138,23 @@ def transport_error(e: Exception, *, op: str, sandbox: Optional[str]) -> errors.
         return errors.SandboxTimeoutError(f"the node did not answer in time: {e}",
                                           reason="Timeout", sandbox=sandbox)
     return errors.ApiError(f"cannot reach the node: {e}", reason="Unreachable", sandbox=sandbox)
+
+
+def send(http: Any, method: str, url: str, *, op: str, sandbox: Optional[str],
+         **kw: Any) -> Op[httpx.Response]:
+    """One request (``http`` None: the client's own pool) and its answer,
+    an error answer or a failed connection raised as the SDK's error."""
+    try:
+        resp = yield call("request", http, method, url, **kw)
+    except httpx.TransportError as e:
+        raise transport_error(e, op=op, sandbox=sandbox) from e
+    raise_for(resp, resp.content, op=op, sandbox=sandbox)
+    return resp
+
+
+def check_token(ref: Any) -> Op[None]:
+    """Raises AuthError unless the node's VM takes the token (GET of the
+    sandbox: one round trip). Guards create() against a VM holding the hash
+    of a token other than its Secret's (docs/sdk.md, "k.sandboxes")."""
+    yield from send(ref.http, "GET", ref.base, headers=auth(ref.token), op="get",
+                    sandbox=ref.info.name)

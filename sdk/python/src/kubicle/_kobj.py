@@ -9,6 +9,7 @@ import secrets
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from . import errors
+from ._sansio import Call
 from ._labels import AGENT, FORK_OF, NODE, RUN, TEMPLATE, to_metadata
 from .models import SandboxInfo
 
@@ -20,6 +21,11 @@ TEMPLATES = "sandboxtemplates"
 WORKSPACES = "workspaces"
 
 READY, PENDING, FAILED, GONE = "ready", "pending", "failed", "gone"
+
+
+class StreamBroken(Exception):
+    """A watch's connection broke (either client's own error, said once):
+    the watch is made again from the last resourceVersion."""
 
 
 def _get(obj: Mapping[str, Any], *path: str) -> Any:
@@ -125,11 +131,10 @@ def serving_ca(annotations: Optional[Mapping[str, str]]) -> Optional[str]:
     return pem if "-----BEGIN CERTIFICATE-----" in pem else None
 
 
-def lease_error(e: Any, node: str, lease_ns: str, sandbox: str) -> errors.KubicleError:
-    """Why the node's Lease (its serving CA) could not be read."""
-    err = api_error(e, what=f"read Lease {lease_name(node)} in {lease_ns} (the node's serving CA; "
-                            f"the client needs get on leases there)", sandbox=sandbox)
-    return err
+def lease_what(node: str, lease_ns: str) -> str:
+    """What reading the node's Lease (its serving CA) is, in an error."""
+    return (f"read Lease {lease_name(node)} in {lease_ns} (the node's serving CA; "
+            f"the client needs get on leases there)")
 
 
 def node_id(obj: Mapping[str, Any]) -> str:
@@ -387,28 +392,34 @@ def sweep_timeout(selector: str, timeout: float, left: Objs) -> errors.KubicleEr
         f"{', '.join(sorted(left)[:10])}", reason="Timeout")
 
 
-def check_token(http: Any, ref: Any) -> None:
-    """Raises AuthError unless the node's VM takes the token (GET of the
-    sandbox: one round trip). Guards create() against a VM holding the hash
-    of a token other than its Secret's (docs/sdk.md, "k.sandboxes")."""
-    import httpx
+# --- the list and watch requests both transports make ----------------------
 
-    from . import _http
-
-    try:
-        resp = (ref.http or http).get(ref.base, headers=_http.auth(ref.token))
-    except httpx.TransportError as e:
-        raise _http.transport_error(e, op="get", sandbox=ref.info.name) from e
-    _http.raise_for(resp, resp.content, op="get", sandbox=ref.info.name)
+def list_call(namespace: str, plural: str = SANDBOXES, **sel: Any) -> Call:
+    return Call("kube", ("co", "list_namespaced_custom_object", GROUP, VERSION, namespace,
+                         plural), dict(what=f"list {plural}", **sel))
 
 
-async def check_token_async(http: Any, ref: Any) -> None:
-    import httpx
+def watch_call(namespace: str, rv: str, seconds: int, plural: str = SANDBOXES,
+               request_timeout: Optional[float] = None, **sel: Any) -> Call:
+    """One watch request of ``seconds`` from ``rv``; its events come one by
+    one through the transport's ``next``."""
+    kw = dict(resource_version=rv, allow_watch_bookmarks=True, timeout_seconds=seconds,
+              _request_timeout=request_timeout if request_timeout is not None else seconds + 30,
+              **sel)
+    return Call("watch", ((GROUP, VERSION, namespace, plural), kw, f"watch {plural}"))
 
-    from . import _http
 
-    try:
-        resp = await (ref.http or http).get(ref.base, headers=_http.auth(ref.token))
-    except httpx.TransportError as e:
-        raise _http.transport_error(e, op="get", sandbox=ref.info.name) from e
-    _http.raise_for(resp, resp.content, op="get", sandbox=ref.info.name)
+def objs_and_rv(lst: Mapping[str, Any]) -> Tuple[Objs, str]:
+    """A list answer as the objects by name and its resourceVersion."""
+    return ({name_of(o): o for o in lst.get("items", [])},
+            lst["metadata"]["resourceVersion"])
+
+
+def items_and_rv(lst: Mapping[str, Any]) -> Tuple[List[Dict[str, Any]], str]:
+    objs, rv = objs_and_rv(lst)
+    return list(objs.values()), rv
+
+
+def event_object(ev: Mapping[str, Any]) -> Dict[str, Any]:
+    """The object of a watch event, as either client gives it."""
+    return ev.get("raw_object") or ev.get("object") or {}

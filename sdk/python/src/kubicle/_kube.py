@@ -1,7 +1,11 @@
-"""The Kubernetes backend of the sync client, on the official ``kubernetes``
-package: Sandboxes and SandboxForks are created, then watched (list, then
-watch from its resourceVersion; relist on 410) until they stand where the
-caller wants them."""
+"""Kubernetes mode, once for both clients: Sandboxes and SandboxForks are
+created, then watched (the shared watch of ``_watchcache.py``, or list and
+watch from its resourceVersion, relisting on 410) until they stand where the
+caller wants them; tokens come from Secrets, node CAs from Leases.
+
+``KubeBackend``'s calls are operations of the core (``_sansio.py``): the
+threaded client drives them on ``kubernetes``, the asyncio one on
+``kubernetes_asyncio``, through the same steps."""
 
 from __future__ import annotations
 
@@ -10,9 +14,12 @@ import os
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, TypeVar
 
-from . import _http, _kobj, _watchcache, _workspace_obj, errors
+import httpx
+
+from . import _http, _kobj, _run, _watchcache, _workspace_obj, errors
 from ._labels import FORK_OF
 from ._ref import Ref
+from ._sansio import Op, call, shielded
 
 T = TypeVar("T")
 log = logging.getLogger("kubicle")
@@ -67,108 +74,86 @@ def use_incluster(kubeconfig: Optional[str]) -> bool:
 
 
 class KubeBackend:
-    def __init__(self, *, namespace: Optional[str], kubeconfig: Optional[str],
-                 context: Optional[str], scheme: str, pool_size: int, http: Any,
-                 transport: Optional[_http.TransportConfig] = None,
-                 node_lease_namespace: str = _kobj.NODE_LEASE_NAMESPACE) -> None:
-        from kubernetes import client, config
-        from kubernetes.config.incluster_config import InClusterConfigLoader
+    """Sandboxes, SandboxForks, Workspaces and per-call runs as Kubernetes
+    objects in one namespace. Each public method is an operation (``Op``)
+    for the client's driver; ``client`` names the client in the error a
+    closed one raises."""
 
-        self._http = http
-        self._transport = transport or _http.TransportConfig(scheme=scheme)
-        self._tls = _http.TlsPool(self._transport, _http.sync_client)
+    def __init__(self, *, namespace: Optional[str], kubeconfig: Optional[str],
+                 context: Optional[str], pool_size: int, transport: _http.TransportConfig,
+                 make_client: Callable[[_http.TransportConfig], Any], client: str,
+                 node_lease_namespace: str = _kobj.NODE_LEASE_NAMESPACE) -> None:
+        self._want_ns, self._kubeconfig, self._context = namespace, kubeconfig, context
+        self._pool, self._client = pool_size, client
+        self._transport = transport
+        self._tls = _http.TlsPool(transport, make_client)
         self._lease_ns = node_lease_namespace
-        cfg = client.Configuration()
-        if use_incluster(kubeconfig):
-            InClusterConfigLoader(**incluster_files()).load_and_set(cfg)
+        self.namespace = namespace or ""
+        self.started = self.closed = False
+
+    # --- connecting ---------------------------------------------------------
+
+    def start(self) -> Op[None]:
+        """Loads the credentials (in-cluster or kubeconfig) and connects."""
+        self._check_open()
+        if self.started:
+            return
+        lib = yield call("kube_lib")
+        cfg = lib.client.Configuration()
+        if use_incluster(self._kubeconfig):
+            lib.InClusterConfigLoader(**incluster_files()).load_and_set(cfg)
             ns = incluster_namespace()
         else:
-            path = kubeconfig_path(kubeconfig)
-            config.load_kube_config(config_file=path, context=context,
-                                    client_configuration=cfg, persist_config=False)
-            contexts, active = config.list_kube_config_contexts(config_file=path)
-            ns = kubeconfig_namespace(contexts, active, context) or "default"
-        cfg.connection_pool_maxsize = pool_size
-        self.namespace = namespace or ns
-        self._scheme = scheme
-        self._api = client.ApiClient(cfg)
-        self._co = client.CustomObjectsApi(self._api)
-        self._core = client.CoreV1Api(self._api)
-        self._coord = client.CoordinationV1Api(self._api)
-        import threading
+            path = kubeconfig_path(self._kubeconfig)
+            yield call("load_kube_config", lib, config_file=path, context=self._context,
+                       client_configuration=cfg, persist_config=False)
+            contexts, active = lib.config.list_kube_config_contexts(config_file=path)
+            ns = kubeconfig_namespace(contexts, active, self._context) or "default"
+        cfg.connection_pool_maxsize = self._pool
+        self.namespace = self._want_ns or ns
+        yield call("connect_kube", lib, cfg)
+        self.started = True
 
-        self._watcher: Optional[_watchcache.SyncWatcher] = None
-        self._watcher_lock = threading.Lock()
-
-    def close(self) -> None:
-        if self._watcher is not None:
-            self._watcher.close()
+    def close(self) -> Op[None]:
+        """Stops the shared watch and closes every connection; calls still
+        running then fail with KubicleError (reason Closed)."""
+        self.closed = True
+        yield call("close_kube")
         for c in self._tls.take_all():
-            c.close()
-        self._api.close()
+            yield call("close_http", c)
 
-    # --- the shared watch (kubicle/_watchcache.py) --------------------------
-
-    def _list_all(self) -> Tuple[List[Dict[str, Any]], str]:
-        objs, rv = self._list(_kobj.SANDBOXES)
-        return list(objs.values()), rv
-
-    def _watch_all(self, rv: str, seconds: int, holder: Any) -> Any:
-        from kubernetes import watch
-        from kubernetes.client.rest import ApiException
-
-        w = watch.Watch()
-        holder.stopper = w
-        try:
-            yield from w.stream(self._co.list_namespaced_custom_object, _kobj.GROUP, _kobj.VERSION,
-                                self.namespace, _kobj.SANDBOXES, resource_version=rv,
-                                allow_watch_bookmarks=True, timeout_seconds=seconds,
-                                _request_timeout=seconds + 30)
-        except ApiException as e:
-            raise _kobj.api_error(e, what="watch sandboxes") from e
-        finally:
-            w.stop()
-
-    def _wait(self, step: Callable[[Objs], Optional[T]], select: _watchcache.Select,
-              min_rv: Optional[int], timeout: float, **sel: Any) -> Tuple[Optional[T], Objs]:
-        """Waits on the shared watch once min_rv is known, else (a
-        resourceVersion that is not a number) with a watch of its own."""
-        if min_rv is None:
-            return self._watch(_kobj.SANDBOXES, timeout, step, **sel)
-        with self._watcher_lock:
-            if self._watcher is None:
-                self._watcher = _watchcache.SyncWatcher(self._list_all, self._watch_all)
-        return self._watcher.wait(step, select, min_rv, timeout)  # type: ignore[no-any-return]
+    def _check_open(self) -> None:
+        if self.closed:
+            raise errors.KubicleError(f"the {self._client} client is closed", reason="Closed")
 
     # --- plumbing -----------------------------------------------------------
 
-    def _do(self, fn: Callable[..., Any], *args: Any, what: str = "", sandbox: Optional[str] = None,
+    def _co(self, method: str, plural: str, *args: Any, cleanup: bool = False,
             **kw: Any) -> Any:
-        from kubernetes.client.rest import ApiException
+        """A CustomObjectsApi call on ``plural`` in the namespace."""
+        self._check_open()
+        make = shielded if cleanup else call
+        return make("kube", "co", method, _kobj.GROUP, _kobj.VERSION, self.namespace, plural,
+                    *args, **kw)
 
-        try:
-            return fn(*args, **kw)
-        except ApiException as e:
-            raise _kobj.api_error(e, what=what, sandbox=sandbox) from e
+    def _api(self, api: str, method: str, *args: Any, **kw: Any) -> Any:
+        self._check_open()
+        return call("kube", api, method, *args, **kw)
 
-    def _list(self, plural: str, **sel: Any) -> Tuple[Objs, str]:
-        lst = self._do(self._co.list_namespaced_custom_object, _kobj.GROUP, _kobj.VERSION,
-                       self.namespace, plural, what=f"list {plural}", **sel)
-        items = {_kobj.name_of(o): o for o in lst.get("items", [])}
-        return items, lst["metadata"]["resourceVersion"]
+    def _list(self, plural: str, **sel: Any) -> Op[Tuple[Objs, str]]:
+        self._check_open()
+        lst = yield _kobj.list_call(self.namespace, plural, **sel)
+        return _kobj.objs_and_rv(lst)
 
     def _watch(self, plural: str, timeout: float, step: Callable[[Objs], Optional[T]],
-               **sel: Any) -> Tuple[Optional[T], Objs]:
+               **sel: Any) -> Op[Tuple[Optional[T], Objs]]:
         """Feeds the objects matching ``sel`` to ``step`` on every change
         until it returns a value (or raises), or ``timeout`` passes: then
-        (None, the objects last seen)."""
-        from kubernetes import watch
-        from kubernetes.client.rest import ApiException
-        from urllib3.exceptions import HTTPError
-
+        (None, the objects last seen). A watch of its own (list, watch from
+        that resourceVersion, relist on 410, again after a broken one)."""
         deadline = time.monotonic() + timeout
         while True:
-            objs, rv = self._list(plural, **sel)
+            objs, rv = yield from self._list(plural, **sel)
             r = step(objs)
             if r is not None:
                 return r, objs
@@ -177,335 +162,344 @@ class KubeBackend:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return None, objs
-                w = watch.Watch()
+                self._check_open()
+                events = yield _kobj.watch_call(self.namespace, rv, max(1, int(remaining + 0.999)),
+                                                plural, remaining + 30, **sel)
                 try:
-                    for ev in w.stream(self._co.list_namespaced_custom_object, _kobj.GROUP,
-                                       _kobj.VERSION, self.namespace, plural,
-                                       resource_version=rv, allow_watch_bookmarks=True,
-                                       timeout_seconds=max(1, int(remaining + 0.999)),
-                                       _request_timeout=remaining + 30, **sel):
-                        obj = ev.get("object") or {}
-                        rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
-                        kind = ev.get("type")
-                        if kind == "BOOKMARK":
-                            continue
-                        if kind == "DELETED":
-                            objs.pop(_kobj.name_of(obj), None)
-                        elif kind in ("ADDED", "MODIFIED"):
-                            objs[_kobj.name_of(obj)] = obj
+                    while True:
+                        got = yield from _watchcache.next_event(events, rv)
+                        if got is None:
+                            break
+                        kind, obj, rv = got
+                        if _watchcache.apply_event(objs, kind, obj) is None:
+                            continue  # a bookmark
                         r = step(objs)
                         if r is not None:
                             return r, objs
                         if time.monotonic() >= deadline:
                             break
-                except ApiException as e:
-                    if e.status != 410:
-                        raise _kobj.api_error(e, what=f"watch {plural}") from e
+                except errors.KubicleError as e:
+                    if e.status_code != 410:
+                        raise
                     relist = True  # too old a resourceVersion: start over
-                except HTTPError:
-                    time.sleep(0.2)  # the connection broke: watch again from rv
+                except _kobj.StreamBroken:
+                    yield call("sleep", 0.2)  # watch again from rv
                 finally:
-                    w.stop()
+                    yield call("close_watch", events)
 
-    def _delete(self, plural: str, name: str, policy: str) -> Any:
+    def _wait(self, step: Callable[[Objs], Optional[T]], select: _watchcache.Select,
+              min_rv: Optional[int], timeout: float, **sel: Any) -> Op[Tuple[Optional[T], Objs]]:
+        """Waits on the shared watch once min_rv is known, else (a
+        resourceVersion that is not a number) with a watch of its own."""
+        if min_rv is None:
+            return (yield from self._watch(_kobj.SANDBOXES, timeout, step, **sel))
+        self._check_open()
+        return (yield call("wait", self.namespace, step, select, min_rv, timeout))
+
+    def _wait_named(self, step: Any, written: Mapping[str, Any],
+                    timeout: float) -> Op[Dict[str, Any]]:
+        """What ``step`` waits for of Sandbox ``step.name``, once the watch
+        has seen our own write ``written``; the step's timeout error after
+        ``timeout``."""
+        name = step.name
+        r, objs = yield from self._wait(step, _watchcache.by_name(name),
+                                        _watchcache.min_rv_of(written), timeout,
+                                        field_selector=f"metadata.name={name}")
+        if r is None:
+            raise step.timeout(timeout, objs)
+        return r  # type: ignore[no-any-return]
+
+    def _delete(self, plural: str, name: str, policy: str, cleanup: bool = False) -> Op[Any]:
         """The apiserver's answer (the object), None if it was gone."""
-        from kubernetes import client
-
         try:
-            return self._do(self._co.delete_namespaced_custom_object, _kobj.GROUP, _kobj.VERSION,
-                            self.namespace, plural, name,
-                            body=client.V1DeleteOptions(propagation_policy=policy),
-                            what=f"delete {plural[:-1]} {name}",
-                            sandbox=None if plural == _kobj.WORKSPACES else name)
+            return (yield self._co("delete_namespaced_custom_object", plural, name,
+                                   body={"propagationPolicy": policy}, cleanup=cleanup,
+                                   what=f"delete {plural[:-1]} {name}",
+                                   sandbox=None if plural == _kobj.WORKSPACES else name))
         except errors.NotFoundError:
             return None
+
+    def _discard(self, plural: str, name: str) -> Op[Any]:
+        """Deletes what this call made and must not leave behind (also when
+        the caller is cancelled)."""
+        return self._delete(plural, name, "Background", cleanup=True)
 
     def _ref(self, obj: Dict[str, Any]) -> Ref:
         return Ref(info=_kobj.sandbox_info(obj), raw=obj)
 
-    # --- the backend interface ----------------------------------------------
+    def _checked(self, ref: Ref) -> Op[None]:
+        """Resolves ``ref`` and proves its VM takes its Secret's token."""
+        yield from self.resolve(ref)
+        yield from _http.check_token(ref)
+
+    # --- Sandboxes ------------------------------------------------------------
 
     def create(self, *, template: str, name: Optional[str], labels: Mapping[str, str],
                ttl_seconds: Optional[int], env: Optional[Mapping[str, str]],
                resources: Optional[Mapping[str, Any]], timeout: float,
-               wait_pending: bool, workspace: Optional[str] = None) -> Ref:
+               wait_pending: bool, workspace: Optional[str] = None) -> Op[Ref]:
         body = _kobj.sandbox_manifest(namespace=self.namespace, template=template, name=name,
                                       labels=labels, ttl_seconds=ttl_seconds, env=env,
                                       resources=resources, workspace=workspace)
         deadline = time.monotonic() + timeout
         for attempt in range(TOKEN_RETRIES + 1):
-            ref = self._create_once(body, max(0.1, deadline - time.monotonic()), wait_pending)
+            ref = yield from self._create_once(body, max(0.1, deadline - time.monotonic()),
+                                               wait_pending)
             try:
-                self.resolve(ref)
-                _kobj.check_token(self._http, ref)
+                yield from self._checked(ref)
                 return ref
             except errors.AuthError:
-                self._delete(_kobj.SANDBOXES, ref.info.name, "Background")
+                yield from self._discard(_kobj.SANDBOXES, ref.info.name)
                 if name or attempt == TOKEN_RETRIES:
                     raise
                 log.warning(REPLACED_MESSAGE, ref.info.name)
             except BaseException:
-                self._delete(_kobj.SANDBOXES, ref.info.name, "Background")
+                yield from self._discard(_kobj.SANDBOXES, ref.info.name)
                 raise
         raise AssertionError("unreachable")
 
-    def _create_once(self, body: Dict[str, Any], timeout: float, wait_pending: bool) -> Ref:
-        created = self._do(self._co.create_namespaced_custom_object, _kobj.GROUP, _kobj.VERSION,
-                           self.namespace, _kobj.SANDBOXES, body, what="create Sandbox")
+    def _create_once(self, body: Dict[str, Any], timeout: float, wait_pending: bool) -> Op[Ref]:
+        created = yield self._co("create_namespaced_custom_object", _kobj.SANDBOXES, body,
+                                 what="create Sandbox")
         sname = _kobj.name_of(created)
         try:
-            return self._ref(self._wait_ready(sname, timeout, wait_pending,
-                                              _watchcache.min_rv_of(created)))
+            ready = yield from self._wait_named(_kobj.ReadyStep(sname, wait_pending), created,
+                                                timeout)
+            return self._ref(ready)
         except BaseException:
-            # Never leave a Sandbox behind that the caller does not know of.
-            self._delete(_kobj.SANDBOXES, sname, "Background")
+            # Never leave a Sandbox behind that the caller does not know of
+            # (a cancelled task included).
+            yield from self._discard(_kobj.SANDBOXES, sname)
             raise
 
-    def _wait_ready(self, name: str, timeout: float, wait_pending: bool,
-                    min_rv: Optional[int]) -> Dict[str, Any]:
-        step = _kobj.ReadyStep(name, wait_pending)
-        r, objs = self._wait(step, _watchcache.by_name(name), min_rv, timeout,
-                             field_selector=f"metadata.name={name}")
-        if r is None:
-            raise step.timeout(timeout, objs)
-        return r
-
-    def get(self, name: str) -> Ref:
-        obj = self._do(self._co.get_namespaced_custom_object, _kobj.GROUP, _kobj.VERSION,
-                       self.namespace, _kobj.SANDBOXES, name, what=f"get Sandbox {name}",
-                       sandbox=name)
+    def get(self, name: str) -> Op[Ref]:
+        obj = yield self._co("get_namespaced_custom_object", _kobj.SANDBOXES, name,
+                             what=f"get Sandbox {name}", sandbox=name)
         return self._ref(obj)
 
-    def list(self, selector: str) -> List[Ref]:
-        objs, _ = self._list(_kobj.SANDBOXES, label_selector=selector)
+    def list(self, selector: str) -> Op[List[Ref]]:
+        objs, _ = yield from self._list(_kobj.SANDBOXES, label_selector=selector)
         return [self._ref(o) for _, o in sorted(objs.items())]
 
-    def resolve(self, ref: Ref) -> None:
+    def resolve(self, ref: Ref) -> Op[None]:
         """Fills the data-plane URL and token (the Sandbox's token Secret)."""
         if ref.base and ref.token:
             return
         obj = ref.raw
         if not _kobj.is_ready(obj):
-            obj = self.get(ref.info.name).raw
+            obj = (yield from self.get(ref.info.name)).raw
             ref.raw, ref.info = obj, _kobj.sandbox_info(obj)
-        transport = self._node_transport(_kobj.node_of(obj), ref.info.name)
+        transport = yield from self._node_transport(_kobj.node_of(obj), ref.info.name)
         base = _kobj.data_plane_url(transport.scheme, obj)
-        ref.token = self._secret_token(obj["status"]["tokenSecretName"], "token",
-                                       sandbox=ref.info.name)
+        ref.token = yield from self._secret_token(obj["status"]["tokenSecretName"], "token",
+                                                  sandbox=ref.info.name)
         ref.http, ref.ssl = transport.http, transport.ssl
         ref.base = base
 
-    def run_target(self, template: str, workspace: Optional[str] = None) -> Any:
+    def run_target(self, template: str, workspace: Optional[str] = None) -> Op[_run.RunTarget]:
         """Where a per-call run of SandboxTemplate ``template`` goes: a node
         where it is Ready, with the run token from its Secret."""
-        from ._run import RunTarget, pick_node, run_token_secret
-
         try:
-            obj = self._do(self._co.get_namespaced_custom_object, _kobj.GROUP, _kobj.VERSION,
-                           self.namespace, _kobj.TEMPLATES, template,
-                           what=f"get SandboxTemplate {template}")
+            obj = yield self._co("get_namespaced_custom_object", _kobj.TEMPLATES, template,
+                                 what=f"get SandboxTemplate {template}")
         except errors.NotFoundError as e:
             raise errors.TemplateNotFoundError(f"no SandboxTemplate {template}",
                                                reason="TemplateNotFound", status_code=404) from e
         only = node_workspace = None
         if workspace is not None:
-            only, node_workspace = _workspace_obj.workspace_node(self.get_workspace(workspace))
-        node, endpoint, node_template = pick_node(obj, only)
-        token = self._secret_token(run_token_secret(obj), "run-token")
-        transport = self._node_transport(node, template)
-        return RunTarget(base=f"{transport.scheme}://{endpoint}", node_template=node_template,
-                         token=token, node_workspace=node_workspace, http=transport.http)
+            only, node_workspace = _workspace_obj.workspace_node(
+                (yield from self.get_workspace(workspace)))
+        node, endpoint, node_template = _run.pick_node(obj, only)
+        token = yield from self._secret_token(_run.run_token_secret(obj), "run-token")
+        transport = yield from self._node_transport(node, template)
+        return _run.RunTarget(base=f"{transport.scheme}://{endpoint}",
+                              node_template=node_template, token=token,
+                              node_workspace=node_workspace, http=transport.http)
 
-    def _secret_token(self, secret: str, kind: str, sandbox: Optional[str] = None) -> str:
+    def _secret_token(self, secret: str, kind: str, sandbox: Optional[str] = None) -> Op[str]:
         """data.token of Secret ``secret`` (a Sandbox's, a template's run
         token, a Workspace's)."""
-        s = self._do(self._core.read_namespaced_secret, secret, self.namespace,
-                     what=f"read {kind} Secret {secret}", sandbox=sandbox)
+        s = yield self._api("core", "read_namespaced_secret", secret, self.namespace,
+                            what=f"read {kind} Secret {secret}", sandbox=sandbox)
         return _kobj.token_from_secret(s.data, secret)
 
-    def _node_transport(self, node: str, sandbox: str) -> _http.NodeTransport:
-        return _http.node_transport(self._serving_ca(node, sandbox), self._transport, self._tls)
+    def _node_transport(self, node: str, sandbox: str) -> Op[_http.NodeTransport]:
+        ca = yield from self._serving_ca(node, sandbox)
+        return _http.node_transport(ca, self._transport, self._tls)
 
-    def _serving_ca(self, node: str, sandbox: str) -> Optional[str]:
+    def _serving_ca(self, node: str, sandbox: str) -> Op[Optional[str]]:
         """The CA the node's Lease publishes; None for a node without one."""
-        from kubernetes.client.rest import ApiException
-
         try:
-            lease = self._coord.read_namespaced_lease(_kobj.lease_name(node), self._lease_ns)
-        except ApiException as e:
-            if e.status == 404:
-                return None  # the node is gone: the data plane call will say so
-            raise _kobj.lease_error(e, node, self._lease_ns, sandbox) from e
+            lease = yield self._api("coord", "read_namespaced_lease", _kobj.lease_name(node),
+                                    self._lease_ns, what=_kobj.lease_what(node, self._lease_ns),
+                                    sandbox=sandbox)
+        except errors.NotFoundError:
+            return None  # the node is gone: the data plane call will say so
         return _kobj.serving_ca(lease.metadata.annotations if lease.metadata else None)
 
-    def set_suspend(self, ref: Ref, suspend: bool, *, timeout: float) -> Ref:
+    def set_suspend(self, ref: Ref, suspend: bool, *, timeout: float) -> Op[Ref]:
         """Patches spec.suspend and waits for the node: phase Suspended, or
         Running and Ready again (docs/sdk.md, "Suspend and resume")."""
         name = ref.info.name
-        patched = self._do(self._co.patch_namespaced_custom_object, _kobj.GROUP, _kobj.VERSION,
-                           self.namespace, _kobj.SANDBOXES, name, _kobj.suspend_patch(suspend),
-                           what=f"patch Sandbox {name}", sandbox=name)
-        step = _kobj.SuspendStep(name, suspend)
-        r, objs = self._wait(step, _watchcache.by_name(name), _watchcache.min_rv_of(patched),
-                             timeout, field_selector=f"metadata.name={name}")
-        if r is None:
-            raise step.timeout(timeout, objs)
-        fresh = self._ref(r)
+        # A merge patch, said so: kubernetes_asyncio would send an object as
+        # a JSON patch (the first type the custom-object API lists), which
+        # kube-apiserver refuses (400).
+        patched = yield self._co("patch_namespaced_custom_object", _kobj.SANDBOXES, name,
+                                 _kobj.suspend_patch(suspend), what=f"patch Sandbox {name}",
+                                 sandbox=name, _content_type="application/merge-patch+json")
+        fresh = self._ref((yield from self._wait_named(_kobj.SuspendStep(name, suspend), patched,
+                                                       timeout)))
         # The node, its endpoint and the token stay: what resolve found holds.
         fresh.base, fresh.token, fresh.http, fresh.ssl, fresh.env = (
             ref.base, ref.token, ref.http, ref.ssl, ref.env)
         return fresh
 
-    def delete(self, name: str, *, wait: bool, timeout: float) -> None:
-        gone = self._delete(_kobj.SANDBOXES, name, "Background")
+    def delete(self, name: str, *, wait: bool, timeout: float) -> Op[None]:
+        gone = yield from self._delete(_kobj.SANDBOXES, name, "Background")
         if wait:
-            r, objs = self._wait(_kobj.none_left, _watchcache.by_name(name),
-                                 _watchcache.min_rv_of(gone), timeout,
-                                 field_selector=f"metadata.name={name}")
+            r, objs = yield from self._wait(_kobj.none_left, _watchcache.by_name(name),
+                                            _watchcache.min_rv_of(gone), timeout,
+                                            field_selector=f"metadata.name={name}")
             if r is None:
                 raise _kobj.timeout_error(f"Sandbox {name}: deletion", timeout, None,
                                           objs.get(name))
 
-    def sweep(self, selector: str, *, timeout: float) -> List[str]:
-        objs, _ = self._list(_kobj.SANDBOXES, label_selector=selector)
+    def sweep(self, selector: str, *, timeout: float) -> Op[List[str]]:
+        objs, _ = yield from self._list(_kobj.SANDBOXES, label_selector=selector)
         for plural in (_kobj.FORKS, _kobj.SANDBOXES):
-            self._do(self._co.delete_collection_namespaced_custom_object, _kobj.GROUP,
-                     _kobj.VERSION, self.namespace, plural, label_selector=selector,
-                     propagation_policy="Background", what=f"delete {plural} -l {selector}")
-        r, left = self._wait(_kobj.none_left, _watchcache.by_labels(selector),
-                             _watchcache.min_rv_of_items(objs), timeout,
-                             label_selector=selector)
+            yield self._co("delete_collection_namespaced_custom_object", plural,
+                           label_selector=selector, propagation_policy="Background",
+                           what=f"delete {plural} -l {selector}")
+        r, left = yield from self._wait(_kobj.none_left, _watchcache.by_labels(selector),
+                                        _watchcache.min_rv_of_items(objs), timeout,
+                                        label_selector=selector)
         if r is None:
             raise _kobj.sweep_timeout(selector, timeout, left)
         return sorted(objs)
 
     def fork(self, ref: Ref, *, count: int, labels: Mapping[str, str],
-             ttl_seconds: Optional[int], timeout: float) -> List[Ref]:
+             ttl_seconds: Optional[int], timeout: float) -> Op[List[Ref]]:
         deadline = time.monotonic() + timeout
         kept: List[Ref] = []
         try:
             for _ in range(TOKEN_RETRIES + 1):
-                kids = self._fork_once(ref, count - len(kept), labels, ttl_seconds,
-                                       max(0.1, deadline - time.monotonic()))
+                kids = yield from self._fork_once(ref, count - len(kept), labels, ttl_seconds,
+                                                  max(0.1, deadline - time.monotonic()))
                 for kid in kids:
                     try:
-                        self.resolve(kid)
-                        _kobj.check_token(self._http, kid)
+                        yield from self._checked(kid)
                         kept.append(kid)
                     except errors.AuthError:
                         log.warning(REPLACED_MESSAGE, kid.info.name)
-                        self._delete(_kobj.SANDBOXES, kid.info.name, "Background")
+                        yield from self._discard(_kobj.SANDBOXES, kid.info.name)
                 if len(kept) == count:
                     return kept
             raise errors.AuthError(f"{count - len(kept)} fork children refuse their own token",
                                    reason="TokenMismatch", sandbox=ref.info.name)
         except BaseException:
             for kid in kept:
-                self._delete(_kobj.SANDBOXES, kid.info.name, "Background")
+                yield from self._discard(_kobj.SANDBOXES, kid.info.name)
             raise
 
     def _fork_once(self, ref: Ref, count: int, labels: Mapping[str, str],
-                   ttl_seconds: Optional[int], timeout: float) -> List[Ref]:
+                   ttl_seconds: Optional[int], timeout: float) -> Op[List[Ref]]:
         body = _kobj.fork_manifest(ref.raw, count=count, labels=labels, ttl_seconds=ttl_seconds)
-        fork = self._do(self._co.create_namespaced_custom_object, _kobj.GROUP, _kobj.VERSION,
-                        self.namespace, _kobj.FORKS, body, what="create SandboxFork",
-                        sandbox=ref.info.name)
+        fork = yield self._co("create_namespaced_custom_object", _kobj.FORKS, body,
+                              what="create SandboxFork", sandbox=ref.info.name)
         fname = _kobj.name_of(fork)
         try:
-            children = self._wait_children(fname, count, timeout, _watchcache.min_rv_of(fork))
+            children = yield from self._wait_children(fname, count, timeout,
+                                                      _watchcache.min_rv_of(fork))
         except BaseException:
-            self._delete(_kobj.FORKS, fname, "Background")  # its children go with it
+            yield from self._discard(_kobj.FORKS, fname)  # its children go with it
             raise
         # The children outlive their SandboxFork: deleting it with Orphan
         # leaves them as plain Sandboxes, so each can be deleted on its own
         # (the fork would recreate a child deleted under it).
-        self._delete(_kobj.FORKS, fname, "Orphan")
+        yield from self._delete(_kobj.FORKS, fname, "Orphan")
         return [self._ref(c) for c in children]
 
     def _wait_children(self, fname: str, count: int, timeout: float,
-                       min_rv: Optional[int]) -> List[Dict[str, Any]]:
+                       min_rv: Optional[int]) -> Op[List[Dict[str, Any]]]:
         step = _kobj.ChildrenStep(fname, count)
         sel = f"{FORK_OF}={fname}"
-        r, objs = self._wait(step, _watchcache.by_labels(sel), min_rv, timeout, label_selector=sel)
+        r, objs = yield from self._wait(step, _watchcache.by_labels(sel), min_rv, timeout,
+                                        label_selector=sel)
         if r is not None:
             return r
         try:
-            fork = self._do(self._co.get_namespaced_custom_object, _kobj.GROUP, _kobj.VERSION,
-                            self.namespace, _kobj.FORKS, fname)
+            fork = yield self._co("get_namespaced_custom_object", _kobj.FORKS, fname)
         except errors.KubicleError:
             fork = None
         raise step.timeout(timeout, objs, fork)
 
     # --- Workspaces (client.workspaces) -------------------------------------
 
-    def get_workspace(self, name: str) -> Dict[str, Any]:
+    def get_workspace(self, name: str) -> Op[Dict[str, Any]]:
         try:
-            obj: Dict[str, Any] = self._do(
-                self._co.get_namespaced_custom_object, _kobj.GROUP, _kobj.VERSION,
-                self.namespace, _kobj.WORKSPACES, name, what=f"get Workspace {name}")
+            obj: Dict[str, Any] = yield self._co("get_namespaced_custom_object",
+                                                 _kobj.WORKSPACES, name,
+                                                 what=f"get Workspace {name}")
         except errors.NotFoundError as e:
             raise _workspace_obj.not_found(name) from e
         return obj
 
-    def list_workspaces(self) -> List[Dict[str, Any]]:
-        objs, _ = self._list(_kobj.WORKSPACES)
+    def list_workspaces(self) -> Op[List[Dict[str, Any]]]:
+        objs, _ = yield from self._list(_kobj.WORKSPACES)
         return [o for _, o in sorted(objs.items())]
 
     def create_workspace(self, name: str, size_mib: int, labels: Optional[Mapping[str, str]],
-                         timeout: float) -> Dict[str, Any]:
+                         timeout: float) -> Op[Dict[str, Any]]:
         """Creates the Workspace (or finds one of that size) and returns it
         once Ready. One this call made is deleted again if that fails."""
         body = _workspace_obj.manifest(namespace=self.namespace, name=name, size_mib=size_mib,
                                        labels=labels)
         try:
-            self._do(self._co.create_namespaced_custom_object, _kobj.GROUP, _kobj.VERSION,
-                     self.namespace, _kobj.WORKSPACES, body, what=f"create Workspace {name}")
+            yield self._co("create_namespaced_custom_object", _kobj.WORKSPACES, body,
+                           what=f"create Workspace {name}")
         except errors.ConflictError as e:
             if e.reason != "AlreadyExists":
                 raise
-            _workspace_obj.check_size(self.get_workspace(name), size_mib)
-            return self._wait_ready_workspace(name, timeout)
+            _workspace_obj.check_size((yield from self.get_workspace(name)), size_mib)
+            return (yield from self._wait_workspace(name, _workspace_obj.ReadyStep(name), timeout))
         try:
-            return self._wait_ready_workspace(name, timeout)
+            return (yield from self._wait_workspace(name, _workspace_obj.ReadyStep(name), timeout))
         except BaseException:
-            self._delete(_kobj.WORKSPACES, name, "Background")  # not a half-made disk left behind
+            yield from self._discard(_kobj.WORKSPACES, name)  # not a half-made disk left behind
             raise
 
-    def delete_workspace(self, name: str, *, wait: bool, timeout: float) -> None:
+    def delete_workspace(self, name: str, *, wait: bool, timeout: float) -> Op[None]:
         """Refuses while a Sandbox uses it (as a standalone node does);
         else deletes it, with ``wait`` until the node has removed the disk."""
-        obj = self.get_workspace(name)
+        obj = yield from self.get_workspace(name)
         in_use = _workspace_obj.deletion_blocked(obj) or _workspace_obj.attached(obj)
         if in_use is not None:
             raise in_use
-        if self._delete(_kobj.WORKSPACES, name, "Background") is not None and wait:
-            self._wait_workspace(name, _workspace_obj.GoneStep(name), timeout)
+        gone = yield from self._delete(_kobj.WORKSPACES, name, "Background")
+        if gone is not None and wait:
+            yield from self._wait_workspace(name, _workspace_obj.GoneStep(name), timeout)
 
-    def workspace_files(self, name: str, *, with_token: bool) -> _workspace_obj.FilesTarget:
+    def workspace_files(self, name: str, *, with_token: bool) -> Op[_workspace_obj.FilesTarget]:
         """Where the Workspace's files are: its node's data plane (verified
         as a Sandbox's is), the node's name of the disk and, ``with_token``,
         the token from its Secret."""
-        obj = self.get_workspace(name)
+        obj = yield from self.get_workspace(name)
         node, disk = _workspace_obj.workspace_node(obj)
         endpoint = _workspace_obj.endpoint_of(obj)
         token = ""
         if with_token:
             secret = _workspace_obj.token_secret_of(obj)
             try:
-                token = self._secret_token(secret, "workspace token")
+                token = yield from self._secret_token(secret, "workspace token")
             except errors.NotFoundError as e:
                 raise _workspace_obj.missing_secret(name, secret) from e
-        transport = self._node_transport(node, name)
+        transport = yield from self._node_transport(node, name)
         return _workspace_obj.FilesTarget(scheme=transport.scheme, endpoint=endpoint, disk=disk,
                                           token=token, http=transport.http)
 
-    def _wait_ready_workspace(self, name: str, timeout: float) -> Dict[str, Any]:
-        obj: Dict[str, Any] = self._wait_workspace(name, _workspace_obj.ReadyStep(name), timeout)
-        return obj
-
-    def _wait_workspace(self, name: str, step: Any, timeout: float) -> Any:
-        r, objs = self._watch(_kobj.WORKSPACES, timeout, step,
-                              field_selector=f"metadata.name={name}")
+    def _wait_workspace(self, name: str, step: Any, timeout: float) -> Op[Any]:
+        r, objs = yield from self._watch(_kobj.WORKSPACES, timeout, step,
+                                         field_selector=f"metadata.name={name}")
         if r is None:
             raise step.timeout(timeout, objs)
         return r

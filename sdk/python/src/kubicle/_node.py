@@ -1,15 +1,17 @@
-"""The standalone backend: one kubicle-node's own API (docs/node.md, "HTTP
-API") with its admin token, no Kubernetes. A create returns once the VM's
-agent answers, so there is nothing to watch."""
+"""The standalone backend, once for both clients: one kubicle-node's own API
+(docs/node.md, "HTTP API") with its admin token, no Kubernetes. A create
+returns once the VM's agent answers, so there is nothing to watch. Its
+calls are operations of the core (``_sansio.py``)."""
 
 from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Optional
 
-import httpx
+from httpx import USE_CLIENT_DEFAULT
 
-from . import _http, _wire, errors
+from . import _http, _run, _wire, errors
 from ._ref import Ref
+from ._sansio import Op
 
 
 def create_body(*, template: str, name: Optional[str], labels: Mapping[str, str],
@@ -68,78 +70,82 @@ def check_selector(selector: str) -> str:
 
 
 class NodeBackend:
-    def __init__(self, http: httpx.Client, node_url: str, token: str) -> None:
+    def __init__(self, node_url: str, token: str) -> None:
         self.namespace = ""
         self.url = node_url.rstrip("/")
-        self._http, self._token = http, token
+        self.token = token
+        self.started = True
 
-    def close(self) -> None:
-        pass
+    def start(self) -> Op[None]:
+        return
+        yield  # nothing to connect: an operation that does nothing
 
-    def _call(self, method: str, path: str, *, op: str, sandbox: Optional[str] = None,
-              timeout: Optional[float] = None, **kw: Any) -> Any:
-        try:
-            resp = self._http.request(method, self.url + path, headers=_http.auth(self._token),
-                                      timeout=timeout if timeout is not None else
-                                      self._http.timeout, **kw)
-        except httpx.TransportError as e:
-            raise _http.transport_error(e, op=op, sandbox=sandbox) from e
-        _http.raise_for(resp, resp.content, op=op, sandbox=sandbox)
+    def close(self) -> Op[None]:
+        return
+        yield
+
+    def call(self, method: str, path: str, *, op: str, sandbox: Optional[str] = None,
+             timeout: Any = USE_CLIENT_DEFAULT, **kw: Any) -> Op[Any]:
+        """The node's JSON answer to ``method path`` with the admin token."""
+        resp = yield from _http.send(None, method, self.url + path, op=op, sandbox=sandbox,
+                                     headers=_http.auth(self.token), timeout=timeout, **kw)
         return resp.json()
 
     def create(self, *, template: str, name: Optional[str], labels: Mapping[str, str],
                ttl_seconds: Optional[int], env: Optional[Mapping[str, str]],
                resources: Optional[Mapping[str, Any]], timeout: float,
-               wait_pending: bool, workspace: Optional[str] = None) -> Ref:
+               wait_pending: bool, workspace: Optional[str] = None) -> Op[Ref]:
         body = create_body(template=template, name=name, labels=labels,
                            ttl_seconds=ttl_seconds, resources=resources, workspace=workspace)
-        j = self._call("POST", "/v1/sandboxes", op="create", json=body, timeout=timeout)
+        j = yield from self.call("POST", "/v1/sandboxes", op="create", json=body, timeout=timeout)
         return make_ref(self.url, j, env)
 
-    def get(self, name: str) -> Ref:
-        return make_ref(self.url, self._call("GET", f"/v1/sandboxes/{name}", op="get",
-                                             sandbox=name), None)
+    def get(self, name: str) -> Op[Ref]:
+        j = yield from self.call("GET", f"/v1/sandboxes/{name}", op="get", sandbox=name)
+        return make_ref(self.url, j, None)
 
-    def list(self, selector: str) -> List[Ref]:
+    def list(self, selector: str) -> Op[List[Ref]]:
         params = {"labelSelector": selector} if selector else {}
-        j = self._call("GET", "/v1/sandboxes", op="list", params=params)
+        j = yield from self.call("GET", "/v1/sandboxes", op="list", params=params)
         return [make_ref(self.url, s, None) for s in j.get("items", [])]
 
-    def run_target(self, template: str, workspace: Optional[str] = None) -> Any:
+    def run_target(self, template: str, workspace: Optional[str] = None) -> Op[_run.RunTarget]:
         """A standalone node: ``template`` is the node's template name; the
         admin token may run every template."""
-        from ._run import RunTarget
+        return _run.RunTarget(base=self.url, node_template=template, token=self.token)
+        yield
 
-        return RunTarget(base=self.url, node_template=template, token=self._token)
-
-    def resolve(self, ref: Ref) -> None:
+    def resolve(self, ref: Ref) -> Op[None]:
         if not ref.token:
-            ref.token = self._token  # the admin token may use every sandbox
+            ref.token = self.token  # the admin token may use every sandbox
         if not ref.base:
             ref.base = f"{self.url}/v1/sandboxes/{ref.info.id}"
+        return
+        yield
 
-    def set_suspend(self, ref: Ref, suspend: bool, *, timeout: float) -> Ref:
+    def set_suspend(self, ref: Ref, suspend: bool, *, timeout: float) -> Op[Ref]:
         """POST .../suspend or .../resume: the node answers once it is done."""
         verb = "suspend" if suspend else "resume"
-        j = self._call("POST", f"/v1/sandboxes/{ref.info.id}/{verb}", op=verb,
-                       sandbox=ref.info.name, timeout=timeout)
+        j = yield from self.call("POST", f"/v1/sandboxes/{ref.info.id}/{verb}", op=verb,
+                                 sandbox=ref.info.name, timeout=timeout)
         return keep_access(make_ref(self.url, j, ref.env), ref)
 
-    def delete(self, name: str, *, wait: bool, timeout: float) -> None:
+    def delete(self, name: str, *, wait: bool, timeout: float) -> Op[None]:
         try:
-            self._call("DELETE", f"/v1/sandboxes/{name}", op="delete", sandbox=name,
-                       timeout=timeout)
+            yield from self.call("DELETE", f"/v1/sandboxes/{name}", op="delete", sandbox=name,
+                                 timeout=timeout)
         except errors.SandboxNotFoundError:
             pass
 
-    def sweep(self, selector: str, *, timeout: float) -> List[str]:
-        j = self._call("DELETE", "/v1/sandboxes", op="sweep", timeout=timeout,
-                       params={"labelSelector": check_selector(selector)})
+    def sweep(self, selector: str, *, timeout: float) -> Op[List[str]]:
+        j = yield from self.call("DELETE", "/v1/sandboxes", op="sweep", timeout=timeout,
+                                 params={"labelSelector": check_selector(selector)})
         return sorted(j.get("deleted", []))
 
     def fork(self, ref: Ref, *, count: int, labels: Mapping[str, str],
-             ttl_seconds: Optional[int], timeout: float) -> List[Ref]:
-        j = self._call("POST", f"/v1/sandboxes/{ref.info.id}/fork", op="fork",
-                       sandbox=ref.info.name, timeout=timeout,
-                       json=fork_body(count=count, labels=labels, ttl_seconds=ttl_seconds))
+             ttl_seconds: Optional[int], timeout: float) -> Op[List[Ref]]:
+        j = yield from self.call("POST", f"/v1/sandboxes/{ref.info.id}/fork", op="fork",
+                                 sandbox=ref.info.name, timeout=timeout,
+                                 json=fork_body(count=count, labels=labels,
+                                                ttl_seconds=ttl_seconds))
         return [make_ref(self.url, c, ref.env) for c in j.get("items", [])]

@@ -9,17 +9,19 @@ objects it selects, evaluated when the cache changes and only once the
 cache has caught up with ``min_rv`` (the resourceVersion of the write the
 caller made), so "absent" means gone, not "not seen yet".
 
-The state (``Cache``, ``Waiter``) is plain; ``SyncWatcher`` runs the loop
-in a thread, ``AsyncWatcher`` as a task."""
+The state (``Cache``, ``Waiter``) is plain and the loop (``informer``) an
+operation of the core (``_sansio.py``); ``SyncWatcher`` runs it in a
+thread, ``AsyncWatcher`` as a task, each giving its steps."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
 import time
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Set, Tuple
 
-from . import _kobj, errors
+from . import _kobj, _sansio, errors
+from ._sansio import call
 
 Objs = Dict[str, Dict[str, Any]]
 Select = Callable[[Objs], Objs]
@@ -61,6 +63,19 @@ def by_labels(selector: str) -> Select:
     return select
 
 
+def apply_event(objs: Objs, kind: str, obj: Dict[str, Any]) -> Optional[str]:
+    """Applies one watch event to ``objs``; the object's name, None for a
+    bookmark."""
+    if kind == "BOOKMARK":
+        return None
+    name = _kobj.name_of(obj)
+    if kind == "DELETED":
+        objs.pop(name, None)
+    elif kind in ("ADDED", "MODIFIED"):
+        objs[name] = obj
+    return name
+
+
 class Cache:
     def __init__(self) -> None:
         self.objs: Objs = {}
@@ -77,14 +92,12 @@ class Cache:
         rv = int_rv((obj.get("metadata") or {}).get("resourceVersion"))
         if rv is not None:
             self.rv = max(self.rv, rv)
-        if kind == "BOOKMARK":
-            return None
-        name = _kobj.name_of(obj)
-        if kind == "DELETED":
-            self.objs.pop(name, None)
-        elif kind in ("ADDED", "MODIFIED"):
-            self.objs[name] = obj
-        return name
+        return apply_event(self.objs, kind, obj)
+
+    def relisted(self, items: Iterable[Dict[str, Any]], rv: str) -> None:
+        """A fresh list: the cache is that, and no longer failed."""
+        self.error = None
+        self.replace(items, int_rv(rv) or 0)
 
 
 class Waiter:
@@ -113,6 +126,13 @@ class Waiter:
         if v is not None:
             self.value, self.done = v, True
         return self.done
+
+    def outcome(self) -> Tuple[Any, Objs]:
+        """(value, objects) once done, (None, the objects last seen) when
+        the time ran out; raises what the step raised."""
+        if self.error is not None:
+            raise self.error
+        return (self.value if self.done else None), self.seen
 
 
 class _Waiters:
@@ -154,6 +174,57 @@ def _fatal(e: errors.KubicleError) -> bool:
     return isinstance(e, errors.AuthError) or e.status_code in (400, 404, 422)
 
 
+def next_event(events: Any, rv: str) -> _sansio.Op[Optional[Tuple[str, Dict[str, Any], str]]]:
+    """The next event of a watch: its type, its object and the
+    resourceVersion to watch again from; None once the watch ended."""
+    ev = yield call("next", events)
+    if ev is None:
+        return None
+    obj = _kobj.event_object(ev)
+    return ev.get("type", ""), obj, (obj.get("metadata") or {}).get("resourceVersion") or rv
+
+
+def waiting(w: "Waiter", deadline: float) -> _sansio.Op[None]:
+    """A wait until ``w`` is done or ``deadline`` passes. The watcher it
+    runs on is woken by the loop (``woken``: False when the time ran out);
+    a wait not done after RESYNC_SECONDS makes it relist (``resync``)."""
+    while not w.done:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        if not (yield call("woken", w, min(left, RESYNC_SECONDS))) and not w.done:
+            yield call("resync")
+
+
+def informer() -> _sansio.Op[None]:
+    """The loop both watchers run: list, watch from that resourceVersion,
+    apply each event, relist on 410 (at once) or after any other failure
+    (half a second later); an error no retry fixes fails the waiters. The
+    watcher it runs on says when to stop or relist."""
+    while not (yield call("stopped")):
+        try:
+            items, rv = yield call("list_now")
+            yield call("relisted", items, rv)
+            while not (yield call("relisting")):
+                events = yield call("watch_from", rv, WATCH_SECONDS)
+                while True:
+                    got = yield from next_event(events, rv)
+                    if got is None:
+                        break
+                    kind, obj, rv = got
+                    yield call("applied", kind, obj)
+                    if (yield call("relisting")):
+                        break
+        except errors.KubicleError as e:
+            if e.status_code == 410:
+                continue  # too old: relist
+            if _fatal(e):
+                yield call("failed", e)
+            yield call("sleep", 0.5)
+        except Exception:  # a broken connection: relist and go on
+            yield call("sleep", 0.5)
+
+
 class SyncWatcher:
     """The loop in a daemon thread. ``lister()`` returns (items, rv);
     ``watcher(rv, seconds, stop)`` yields events until the request ends."""
@@ -189,17 +260,16 @@ class SyncWatcher:
             if not w.check(self._cache):
                 self._waiters.add(w)
                 try:
-                    while not w.done:
-                        left = deadline - time.monotonic()
-                        if left <= 0:
-                            break
-                        if not self._cond.wait(min(left, RESYNC_SECONDS)) and not w.done:
-                            self._resync()
+                    _sansio.run(waiting(w, deadline), self)
                 finally:
                     self._waiters.discard(w)
-        if w.error is not None:
-            raise w.error
-        return (w.value if w.done else None), w.seen
+        return w.outcome()
+
+    def woken(self, w: Waiter, seconds: float) -> bool:
+        return self._cond.wait(seconds)
+
+    def resync(self) -> None:
+        self._resync()
 
     def _resync(self) -> None:
         """Ends the current watch so that the loop relists (called with the
@@ -223,32 +293,41 @@ class SyncWatcher:
                 self._thread.start()
 
     def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                items, rv = self._lister()
-                with self._cond:
-                    self._cache.error = None
-                    self._cache.replace(items, int_rv(rv) or 0)
-                    self._wake(None)
-                self._relist = False
-                while not self._stop.is_set() and not self._relist:
-                    for ev in self._watcher(rv, WATCH_SECONDS, self):
-                        obj = ev.get("object") or ev.get("raw_object") or {}
-                        rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
-                        with self._cond:
-                            self._wake(self._cache.apply(ev.get("type", ""), obj))
-                        if self._stop.is_set() or self._relist:
-                            break
-            except errors.KubicleError as e:
-                if e.status_code == 410:
-                    continue  # too old: relist
-                if _fatal(e):
-                    with self._cond:
-                        self._cache.error = e
-                        self._wake(None)
-                time.sleep(0.5)
-            except Exception:  # a broken connection: relist and go on
-                time.sleep(0.5)
+        _sansio.run(informer(), self)
+
+    # --- the steps informer() yields ------------------------------------
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
+    def relisting(self) -> bool:
+        return self._stop.is_set() or self._relist
+
+    def list_now(self) -> Tuple[List[Dict[str, Any]], str]:
+        return self._lister()
+
+    def relisted(self, items: List[Dict[str, Any]], rv: str) -> None:
+        with self._cond:
+            self._cache.relisted(items, rv)
+            self._wake(None)
+        self._relist = False
+
+    def watch_from(self, rv: str, seconds: int) -> Iterator[Dict[str, Any]]:
+        return iter(self._watcher(rv, seconds, self))
+
+    def next(self, events: Iterator[Dict[str, Any]]) -> Any:
+        return next(events, None)
+
+    def applied(self, kind: str, obj: Dict[str, Any]) -> None:
+        with self._cond:
+            self._wake(self._cache.apply(kind, obj))
+
+    def failed(self, e: errors.KubicleError) -> None:
+        with self._cond:
+            self._cache.error = e
+            self._wake(None)
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
 
     def _wake(self, name: Optional[str]) -> None:
         if any(w.check(self._cache) for w in self._waiters.concerned(name)):
@@ -291,50 +370,62 @@ class AsyncWatcher:
         if self._task is None or self._task.done():
             self._task = asyncio.ensure_future(self._run())
         w = Waiter(step, select, min_rv)
-        deadline = time.monotonic() + timeout
         if not w.check(self._cache):
-            ev = asyncio.Event()
-            self._events[w] = ev
+            self._events[w] = asyncio.Event()
             self._waiters.add(w)
             try:
-                while not w.done:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        break
-                    try:
-                        await asyncio.wait_for(ev.wait(), min(left, RESYNC_SECONDS))
-                    except asyncio.TimeoutError:
-                        self._resync()
+                await _sansio.run_async(waiting(w, time.monotonic() + timeout), self)
             finally:
                 self._waiters.discard(w)
                 self._events.pop(w, None)
-        if w.error is not None:
-            raise w.error
-        return (w.value if w.done else None), w.seen
+        return w.outcome()
+
+    async def woken(self, w: Waiter, seconds: float) -> bool:
+        try:
+            await asyncio.wait_for(self._events[w].wait(), seconds)
+            return True
+        except asyncio.TimeoutError:
+            return False
+
+    def resync(self) -> None:
+        self._resync()
 
     async def _run(self) -> None:
-        while True:
-            try:
-                items, rv = await self._lister()
-                self._cache.error = None
-                self._cache.replace(items, int_rv(rv) or 0)
-                self._wake(None)
-                while True:
-                    async for ev in self._watcher(rv, WATCH_SECONDS):
-                        obj = ev.get("raw_object") or ev.get("object") or {}
-                        rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
-                        self._wake(self._cache.apply(ev.get("type", ""), obj))
-            except asyncio.CancelledError:
-                raise
-            except errors.KubicleError as e:
-                if e.status_code == 410:
-                    continue
-                if _fatal(e):
-                    self._cache.error = e
-                    self._wake(None)
-                await asyncio.sleep(0.5)
-            except Exception:
-                await asyncio.sleep(0.5)
+        await _sansio.run_async(informer(), self)  # until cancelled
+
+    # --- the steps informer() yields (a resync cancels the task instead
+    # of asking it to stop) ------------------------------------------------
+    def stopped(self) -> bool:
+        return False
+
+    def relisting(self) -> bool:
+        return False
+
+    def list_now(self) -> Any:
+        return self._lister()
+
+    def relisted(self, items: List[Dict[str, Any]], rv: str) -> None:
+        self._cache.relisted(items, rv)
+        self._wake(None)
+
+    def watch_from(self, rv: str, seconds: int) -> Any:
+        return self._watcher(rv, seconds)
+
+    async def next(self, events: Any) -> Any:
+        try:
+            return await events.__anext__()
+        except StopAsyncIteration:
+            return None
+
+    def applied(self, kind: str, obj: Dict[str, Any]) -> None:
+        self._wake(self._cache.apply(kind, obj))
+
+    def failed(self, e: errors.KubicleError) -> None:
+        self._cache.error = e
+        self._wake(None)
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
 
     def _wake(self, name: Optional[str]) -> None:
         for w in self._waiters.concerned(name):

@@ -3,103 +3,60 @@ fan-outs of hundreds of sandboxes on one event loop::
 
     async with AsyncKubicle() as k:
         sbs = await asyncio.gather(*(k.sandboxes.create("py") for _ in range(200)))
-"""
+
+Each call drives the core's operation (``_api.py`` and the modules it
+names), the same one the threaded client drives, on the asyncio transport
+(``_io_async.py``)."""
 
 from __future__ import annotations
 
-import os
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+import asyncio
+from typing import Any, AsyncIterator, List, Mapping, Optional, Sequence, Union
 
-import httpx
-
-from . import _http, _labels, _ports, _ports_async, _run, _wire, errors
-from ._dataplane import AsyncDataPlane
+from . import _ports_async, _sansio, _wire
+from ._api import (DEFAULT_CREATE_TIMEOUT, DEFAULT_DELETE_TIMEOUT, DEFAULT_SUSPEND_TIMEOUT,
+                   ClientCore, FilesCore, SandboxCore, SandboxesCore)
+from ._io_async import AsyncIO
 from ._ports_async import AsyncPortForward
-from ._ref import Ref
-from ._api import DEFAULT_CREATE_TIMEOUT, DEFAULT_DELETE_TIMEOUT, DEFAULT_SUSPEND_TIMEOUT
-from .client import _merge_env, finish_exec
-from .models import EntryInfo, ExecResult, FileInfo, RunResult, SandboxInfo
+from ._sansio import Op, T
+from ._workspaces import WorkspacesCore
+from .models import EntryInfo, ExecResult, FileInfo, RunResult, SandboxInfo, WorkspaceInfo
 
 
-class AsyncFilesystem:
+class AsyncFilesystem(FilesCore):
     """Filesystem's twin: the same calls, arguments and errors, as coroutines."""
-
-    def __init__(self, sandbox: "AsyncSandbox") -> None:
-        self._sb = sandbox
 
     async def write(self, path: str, data: Any, *, mode: Optional[int] = None) -> int:
         """Like Filesystem.write; ``data`` may also be an async iterable of bytes."""
-        dp = await self._sb._dp()
-        return int((await dp.write(path, data, mode)).get("size", 0))
+        return await self._sb._client._run(self._write(path, data, mode))
 
     async def read(self, path: str, *, format: str = "text") -> Any:
         """``"text"``, ``"bytes"``, or ``"stream"`` (an async iterator of chunks)."""
-        dp = await self._sb._dp()
-        if format == "stream":
-            return dp.read_stream(path)
-        data = await dp.read(path)
-        if format == "bytes":
-            return data
-        if format == "text":
-            return data.decode("utf-8")
-        raise ValueError('format must be "text", "bytes" or "stream"')
+        return await self._sb._client._run(self._read(path, format))
 
     async def read_to(self, path: str, out: Any) -> int:
-        n = 0
-        dp = await self._sb._dp()
-        async for chunk in dp.read_stream(path):
-            out.write(chunk)
-            n += len(chunk)
-        return n
+        return await self._sb._client._run(self._read_to(path, out))
 
     async def exists(self, path: str) -> bool:
-        return await (await self._sb._dp()).exists(path)
+        return await self._sb._client._run(self._exists(path))
 
     async def stat(self, path: str) -> FileInfo:
-        return await (await self._sb._dp()).stat(path)
+        return await self._sb._client._run(self._stat(path))
 
     async def list(self, path: str = "/") -> List[EntryInfo]:
-        return await (await self._sb._dp()).list(path)
+        return await self._sb._client._run(self._list(path))
 
     async def remove(self, path: str, *, recursive: bool = False) -> None:
-        await (await self._sb._dp()).remove(path, recursive)
+        await self._sb._client._run(self._remove(path, recursive))
 
 
-class AsyncSandbox:
-    def __init__(self, client: "AsyncKubicle", ref: Ref) -> None:
-        self._client, self._ref = client, ref
-        self.filesystem = AsyncFilesystem(self)
-        self.files = self.filesystem
-
-    @property
-    def name(self) -> str:
-        return self._ref.info.name
-
-    @property
-    def id(self) -> str:
-        return self._ref.info.id
-
-    @property
-    def info(self) -> SandboxInfo:
-        return self._ref.info
-
-    @property
-    def metadata(self) -> Dict[str, str]:
-        return dict(self._ref.info.metadata)
-
-    def __repr__(self) -> str:
-        return f"AsyncSandbox(name={self.name!r}, id={self.id!r}, phase={self._ref.info.phase!r})"
+class AsyncSandbox(SandboxCore):
+    _Filesystem = AsyncFilesystem
+    filesystem: AsyncFilesystem
+    files: AsyncFilesystem
 
     async def refresh(self) -> SandboxInfo:
-        fresh = await self._client._backend.get(self.name)
-        self._ref.raw, self._ref.info = fresh.raw, fresh.info
-        return self._ref.info
-
-    async def _dp(self) -> AsyncDataPlane:
-        await self._client._backend.resolve(self._ref)
-        assert self._ref.base and self._ref.token
-        return AsyncDataPlane(self._ref.http or self._client._http, self._ref.base, self._ref.token,
-                              self.name)
+        return await self._client._run(self._refresh())
 
     async def exec(self, cmd: Union[str, Sequence[str]], *, timeout_seconds: Optional[float] = 60,
                    env: Optional[Mapping[str, str]] = None, cwd: Optional[str] = None,
@@ -108,70 +65,41 @@ class AsyncSandbox:
                    on_stderr: Optional[_wire.OutputCallback] = None,
                    raise_on_timeout: bool = True) -> ExecResult:
         """Like Sandbox.exec; callbacks may be plain functions or coroutines."""
-        dp = await self._dp()
-        streamed = on_stdout is not None or on_stderr is not None
-        kw: Dict[str, Any] = dict(env=_merge_env(self._ref.env, env) or None, cwd=cwd,
-                                  stdin=stdin, timeout_seconds=timeout_seconds)
-
-        async def run(body: Dict[str, Any]) -> ExecResult:
-            stream = _wire.ExecStream(on_stdout, on_stderr, self.name) if streamed else None
-            return await dp.exec(body, stream)
-
-        try:
-            result = await run(_wire.exec_body(cmd, **kw))
-        except errors.UnsupportedError:
-            argv = _wire.shell_as_argv(cmd)
-            if argv is None:
-                raise
-            result = await run(_wire.exec_body(cmd, force_argv=argv, **kw))
-        return finish_exec(result, raise_on_timeout, self.name, _wire.exec_timeout(timeout_seconds))
+        return await self._client._run(self._exec(
+            cmd, timeout_seconds=timeout_seconds, env=env, cwd=cwd, stdin=stdin,
+            on_stdout=on_stdout, on_stderr=on_stderr, raise_on_timeout=raise_on_timeout))
 
     async def connect_port(self, port: int, *, timeout: Optional[float] = 30.0) -> Any:
         """Like Sandbox.connect_port, as an asyncio (StreamReader,
         StreamWriter) pair; ``writer.write_eof()`` half-closes on plain
         http."""
-        _ports.check_port(port)
-        await self._client._backend.resolve(self._ref)
-        assert self._ref.base and self._ref.token
-        ctx = self._ref.ssl if self._ref.ssl is not None else \
-            _http.ssl_context(self._client._transport.verify)
-        return await _ports_async.open_stream(self._ref.base, self._ref.token, port,
-                                              ssl_context=ctx, timeout=timeout, sandbox=self.name)
+        base, token, ctx = await self._client._run(self._port(port))
+        return await _ports_async.open_stream(base, token, port, ssl_context=ctx,
+                                              timeout=timeout, sandbox=self.name)
 
     async def forward_port(self, port: int, local_port: int = 0, *,
                            timeout: Optional[float] = 30.0) -> AsyncPortForward:
         """Like Sandbox.forward_port, on this event loop, already listening:
         ``async with await sb.forward_port(3000) as fwd:``."""
-        _ports.check_port(port)
-        await self._client._backend.resolve(self._ref)
+        await self._client._run(self._port(port))
         return await AsyncPortForward(lambda: self.connect_port(port, timeout=timeout),
                                       local_port).start()
 
     async def fork(self, count: int = 1, *, metadata: Optional[Mapping[str, str]] = None,
                    ttl_seconds: Optional[int] = None,
                    timeout: float = DEFAULT_CREATE_TIMEOUT) -> List["AsyncSandbox"]:
-        refs = await self._client._backend.fork(self._ref, count=count,
-                                                labels=_labels.to_labels(metadata),
-                                                ttl_seconds=ttl_seconds, timeout=timeout)
-        return [AsyncSandbox(self._client, r) for r in refs]
+        return await self._client._run(self._fork(count, metadata, ttl_seconds, timeout))
 
     async def suspend(self, *, timeout: float = DEFAULT_SUSPEND_TIMEOUT) -> SandboxInfo:
         """Sandbox.suspend's twin."""
-        await self._set(True, timeout)
-        return self._ref.info
+        return await self._client._run(self._set(True, timeout))
 
     async def resume(self, *, timeout: float = DEFAULT_SUSPEND_TIMEOUT) -> SandboxInfo:
         """Sandbox.resume's twin."""
-        await self._set(False, timeout)
-        return self._ref.info
-
-    async def _set(self, suspend: bool, timeout: float) -> None:
-        fresh = await self._client._backend.set_suspend(self._ref, suspend, timeout=timeout)
-        self._ref.raw, self._ref.info = fresh.raw, fresh.info
-        self._ref.token, self._ref.base = fresh.token, fresh.base
+        return await self._client._run(self._set(False, timeout))
 
     async def delete(self, *, wait: bool = True, timeout: float = DEFAULT_DELETE_TIMEOUT) -> None:
-        await self._client._backend.delete(self.name, wait=wait, timeout=timeout)
+        await self._client._run(self._delete(wait, timeout))
 
     async def __aenter__(self) -> "AsyncSandbox":
         return self
@@ -180,9 +108,8 @@ class AsyncSandbox:
         await self.delete()
 
 
-class AsyncSandboxes:
-    def __init__(self, client: "AsyncKubicle") -> None:
-        self._client = client
+class AsyncSandboxes(SandboxesCore):
+    _Sandbox = AsyncSandbox
 
     async def create(self, template: str, *, ttl_seconds: Optional[int] = None,
                      metadata: Optional[Mapping[str, str]] = None,
@@ -190,73 +117,79 @@ class AsyncSandboxes:
                      resources: Optional[Mapping[str, int]] = None,
                      timeout: float = DEFAULT_CREATE_TIMEOUT, name: Optional[str] = None,
                      wait_pending: bool = False, workspace: Optional[str] = None) -> AsyncSandbox:
-        ref = await self._client._backend.create(
-            template=template, name=name, labels=_labels.to_labels(metadata),
-            ttl_seconds=ttl_seconds, env=env, resources=resources, timeout=timeout,
-            wait_pending=wait_pending, workspace=workspace)
-        return AsyncSandbox(self._client, ref)
+        return await self._client._run(self._create(
+            template, ttl_seconds=ttl_seconds, metadata=metadata, env=env, resources=resources,
+            timeout=timeout, name=name, wait_pending=wait_pending, workspace=workspace))
 
     async def get(self, name: str) -> AsyncSandbox:
-        return AsyncSandbox(self._client, await self._client._backend.get(name))
+        return await self._client._run(self._get(name))
 
     async def list(self, metadata: Optional[Mapping[str, str]] = None) -> List[AsyncSandbox]:
-        return [AsyncSandbox(self._client, r)
-                for r in await self._client._backend.list(_labels.selector(metadata))]
+        return await self._client._run(self._list(metadata))
 
     async def delete(self, metadata: Mapping[str, str], *,
                      timeout: float = DEFAULT_DELETE_TIMEOUT) -> List[str]:
-        sel = _labels.selector(metadata)
-        if not sel:
-            raise ValueError("a sweep needs metadata (e.g. {'run': run_id}): nothing deletes "
-                             "every sandbox by accident")
-        return await self._client._backend.sweep(sel, timeout=timeout)
+        return await self._client._run(self._sweep(metadata, timeout))
 
 
-class AsyncKubicle:
+class AsyncWorkspaces(WorkspacesCore):
+    """``AsyncKubicle.workspaces``: as Workspaces, awaited."""
+
+    _Filesystem = AsyncFilesystem
+
+    async def create(self, name: str, size_mib: int, *,
+                     labels: Optional[Mapping[str, str]] = None,
+                     token_sha256: Optional[str] = None,
+                     timeout: float = DEFAULT_CREATE_TIMEOUT) -> WorkspaceInfo:
+        return await self._client._run(self._create(name, size_mib, labels, token_sha256,
+                                                    timeout))
+
+    async def get(self, name: str) -> WorkspaceInfo:
+        return await self._client._run(self._get(name))
+
+    async def list(self) -> List[WorkspaceInfo]:
+        return await self._client._run(self._list())
+
+    async def delete(self, name: str, *, wait: bool = True,
+                     timeout: float = DEFAULT_DELETE_TIMEOUT) -> None:
+        await self._client._run(self._delete(name, wait, timeout))
+
+    def files(self, name: str, *, token: Optional[str] = None,
+              endpoint: Optional[str] = None) -> AsyncFilesystem:
+        """As Workspaces.files; its calls are coroutines."""
+        return self._files(name, token, endpoint)
+
+
+class AsyncKubicle(ClientCore):
     """The asyncio client; same arguments as ``Kubicle``. Use ``async with``
     or call ``aclose()``. Kubernetes credentials load on first use."""
 
-    def __init__(self, *, namespace: Optional[str] = None, kubeconfig: Optional[str] = None,
-                 context: Optional[str] = None, node_url: Optional[str] = None,
-                 token: Optional[str] = None, verify: _http.Verify = True,
-                 data_plane_scheme: str = "http", request_timeout: float = 30.0,
-                 max_connections: int = 1024,
-                 node_lease_namespace: str = "kubicle-node-lease") -> None:
-        if node_url and verify is True and os.environ.get("KUBICLE_NODE_CA_FILE"):
-            verify = os.environ["KUBICLE_NODE_CA_FILE"]  # as kubicle-nodectl reads it
-        self._transport = _http.TransportConfig(scheme=data_plane_scheme, verify=verify,
-                                                request_timeout=request_timeout,
-                                                max_connections=max_connections)
-        self._http = _http.async_client(self._transport)
-        self._backend: Any
-        if node_url:
-            from ._node_async import AsyncNodeBackend
+    _name = "AsyncKubicle"
+    _IO = AsyncIO
+    _Sandboxes = AsyncSandboxes
+    _Workspaces = AsyncWorkspaces
+    sandboxes: AsyncSandboxes
+    workspaces: AsyncWorkspaces
 
-            token = token or os.environ.get("KUBICLE_NODE_TOKEN")
-            if not token:
-                raise ValueError("a standalone node needs its admin token (token= or "
-                                 "$KUBICLE_NODE_TOKEN)")
-            self._backend = AsyncNodeBackend(self._http, node_url, token)
-        else:
-            from ._kube_async import AsyncKubeBackend
+    def _opened(self) -> None:
+        self._lock = asyncio.Lock()
 
-            self._backend = AsyncKubeBackend(namespace=namespace, kubeconfig=kubeconfig,
-                                             context=context, scheme=data_plane_scheme,
-                                             pool_size=max_connections, http=self._http,
-                                             transport=self._transport,
-                                             node_lease_namespace=node_lease_namespace)
-        self.sandboxes = AsyncSandboxes(self)
-        from ._workspaces import AsyncWorkspaces
+    async def _started(self) -> None:
+        """Connects on first use (the credentials load then), once."""
+        if self._backend.started:
+            return
+        async with self._lock:
+            await _sansio.run_async(self._backend.start(), self._io)
 
-        self.workspaces = AsyncWorkspaces(self, AsyncFilesystem)
+    async def _run(self, op: Op[T]) -> T:
+        await self._started()
+        return await _sansio.run_async(op, self._io)
 
-    @property
-    def namespace(self) -> str:
-        """The namespace (known once connected: after the first call or ``async with``)."""
-        return str(self._backend.namespace)
+    def _stream(self, op: Op[None]) -> AsyncIterator[Any]:
+        return _sansio.aiterate(op, self._io)
 
     async def connect(self) -> "AsyncKubicle":
-        await self._backend.start()
+        await self._started()
         return self
 
     async def run(self, template: str, command: Union[str, Sequence[str]], *,
@@ -264,26 +197,14 @@ class AsyncKubicle:
                   env: Optional[Mapping[str, str]] = None, stdin: Union[bytes, str, None] = None,
                   raise_on_timeout: bool = True) -> RunResult:
         """As ``Kubicle.run``."""
-        body = _run.run_body(command, timeout_seconds=timeout_seconds, env=env, stdin=stdin,
-                             workspace=workspace)
-        target = await self._backend.run_target(template, workspace)
-        if target.node_workspace:  # the node knows a Workspace object by its disk id
-            body["workspace"] = target.node_workspace
-        http = target.http or self._http
-        try:
-            resp = await http.post(target.base + _run.run_path(target.node_template), json=body,
-                                   headers=_http.auth(target.token),
-                                   timeout=_run.read_timeout(http.timeout.connect, body))
-        except httpx.TransportError as e:
-            raise _run.transport_error(e) from e
-        return _run.finish(_run.answer(resp.status_code, resp.content, template),
-                           raise_on_timeout, template)
+        return await self._run(self._run_op(
+            template, command, workspace=workspace, timeout_seconds=timeout_seconds, env=env,
+            stdin=stdin, raise_on_timeout=raise_on_timeout))
 
     async def aclose(self) -> None:
         """Closes the connections; calls still running then fail with
         KubicleError (reason Closed) instead of opening new ones."""
-        await self._backend.close()
-        await self._http.aclose()
+        await _sansio.run_async(self._close(), self._io)
 
     async def __aenter__(self) -> "AsyncKubicle":
         return await self.connect()
