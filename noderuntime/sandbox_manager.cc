@@ -46,13 +46,11 @@ SandboxManager::SandboxManager(NodeConfig config, metrics::Registry* metrics)
   sweeper_ = std::make_unique<Sweeper>(std::move(so));
 }
 
-std::vector<std::string> VmmFlags(const NodeConfig& config) {
-  const ConsoleLimits& l = config.console;
-  return {"--serial-max-bytes", std::to_string(l.max_file_bytes),
-          "--serial-files",     std::to_string(l.rotated_files),
-          "--serial-rate",      std::to_string(l.rate_bytes_per_sec),
-          "--serial-burst",     std::to_string(l.burst_bytes),
-          "--seccomp",          vmm::SeccompModeName(config.vmm_seccomp)};
+vmm::LaunchSpec VmmBase(const NodeConfig& config) {
+  vmm::LaunchSpec base;
+  base.serial_limits = config.console;
+  base.seccomp = config.vmm_seccomp;
+  return base;
 }
 
 Result<std::unique_ptr<SandboxManager>> SandboxManager::Open(NodeConfig config,
@@ -86,7 +84,7 @@ Status SandboxManager::Init() {
   po.dir = config_.state_dir + "/pool";
   po.sock_dir = config_.state_dir + "/sock";
   po.per_shape = config_.pool_size_per_shape;
-  po.vmm_flags = VmmFlags(config_);
+  po.vmm_base = VmmBase(config_);
   po.reserve = [this](const VmShape& s) { return capacity_->TryReserve(s); };
   po.release = [this](const VmShape& s) { capacity_->Release(s); };
   po.on_change = [this] { UpdatePoolGauge(); };
@@ -102,7 +100,7 @@ Status SandboxManager::Init() {
   TemplateBaker::Options bo;
   bo.launcher = config_.launcher.get();
   bo.sock_dir = config_.state_dir + "/sock";
-  bo.vmm_flags = VmmFlags(config_);
+  bo.vmm_base = VmmBase(config_);
   bo.boot_timeout = config_.bake_boot_timeout;
   bo.agent_options = AgentOptions();
   bo.allocate_cid = [this] { return table_->AllocateCid(); };
@@ -176,8 +174,11 @@ void SandboxManager::Shutdown(bool stop_vms) {
     sb->vmm.reset();
   }
   sweeper_->RetryCgroupRemovals(100);
-  // Slots of sandboxes left running stay; the pool's and released ones go.
-  if (network_) network_->Stop(stop_vms);
+  // Slots of sandboxes left running stay; the pool's and released ones go,
+  // and the host's table with the last slot in use: a stop that leaves no VM
+  // (an uninstall's, after its hook) leaves no table either, one that keeps
+  // VMs keeps it for them and the next node.
+  if (network_) network_->Stop(/*remove_host_table=*/true);
   if (stop_vms) {
     // Nothing of this node is left to hold its cgroup parent.
     Status s = cgroups_.RemoveParent();

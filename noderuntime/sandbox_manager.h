@@ -48,17 +48,10 @@
 #include "noderuntime/warm_pool.h"
 #include "noderuntime/workspace_store.h"
 #include "vmm/control_protocol.h"
+#include "vmm/launch_spec.h"
 #include "vmm/seccomp_mode.h"
 
 namespace kubicle::noderuntime {
-
-// Disk and rate bounds of a VM's console log (kubicle-vmm's defaults).
-struct ConsoleLimits {
-  uint64_t max_file_bytes = 1 << 20;     // rotated at this size
-  uint32_t rotated_files = 1;            // serial.log.1 .. .N kept
-  uint64_t rate_bytes_per_sec = 64 << 10;
-  uint64_t burst_bytes = 256 << 10;
-};
 
 // The node's sandbox network (docs/network.md): one namespace per sandbox.
 struct SandboxNetworkConfig {
@@ -105,7 +98,7 @@ struct NodeConfig {
   // The guest console's log (<sandbox>/serial.log), passed to every
   // kubicle-vmm as --serial-max-bytes/-files/-rate/-burst (console_log.h):
   // what ReadConsole serves is bounded by these, whatever the guest writes.
-  ConsoleLimits console;
+  vmm::devices::legacy::ConsoleLogLimits console;
   // --seccomp of every VMM this node starts (docs/vmm.md, "Seccomp"): log
   // or off only to find what a new kernel or libc needs.
   vmm::SeccompMode vmm_seccomp = vmm::SeccompMode::kEnforce;
@@ -119,9 +112,9 @@ struct NodeConfig {
   std::string mke2fs = "mke2fs";  // found on PATH
 };
 
-// The flags every kubicle-vmm this node starts gets: --serial-* for the
-// console's limits and --seccomp.
-std::vector<std::string> VmmFlags(const NodeConfig& config);
+// What every kubicle-vmm this node starts gets: the console's limits and
+// the seccomp mode; the baker and the pool fill in the rest.
+vmm::LaunchSpec VmmBase(const NodeConfig& config);
 
 class SandboxManager final : public SandboxService, private SweepTarget {
  public:

@@ -283,8 +283,9 @@ TEST_F(SandboxManagerTest, OpenKillsVmmsNoRecordOwns) {
   m_.reset();
   // A create that died before its first record: the VMM is an orphan.
   fs::create_directories(state_dir_ + "/pool");
-  auto stray = launcher_->Spawn({"pool", "--mem", "64M", "--vcpus", "1", "--control",
-                                 state_dir_ + "/sock/stray.ctl", "--id", "stray"},
+  auto stray = launcher_->Spawn(vmm::LaunchSpec::Parse({"pool", "--mem", "64M", "--vcpus", "1", "--control",
+                                                        state_dir_ + "/sock/stray.ctl", "--id", "stray"})
+                                    .value(),
                                 state_dir_ + "/pool/stray.log");
   ASSERT_TRUE(stray.ok()) << stray.status().ToString();
   const pid_t pid = (*stray)->pid();
@@ -293,8 +294,9 @@ TEST_F(SandboxManagerTest, OpenKillsVmmsNoRecordOwns) {
   EXPECT_FALSE(fs::exists(state_dir_ + "/sock/stray.ctl"));
 
   // One found later, once old enough, by the periodic sweep.
-  auto late = launcher_->Spawn({"pool", "--mem", "64M", "--vcpus", "1", "--control",
-                                state_dir_ + "/sock/late.ctl", "--id", "late"},
+  auto late = launcher_->Spawn(vmm::LaunchSpec::Parse({"pool", "--mem", "64M", "--vcpus", "1", "--control",
+                                                       state_dir_ + "/sock/late.ctl", "--id", "late"})
+                                   .value(),
                                state_dir_ + "/pool/late.log");
   ASSERT_TRUE(late.ok());
   EXPECT_EQ(m_->SweepOrphans(120s), 0u);  // young: may be mid-create

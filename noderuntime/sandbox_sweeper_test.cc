@@ -81,9 +81,10 @@ class SweeperTest : public ::testing::Test {
 
   // A fake VMM of this node (its socket is under the state directory).
   pid_t StartVmm(const std::string& name) {
-    auto vmm = launcher_->Spawn({"pool", "--mem", "64", "--vcpus", "1", "--control",
-                                dir_ + "/state/" + name + ".control", "--id", name},
-                               dir_ + "/" + name + ".log");
+    auto vmm = launcher_->Spawn(vmm::LaunchSpec::Parse({"pool", "--mem", "64M", "--vcpus", "1", "--control",
+                                                        dir_ + "/state/" + name + ".control", "--id", name})
+                                    .value(),
+                                dir_ + "/" + name + ".log");
     EXPECT_TRUE(vmm.ok()) << vmm.status().ToString();
     return vmm.ok() ? (*vmm)->pid() : -1;
   }
@@ -125,8 +126,9 @@ TEST_F(SweeperTest, DeletesWhatExpiredByTheInjectedClock) {
 TEST_F(SweeperTest, KillsOnlyOldVmmsThatNoOneOwns) {
   const pid_t owned = StartVmm("owned");
   const pid_t orphan = StartVmm("orphan");
-  auto other_node = launcher_->Spawn({"pool", "--control", dir_ + "/elsewhere.control"},
-                                    dir_ + "/elsewhere.log");
+  auto other_node = launcher_->Spawn(
+      vmm::LaunchSpec::Parse({"pool", "--control", dir_ + "/elsewhere.control"}).value(),
+      dir_ + "/elsewhere.log");
   ASSERT_TRUE(other_node.ok());
   target_.owned = {owned};
   Sweeper s(Options());

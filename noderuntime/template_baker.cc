@@ -41,30 +41,36 @@ std::vector<pid_t> TemplateBaker::pids() const {
   return {pids_.begin(), pids_.end()};
 }
 
-std::vector<std::string> TemplateBaker::VmmArgs(const TemplateSpec& spec, const std::string& dir,
-                                                uint32_t cid, const std::string& control,
-                                                const std::string& vsock,
-                                                const std::optional<Nic>& nic) const {
-  const std::string bake_dir = dir + "/bake";
-  std::string cmdline = spec.cmdline.empty() ? "console=ttyS0" : spec.cmdline;
-  if (nic && !nic->cmdline.empty()) cmdline += " " + nic->cmdline;
-  std::vector<std::string> args = {"run", "--kernel", spec.kernel,
-                                   "--cmdline", cmdline,
-                                   "--mem", std::to_string(spec.mem_mib) + "M",
-                                   "--vcpus", std::to_string(spec.vcpus),
-                                   "--vsock-uds", vsock, "--control", control,
-                                   "--serial", bake_dir + "/serial.log",
-                                   "--cid", std::to_string(cid), "--id", "bake-" + spec.name};
-  args.insert(args.end(), options_.vmm_flags.begin(), options_.vmm_flags.end());
-  if (!spec.initrd.empty()) args.insert(args.end(), {"--initrd", spec.initrd});
-  if (nic) args.insert(args.end(), {"--net", "tap=" + nic->tap + ",mac=" + nic->mac + ",netns=" + nic->netns});
-  for (const std::string& d : spec.disks) args.insert(args.end(), {"--disk", d});
+Result<vmm::LaunchSpec> TemplateBaker::VmmSpec(const TemplateSpec& spec, const std::string& dir,
+                                               uint32_t cid, const std::string& control,
+                                               const std::string& vsock,
+                                               const std::optional<Nic>& nic) const {
+  vmm::LaunchSpec s = options_.vmm_base;
+  s.mode = vmm::LaunchMode::kRun;
+  s.kernel_path = spec.kernel;
+  s.initrd_path = spec.initrd;
+  s.cmdline = spec.cmdline.empty() ? "console=ttyS0" : spec.cmdline;
+  if (nic && !nic->cmdline.empty()) s.cmdline += " " + nic->cmdline;
+  s.mem_bytes = spec.mem_mib << 20;
+  s.vcpus = static_cast<int>(spec.vcpus);
+  s.vsock_uds = vsock;
+  s.control_path = control;
+  s.serial_path = dir + "/bake/serial.log";
+  s.guest_cid = cid;
+  s.vm_id = "bake-" + spec.name;
+  if (nic) {
+    ASSIGN_OR_RETURN(s.net, vmm::NetFlagsFor({nic->tap, nic->mac, nic->netns}, std::nullopt));
+  }
+  for (const std::string& d : spec.disks) {
+    ASSIGN_OR_RETURN(vmm::DiskConfig disk, vmm::ParseDiskFlag(d));
+    s.disks.push_back(std::move(disk));
+  }
   // Every template can take a workspace: a snapshot's devices are fixed.
-  args.push_back("--workspace-slot");
+  s.workspace_slot = true;
   // Writable disks become copy-on-write: the bake's overlay is frozen into a
   // layer under the template (which every sandbox of it then reads).
-  if (!spec.disks.empty()) args.insert(args.end(), {"--layer-dir", dir + "/layers"});
-  return args;
+  if (!spec.disks.empty()) s.layer_dir = dir + "/layers";
+  return s;
 }
 
 Result<std::string> TemplateBaker::Bake(const TemplateSpec& spec, const std::string& dir,
@@ -80,7 +86,11 @@ Result<std::string> TemplateBaker::Bake(const TemplateSpec& spec, const std::str
   const std::string control = options_.sock_dir + "/" + std::to_string(cid) + ".ctl";
   const std::string vsock = options_.sock_dir + "/" + std::to_string(cid) + ".vsock";
   progress("booting");
-  auto vm = options_.launcher->Spawn(VmmArgs(spec, dir, cid, control, vsock, nic), bake_dir + "/vmm.log");
+  Result<std::unique_ptr<VmmProcess>> vm = Status::Unavailable("not started");
+  if (Result<vmm::LaunchSpec> launch = VmmSpec(spec, dir, cid, control, vsock, nic); launch.ok())
+    vm = options_.launcher->Spawn(*launch, bake_dir + "/vmm.log");
+  else
+    vm = launch.status();
   Status st = vm.status();
   if (st.ok()) {
     {

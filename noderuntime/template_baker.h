@@ -32,6 +32,7 @@
 #include "guest/client/agent_client.h"
 #include "noderuntime/sandbox_service.h"
 #include "noderuntime/vmm_launcher.h"
+#include "vmm/launch_spec.h"
 
 namespace kubicle::noderuntime {
 
@@ -40,7 +41,9 @@ class TemplateBaker {
   struct Options {
     VmmLauncher* launcher = nullptr;     // not owned; outlives the baker
     std::string sock_dir;                // the VM's control and vsock sockets
-    std::vector<std::string> vmm_flags;  // appended to `kubicle-vmm run`
+    // What every VMM of the node gets (console limits, seccomp); the baker
+    // makes it a `run` spec and fills in the machine and its sockets.
+    vmm::LaunchSpec vmm_base;
     // Boot to agent answering; also each warm-up command's limit.
     std::chrono::milliseconds boot_timeout{120000};
     guest::client::ClientOptions agent_options;
@@ -70,9 +73,9 @@ class TemplateBaker {
   std::vector<pid_t> pids() const;
 
  private:
-  std::vector<std::string> VmmArgs(const TemplateSpec& spec, const std::string& dir, uint32_t cid,
-                                   const std::string& control, const std::string& vsock,
-                                   const std::optional<Nic>& nic) const;
+  Result<vmm::LaunchSpec> VmmSpec(const TemplateSpec& spec, const std::string& dir, uint32_t cid,
+                                  const std::string& control, const std::string& vsock,
+                                  const std::optional<Nic>& nic) const;
   // Boot to snapshot in the started VM.
   Status BakeInVm(const TemplateSpec& spec, int exit_fd, const std::string& control,
                   const std::string& vsock, const std::string& snapshot_dir, const Progress& progress);

@@ -28,9 +28,10 @@ Result<std::unique_ptr<ProcessVmmLauncher>> ProcessVmmLauncher::Create(std::stri
   return std::unique_ptr<ProcessVmmLauncher>(new ProcessVmmLauncher(std::move(vmm_binary)));
 }
 
-Result<std::unique_ptr<VmmProcess>> ProcessVmmLauncher::Spawn(const std::vector<std::string>& args,
+Result<std::unique_ptr<VmmProcess>> ProcessVmmLauncher::Spawn(const vmm::LaunchSpec& spec,
                                                               const std::string& log_path) {
   std::vector<std::string> argv = {vmm_binary_};
+  const std::vector<std::string> args = spec.ToArgv();
   argv.insert(argv.end(), args.begin(), args.end());
   ASSIGN_OR_RETURN(VmmHandle h, SpawnDetached(argv, log_path));
   return std::unique_ptr<VmmProcess>(std::make_unique<RealVmm>(std::move(h)));

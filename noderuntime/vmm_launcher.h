@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "vmm/launch_spec.h"
 
 namespace kubicle::noderuntime {
 
@@ -57,9 +58,10 @@ class VmmLauncher {
  public:
   virtual ~VmmLauncher() = default;
 
-  // Starts `kubicle-vmm <args...>` detached: its own session, stdin from
-  // /dev/null, stdout and stderr appended to log_path, no fd of ours.
-  virtual Result<std::unique_ptr<VmmProcess>> Spawn(const std::vector<std::string>& args,
+  // Starts the VMM `spec` describes (`kubicle-vmm <spec.ToArgv()...>`)
+  // detached: its own session, stdin from /dev/null, stdout and stderr
+  // appended to log_path, no fd of ours.
+  virtual Result<std::unique_ptr<VmmProcess>> Spawn(const vmm::LaunchSpec& spec,
                                                     const std::string& log_path) = 0;
   // Takes hold of a VMM this launcher did not start. NotFound if there is no
   // such process or, with expected_start_time, if the pid now names another.
@@ -77,7 +79,7 @@ class ProcessVmmLauncher final : public VmmLauncher {
   // InvalidArgument unless vmm_binary is an executable file.
   static Result<std::unique_ptr<ProcessVmmLauncher>> Create(std::string vmm_binary);
 
-  Result<std::unique_ptr<VmmProcess>> Spawn(const std::vector<std::string>& args,
+  Result<std::unique_ptr<VmmProcess>> Spawn(const vmm::LaunchSpec& spec,
                                             const std::string& log_path) override;
   Result<std::unique_ptr<VmmProcess>> Attach(pid_t pid,
                                              std::optional<uint64_t> expected_start_time) override;

@@ -151,11 +151,13 @@ Result<PoolVm> WarmPool::Launch(const VmShape& shape) {
   vm.shape = shape;
   vm.control_path = options_.sock_dir + "/" + vm.name + ".ctl";
   vm.log_path = options_.dir + "/" + vm.name + ".log";
-  std::vector<std::string> args = {"pool", "--mem", std::to_string(shape.mem_mib) + "M",
-                                   "--vcpus", std::to_string(shape.vcpus), "--control",
-                                   vm.control_path, "--id", vm.name};
-  args.insert(args.end(), options_.vmm_flags.begin(), options_.vmm_flags.end());
-  ASSIGN_OR_RETURN(vm.vmm, options_.launcher->Spawn(args, vm.log_path));
+  vmm::LaunchSpec spec = options_.vmm_base;
+  spec.mode = vmm::LaunchMode::kPool;
+  spec.mem_bytes = shape.mem_mib << 20;
+  spec.vcpus = static_cast<int>(shape.vcpus);
+  spec.control_path = vm.control_path;
+  spec.vm_id = vm.name;
+  ASSIGN_OR_RETURN(vm.vmm, options_.launcher->Spawn(spec, vm.log_path));
   return vm;
 }
 

@@ -27,6 +27,7 @@
 
 #include "common/status.h"
 #include "noderuntime/vmm_launcher.h"
+#include "vmm/launch_spec.h"
 
 namespace kubicle::noderuntime {
 
@@ -52,7 +53,9 @@ class WarmPool {
     std::string dir;       // logs
     std::string sock_dir;  // control sockets
     uint32_t per_shape = 2;
-    std::vector<std::string> vmm_flags;  // appended to every `kubicle-vmm pool`
+    // What every VMM of the node gets (console limits, seccomp); the pool
+    // makes it a `pool` spec of the shape, with its control socket and id.
+    vmm::LaunchSpec vmm_base;
     std::function<bool(const VmShape&)> reserve;  // false: no capacity now
     std::function<void(const VmShape&)> release;
     std::function<void()> on_change;  // pool size changed (metrics)

@@ -31,20 +31,16 @@ int main(int argc, char** argv) {
     std::fputs(kubicle::vmm::UsageText().c_str(), args.empty() ? stderr : stdout);
     return static_cast<int>(args.empty() ? ExitCode::kUsage : ExitCode::kGuestShutdown);
   }
-  const std::string command = args[0];
-  if (command != "run" && command != "restore" && command != "pool")
-    return Fail(ExitCode::kUsage, "unknown command '" + command + "' (see --help)");
-  args.erase(args.begin());
-  for (const std::string& a : args) {
-    if (a == "--help" || a == "-h") {
+  for (size_t i = 1; i < args.size(); ++i) {
+    if (args[i] == "--help" || args[i] == "-h") {
       std::fputs(kubicle::vmm::UsageText().c_str(), stdout);
       return 0;
     }
   }
-  auto config = command == "run"       ? kubicle::vmm::ParseRunArgs(args)
-                : command == "restore" ? kubicle::vmm::ParseRestoreArgs(args)
-                                       : kubicle::vmm::ParsePoolArgs(args);
+  // The same parser the node's launch spec is written for (launch_spec.h).
+  auto config = kubicle::vmm::ParseCommandLine(args);
   if (!config.ok()) return Fail(ExitCode::kUsage, config.status().message());
+  using kubicle::vmm::LaunchMode;
   kubicle::log::Init("kubicle-vmm", config->log_json, kubicle::log::ParseLevel(config->log_level));
   // Sockets, snapshots and logs the VMM creates are its owner's alone,
   // whatever umask it inherits: a socket is bound before anyone could chmod it.
@@ -52,9 +48,9 @@ int main(int argc, char** argv) {
   ::signal(SIGPIPE, SIG_IGN);  // a host peer closing a socket must not kill the VM
   ::signal(SIGCHLD, SIG_IGN);  // fork children are reaped by the kernel
 
-  auto vm = command == "run"       ? kubicle::vmm::Vm::Create(*config)
-            : command == "restore" ? kubicle::vmm::Vm::Restore(*config)
-                                   : kubicle::vmm::Vm::CreatePooled(*config);
+  auto vm = config->mode == LaunchMode::kRun       ? kubicle::vmm::Vm::Create(*config)
+            : config->mode == LaunchMode::kRestore ? kubicle::vmm::Vm::Restore(*config)
+                                                   : kubicle::vmm::Vm::CreatePooled(*config);
   if (!vm.ok()) return Fail(ExitCode::kSetupFailed, vm.status().ToString());
   // Built: from here on the VMM runs guest-driven code, confined.
   if (kubicle::Status confined = kubicle::vmm::ConfineVmm(config->seccomp); !confined.ok())

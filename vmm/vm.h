@@ -52,17 +52,17 @@ class Vm {
  public:
   // Builds the VM described by config: memory, irqchip, PIT, kernel and boot
   // structures, devices. On error nothing is left running.
-  static Result<std::unique_ptr<Vm>> Create(const VmmConfig& config);
+  static Result<std::unique_ptr<Vm>> Create(const LaunchSpec& config);
   // Builds the VM from the snapshot at config.snapshot_path (validated by
   // SnapshotDir::Open; memory mapped MAP_PRIVATE) with config's new identity:
   // vsock CID and socket, serial, control socket. Start resumes it.
-  static Result<std::unique_ptr<Vm>> Restore(const VmmConfig& config);
+  static Result<std::unique_ptr<Vm>> Restore(const LaunchSpec& config);
   // Warm pool: builds the KVM VM, memory slots over a MemoryReservation of
   // config.mem_bytes and config.vcpus vCPUs, and the control socket, but no
   // guest. Start then only starts the event loop; a control::RestoreRequest
   // on the control socket restores a snapshot of the same shape and runs it
   // (vm_pool.cc). Fields left out keep the values of config.
-  static Result<std::unique_ptr<Vm>> CreatePooled(const VmmConfig& config);
+  static Result<std::unique_ptr<Vm>> CreatePooled(const LaunchSpec& config);
   ~Vm();
 
   // Starts the event loop, the control socket and the vCPUs.
@@ -89,7 +89,7 @@ class Vm {
 
   // State for the control socket's "status" command.
   control::VmStatus Describe() const;
-  const VmmConfig& config() const { return config_; }
+  const LaunchSpec& config() const { return config_; }
 
  private:
   // One entry per virtio-blk device, in virtio slot `slot` (the Block is
@@ -100,7 +100,7 @@ class Vm {
     std::string base_path;
     bool read_only = false;
   };
-  explicit Vm(VmmConfig config) : config_(std::move(config)) {}
+  explicit Vm(LaunchSpec config) : config_(std::move(config)) {}
   // The builders (vm_build.cc): each starts with BuildBase, and restore,
   // pool restore and fork share AttachFromState.
   struct BaseTimings {
@@ -169,7 +169,7 @@ class Vm {
   Result<std::unique_ptr<devices::virtio::BlockBackend>> OpenWorkspace(const std::string& path) const;
   Status PlugWorkspace(std::unique_ptr<devices::virtio::BlockBackend> backend);
 
-  VmmConfig config_;
+  LaunchSpec config_;
   std::string kernel_cmdline_;  // config cmdline plus virtio_mmio.device= entries
   std::optional<kvm::Kvm> kvm_;
   std::optional<kvm::VmFd> vm_fd_;

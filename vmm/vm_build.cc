@@ -73,7 +73,7 @@ Status Vm::AttachFromState(const snapshot::MachineState& s) {
 
 // ---- boot ----
 
-Result<std::unique_ptr<Vm>> Vm::Create(const VmmConfig& config) {
+Result<std::unique_ptr<Vm>> Vm::Create(const LaunchSpec& config) {
   std::unique_ptr<Vm> vm(new Vm(config));
   RETURN_IF_ERROR(vm->BuildBooted());
   return vm;
@@ -99,7 +99,7 @@ Status Vm::BuildBooted() {
 
 // ---- restore into a new process ----
 
-Result<std::unique_ptr<Vm>> Vm::Restore(const VmmConfig& config) {
+Result<std::unique_ptr<Vm>> Vm::Restore(const LaunchSpec& config) {
   std::unique_ptr<Vm> vm(new Vm(config));
   RETURN_IF_ERROR(vm->BuildRestored());
   return vm;
@@ -126,7 +126,7 @@ Status Vm::BuildRestored() {
 
 // ---- warm pool ----
 
-Result<std::unique_ptr<Vm>> Vm::CreatePooled(const VmmConfig& config) {
+Result<std::unique_ptr<Vm>> Vm::CreatePooled(const LaunchSpec& config) {
   if (config.control_path.empty())
     return Status::InvalidArgument("pool: --control is required (restore requests come there)");
   std::unique_ptr<Vm> vm(new Vm(config));

@@ -110,7 +110,7 @@ void Vm::ChildMain(const snapshot::MachineState& state, const control::ForkChild
   // Only this thread exists here.
   CloseInheritedFds();
 
-  VmmConfig config = config_;
+  LaunchSpec config = config_;
   config.vsock_uds = child.vsock_uds;
   config.control_path = child.control;
   config.serial_path = child.serial.empty() ? "none" : child.serial;

@@ -17,18 +17,6 @@ class VmmConfigTest : public ::testing::Test {
   std::string kernel_;
 };
 
-TEST(ParseSizeTest, Suffixes) {
-  EXPECT_EQ(*ParseSize("256M"), 256ull << 20);
-  EXPECT_EQ(*ParseSize("2G"), 2ull << 30);
-  EXPECT_EQ(*ParseSize("4k"), 4096u);
-  EXPECT_EQ(*ParseSize("12345"), 12345u);
-  EXPECT_FALSE(ParseSize("").ok());
-  EXPECT_FALSE(ParseSize("-1M").ok());
-  EXPECT_FALSE(ParseSize("12X").ok());
-  EXPECT_FALSE(ParseSize("M").ok());
-  EXPECT_EQ(ParseSize("99999999999999T").status().code(), StatusCode::kOutOfRange);
-}
-
 TEST_F(VmmConfigTest, ParsesFullCommandLine) {
   auto cfg = ParseRunArgs({"--kernel", kernel_, "--mem", "512M", "--vcpus", "2", "--disk",
                            kernel_ + ",ro", "--vsock-uds", "/tmp/v.sock", "--cid", "7",
@@ -66,23 +54,6 @@ TEST_F(VmmConfigTest, ParsesNet) {
       {"--snapshot", "/s", "--net", "tap=tap0,mac=02:00:00:00:00:0a,netns=/run/ns/a"});
   ASSERT_TRUE(in_ns.ok()) << in_ns.status().ToString();
   EXPECT_EQ(in_ns->net->netns, "/run/ns/a");
-}
-
-// A clone's attachment replaces TAP, namespace and MAC and keeps the limits.
-TEST(NetFlagsForTest, TakesTheAttachmentAndKeepsTheLimits) {
-  NetFlags parent;
-  parent.tap = "old";
-  parent.netns = "/ns/old";
-  parent.rx_bps = 1000;
-  parent.limits_given = true;
-  auto n = NetFlagsFor({"tap0", "02:00:00:00:00:07", "/ns/new"}, parent);
-  ASSERT_TRUE(n.ok()) << n.status().ToString();
-  EXPECT_EQ(n->tap, "tap0");
-  EXPECT_EQ(n->netns, "/ns/new");
-  EXPECT_EQ(n->mac, (std::array<uint8_t, 6>{2, 0, 0, 0, 0, 7}));
-  EXPECT_EQ(n->rx_bps, 1000u);
-  EXPECT_FALSE(n->limits_given);
-  EXPECT_FALSE(NetFlagsFor({"tap0", "01:00:00:00:00:07", ""}, parent).ok());
 }
 
 TEST_F(VmmConfigTest, RefusesBadNetFlags) {

@@ -21,6 +21,7 @@
 #include "guest/testguest/ramfs.h"
 #include "guest/testguest/session.h"
 #include "vmm/control_protocol.h"
+#include "vmm/devices/virtio/mac_address.h"
 
 namespace kubicle::noderuntime::testing {
 
@@ -68,12 +69,6 @@ void WriteAll(int fd, const std::string& s) {
     if (n <= 0) return;
     off += static_cast<size_t>(n);
   }
-}
-
-std::string Arg(const std::vector<std::string>& args, const char* name) {
-  for (size_t i = 0; i + 1 < args.size(); ++i)
-    if (args[i] == name) return args[i + 1];
-  return "";
 }
 
 void AppendFile(const std::string& path, const std::string& text) {
@@ -132,32 +127,23 @@ struct FakeGuest {
 // closes its sockets and connections, then makes exit_fd readable.
 class FakeVm {
  public:
-  FakeVm(FakeVmmLauncher* owner, pid_t pid, uint64_t start_time, std::vector<std::string> args,
+  FakeVm(FakeVmmLauncher* owner, pid_t pid, uint64_t start_time, vmm::LaunchSpec spec,
          std::string mode, std::string log_path)
-      : pid_(pid), start_time_(start_time), args_(std::move(args)), owner_(owner) {
+      : pid_(pid), start_time_(start_time), spec_(std::move(spec)), owner_(owner) {
     mode_ = std::move(mode);
     // Opened once, as a process's stderr is: it follows the file's renames.
     if (!log_path.empty())
       log_fd_.reset(::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
-    id_ = Arg(args_, "--id");
-    control_path_ = Arg(args_, "--control");
-    vsock_path_ = Arg(args_, "--vsock-uds");
-    serial_path_ = Arg(args_, "--serial");
-    cid_ = std::strtoull(Arg(args_, "--cid").c_str(), nullptr, 10);
-    mem_mib_ = std::strtoull(Arg(args_, "--mem").c_str(), nullptr, 10);
-    vcpus_ = static_cast<uint32_t>(std::strtoul(Arg(args_, "--vcpus").c_str(), nullptr, 10));
-    if (const std::string net = Arg(args_, "--net"); !net.empty()) {
-      net_.emplace();
-      for (size_t p = 0; p < net.size();) {  // key=value,... as the node writes it
-        const size_t comma = std::min(net.find(',', p), net.size());
-        const std::string kv = net.substr(p, comma - p);
-        const std::string key = kv.substr(0, kv.find('=')), value = kv.substr(kv.find('=') + 1);
-        if (key == "tap") net_->tap = value;
-        if (key == "mac") net_->mac = value;
-        if (key == "netns") net_->netns = value;
-        p = comma + 1;
-      }
-    }
+    id_ = spec_.vm_id;
+    control_path_ = spec_.control_path;
+    vsock_path_ = spec_.vsock_uds;
+    serial_path_ = spec_.serial_path;
+    cid_ = spec_.guest_cid;
+    mem_mib_ = spec_.mem_bytes >> 20;
+    vcpus_ = static_cast<uint32_t>(spec_.vcpus);
+    if (spec_.net)
+      net_ = control::NetAttachment{spec_.net->tap, vmm::devices::virtio::FormatMac(spec_.net->mac),
+                                    spec_.net->netns};
     exit_event_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
     stop_event_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   }
@@ -207,7 +193,8 @@ class FakeVm {
   FakeVmmLauncher::VmInfo Info() const {
     std::lock_guard l(mu_);
     return {pid_, id_, mode_, state_, cid_, control_path_, vsock_path_, exit_code_, net_,
-            Arg(args_, "--cmdline"), Arg(args_, "--seccomp")};
+            spec_.mode == vmm::LaunchMode::kRun ? spec_.cmdline : "",
+            vmm::SeccompModeName(spec_.seccomp)};
   }
   bool exited() const {
     std::lock_guard l(mu_);
@@ -216,7 +203,7 @@ class FakeVm {
   pid_t pid() const { return pid_; }
   uint64_t start_time() const { return start_time_; }
   int exit_fd() const { return exit_event_.get(); }
-  const std::vector<std::string>& args() const { return args_; }
+  const vmm::LaunchSpec& spec() const { return spec_; }
   Clock::time_point started() const { return started_; }
 
  private:
@@ -360,7 +347,7 @@ class FakeVm {
     control::ForkReply reply;
     std::vector<std::shared_ptr<FakeVm>> kids;
     for (const control::ForkChild& c : r.children) {
-      auto kid = owner_->NewVm(args_, "fork", "");
+      auto kid = owner_->NewVm(spec_, "fork", "");
       if (!kid) return Status::Unavailable("the fake launcher is stopping");
       kid->log_fd_.reset(::fcntl(log_fd_.get(), F_DUPFD_CLOEXEC, 3));  // the parent's stderr
       kid->control_path_ = c.control;
@@ -432,7 +419,7 @@ class FakeVm {
 
   const pid_t pid_;
   const uint64_t start_time_;
-  const std::vector<std::string> args_;
+  const vmm::LaunchSpec spec_;
   FakeVmmLauncher* const owner_;
   const Clock::time_point started_ = Clock::now();
   UniqueFd exit_event_, stop_event_;
@@ -490,28 +477,31 @@ FakeVmmLauncher::~FakeVmmLauncher() {
   for (auto& [pid, vm] : vms) vm->Join();
 }
 
-std::shared_ptr<FakeVm> FakeVmmLauncher::NewVm(std::vector<std::string> args, std::string mode,
+std::shared_ptr<FakeVm> FakeVmmLauncher::NewVm(vmm::LaunchSpec spec, std::string mode,
                                                std::string log_path) {
   std::lock_guard l(mu_);
   if (next_pid_ < 0) return nullptr;
-  auto vm = std::make_shared<FakeVm>(this, next_pid_++, next_start_++, std::move(args), std::move(mode),
+  auto vm = std::make_shared<FakeVm>(this, next_pid_++, next_start_++, std::move(spec), std::move(mode),
                                      std::move(log_path));
   vms_[vm->pid()] = vm;
   return vm;
 }
 
-Result<std::unique_ptr<VmmProcess>> FakeVmmLauncher::Spawn(const std::vector<std::string>& args,
+Result<std::unique_ptr<VmmProcess>> FakeVmmLauncher::Spawn(const vmm::LaunchSpec& spec,
                                                            const std::string& log_path) {
   {
     std::lock_guard l(mu_);
     if (spawn_error_) return *spawn_error_;
   }
-  if (args.empty() || (args[0] != "pool" && args[0] != "run"))
-    return Status::InvalidArgument("fake kubicle-vmm: unknown mode");
-  auto vm = NewVm(args, args[0], log_path);
+  if (spec.mode == vmm::LaunchMode::kRestore)
+    return Status::InvalidArgument("fake kubicle-vmm: restore is not simulated (the node restores into pool VMs)");
+  // What the real one refuses with exit code 1 (a usage error) fails here.
+  RETURN_IF_ERROR(spec.Check().WithContext("fake kubicle-vmm"));
+  const bool run = spec.mode == vmm::LaunchMode::kRun;
+  auto vm = NewVm(spec, run ? "run" : "pool", log_path);
   if (!vm) return Status::Unavailable("the fake launcher is stopping");
   ++spawned_;
-  Status st = vm->Start(args[0] == "run");
+  Status st = vm->Start(run);
   if (!st.ok()) {
     // A real VMM that cannot bind exits at once; the caller sees the exit.
     AppendFile(log_path, "fake kubicle-vmm: " + st.ToString() + "\n");
@@ -545,7 +535,7 @@ std::vector<pid_t> FakeVmmLauncher::FindVmms(const std::string& state_dir) {
   std::vector<pid_t> out;
   for (auto& vm : all) {
     if (vm->exited()) continue;
-    for (const std::string& a : vm->args()) {
+    for (const std::string& a : vm->spec().ToArgv()) {
       if (a.rfind(prefix, 0) == 0) {
         out.push_back(vm->pid());
         break;

@@ -10,9 +10,10 @@
 //    runs: ping, RAM files, built-in exec, POST_RESTORE) on its vsock Unix
 //    socket, behind Firecracker's "CONNECT <port>" handshake.
 //
-// Understood: `pool --mem M --vcpus N --control P --id I` (a pool VM:
-// status, restore, shutdown), `run ... --control P --vsock-uds V --cid C`
-// (a booted VM: status, snapshot, fork, pause, resume, shutdown). A snapshot
+// Understood: launch specs (vmm/launch_spec.h) of mode pool (mem, vCPUs,
+// control socket, id: status, restore, shutdown) and run (control socket,
+// vsock socket, CID: a booted VM: status, snapshot, fork, pause, resume,
+// shutdown), read as typed fields, never from an argv. A snapshot
 // writes <dir>/state and <dir>/memory; restore refuses a directory without
 // `state`. Fork makes one new fake VM per child with a fresh agent (memory
 // is not copied: a child's RAM files start empty).
@@ -61,11 +62,11 @@ class FakeVmmLauncher final : public VmmLauncher {
     std::string control_path;  // as bound (the node renames a pool VM's)
     std::string vsock_path;
     std::optional<int> exit_code;
-    // The network attachment: --net of `run` (tap=,mac=,netns= as given),
-    // a restore's or a fork child's.
+    // The network attachment: the spec's net of `run` (its MAC as
+    // aa:bb:cc:dd:ee:ff), a restore's or a fork child's.
     std::optional<vmm::control::NetAttachment> net;
-    std::string cmdline;  // --cmdline of `run`
-    std::string seccomp;  // --seccomp as spawned ("" when not given)
+    std::string cmdline;  // the spec's cmdline of `run` ("" for a pool VM)
+    std::string seccomp;  // the spec's seccomp mode ("enforce", "log", "off")
   };
 
   FakeVmmLauncher();
@@ -73,7 +74,7 @@ class FakeVmmLauncher final : public VmmLauncher {
   FakeVmmLauncher(const FakeVmmLauncher&) = delete;
   FakeVmmLauncher& operator=(const FakeVmmLauncher&) = delete;
 
-  Result<std::unique_ptr<VmmProcess>> Spawn(const std::vector<std::string>& args,
+  Result<std::unique_ptr<VmmProcess>> Spawn(const vmm::LaunchSpec& spec,
                                             const std::string& log_path) override;
   Result<std::unique_ptr<VmmProcess>> Attach(pid_t pid,
                                              std::optional<uint64_t> expected_start_time) override;
@@ -101,8 +102,7 @@ class FakeVmmLauncher final : public VmmLauncher {
   std::shared_ptr<FakeVm> Find(pid_t pid) const;
   // Called by a VM for each command: the fault armed for it, if any.
   std::optional<Fault> TakeFault(const std::string& cmd);
-  std::shared_ptr<FakeVm> NewVm(std::vector<std::string> args, std::string mode,
-                                std::string log_path);
+  std::shared_ptr<FakeVm> NewVm(vmm::LaunchSpec spec, std::string mode, std::string log_path);
 
   mutable std::mutex mu_;
   std::map<pid_t, std::shared_ptr<FakeVm>> vms_;
