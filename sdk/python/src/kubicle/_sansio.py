@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Dict, Generator, Tuple, TypeVar
+from typing import Any, AsyncIterator, Dict, Generator, Iterator, Tuple, TypeVar
 
 T = TypeVar("T")
 
@@ -49,12 +49,26 @@ def shielded(name: str, *args: Any, **kw: Any) -> Call:
     return Call(name, args, kw, shielded=True)
 
 
-def _advance(op: Op[Any], value: Any, error: Any) -> Tuple[bool, Any]:
-    """(True, the operation's value) once it returns, else (False, its next Call)."""
-    try:
-        return False, (op.send(value) if error is None else op.throw(error))
-    except StopIteration as stop:
-        return True, stop.value
+class _Driven:
+    """An operation being driven: ``steps()`` yields what it asks for next,
+    sending it ``value`` or throwing ``error`` in (what the driver set after
+    the last step); ``result`` is its value once it returned."""
+
+    def __init__(self, op: Op[Any]) -> None:
+        self._op = op
+        self.value: Any = None
+        self.error: Any = None
+        self.result: Any = None
+
+    def steps(self) -> Iterator[Any]:
+        while True:
+            value, error, self.value, self.error = self.value, self.error, None, None
+            try:
+                out = self._op.send(value) if error is None else self._op.throw(error)
+            except StopIteration as stop:
+                self.result = stop.value
+                return
+            yield out
 
 
 @dataclass(frozen=True)
@@ -88,77 +102,57 @@ def iterate(op: Op[T], io: Any) -> Generator[Any, None, T]:
     """Drives ``op`` on a blocking transport, yielding what it emits; its
     value is the generator's. Closing the generator early throws
     GeneratorExit into ``op``, which closes what it opened."""
-    value, error = None, None
-    while True:
-        done, out = _advance(op, value, error)
-        if done:
-            return out  # type: ignore[no-any-return]
-        if isinstance(out, Emit):
-            value, error = None, (yield from _hand_over(out.value))
-        else:
-            value, error = _perform(io, out)
-
-
-def _hand_over(value: Any) -> Generator[Any, None, Any]:
-    """Yields ``value`` to the caller; what the caller threw in instead of
-    taking the next one (GeneratorExit: it stopped early), else None."""
-    try:
-        yield value
-    except BaseException as e:
-        return e
-    return None
+    d = _Driven(op)
+    for out in d.steps():
+        if not isinstance(out, Emit):
+            d.value, d.error = _perform(io, out)
+            continue
+        try:
+            yield out.value
+        except BaseException as e:  # GeneratorExit: the caller stopped reading
+            d.error = e
+    return d.result  # type: ignore[no-any-return]
 
 
 def run(op: Op[T], io: Any) -> T:
     """Drives ``op`` (which emits nothing) on a blocking transport."""
-    steps = iterate(op, io)
-    while True:
-        try:
-            next(steps)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
+    d = _Driven(op)
+    for out in d.steps():
+        d.value, d.error = _perform(io, out)
+    return d.result  # type: ignore[no-any-return]
 
 
 async def aiterate(op: Op[Any], io: Any) -> AsyncIterator[Any]:
     """iterate() on an asyncio transport."""
-    value, error = None, None
-    while True:
-        done, out = _advance(op, value, error)
-        if done:
-            return
-        if not isinstance(out, Emit):
-            value, error = await _perform_async(io, out)
-            continue
-        value = error = None
-        try:
-            yield out.value
-        except BaseException as e:
-            error = e
+    d = _Driven(op)
+    for out in d.steps():
+        if isinstance(out, Emit):
+            try:
+                yield out.value
+            except BaseException as e:
+                d.error = e
+        else:
+            d.value, d.error = await _perform_async(io, out)
 
 
 async def run_async(op: Op[T], io: Any) -> T:
     """Drives ``op`` (which emits nothing) on an asyncio transport."""
-    value, error = None, None
-    while True:
-        done, out = _advance(op, value, error)
-        if done:
-            return out  # type: ignore[no-any-return]
-        value, error = await _perform_async(io, out)
+    d = _Driven(op)
+    for out in d.steps():
+        d.value, d.error = await _perform_async(io, out)
+    return d.result  # type: ignore[no-any-return]
 
 
 def each(op: Op[T], take: Any) -> Op[T]:
     """Runs streaming ``op`` inside another operation, handing what it
     emits to ``take``."""
-    value, error = None, None
-    while True:
-        done, out = _advance(op, value, error)
-        if done:
-            return out  # type: ignore[no-any-return]
-        value, error = None, None
+    d = _Driven(op)
+    for out in d.steps():
         if isinstance(out, Emit):
             take(out.value)
             continue
         try:
-            value = yield out
+            d.value = yield out
         except BaseException as e:
-            error = e
+            d.error = e
+    return d.result  # type: ignore[no-any-return]
