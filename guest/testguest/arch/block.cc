@@ -2,14 +2,13 @@
 #include "guest/testguest/arch/cpu.h"
 #include "guest/testguest/arch/devices.h"
 #include "guest/testguest/freestanding.h"
+#include "virtio/block.h"
 
 namespace kubicle::guest::testguest::arch {
 
 namespace {
-constexpr uint64_t kFeatureRo = 1ull << 5;
-constexpr uint64_t kFeatureFlush = 1ull << 9;
-constexpr uint32_t kTypeIn = 0, kTypeOut = 1, kTypeFlush = 4, kTypeGetId = 8;
-constexpr uint8_t kStatusOk = 0, kStatusIoErr = 1, kStatusUnsupp = 2;
+constexpr uint64_t kFeatureRo = virtio::FeatureBit(virtio::kFeatureBlkRo);
+constexpr uint64_t kFeatureFlush = virtio::FeatureBit(virtio::kFeatureBlkFlush);
 constexpr uint8_t kStatusUnset = 0xff;  // never written by a device
 // Polling budget before sleeping, and wakeups without a completion before
 // the device is declared broken (other devices' interrupts wake us too).
@@ -55,7 +54,8 @@ const DiskProperties& BlockDevice::Refreshed() {
 // has none (UNSUPP, IOERR).
 void BlockDevice::ReadId() {
   Zero(id_buf_, sizeof(id_buf_));
-  if (Submit(kTypeGetId, 0, Addr(id_buf_), sizeof(id_buf_), true) != DiskResult::kOk) return;
+  const DiskResult got = Submit(virtio::kBlkTypeGetId, 0, Addr(id_buf_), sizeof(id_buf_), true);
+  if (got != DiskResult::kOk) return;
   for (uint32_t i = 0; i < sizeof(id_buf_) && id_buf_[i] != '\0'; ++i) {
     const char c = id_buf_[i];
     props_.id[i] = (c >= 0x20 && c < 0x7f) ? c : '?';
@@ -63,23 +63,23 @@ void BlockDevice::ReadId() {
 }
 
 DiskResult BlockDevice::Read(uint64_t sector, uint32_t count, uint8_t* out) {
-  return Submit(kTypeIn, sector, Addr(out), count * wire::kDiskSectorSize, true);
+  return Submit(virtio::kBlkTypeIn, sector, Addr(out), count * wire::kDiskSectorSize, true);
 }
 
 DiskResult BlockDevice::Write(uint64_t sector, uint32_t count, const uint8_t* data) {
-  return Submit(kTypeOut, sector, Addr(data), count * wire::kDiskSectorSize, false);
+  return Submit(virtio::kBlkTypeOut, sector, Addr(data), count * wire::kDiskSectorSize, false);
 }
 
 DiskResult BlockDevice::Flush() {
   // Without VIRTIO_BLK_F_FLUSH the device writes through: nothing to do.
-  return flush_ ? Submit(kTypeFlush, 0, 0, 0, false) : DiskResult::kOk;
+  return flush_ ? Submit(virtio::kBlkTypeFlush, 0, 0, 0, false) : DiskResult::kOk;
 }
 
 DiskResult BlockDevice::Submit(uint32_t type, uint64_t sector, uint64_t data, uint32_t len,
                                bool device_writes) {
   if (!ready_) return DiskResult::kBroken;
   Virtq& q = *queue_;
-  header_ = RequestHeader{type, 0, sector};
+  header_ = virtio::BlkRequestHeader{type, 0, sector};
   *static_cast<volatile uint8_t*>(&status_) = kStatusUnset;
   uint16_t next = 1;
   q.desc[0] = {Addr(&header_), sizeof(header_), virtio::kDescFlagNext, 1};
@@ -113,9 +113,9 @@ DiskResult BlockDevice::Submit(uint32_t type, uint64_t sector, uint64_t data, ui
     return DiskResult::kBroken;
   }
   switch (status) {
-    case kStatusOk: return DiskResult::kOk;
-    case kStatusIoErr: return DiskResult::kIoError;
-    case kStatusUnsupp: return DiskResult::kUnsupported;
+    case virtio::kBlkStatusOk: return DiskResult::kOk;
+    case virtio::kBlkStatusIoErr: return DiskResult::kIoError;
+    case virtio::kBlkStatusUnsupp: return DiskResult::kUnsupported;
     default: ready_ = false; return DiskResult::kBroken;
   }
 }

@@ -11,6 +11,7 @@
 #include "guest/testguest/arch/virtio.h"
 #include "guest/testguest/net.h"
 #include "guest/testguest/vsock.h"
+#include "virtio/block.h"
 
 namespace kubicle::guest::testguest::arch {
 
@@ -54,18 +55,13 @@ class BlockDevice {
                     bool device_writes);
   void ReadId();
 
-  struct RequestHeader {
-    uint32_t type;
-    uint32_t reserved;
-    uint64_t sector;
-  };
   VirtioMmio transport_;
   Virtq* queue_ = nullptr;
   DiskProperties props_;
   bool ready_ = false;
   bool flush_ = false;  // VIRTIO_BLK_F_FLUSH negotiated
   uint32_t generation_ = 0;  // ConfigGeneration when the capacity was read
-  RequestHeader header_ = {};
+  virtio::BlkRequestHeader header_ = {};
   uint8_t status_ = 0;
   char id_buf_[wire::kMaxDiskIdLen] = {};
 };

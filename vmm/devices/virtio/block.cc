@@ -12,28 +12,6 @@
 namespace kubicle::vmm::devices::virtio {
 namespace {
 
-// spec 5.2.3 / 5.2.6
-constexpr unsigned kFeatureSizeMax = 1;
-constexpr unsigned kFeatureSegMax = 2;
-constexpr unsigned kFeatureRo = 5;
-constexpr unsigned kFeatureFlush = 9;
-
-constexpr uint32_t kTypeIn = 0;
-constexpr uint32_t kTypeOut = 1;
-constexpr uint32_t kTypeFlush = 4;
-constexpr uint32_t kTypeGetId = 8;
-
-constexpr uint8_t kStatusOk = 0;
-constexpr uint8_t kStatusIoErr = 1;
-constexpr uint8_t kStatusUnsupp = 2;
-
-struct RequestHeader {
-  uint32_t type;
-  uint32_t reserved;
-  uint64_t sector;
-};
-static_assert(sizeof(RequestHeader) == 16);
-
 template <typename T>
 void Put(std::span<uint8_t> out, size_t at, T v) {
   std::memcpy(out.data() + at, &v, sizeof(T));
@@ -59,9 +37,9 @@ std::string Block::id() const {
 
 uint64_t Block::device_features() const {
   uint64_t f = FeatureBit(kFeatureVersion1) | FeatureBit(kFeatureRingEventIdx) |
-               FeatureBit(kFeatureSizeMax) | FeatureBit(kFeatureSegMax) |
-               FeatureBit(kFeatureFlush);
-  if (backend_->read_only()) f |= FeatureBit(kFeatureRo);
+               FeatureBit(kFeatureBlkSizeMax) | FeatureBit(kFeatureBlkSegMax) |
+               FeatureBit(kFeatureBlkFlush);
+  if (backend_->read_only()) f |= FeatureBit(kFeatureBlkRo);
   return f;
 }
 
@@ -83,9 +61,9 @@ uint32_t Block::Execute(const DescriptorChain& chain) {
     return 0;
   }
   ChainReader reader(chain);
-  auto hdr = reader.ReadObj<RequestHeader>();
+  auto hdr = reader.ReadObj<BlkRequestHeader>();
   uint32_t data_written = 0;
-  uint8_t status = kStatusIoErr;
+  uint8_t status = kBlkStatusIoErr;
   if (!hdr.ok()) {
     LogReject("request header shorter than 16 bytes", 0, chain.readable_len);
   } else {
@@ -101,11 +79,11 @@ uint32_t Block::Execute(const DescriptorChain& chain) {
 uint8_t Block::Dispatch(const DescriptorChain& chain, uint32_t type, uint64_t sector,
                         uint32_t* data_written) {
   switch (type) {
-    case kTypeIn: return DoIn(chain, sector, data_written);
-    case kTypeOut: return DoOut(chain, sector);
-    case kTypeFlush: return backend_->Flush().ok() ? kStatusOk : kStatusIoErr;
-    case kTypeGetId: return DoGetId(chain, data_written);
-    default: LogReject("unsupported request type", sector, type); return kStatusUnsupp;
+    case kBlkTypeIn: return DoIn(chain, sector, data_written);
+    case kBlkTypeOut: return DoOut(chain, sector);
+    case kBlkTypeFlush: return backend_->Flush().ok() ? kBlkStatusOk : kBlkStatusIoErr;
+    case kBlkTypeGetId: return DoGetId(chain, data_written);
+    default: LogReject("unsupported request type", sector, type); return kBlkStatusUnsupp;
   }
 }
 
@@ -118,50 +96,50 @@ uint8_t Block::DoIn(const DescriptorChain& chain, uint64_t sector, uint32_t* dat
   const uint64_t bytes = chain.writable_len - 1;  // everything but the status byte
   if (!InRange(sector, bytes)) {
     LogReject("read outside the disk or not whole sectors", sector, bytes);
-    return kStatusIoErr;
+    return kBlkStatusIoErr;
   }
   iov_.clear();
   ChainWriter(chain).Iovecs(bytes, &iov_);
   Status s = backend_->ReadV(sector * kSectorSize, iov_);
   if (!s.ok()) {
     log::Error("virtio-blk read failed", {{"sector", sector}, {"error", s.ToString()}});
-    return kStatusIoErr;
+    return kBlkStatusIoErr;
   }
   *data_written = static_cast<uint32_t>(bytes);
-  return kStatusOk;
+  return kBlkStatusOk;
 }
 
 uint8_t Block::DoOut(const DescriptorChain& chain, uint64_t sector) {
-  const uint64_t bytes = chain.readable_len - sizeof(RequestHeader);
+  const uint64_t bytes = chain.readable_len - sizeof(BlkRequestHeader);
   if (backend_->read_only()) {
     LogReject("write to a read-only disk", sector, bytes);
-    return kStatusIoErr;
+    return kBlkStatusIoErr;
   }
   if (!InRange(sector, bytes)) {
     LogReject("write outside the disk or not whole sectors", sector, bytes);
-    return kStatusIoErr;
+    return kBlkStatusIoErr;
   }
   ChainReader reader(chain);
-  (void)reader.Skip(sizeof(RequestHeader));
+  (void)reader.Skip(sizeof(BlkRequestHeader));
   iov_.clear();
   reader.Iovecs(bytes, &iov_);
   Status s = backend_->WriteV(sector * kSectorSize, iov_);
   if (!s.ok()) {
     log::Error("virtio-blk write failed", {{"sector", sector}, {"error", s.ToString()}});
-    return kStatusIoErr;
+    return kBlkStatusIoErr;
   }
-  return kStatusOk;
+  return kBlkStatusOk;
 }
 
 uint8_t Block::DoGetId(const DescriptorChain& chain, uint32_t* data_written) {
   if (chain.writable_len - 1 < kIdBytes) {
     LogReject("GET_ID buffer shorter than 20 bytes", 0, chain.writable_len);
-    return kStatusIoErr;
+    return kBlkStatusIoErr;
   }
   ChainWriter writer(chain);
   (void)writer.Write(id_.data(), kIdBytes);
   *data_written = kIdBytes;
-  return kStatusOk;
+  return kBlkStatusOk;
 }
 
 Status Block::ReplaceBackend(std::unique_ptr<BlockBackend> backend) {
