@@ -1,7 +1,8 @@
-// kubicle-demo: the README's main job for now. Boots the tiny test guest under
-// kubicle-vmm on this machine's KVM, shows its serial banner, pings its agent
-// over virtio-vsock and prints the round trip, then shuts the VM down.
-// (Later issues grow this into the swarm demo.)
+// kubicle-demo: one VM by hand, with no node and no cluster. Boots the tiny
+// test guest under kubicle-vmm on this machine's KVM, shows its serial
+// banner, pings its agent over virtio-vsock and prints the round trip, then
+// shuts the VM down. The README's main job (the swarm on Kubernetes) is
+// scripts/demo.sh.
 #include <cstdio>
 
 #include "bench/stats.h"
