@@ -10,18 +10,8 @@ from typing import Any, AsyncIterator, Dict, Optional, Tuple
 
 import httpx
 
-from . import _http, _kobj, _watchcache
+from . import _http, _kobj, _kube, _watchcache
 from ._sansio import Call
-
-
-class KubeLib:
-    """``kubernetes_asyncio``, imported on first use."""
-
-    def __init__(self) -> None:
-        from kubernetes_asyncio import client, config
-        from kubernetes_asyncio.config.incluster_config import InClusterConfigLoader
-
-        self.client, self.config, self.InClusterConfigLoader = client, config, InClusterConfigLoader
 
 
 def _shared_watch(api_client: Any) -> Any:
@@ -104,17 +94,14 @@ class AsyncIO:
         await asyncio.sleep(seconds)
 
     # --- Kubernetes ---------------------------------------------------------
-    def kube_lib(self) -> KubeLib:
-        return KubeLib()
+    def kube_lib(self) -> _kube.KubeLib:
+        return _kube.KubeLib("kubernetes_asyncio")
 
-    async def load_kube_config(self, lib: KubeLib, **kw: Any) -> None:
+    async def load_kube_config(self, lib: _kube.KubeLib, **kw: Any) -> None:
         await lib.config.load_kube_config(**kw)
 
-    def connect_kube(self, lib: KubeLib, cfg: Any) -> None:
-        api = lib.client.ApiClient(cfg)
-        self.apis = {"api": api, "co": lib.client.CustomObjectsApi(api),
-                     "core": lib.client.CoreV1Api(api),
-                     "coord": lib.client.CoordinationV1Api(api)}
+    def connect_kube(self, lib: _kube.KubeLib, cfg: Any) -> None:
+        self.apis = lib.apis(cfg)
 
     async def kube(self, api: str, method: str, *args: Any, what: str = "",
                    sandbox: Optional[str] = None, **kw: Any) -> Any:

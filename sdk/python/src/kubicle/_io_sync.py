@@ -11,19 +11,8 @@ from typing import Any, Dict, Iterator, Optional, Tuple
 
 import httpx
 
-from . import _http, _kobj, _watchcache
+from . import _http, _kobj, _kube, _watchcache
 from ._sansio import Call
-
-
-class KubeLib:
-    """The ``kubernetes`` package, imported on first use (standalone
-    clients never need it)."""
-
-    def __init__(self) -> None:
-        from kubernetes import client, config
-        from kubernetes.config.incluster_config import InClusterConfigLoader
-
-        self.client, self.config, self.InClusterConfigLoader = client, config, InClusterConfigLoader
 
 
 class SyncIO:
@@ -73,17 +62,14 @@ class SyncIO:
         time.sleep(seconds)
 
     # --- Kubernetes ---------------------------------------------------------
-    def kube_lib(self) -> KubeLib:
-        return KubeLib()
+    def kube_lib(self) -> _kube.KubeLib:
+        return _kube.KubeLib("kubernetes")
 
-    def load_kube_config(self, lib: KubeLib, **kw: Any) -> None:
+    def load_kube_config(self, lib: _kube.KubeLib, **kw: Any) -> None:
         lib.config.load_kube_config(**kw)
 
-    def connect_kube(self, lib: KubeLib, cfg: Any) -> None:
-        api = lib.client.ApiClient(cfg)
-        self.apis = {"api": api, "co": lib.client.CustomObjectsApi(api),
-                     "core": lib.client.CoreV1Api(api),
-                     "coord": lib.client.CoordinationV1Api(api)}
+    def connect_kube(self, lib: _kube.KubeLib, cfg: Any) -> None:
+        self.apis = lib.apis(cfg)
 
     def kube(self, api: str, method: str, *args: Any, what: str = "",
              sandbox: Optional[str] = None, **kw: Any) -> Any:

@@ -73,6 +73,26 @@ def use_incluster(kubeconfig: Optional[str]) -> bool:
         not os.environ.get("KUBECONFIG")
 
 
+class KubeLib:
+    """One of the two Kubernetes client packages, ``kubernetes`` or
+    ``kubernetes_asyncio`` (the same API, blocking or as coroutines),
+    imported when a client first needs it."""
+
+    def __init__(self, package: str) -> None:
+        import importlib
+
+        self.client = importlib.import_module(f"{package}.client")
+        self.config = importlib.import_module(f"{package}.config")
+        self.InClusterConfigLoader = importlib.import_module(
+            f"{package}.config.incluster_config").InClusterConfigLoader
+
+    def apis(self, cfg: Any) -> Dict[str, Any]:
+        """The API objects the backend calls, by the name its steps use."""
+        api = self.client.ApiClient(cfg)
+        return {"api": api, "co": self.client.CustomObjectsApi(api),
+                "core": self.client.CoreV1Api(api), "coord": self.client.CoordinationV1Api(api)}
+
+
 class KubeBackend:
     """Sandboxes, SandboxForks, Workspaces and per-call runs as Kubernetes
     objects in one namespace. Each public method is an operation (``Op``)

@@ -58,6 +58,26 @@ def _status_and_length(head: bytes) -> Tuple[int, int]:
     return int(parts[1]), length
 
 
+def node_address(base: str) -> Tuple[Any, str, int]:
+    """The node a port stream goes to: (the parsed ``base``, host, port)."""
+    u = urlsplit(base)
+    return u, u.hostname or "", u.port or (443 if u.scheme == "https" else 80)
+
+
+def upgrade_request(u: Any, port: int, token: str) -> bytes:
+    """The request that turns the connection into a stream to ``port``."""
+    host_field = u.netloc.rpartition("@")[2]
+    return (f"GET {u.path}/ports/{port} HTTP/1.1\r\nHost: {host_field}\r\n"
+            "Connection: Upgrade\r\nUpgrade: kubicle-tcp\r\n"
+            f"Authorization: Bearer {token}\r\n\r\n").encode()
+
+
+def refusal(status: int, body: bytes, sandbox: str) -> errors.KubicleError:
+    """The node's answer other than 101, as the error to raise."""
+    code, message = _wire.parse_error(body)
+    return _wire.error_for(status, code, message, op="port", sandbox=sandbox)
+
+
 def _refusal(sock: socket.socket, status: int, length: int, rest: bytes, *,
              sandbox: str) -> errors.KubicleError:
     body = rest
@@ -67,8 +87,7 @@ def _refusal(sock: socket.socket, status: int, length: int, rest: bytes, *,
         if not got:
             break
         body += got
-    code, message = _wire.parse_error(body[:want])
-    return _wire.error_for(status, code, message, op="port", sandbox=sandbox)
+    return refusal(status, body[:want], sandbox)
 
 
 def open_stream(base: str, token: str, port: int, *, ssl_context: Optional[ssl.SSLContext],
@@ -76,9 +95,7 @@ def open_stream(base: str, token: str, port: int, *, ssl_context: Optional[ssl.S
     """Connects to the node at ``base`` (``<scheme>://<node>/v1/sandboxes/<id>``)
     and upgrades to a stream to the guest's ``port``."""
     check_port(port)
-    u = urlsplit(base)
-    host = u.hostname or ""
-    node_port = u.port or (443 if u.scheme == "https" else 80)
+    u, host, node_port = node_address(base)
     try:
         sock = socket.create_connection((host, node_port), timeout=timeout)
     except OSError as e:
@@ -89,10 +106,7 @@ def open_stream(base: str, token: str, port: int, *, ssl_context: Optional[ssl.S
         if u.scheme == "https":
             sock = (ssl_context or ssl.create_default_context()).wrap_socket(
                 sock, server_hostname=host)
-        host_field = u.netloc.rpartition("@")[2]
-        sock.sendall((f"GET {u.path}/ports/{port} HTTP/1.1\r\nHost: {host_field}\r\n"
-                      "Connection: Upgrade\r\nUpgrade: kubicle-tcp\r\n"
-                      f"Authorization: Bearer {token}\r\n\r\n").encode())
+        sock.sendall(upgrade_request(u, port, token))
         head, rest = _read_head(sock)
         status, length = _status_and_length(head)
         if status != 101:

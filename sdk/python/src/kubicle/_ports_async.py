@@ -7,9 +7,8 @@ from __future__ import annotations
 import asyncio
 import ssl
 from typing import Any, Awaitable, Callable, List, Optional, Set, Tuple
-from urllib.parse import urlsplit
 
-from . import _ports, _wire, errors
+from . import _ports, errors
 
 Stream = Tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
@@ -19,9 +18,7 @@ async def open_stream(base: str, token: str, port: int, *, ssl_context: Optional
     """Like ``_ports.open_stream``; the stream is (reader, writer), and
     ``reader.at_eof()`` after the guest's end."""
     _ports.check_port(port)
-    u = urlsplit(base)
-    host = u.hostname or ""
-    node_port = u.port or (443 if u.scheme == "https" else 80)
+    u, host, node_port = _ports.node_address(base)
     tls = (ssl_context or ssl.create_default_context()) if u.scheme == "https" else None
     try:
         reader, writer = await asyncio.wait_for(
@@ -31,10 +28,7 @@ async def open_stream(base: str, token: str, port: int, *, ssl_context: Optional
         raise errors.ApiError(f"cannot reach the node at {host}:{node_port}: {e!r}",
                               reason="Unreachable", sandbox=sandbox) from e
     try:
-        host_field = u.netloc.rpartition("@")[2]
-        writer.write((f"GET {u.path}/ports/{port} HTTP/1.1\r\nHost: {host_field}\r\n"
-                      "Connection: Upgrade\r\nUpgrade: kubicle-tcp\r\n"
-                      f"Authorization: Bearer {token}\r\n\r\n").encode())
+        writer.write(_ports.upgrade_request(u, port, token))
         await writer.drain()
         head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout)
         if len(head) > _ports._MAX_HEAD:
@@ -49,8 +43,7 @@ async def open_stream(base: str, token: str, port: int, *, ssl_context: Optional
                 if not got:
                     break
                 body += got
-            code, message = _wire.parse_error(body)
-            raise _wire.error_for(status, code, message, op="port", sandbox=sandbox)
+            raise _ports.refusal(status, body, sandbox)
         return reader, writer
     except errors.KubicleError:
         writer.close()

@@ -225,6 +225,20 @@ def informer() -> _sansio.Op[None]:
             yield call("sleep", 0.5)
 
 
+class _Resyncs:
+    """At most one relist per RESYNC_SECONDS, however many waits ask."""
+
+    def __init__(self) -> None:
+        self._last = time.monotonic()
+
+    def due(self) -> bool:
+        now = time.monotonic()
+        if now - self._last < RESYNC_SECONDS:
+            return False
+        self._last = now
+        return True
+
+
 class SyncWatcher:
     """The loop in a daemon thread. ``lister()`` returns (items, rv);
     ``watcher(rv, seconds, stop)`` yields events until the request ends."""
@@ -238,11 +252,14 @@ class SyncWatcher:
         self._thread: Optional[threading.Thread] = None
         self._stop = threading.Event()
         self._relist = False
-        self._last_resync = time.monotonic()
+        self._resyncs = _Resyncs()
         self.stopper: Any = None  # what watcher() was given, to stop a stream
 
     def close(self) -> None:
         self._stop.set()
+        self._end_stream()
+
+    def _end_stream(self) -> None:
         if self.stopper is not None:
             try:
                 self.stopper.stop()
@@ -269,21 +286,11 @@ class SyncWatcher:
         return self._cond.wait(seconds)
 
     def resync(self) -> None:
-        self._resync()
-
-    def _resync(self) -> None:
         """Ends the current watch so that the loop relists (called with the
         lock held; at most once per RESYNC_SECONDS)."""
-        now = time.monotonic()
-        if now - self._last_resync < RESYNC_SECONDS:
-            return
-        self._last_resync = now
-        self._relist = True
-        if self.stopper is not None:
-            try:
-                self.stopper.stop()
-            except Exception:
-                pass
+        if self._resyncs.due():
+            self._relist = True
+            self._end_stream()
 
     def _start(self) -> None:
         with self._cond:
@@ -344,17 +351,14 @@ class AsyncWatcher:
         self._waiters = _Waiters()
         self._events: Dict[Waiter, asyncio.Event] = {}
         self._task: Optional["asyncio.Task[None]"] = None
-        self._last_resync = time.monotonic()
+        self._resyncs = _Resyncs()
 
-    def _resync(self) -> None:
+    def resync(self) -> None:
         """Restarts the loop (a relist), at most once per RESYNC_SECONDS."""
-        now = time.monotonic()
-        if now - self._last_resync < RESYNC_SECONDS:
-            return
-        self._last_resync = now
-        if self._task is not None:
-            self._task.cancel()
-        self._task = asyncio.ensure_future(self._run())
+        if self._resyncs.due():
+            if self._task is not None:
+                self._task.cancel()
+            self._task = asyncio.ensure_future(self._run())
 
     async def close(self) -> None:
         if self._task is not None:
@@ -386,9 +390,6 @@ class AsyncWatcher:
             return True
         except asyncio.TimeoutError:
             return False
-
-    def resync(self) -> None:
-        self._resync()
 
     async def _run(self) -> None:
         await _sansio.run_async(informer(), self)  # until cancelled
