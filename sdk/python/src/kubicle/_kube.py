@@ -14,8 +14,6 @@ import os
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, TypeVar
 
-import httpx
-
 from . import _http, _kobj, _run, _watchcache, _workspace_obj, errors
 from ._labels import FORK_OF
 from ._ref import Ref
