@@ -29,6 +29,9 @@
 #   KUBICLE_DEMO_ROLLOUT     1 (default): in chart mode, a helm upgrade that
 #                            replaces the node's pod while the swarm runs,
 #                            which must keep every VM and its files; 0 skips
+#   KUBICLE_DEMO_OPERATOR_ROLLOUT  1 (default): in chart mode, more Sandboxes
+#                            applied while the operator Deployment restarts;
+#                            each must come Ready and answer; 0 skips
 #   KUBICLE_DEMO_IMAGE_ROOT  where the guest images go, the node's
 #                            --image-root (default /var/lib/kubicle/images/demo,
 #                            the path in the examples; another one gets
@@ -100,9 +103,9 @@ pod_logs() {
     --prefix >"$logs/operator.log" 2>&1 || true
 }
 
-# Chart mode, after helm uninstall: what the node pod left on the host. A VM
-# fails the demo; the sandbox network's host table and veths (kubicle-node
-# keeps them for a restarted pod) are reported and removed.
+# Chart mode, after helm uninstall: what the node pod left on the host. A VM,
+# or the sandbox network's host table or veths (kubicle-node keeps them only
+# while VMs run, for the next pod), fails the demo; what is left is removed.
 uninstall_leftovers() {
   local vmms tag links
   vmms=$(node_vmms)
@@ -113,9 +116,10 @@ uninstall_leftovers() {
   tag=$(printf %s "$state" | sha256sum | cut -c1-4)   # noderuntime SandboxNetworkTag
   links=$(ip -o link show 2>/dev/null | awk -F': ' -v t="kh$tag-" 'index($2, t) == 1 {sub(/@.*/, "", $2); print $2}')
   if nft list table ip "kubicle_$tag" >/dev/null 2>&1 || [ -n "$links" ]; then
-    say "note: helm uninstall left the node's host network: table ip kubicle_$tag${links:+, veths $(echo $links)}; removing them"
+    say "FAILED: helm uninstall left the node's host network: table ip kubicle_$tag${links:+, veths $(echo $links)}; removing them"
     nft delete table ip "kubicle_$tag" 2>/dev/null
     for l in $links; do ip link delete "$l" 2>/dev/null; done
+    return 1
   fi
   say "after helm uninstall: no VM of $state is running"
 }
@@ -494,9 +498,11 @@ if [ "$mode" = chart ]; then
   uid=$(k get pods -n kubicle-system -l app.kubernetes.io/component=node -o jsonpath='{.items[0].metadata.uid}')
   cg=$(find /sys/fs/cgroup/memory -maxdepth 5 -type d -name "pod$uid" 2>/dev/null | head -n 1)
   vm_cg=/sys/fs/cgroup/memory/kubicle-$(printf %s "$state" | sha256sum | cut -c1-12)
+  # Other kubicle-node processes (other tests' nodes) may run beside it.
   rss=$(for p in $(pgrep -x kubicle-node); do
-          tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -qF -- "--state-dir=$state " &&
+          if tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -qF -- "--state-dir=$state "; then
             awk '/^VmRSS/ {print $2}' "/proc/$p/status"
+          fi
         done | head -n 1)
   mib() { echo $(( $(cat "$1/memory.usage_in_bytes" 2>/dev/null || echo 0) / 1048576 )); }
   if [ -d "$vm_cg" ]; then
@@ -557,16 +563,16 @@ awk 'NR > 1 {r[NR - 1] = $3; e[NR - 1] = $4; n++}
 # state directory. Every Sandbox must then answer through the new pod with
 # its file, run by the same kubicle-vmm process as before, and no VMM may be
 # duplicated (docs/node.md, "VMMs across node restarts and rollouts").
+# as_sandbox SECRET ENDPOINT NODE ARGS...: kubicle-nodectl with that Sandbox's own token.
+as_sandbox() {
+  local secret=$1 endpoint=$2 on=$3 b64
+  shift 3
+  b64=${tokens[$secret]:-$(k get secret "$secret" -o jsonpath='{.data.token}')}
+  tls_of "$on"
+  KUBICLE_NODE_TOKEN=$(base64 -d <<<"$b64") "$B/noderuntime/cli/kubicle-nodectl" \
+    --server "$tls_scheme://$endpoint" "${tls_args[@]}" "$@"
+}
 if [ "$mode" = chart ] && [ "${KUBICLE_DEMO_ROLLOUT:-1}" = 1 ]; then
-  # as_sandbox SECRET ENDPOINT NODE ARGS...: kubicle-nodectl with that Sandbox's own token.
-  as_sandbox() {
-    local secret=$1 endpoint=$2 on=$3 b64
-    shift 3
-    b64=${tokens[$secret]:-$(k get secret "$secret" -o jsonpath='{.data.token}')}
-    tls_of "$on"
-    KUBICLE_NODE_TOKEN=$(base64 -d <<<"$b64") "$B/noderuntime/cli/kubicle-nodectl" \
-      --server "$tls_scheme://$endpoint" "${tls_args[@]}" "$@"
-  }
   # vmm_of UID: the pid of the Sandbox's kubicle-vmm, as the node reports it.
   vmm_of() {
     KUBICLE_NODE_TOKEN_FILE=$state/admin-token "$B/noderuntime/cli/kubicle-nodectl" --server "$node_url" \
@@ -615,6 +621,48 @@ if [ "$mode" = chart ] && [ "${KUBICLE_DEMO_ROLLOUT:-1}" = 1 ]; then
   [ "$vmms" -le $((count + pool)) ] ||
     die "$logs/node.log" "$vmms kubicle-vmm processes of $state after the rollout: $count Sandboxes and $pool pool VMs expected"
   say "rollout done in $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN {printf "%.1f", b - a}') s: pod $old_pod -> $new_pod; all $count Sandboxes answer with their file, each in the same kubicle-vmm as before; $vmms kubicle-vmm processes ($count Sandboxes, the rest the new pod's warm pool)"
+fi
+
+# --- an operator rollout while Sandboxes are being created -----------------
+# Chart mode (KUBICLE_DEMO_OPERATOR_ROLLOUT=0 skips it): the operator
+# Deployment is restarted and, until its rollout has finished, a Sandbox is
+# applied every half second, the last one after it: they meet the old pod,
+# the hand-over of the leader Lease and the new pod. Each must still come to
+# Ready and answer exec with its own token: none lost, none stuck. They carry
+# the run label, so the sweep below takes them.
+if [ "$mode" = chart ] && [ "${KUBICLE_DEMO_OPERATOR_ROLLOUT:-1}" = 1 ]; then
+  op=$(k get deploy -n kubicle-system -l app.kubernetes.io/component=operator -o jsonpath='{.items[0].metadata.name}')
+  old_leader=$(k get lease -n kubicle-system kubicle-operator-leader -o jsonpath='{.spec.holderIdentity}' 2>/dev/null || true)
+  say "operator rollout: kubectl rollout restart deployment/$op (leader ${old_leader:-?}), a Sandbox applied every 0.5 s until it has finished"
+  t0=$EPOCHREALTIME
+  k rollout restart -n kubicle-system "deployment/$op" >/dev/null
+  k rollout status -n kubicle-system "deployment/$op" --timeout=180s >"$logs/operator-rollout.log" 2>&1 &
+  rollout=$!
+  names=()
+  while :; do
+    name=$(printf 'operator-rollout-%02d' $((${#names[@]} + 1)))
+    printf 'apiVersion: kubicle.dev/v1alpha1\nkind: Sandbox\nmetadata:\n  name: %s\n  labels:\n    kubicle.dev/run: %s\nspec:\n  templateRef:\n    name: demo\n  ttlSeconds: 3600\n' \
+      "$name" "$run" | k apply -f - >/dev/null
+    names+=("$name")
+    # The rollout has finished (or failed): this Sandbox was the one after it.
+    kill -0 "$rollout" 2>/dev/null || break
+    # Bounded whatever the rollout does: its own timeout ends it at 180 s.
+    [ ${#names[@]} -lt 40 ] || break
+    sleep 0.5
+  done
+  wait "$rollout" || { pod_logs; die "$logs/operator-rollout.log" "the operator's rollout did not finish in 180 s"; }
+  rolled=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN {printf "%.1f", b - a}')
+  k wait --for=condition=Ready "${names[@]/#/sandbox/}" --timeout=120s >>"$logs/operator-rollout.log" 2>&1 ||
+    { pod_logs; die "$logs/operator-rollout.log" "Sandboxes applied during the operator's rollout did not come Ready: $(k get sandboxes "${names[@]}" --no-headers 2>&1 | tr '\n' ';')"; }
+  for name in "${names[@]}"; do
+    read -r uid on endpoint secret < <(k get sandbox "$name" -o jsonpath='{.metadata.uid} {.status.nodeName} {.status.vm.endpoint} {.status.tokenSecretName}{"\n"}')
+    out=$(as_sandbox "$secret" "$endpoint" "$on" exec "k-$uid" -- "${command[@]}" 2>&1) && [[ $out == "$name"* ]] ||
+      { pod_logs; die "$logs/operator.log" "$name, applied during the operator's rollout, does not answer: $out"; }
+  done
+  leader=$(k get lease -n kubicle-system kubicle-operator-leader -o jsonpath='{.spec.holderIdentity}' 2>/dev/null || true)
+  [ -n "$leader" ] && [ "$leader" != "$old_leader" ] ||
+    { pod_logs; die "$logs/operator-rollout.log" "the operator's leader Lease is held by '${leader}' after the rollout (before: '${old_leader}')"; }
+  say "operator rollout done in $rolled s with ${#names[@]} Sandboxes applied during it; all Ready and answering in $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN {printf "%.1f", b - a}') s; leader $old_leader -> $leader"
 fi
 
 # --- the sweep --------------------------------------------------------------

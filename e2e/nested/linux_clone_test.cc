@@ -372,17 +372,21 @@ std::vector<std::unique_ptr<VmProcess>> Fork(
 }
 
 // Connects to each forked child and gives it its identity; prints when each
-// answered, counted from `start` (the fork request).
+// answered, counted from `start` (the fork request). A child writes its log
+// to the stderr it inherited, the parent's log, and its own log file stays
+// empty: a failure prints the parent's.
 std::vector<std::unique_ptr<AgentClient>> ConnectChildren(
-    std::vector<std::unique_ptr<VmProcess>>& children, const std::string& host_prefix,
-    std::chrono::steady_clock::time_point start) {
+    const VmProcess& parent, std::vector<std::unique_ptr<VmProcess>>& children,
+    const std::string& host_prefix, std::chrono::steady_clock::time_point start) {
   std::vector<std::unique_ptr<AgentClient>> agents;
   for (size_t i = 0; i < children.size(); ++i) {
     Progress("connecting to fork child " + std::to_string(i));
     auto a = children[i]->ConnectAgent(120s);
     if (!a.ok()) {
-      ADD_FAILURE() << "child " << i << ": " << a.status().ToString() << "\nvmm log:\n"
-                    << children[i]->VmmLog() << "\nserial:\n" << children[i]->SerialOutput();
+      ADD_FAILURE() << "child " << i << " (pid " << children[i]->pid()
+                    << "): " << a.status().ToString()
+                    << "\nparent's vmm log (the children's too):\n" << parent.VmmLog()
+                    << "\nchild's serial:\n" << children[i]->SerialOutput();
       return {};
     }
     const double answer_ms = MsSince(start);
@@ -448,7 +452,7 @@ TEST_F(LinuxCloneTest, FiveWayForkChildrenRunPythonWithOwnIdentityAndPrivateFile
   const auto start = std::chrono::steady_clock::now();
   auto children = Fork(vm(), kChildren, 20);
   ASSERT_EQ(children.size(), size_t(kChildren));
-  auto agents = ConnectChildren(children, "py-fork-", start);
+  auto agents = ConnectChildren(vm(), children, "py-fork-", start);
   ASSERT_EQ(agents.size(), size_t(kChildren));
   std::printf("5-way fork: all children answering with their identity %.0f ms after the "
               "request\n", MsSince(start));
@@ -503,7 +507,7 @@ TEST(LinuxForkDiskTest, ForkedChildrensDiskWritesArePrivate) {
   const auto start = std::chrono::steady_clock::now();
   auto children = Fork(*g->vm, 2, 30);
   ASSERT_EQ(children.size(), 2u);
-  auto agents = ConnectChildren(children, "py-disk-", start);
+  auto agents = ConnectChildren(*g->vm, children, "py-disk-", start);
   ASSERT_EQ(agents.size(), 2u);
 
   Progress("disk writes in child 0 and the parent");
@@ -643,7 +647,7 @@ TEST(LinuxNetTest, EveryCloneReachesItsOwnNamespaceAtOnceWithItsNewMac) {
   auto children = Fork(*g->vm, 1, 40,
                        {{noderuntime::network::kTapName, fork_mac, namespaces[2]->path()}});
   ASSERT_EQ(children.size(), 1u);
-  auto agents = ConnectChildren(children, "py-net-fork-", start);
+  auto agents = ConnectChildren(*g->vm, children, "py-net-fork-", start);
   ASSERT_EQ(agents.size(), 1u);
   // ConnectChildren's POST_RESTORE carries no MAC: this one does.
   ASSERT_TRUE(SendPostRestore(*agents[0], "py-net-fork-0", 150, MacBytes(fork_mac)).ok());

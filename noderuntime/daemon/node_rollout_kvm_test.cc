@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -312,6 +313,9 @@ TEST_F(NodeRolloutTest, ContainerStopKeepsTwentyVmsAndTheNextNodeReadoptsThem) {
   for (const std::string& d : vms.SharedGroups()) EXPECT_FALSE(fs::exists(d)) << d;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(state_ + "/netns", ec)) ADD_FAILURE() << "left: " << e.path();
+  const std::string table = "kubicle_" + network::SandboxNetworkTag(state_);
+  EXPECT_NE(std::system(("nft list table ip " + table + " >/dev/null 2>&1").c_str()), 0)
+      << "the host's table " << table << " outlived the uninstall";
 }
 
 }  // namespace
