@@ -15,13 +15,14 @@ Controller::Controller(kube::KubeClient* client, const kube::Clock* clock,
       clock_(clock),
       options_(std::move(options)),
       events_(client, "kubicle-operator", options_.identity, clock),
-      queue_(clock),
       sandboxes_(client, kube::SandboxResource()),
       forks_(client, kube::SandboxForkResource()),
       templates_(client, kube::SandboxTemplateResource()),
       leases_(client, kube::LeaseResource(), options_.config.node_lease_namespace,
               std::string(kLabelNode)),
-      workspaces_(client, kube::WorkspaceResource()) {
+      workspaces_(client, kube::WorkspaceResource()),
+      engine_({.workers = options_.workers, .registry = registry, .metrics_prefix = "kubicle_operator"},
+              clock) {
   Context ctx{client_, this, clock_, &scheduler_, &events_, options_.config, &lease_absence_,
               &workspace_claims_};
   reconcilers_["Sandbox"] = std::make_unique<SandboxReconciler>(ctx);
@@ -33,16 +34,17 @@ Controller::Controller(kube::KubeClient* client, const kube::Clock* clock,
       if (Label(s, kLabelNode) == node) queue_.Add("Sandbox:" + kube::KeyOf(s));
     });
   });
+  RegisterMetrics(registry);
+  WireHandlers();
+  for (kube::Informer* i : {&leases_, &templates_, &sandboxes_, &forks_, &workspaces_}) engine_.Watch(i);
+}
+
+void Controller::RegisterMetrics(metrics::Registry* registry) {
   latency_ = &registry->AddHistogram("kubicle_operator_reconcile_duration_seconds",
                                      "Time of one reconcile pass.", {"kind"},
                                      metrics::ExponentialBuckets(0.0005, 2, 16));
   results_ = &registry->AddCounter("kubicle_operator_reconcile_total",
                                    "Reconcile passes by kind and result.", {"kind", "result"});
-  registry->AddGaugeCallback("kubicle_operator_queue_depth", "Keys ready in the work queue.", {},
-                             [this] {
-                               return std::vector<std::pair<metrics::LabelValues, double>>{
-                                   {{}, static_cast<double>(queue_.Len())}};
-                             });
   registry->AddGaugeCallback("kubicle_operator_sandboxes", "Sandboxes by phase.", {"phase"}, [this] {
     std::map<std::string, double> by_phase;
     for (const char* p : {"Pending", "Scheduled", "Starting", "Running", "Failed", "Terminating"}) {
@@ -56,7 +58,6 @@ Controller::Controller(kube::KubeClient* client, const kube::Clock* clock,
     for (const auto& [p, n] : by_phase) out.push_back({{p}, n});
     return out;
   });
-  WireHandlers();
 }
 
 Controller::~Controller() { Stop(); }
@@ -147,29 +148,12 @@ void Controller::WireHandlers() {
 }
 
 Status Controller::Start(std::chrono::milliseconds sync_timeout) {
-  for (kube::Informer* i : {&leases_, &templates_, &sandboxes_, &forks_, &workspaces_}) i->Start();
-  for (kube::Informer* i : {&leases_, &templates_, &sandboxes_, &forks_, &workspaces_}) {
-    if (!i->WaitForSync(sync_timeout)) return Status::DeadlineExceeded("informer cache sync");
-  }
-  started_ = true;
-  for (int i = 0; i < options_.workers; ++i) workers_.emplace_back([this] { Worker(); });
+  RETURN_IF_ERROR(engine_.Start([this](const std::string& key) { ProcessKey(key); }, sync_timeout));
   log::Info("controller started", {{"workers", options_.workers}});
   return Status::Ok();
 }
 
-void Controller::Stop() {
-  queue_.ShutDown();
-  for (auto& t : workers_) t.join();
-  workers_.clear();
-  for (kube::Informer* i : {&sandboxes_, &forks_, &templates_, &leases_, &workspaces_}) i->Stop();
-}
-
-void Controller::Worker() {
-  while (auto key = queue_.Get()) {
-    ProcessKey(*key);
-    queue_.Done(*key);
-  }
-}
+void Controller::Stop() { engine_.Stop(); }
 
 namespace {
 

@@ -18,11 +18,11 @@
 #include <vector>
 
 #include "common/metrics.h"
+#include "kube/controller_engine.h"
 #include "operator/context.h"
 #include "operator/fork_reconciler.h"
 #include "operator/node_reconciler.h"
 #include "kube/informer.h"
-#include "kube/work_queue.h"
 #include "operator/sandbox_reconciler.h"
 #include "operator/template_reconciler.h"
 #include "operator/workspace_reconciler.h"
@@ -59,11 +59,11 @@ class Controller : private ObjectLister {
   void ForEach(const kube::Resource& r, const std::function<void(const Json&)>& fn) override;
   kube::Informer* InformerFor(const kube::Resource& r);
   void WireHandlers();
+  void RegisterMetrics(metrics::Registry* registry);
   void EnqueuePendingSandboxes(const std::string& ns, const std::string& tmpl);
   // A Workspace or one of its Sandboxes changed: the Workspace (attachedTo)
   // and the Sandboxes waiting for it.
   void EnqueueWorkspace(const std::string& ns, const std::string& workspace);
-  void Worker();
   void ProcessKey(const std::string& key);
   // The pass with the exception boundary: `*threw` says what escaped.
   Result<Outcome> Reconcile(const std::string& kind, const std::string& key, std::string* threw);
@@ -76,14 +76,13 @@ class Controller : private ObjectLister {
   LeaseAbsence lease_absence_;
   WorkspaceClaims workspace_claims_;
   kube::EventRecorder events_;
-  kube::WorkQueue queue_;
   kube::Informer sandboxes_, forks_, templates_, leases_, workspaces_;
+  kube::ControllerEngine engine_;  // after the informers it stops
+  kube::WorkQueue& queue_ = engine_.Queue();
   std::map<std::string, std::unique_ptr<Reconciler>> reconcilers_;  // by kind
   metrics::Family<metrics::Histogram>* latency_;
   metrics::Family<metrics::Counter>* results_;
   std::atomic<uint64_t> reconciles_{0};
-  std::vector<std::thread> workers_;
-  bool started_ = false;
 };
 
 }  // namespace kubicle::op

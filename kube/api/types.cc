@@ -213,22 +213,28 @@ SandboxSpec ParseSandboxSpec(const Fields& root) {
   return s;
 }
 
+SandboxStatus ParseSandboxStatus(const Fields& root) {
+  SandboxStatus status;
+  const Fields st = root.Quiet().Object("status");
+  status.phase = st.String("phase").value_or("");
+  status.node_name = st.String("nodeName").value_or("");
+  status.expires_at = st.String("expiresAt").value_or("");
+  status.token_secret_name = st.String("tokenSecretName").value_or("");
+  status.token_sha256 = st.String("tokenSha256").value_or("");
+  status.has_vm = st.HasObject("vm");
+  const Fields vm = st.Object("vm");
+  status.vm = {vm.String("state").value_or(""), vm.String("endpoint").value_or(""),
+               vm.String("message").value_or(""), vm.Number("restoreMillis")};
+  status.conditions = Conditions(st);
+  return status;
+}
+
 SandboxView ParseSandbox(Json object, std::vector<FieldRead>* reads) {
   SandboxView v;
   v.meta = ParseObjectMeta(object);
   const Fields root(object, "", &v.problems, reads);
   v.spec = ParseSandboxSpec(root);
-  const Fields st = root.Quiet().Object("status");
-  v.status.phase = st.String("phase").value_or("");
-  v.status.node_name = st.String("nodeName").value_or("");
-  v.status.expires_at = st.String("expiresAt").value_or("");
-  v.status.token_secret_name = st.String("tokenSecretName").value_or("");
-  v.status.token_sha256 = st.String("tokenSha256").value_or("");
-  v.status.has_vm = st.HasObject("vm");
-  const Fields vm = st.Object("vm");
-  v.status.vm = {vm.String("state").value_or(""), vm.String("endpoint").value_or(""),
-                 vm.String("message").value_or(""), vm.Number("restoreMillis")};
-  v.status.conditions = Conditions(st);
+  v.status = ParseSandboxStatus(root);
   v.object = std::move(object);
   return v;
 }
@@ -238,6 +244,8 @@ SandboxView ParseSandbox(Json object, std::vector<FieldRead>* reads) {
 SandboxSpec ParseSandboxSpec(const Json& sandbox, std::vector<std::string>* problems) {
   return ParseSandboxSpec(Fields(sandbox, "", problems));
 }
+
+SandboxStatus ParseSandboxStatus(const Json& sandbox) { return ParseSandboxStatus(Fields(sandbox, "", nullptr)); }
 
 SandboxView SandboxView::Parse(Json object) { return ParseSandbox(std::move(object), nullptr); }
 

@@ -95,6 +95,9 @@ struct SandboxStatus {
   Json conditions = Json::array();  // object entries only
 };
 
+// Without copying the object (filters over an informer cache).
+SandboxStatus ParseSandboxStatus(const Json& sandbox);
+
 struct SandboxView {
   Json object;
   ObjectMeta meta;

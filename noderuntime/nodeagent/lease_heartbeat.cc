@@ -1,20 +1,22 @@
 #include "noderuntime/nodeagent/lease_heartbeat.h"
 
 #include "common/log.h"
+#include "kube/api/names.h"
 #include "kube/time_format.h"
 
 namespace kubicle::noderuntime::nodeagent {
 
 kube::Json LeaseHeartbeat::LeaseFor(const AgentConfig& c, kube::TimePoint now) {
-  kube::Json annotations = {{"kubicle.dev/capacity-sandboxes", std::to_string(c.capacity_sandboxes)}};
-  if (c.capacity_mem_mib > 0) annotations["kubicle.dev/capacity-memory-mib"] = std::to_string(c.capacity_mem_mib);
+  using namespace kube::api;  // the names of the node protocol
+  kube::Json annotations = {{kAnnotationCapacitySandboxes, std::to_string(c.capacity_sandboxes)}};
+  if (c.capacity_mem_mib > 0) annotations[kAnnotationCapacityMemory] = std::to_string(c.capacity_mem_mib);
   // Clients verify the node's TLS against this, never by skipping checks.
-  if (!c.serving_ca_pem.empty()) annotations["kubicle.dev/serving-ca"] = c.serving_ca_pem;
+  if (!c.serving_ca_pem.empty()) annotations[kAnnotationServingCa] = c.serving_ca_pem;
   return {{"apiVersion", "coordination.k8s.io/v1"},
           {"kind", "Lease"},
           {"metadata", {{"name", "kubicle-node-" + c.node_name},
                         {"namespace", c.lease_namespace},
-                        {"labels", {{"kubicle.dev/node", c.node_name}}},
+                        {"labels", {{kLabelNode, c.node_name}}},
                         {"annotations", annotations}}},
           {"spec", {{"holderIdentity", c.node_name},
                     {"leaseDurationSeconds", c.lease_duration.count()},

@@ -151,7 +151,7 @@ kube::Json Sandbox() {
 }
 
 TEST(SandboxSync, DesiredVmFollowsTheObject) {
-  auto d = DesiredVmOf(Sandbox());
+  auto d = DesiredVmOf(SandboxView::Parse(Sandbox()));
   ASSERT_TRUE(d.ok()) << d.status().ToString();
   EXPECT_EQ(d->spec.id, SandboxNodeId(kUid));
   EXPECT_EQ(d->spec.hostname, "agent-7");
@@ -167,17 +167,17 @@ TEST(SandboxSync, DesiredVmFollowsTheObject) {
 }
 
 TEST(SandboxSync, DesiredVmCarriesSpecNetwork) {
-  EXPECT_FALSE(DesiredVmOf(Sandbox())->spec.network) << "none given: the template's";
+  EXPECT_FALSE(DesiredVmOf(SandboxView::Parse(Sandbox()))->spec.network) << "none given: the template's";
   kube::Json s = Sandbox();
   s["spec"]["network"] = {{"egress", {{"allow", {{{"cidr", "1.2.3.0/24"}, {"ports", {443}}}}}}}};
-  auto d = DesiredVmOf(s);
+  auto d = DesiredVmOf(SandboxView::Parse(s));
   ASSERT_TRUE(d.ok()) << d.status().ToString();
   ASSERT_TRUE(d->spec.network);
   EXPECT_EQ(d->spec.network->mode, network::EgressMode::kAllow);
   ASSERT_EQ(d->spec.network->allow.size(), 1u);
   EXPECT_EQ(d->spec.network->allow[0].ports, std::vector<uint16_t>{443});
   s["spec"]["network"] = {{"egress", "everything"}};
-  auto bad = DesiredVmOf(s);
+  auto bad = DesiredVmOf(SandboxView::Parse(s));
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("spec.network.egress"), std::string::npos) << bad.status().ToString();
 }
@@ -185,23 +185,23 @@ TEST(SandboxSync, DesiredVmCarriesSpecNetwork) {
 TEST(SandboxSync, ADottedLongNameGetsTheIdAsHostname) {
   kube::Json s = Sandbox();
   s["metadata"]["name"] = std::string(200, 'a') + ".b.c";
-  auto d = DesiredVmOf(s);
+  auto d = DesiredVmOf(SandboxView::Parse(s));
   ASSERT_TRUE(d.ok());
   EXPECT_EQ(d->spec.hostname, d->spec.id);
   s["metadata"].erase("uid");
-  EXPECT_FALSE(DesiredVmOf(s).ok());
+  EXPECT_FALSE(DesiredVmOf(SandboxView::Parse(s)).ok());
 }
 
 TEST(SandboxSync, VmReportRoundTripsThroughTheMergePatch) {
   VmReport r{"Running", "10.0.0.7:7443", "", 4.5};
-  kube::Json patch = VmStatusPatch(r, std::chrono::system_clock::now());
+  kube::Json patch = kube::api::SandboxVmStatusPatch(r, std::chrono::system_clock::now());
   EXPECT_TRUE(patch["status"]["vm"]["message"].is_null());  // a merge patch null clears an old message
   kube::Json obj = {{"status", patch["status"]}};
-  auto back = ReportedVm(obj);
+  auto back = ReportedVm(SandboxView::Parse(obj).status);
   ASSERT_TRUE(back.has_value());
   EXPECT_EQ(*back, r);
-  EXPECT_FALSE(ReportedVm(kube::Json::parse(R"({"status": {"vm": "x"}})")).has_value());
-  kube::Json failed = VmStatusPatch({"Failed", "", "boom", 0}, std::chrono::system_clock::now());
+  EXPECT_FALSE(ReportedVm(SandboxView::Parse(kube::Json::parse(R"({"status": {"vm": "x"}})")).status).has_value());
+  kube::Json failed = kube::api::SandboxVmStatusPatch({"Failed", "", "boom", 0}, std::chrono::system_clock::now());
   EXPECT_TRUE(failed["status"]["vm"]["endpoint"].is_null());
   EXPECT_EQ(failed["status"]["vm"]["message"], "boom");
 }

@@ -7,8 +7,6 @@
 
 namespace kubicle::noderuntime::nodeagent {
 
-std::string SandboxNodeId(const std::string& uid) { return "k-" + uid; }
-
 std::string TemplateNodeIdPrefix(const std::string& uid) { return "t-" + uid + "-"; }
 
 std::string TemplateNodeId(const std::string& uid, int64_t generation,

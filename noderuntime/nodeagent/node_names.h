@@ -12,14 +12,17 @@
 #include <string>
 #include <vector>
 
+#include "kube/api/names.h"
+
 namespace kubicle::noderuntime::nodeagent {
 
 // Labels the agent puts on its VMs (besides the Sandbox's own labels).
-inline constexpr const char* kLabelSandboxUid = "kubicle.dev/sandbox-uid";
-inline constexpr const char* kLabelNamespace = "kubicle.dev/namespace";
+inline const std::string kLabelSandboxUid(kube::api::kLabelSandboxUid);
+inline const std::string kLabelNamespace(kube::api::kLabelNamespace);
 
-// "k-<uid>": the node id of the Sandbox with this metadata.uid.
-std::string SandboxNodeId(const std::string& uid);
+// "k-<uid>": the node id of the Sandbox with this metadata.uid (the
+// contract's SandboxVmId: clients address the VM by it).
+inline std::string SandboxNodeId(const std::string& uid) { return kube::api::SandboxVmId(uid); }
 
 // A VM shape that differs from its template's (Sandbox spec.resources).
 struct ShapeOverride {

@@ -4,6 +4,7 @@
 
 #include "common/log.h"
 #include "guest/protocol/messages.h"
+#include "kube/api/names.h"
 #include "kube/time_format.h"
 #include "noderuntime/nodeagent/node_names.h"
 #include "noderuntime/nodeagent/object_fields.h"
@@ -24,72 +25,41 @@ double Since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-bool IsDeleting(const Json& obj) { return !At(obj, {"metadata", "deletionTimestamp"}).is_null(); }
-
 }  // namespace
 
-// spec.suspend: a boolean; anything else (the CRD forbids it) is false.
-bool WantsSuspend(const Json& sandbox) {
-  const Json& s = At(sandbox, {"spec", "suspend"});
-  return s.is_boolean() && s.get<bool>();
+std::optional<VmReport> ReportedVm(const kube::api::SandboxStatus& status) {
+  if (!status.has_vm) return std::nullopt;
+  return status.vm;
 }
 
-namespace {
-
-}  // namespace
-
-std::optional<VmReport> ReportedVm(const Json& sandbox) {
-  const Json& vm = At(sandbox, {"status", "vm"});
-  if (!vm.is_object()) return std::nullopt;
-  return VmReport{StrAt(vm, {"state"}), StrAt(vm, {"endpoint"}), StrAt(vm, {"message"}),
-                  NumAt(vm, {"restoreMillis"})};
-}
-
-Json VmStatusPatch(const VmReport& r, kube::TimePoint now) {
-  // Merge patch: null removes a field a previous state set.
-  Json vm = {{"state", r.state}, {"lastUpdateTime", kube::FormatTime(now)},
-             {"endpoint", r.endpoint.empty() ? Json() : Json(r.endpoint)},
-             {"message", r.message.empty() ? Json() : Json(r.message)},
-             {"restoreMillis", r.restore_millis > 0 ? Json(r.restore_millis) : Json()}};
-  return {{"status", {{"vm", vm}}}};
-}
-
-Result<DesiredVm> DesiredVmOf(const Json& sandbox) {
+Result<DesiredVm> DesiredVmOf(const SandboxView& sandbox) {
   DesiredVm d;
-  const std::string uid = StrAt(sandbox, {"metadata", "uid"});
+  const std::string& uid = sandbox.meta.uid;
   if (uid.empty()) return Status::InvalidArgument("Sandbox has no metadata.uid");
   d.spec.id = SandboxNodeId(uid);
-  const Json& labels = At(sandbox, {"metadata", "labels"});
-  if (labels.is_object()) {
-    for (const auto& [k, v] : labels.items()) {
-      if (v.is_string()) d.spec.labels[k] = v.get<std::string>();
-    }
-  }
+  d.spec.labels = sandbox.meta.labels;
   d.spec.labels[kLabelSandboxUid] = uid;
-  d.spec.labels[kLabelNamespace] = StrAt(sandbox, {"metadata", "namespace"});
-  const std::string name = StrAt(sandbox, {"metadata", "name"});
+  d.spec.labels[kLabelNamespace] = sandbox.meta.ns;
+  const std::string& name = sandbox.meta.name;
   // A name that is a valid hostname is the guest's; dotted 253-character
   // names are not, so those get the id.
   d.spec.hostname = guest::protocol::ValidateHostname(name).ok() && name.find('.') == std::string::npos
                         ? name : d.spec.id;
-  d.spec.token_sha256 = StrAt(sandbox, {"status", "tokenSha256"});
-  const Json& env = At(sandbox, {"spec", "env"});
-  if (env.is_array()) {
-    for (const Json& e : env) d.spec.env[StrAt(e, {"name"})] = StrAt(e, {"value"});
-  }
+  d.spec.token_sha256 = sandbox.status.token_sha256;
+  for (const auto& [k, v] : sandbox.spec.env) d.spec.env[k] = v;
   // Checked strictly here too (the CRD keeps egress free-form): a bad
   // policy fails the Sandbox with the reason instead of running wider.
   // None given: its template's.
-  if (const Json& net = At(sandbox, {"spec", "network"}); !net.is_null()) {
+  if (const Json& net = sandbox.spec.network; !net.is_null()) {
     auto network = network::ParseNetworkSpec(net);
     if (!network.ok()) return Status::InvalidArgument("spec." + network.status().message());
     d.spec.network = *network;
   }
-  d.template_name = StrAt(sandbox, {"spec", "templateRef", "name"});
-  d.fork_source = StrAt(sandbox, {"spec", "forkSource"});
-  d.workspace_ref = StrAt(sandbox, {"spec", "workspaceRef", "name"});
-  int64_t mem = IntAt(sandbox, {"spec", "resources", "memoryMiB"});
-  int64_t vcpus = IntAt(sandbox, {"spec", "resources", "vcpus"});
+  d.template_name = sandbox.spec.template_name;
+  d.fork_source = sandbox.spec.fork_source.value_or("");
+  d.workspace_ref = sandbox.spec.workspace.value_or("");
+  const int64_t mem = sandbox.spec.memory_mib.value_or(0);
+  const int64_t vcpus = sandbox.spec.vcpus.value_or(0);
   if (mem > 0 || vcpus > 0) d.shape = ShapeOverride{static_cast<uint64_t>(mem), static_cast<uint32_t>(vcpus)};
   return d;
 }
@@ -100,7 +70,9 @@ SandboxSync::SandboxSync(kube::KubeClient* client, SandboxService* service, Temp
       service_(service),
       templates_(templates),
       config_(config),
-      informer_(client, kube::SandboxResource(), "", "kubicle.dev/node=" + config.node_name) {
+      informer_(client, kube::SandboxResource(), "", kube::api::NodeSelector(config.node_name)),
+      engine_({.workers = config.sandbox_workers, .resync = std::chrono::milliseconds(config.resync),
+               .registry = registry, .metrics_prefix = "kubicle_node_agent_sandbox"}) {
   const std::vector<double> lat = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5};
   watch_lag_seconds_ = &registry->AddHistogram(
       "kubicle_node_agent_watch_lag_seconds",
@@ -114,18 +86,20 @@ SandboxSync::SandboxSync(kube::KubeClient* client, SandboxService* service, Temp
       "From the node agent seeing a Sandbox to its status.vm Running written (restore or fork included)",
       {"how"}, lat);
   informer_.AddHandler([this](kube::WatchEventType t, const Json& obj) { OnEvent(t, obj); });
+  engine_.Watch(&informer_, /*resync=*/true);
+  engine_.OnResync([this] { MaybeReap(); });
 }
 
 SandboxSync::~SandboxSync() { Stop(); }
 
 void SandboxSync::OnEvent(kube::WatchEventType type, const Json& obj) {
   const std::string key = kube::KeyOf(obj);
-  if (type == kube::WatchEventType::kAdded && !ReportedVm(obj)) {
+  if (type == kube::WatchEventType::kAdded && !kube::api::ParseSandboxStatus(obj).has_vm) {
     {
       std::lock_guard l(mu_);
       first_seen_.emplace(key, std::chrono::steady_clock::now());
     }
-    auto created = kube::ParseTime(StrAt(obj, {"metadata", "creationTimestamp"}));
+    auto created = kube::ParseTime(kube::api::ParseObjectMeta(obj).creation_timestamp);
     if (created.ok()) {
       watch_lag_seconds_->WithLabels({}).Observe(
           std::max(0.0, std::chrono::duration<double>(std::chrono::system_clock::now() - *created).count()));
@@ -135,83 +109,51 @@ void SandboxSync::OnEvent(kube::WatchEventType type, const Json& obj) {
 }
 
 void SandboxSync::Start() {
-  informer_.Start();
-  for (int i = 0; i < config_.sandbox_workers; ++i) workers_.emplace_back([this] { Work(); });
-  background_ = std::thread([this] { Background(); });
+  next_reap_ = std::chrono::steady_clock::now();
+  (void)engine_.Start([this](const std::string& key) { Sync(key); });
 }
 
-void SandboxSync::Stop() {
-  {
-    std::lock_guard l(stop_mu_);
-    stopping_ = true;
-  }
-  stop_cv_.notify_all();
-  if (background_.joinable()) background_.join();
-  queue_.ShutDown();
-  for (auto& t : workers_) t.join();
-  workers_.clear();
-  informer_.Stop();
-}
+void SandboxSync::Stop() { engine_.Stop(); }
 
-void SandboxSync::Work() {
-  while (auto key = queue_.Get()) {
-    Sync(*key);
-    queue_.Done(*key);
-  }
-}
-
-// Resync (every object re-checked: a VM that died is reported) and reap.
-void SandboxSync::Background() {
-  auto next_reap = std::chrono::steady_clock::now();
-  std::unique_lock l(stop_mu_);
-  while (!stopping_) {
-    l.unlock();
-    if (informer_.HasSynced()) {
-      informer_.ForEach([this](const Json& obj) { queue_.Add(kube::KeyOf(obj)); });
-      if (std::chrono::steady_clock::now() >= next_reap) {
-        auto reaped = ReapOrphans();
-        if (reaped.ok()) next_reap = std::chrono::steady_clock::now() + config_.reap_interval;
-      }
-    }
-    l.lock();
-    stop_cv_.wait_for(l, informer_.HasSynced() ? std::chrono::milliseconds(config_.resync) : 100ms,
-                      [this] { return stopping_; });
-  }
+void SandboxSync::MaybeReap() {
+  if (std::chrono::steady_clock::now() < next_reap_) return;
+  auto reaped = ReapOrphans();
+  if (reaped.ok()) next_reap_ = std::chrono::steady_clock::now() + config_.reap_interval;
 }
 
 void SandboxSync::Sync(const std::string& key) {
-  auto obj = informer_.Get(key);
-  if (!obj) return SyncGone(key);
-  const std::string uid = StrAt(*obj, {"metadata", "uid"});
-  if (uid.empty()) return;
-  const std::string id = SandboxNodeId(uid);
+  auto got = informer_.Get(key);
+  if (!got) return SyncGone(key);
+  const SandboxView obj = SandboxView::Parse(std::move(*got));
+  if (obj.meta.uid.empty()) return;
+  const std::string id = SandboxNodeId(obj.meta.uid);
   {
     std::lock_guard l(mu_);
     ids_[key] = id;
   }
-  if (IsDeleting(*obj)) return Teardown(key, *obj, id);
+  if (obj.meta.deleting) return Teardown(key, obj, id);
   auto vm = service_->GetSandbox(id);
   if (vm.ok()) {
-    const bool suspend = WantsSuspend(*obj);
+    const bool suspend = obj.spec.suspend;
     switch (vm->state) {
       case SandboxState::kRunning:
-        if (suspend) return Suspend(key, *obj, id);
-        return Report(key, *obj, RunningReport(*vm));
+        if (suspend) return Suspend(key, obj, id);
+        return Report(key, obj, RunningReport(*vm));
       case SandboxState::kSuspended:
-        if (!suspend) return Resume(key, *obj, id);
-        return Report(key, *obj, SuspendedReport(""));
-      case SandboxState::kFailed: return Report(key, *obj, {"Failed", "", Bounded(vm->message), 0});
+        if (!suspend) return Resume(key, obj, id);
+        return Report(key, obj, SuspendedReport(""));
+      case SandboxState::kFailed: return Report(key, obj, {"Failed", "", Bounded(vm->message), 0});
       default: return queue_.AddAfter(key, kWaitBusy);  // another pass is creating or deleting it
     }
   }
-  auto reported = ReportedVm(*obj);
+  auto reported = ReportedVm(obj.status);
   const std::string was = reported ? reported->state : "";
   if (was == "Running" || was == "Suspended") {
-    return Report(key, *obj, {"Failed", "", "the VM is gone: kubicle-node on " + config_.node_name +
+    return Report(key, obj, {"Failed", "", "the VM is gone: kubicle-node on " + config_.node_name +
                                                " has no VM for this Sandbox (it exited, or the node lost its state)", 0});
   }
   if (was == "Failed" || was == "Terminated") return;
-  StartVm(key, *obj, id);  // not started, or a start cut short by a node restart
+  StartVm(key, obj, id);  // not started, or a start cut short by a node restart
 }
 
 void SandboxSync::SyncGone(const std::string& key) {
@@ -235,8 +177,8 @@ void SandboxSync::SyncGone(const std::string& key) {
   queue_.Forget(key);
 }
 
-void SandboxSync::Teardown(const std::string& key, const Json& obj, const std::string& id) {
-  auto reported = ReportedVm(obj);
+void SandboxSync::Teardown(const std::string& key, const SandboxView& obj, const std::string& id) {
+  auto reported = ReportedVm(obj.status);
   Status st = service_->DeleteSandbox(id);
   if (!st.ok() && st.code() != StatusCode::kNotFound) {
     log::Warn("VM teardown failed; retrying", {{"sandbox", key}, {"vm", id}, {"error", st.ToString()}});
@@ -246,7 +188,7 @@ void SandboxSync::Teardown(const std::string& key, const Json& obj, const std::s
   if (!reported || reported->state != "Terminated") Report(key, obj, {"Terminated", "", "", 0});
 }
 
-void SandboxSync::StartVm(const std::string& key, const Json& obj, const std::string& id) {
+void SandboxSync::StartVm(const std::string& key, const SandboxView& obj, const std::string& id) {
   auto want = DesiredVmOf(obj);
   if (!want.ok()) return Report(key, obj, {"Failed", "", Bounded(want.status().message()), 0});
   if (want->spec.token_sha256.empty()) return;  // the operator publishes it; that update requeues
@@ -290,16 +232,16 @@ void SandboxSync::StartVm(const std::string& key, const Json& obj, const std::st
   }
 }
 
-bool SandboxSync::WorkspaceHeldElsewhere(const Json& obj, const std::string& ref, const std::string& id) {
+bool SandboxSync::WorkspaceHeldElsewhere(const SandboxView& obj, const std::string& ref, const std::string& id) {
   if (!workspaces_) return false;
-  auto ws = workspaces_->ReadyWorkspace(StrAt(obj, {"metadata", "namespace"}), ref);
+  auto ws = workspaces_->ReadyWorkspace(obj.meta.ns, ref);
   if (!ws) return false;
   auto info = service_->GetWorkspace(*ws);
   return info.ok() && !info->attached_to.empty() && info->attached_to != id;
 }
 
-Result<SandboxInfo> SandboxSync::RestoreOrFork(const std::string& key, const Json& obj, const DesiredVm& want) {
-  const std::string ns = StrAt(obj, {"metadata", "namespace"});
+Result<SandboxInfo> SandboxSync::RestoreOrFork(const std::string& key, const SandboxView& obj, const DesiredVm& want) {
+  const std::string& ns = obj.meta.ns;
   if (want.fork_source.empty()) {
     ASSIGN_OR_RETURN(std::string tmpl, templates_->ReadyTemplateFor(ns, want.template_name, want.shape));
     SandboxSpec spec = want.spec;
@@ -314,20 +256,21 @@ Result<SandboxInfo> SandboxSync::RestoreOrFork(const std::string& key, const Jso
   return Fork(key, obj, want);
 }
 
-Result<SandboxInfo> SandboxSync::Fork(const std::string& key, const Json& obj, const DesiredVm& want) {
-  const std::string ns = StrAt(obj, {"metadata", "namespace"});
+Result<SandboxInfo> SandboxSync::Fork(const std::string& key, const SandboxView& obj, const DesiredVm& want) {
+  const std::string& ns = obj.meta.ns;
   auto source = informer_.Get(kube::ObjectKey(ns, want.fork_source));
   if (!source) {
     return Status::FailedPrecondition("fork source " + kube::ObjectKey(ns, want.fork_source) +
                                       " is not a Sandbox on node " + config_.node_name);
   }
-  if (IsDeleting(*source)) return Status::FailedPrecondition("fork source " + want.fork_source + " is being deleted");
-  const std::string source_id = SandboxNodeId(StrAt(*source, {"metadata", "uid"}));
+  const SandboxView src = SandboxView::Parse(std::move(*source));
+  if (src.meta.deleting) return Status::FailedPrecondition("fork source " + want.fork_source + " is being deleted");
+  const std::string source_id = SandboxNodeId(src.meta.uid);
   auto src_vm = service_->GetSandbox(source_id);
   if (src_vm.ok() && src_vm->state == SandboxState::kSuspended)
     return Status::Unavailable("fork source " + want.fork_source + " is suspended");
   if (!src_vm.ok() || src_vm->state == SandboxState::kCreating) {
-    auto reported = ReportedVm(*source);
+    auto reported = ReportedVm(src.status);
     if (reported && (reported->state == "Failed" || reported->state == "Terminated"))
       return Status::FailedPrecondition("fork source " + want.fork_source + " is " + reported->state);
     return Status::Unavailable("fork source " + want.fork_source + " is not running yet");
@@ -343,7 +286,7 @@ Result<SandboxInfo> SandboxSync::Fork(const std::string& key, const Json& obj, c
   fr.children.push_back({want.spec.id, want.spec.token_sha256, want.spec.labels, want.spec.env,
                          want.spec.network});
   std::vector<std::string> ids = {want.spec.id};
-  for (const auto& [k, o] : siblings) {
+  for (const SandboxView& o : siblings) {
     auto d = DesiredVmOf(o);  // ClaimSiblings checked it parses
     fr.children.push_back({d->spec.id, d->spec.token_sha256, d->spec.labels, d->spec.env, d->spec.network});
     ids.push_back(d->spec.id);
@@ -351,37 +294,38 @@ Result<SandboxInfo> SandboxSync::Fork(const std::string& key, const Json& obj, c
   auto kids = service_->ForkSandbox(fr);
   Release(ids);
   if (!kids.ok()) {
-    for (const auto& [k, o] : siblings) queue_.Add(k);  // each retries (and reports) on its own
+    for (const SandboxView& o : siblings) queue_.Add(o.meta.Key());  // each retries (and reports) on its own
     return kids.status();
   }
   if (kids->size() != fr.children.size())
     return Status::Internal("fork returned " + std::to_string(kids->size()) + " children");
   for (size_t i = 0; i < siblings.size(); ++i) {
-    Report(siblings[i].first, siblings[i].second, RunningReport((*kids)[i + 1]));
+    Report(siblings[i].meta.Key(), siblings[i], RunningReport((*kids)[i + 1]));
   }
   return (*kids)[0];
 }
 
-std::vector<std::pair<std::string, Json>> SandboxSync::ClaimSiblings(const std::string& key, const Json& obj,
-                                                                     const std::string& source) {
+std::vector<SandboxView> SandboxSync::ClaimSiblings(const std::string& key, const SandboxView& obj,
+                                                    const std::string& source) {
   constexpr size_t kMaxBatch = 63;  // with `key`: the runtime's 64 per fork
-  const std::string ns = StrAt(obj, {"metadata", "namespace"});
-  std::vector<std::pair<std::string, Json>> candidates;
+  const std::string& ns = obj.meta.ns;
+  std::vector<SandboxView> candidates;
   informer_.ForEach([&](const Json& o) {
-    if (candidates.size() >= kMaxBatch || StrAt(o, {"metadata", "namespace"}) != ns ||
-        StrAt(o, {"spec", "forkSource"}) != source || IsDeleting(o) || ReportedVm(o) ||
-        StrAt(o, {"status", "tokenSha256"}).empty()) {
-      return;
-    }
-    const std::string k = kube::KeyOf(o);
-    if (k != key) candidates.emplace_back(k, o);
+    if (candidates.size() >= kMaxBatch) return;
+    // Filtered on what is read without a copy; only candidates are copied.
+    const kube::api::ObjectMeta meta = kube::api::ParseObjectMeta(o);
+    if (meta.ns != ns || meta.deleting || meta.Key() == key) return;
+    if (kube::api::ParseSandboxSpec(o, nullptr).fork_source != source) return;
+    const kube::api::SandboxStatus status = kube::api::ParseSandboxStatus(o);
+    if (status.has_vm || status.token_sha256.empty()) return;
+    candidates.push_back(SandboxView::Parse(o));
   });
-  std::vector<std::pair<std::string, Json>> out;
-  for (auto& [k, o] : candidates) {
+  std::vector<SandboxView> out;
+  for (SandboxView& o : candidates) {
     auto d = DesiredVmOf(o);
     if (!d.ok() || service_->GetSandbox(d->spec.id).ok()) continue;
     std::lock_guard l(mu_);
-    if (claimed_.insert(d->spec.id).second) out.emplace_back(std::move(k), std::move(o));
+    if (claimed_.insert(d->spec.id).second) out.push_back(std::move(o));
   }
   return out;
 }
@@ -396,7 +340,7 @@ VmReport SandboxSync::SuspendedReport(const std::string& message) const {
   return {"Suspended", "", message, 0};
 }
 
-void SandboxSync::Suspend(const std::string& key, const Json& obj, const std::string& id) {
+void SandboxSync::Suspend(const std::string& key, const SandboxView& obj, const std::string& id) {
   auto vm = service_->SuspendSandbox(id);
   if (vm.ok()) {
     log::Info("VM suspended", {{"sandbox", key}, {"vm", id}, {"bytes", vm->suspended_bytes}});
@@ -414,7 +358,7 @@ void SandboxSync::Suspend(const std::string& key, const Json& obj, const std::st
   queue_.AddRateLimited(key);
 }
 
-void SandboxSync::Resume(const std::string& key, const Json& obj, const std::string& id) {
+void SandboxSync::Resume(const std::string& key, const SandboxView& obj, const std::string& id) {
   auto vm = service_->ResumeSandbox(id);
   if (vm.ok()) {
     log::Info("VM resumed", {{"sandbox", key}, {"vm", id}});
@@ -431,8 +375,8 @@ VmReport SandboxSync::RunningReport(const SandboxInfo& vm) const {
   return {"Running", config_.endpoint, "", vm.ready_ms};
 }
 
-void SandboxSync::Report(const std::string& key, const Json& obj, const VmReport& report) {
-  auto reported = ReportedVm(obj);
+void SandboxSync::Report(const std::string& key, const SandboxView& obj, const VmReport& report) {
+  auto reported = ReportedVm(obj.status);
   auto same = [&](const std::optional<VmReport>& r) {
     // restoreMillis of a re-adopted VM is what was measured when it started.
     return r && r->state == report.state && r->endpoint == report.endpoint && r->message == report.message;
@@ -443,9 +387,8 @@ void SandboxSync::Report(const std::string& key, const Json& obj, const VmReport
     if (same(reported) || (it != written_.end() && same(it->second))) return;
   }
   const auto t0 = std::chrono::steady_clock::now();
-  auto r = client_->Patch(kube::SandboxResource(), StrAt(obj, {"metadata", "namespace"}),
-                          StrAt(obj, {"metadata", "name"}), kube::PatchType::kMerge,
-                          VmStatusPatch(report, std::chrono::system_clock::now()), "status");
+  auto r = client_->Patch(kube::SandboxResource(), obj.meta.ns, obj.meta.name, kube::PatchType::kMerge,
+                          kube::api::SandboxVmStatusPatch(report, std::chrono::system_clock::now()), "status");
   status_write_seconds_->WithLabels({}).Observe(Since(t0));
   if (!r.ok()) {
     if (kube::IsNotFound(r.status())) return;  // gone: SyncGone follows
@@ -464,13 +407,13 @@ Result<std::vector<std::string>> SandboxSync::ReapOrphans() {
   // belong to an object the list did not see yet.
   const auto listed_at = std::chrono::system_clock::now();
   kube::ListOptions opts;
-  opts.label_selector = "kubicle.dev/node=" + config_.node_name;
+  opts.label_selector = kube::api::NodeSelector(config_.node_name);
   auto list = client_->List(kube::SandboxResource(), "", opts);
   if (!list.ok()) return list.status();
   std::set<std::string> uids;
   const Json& items = At(*list, {"items"});
   if (items.is_array()) {
-    for (const Json& s : items) uids.insert(StrAt(s, {"metadata", "uid"}));
+    for (const Json& s : items) uids.insert(kube::api::ParseObjectMeta(s).uid);
   }
   ASSIGN_OR_RETURN(std::vector<SandboxInfo> vms, service_->ListSandboxes(kLabelSandboxUid));
   std::vector<std::string> reaped;

@@ -31,8 +31,9 @@
 #include <vector>
 
 #include "common/metrics.h"
+#include "kube/api/types.h"
+#include "kube/controller_engine.h"
 #include "kube/informer.h"
-#include "kube/work_queue.h"
 #include "noderuntime/nodeagent/agent_config.h"
 #include "noderuntime/nodeagent/template_sync.h"
 #include "noderuntime/nodeagent/workspace_sync.h"
@@ -40,16 +41,11 @@
 
 namespace kubicle::noderuntime::nodeagent {
 
-// status.vm as the node writes it (pure; for tests).
-struct VmReport {
-  std::string state;  // Restoring, Forking, Running, Suspended, Failed, Terminated
-  std::string endpoint;
-  std::string message;
-  double restore_millis = 0;
-  bool operator==(const VmReport&) const = default;
-};
-std::optional<VmReport> ReportedVm(const kube::Json& sandbox);
-kube::Json VmStatusPatch(const VmReport& report, kube::TimePoint now);
+using kube::api::SandboxView;
+// status.vm as the node writes it (kube/api: SandboxVmStatusPatch).
+using VmReport = kube::api::SandboxVm;
+// The node's report in status.vm, if any (pure).
+std::optional<VmReport> ReportedVm(const kube::api::SandboxStatus& status);
 // The VM a Sandbox object asks for (pure): labels, env, hostname, shape.
 struct DesiredVm {
   SandboxSpec spec;  // id, labels, env, hostname, token_sha256 (template_name left empty)
@@ -58,9 +54,7 @@ struct DesiredVm {
   std::string fork_source;    // Sandbox name, same namespace
   std::string workspace_ref;  // spec.workspaceRef.name: a Workspace, same namespace
 };
-Result<DesiredVm> DesiredVmOf(const kube::Json& sandbox);
-// spec.suspend (pure).
-bool WantsSuspend(const kube::Json& sandbox);
+Result<DesiredVm> DesiredVmOf(const SandboxView& sandbox);
 
 class SandboxSync {
  public:
@@ -81,30 +75,30 @@ class SandboxSync {
   Result<std::vector<std::string>> ReapOrphans();
 
  private:
-  void Work();
   void Sync(const std::string& key);
   void SyncGone(const std::string& key);
-  void Teardown(const std::string& key, const kube::Json& obj, const std::string& id);
-  void StartVm(const std::string& key, const kube::Json& obj, const std::string& id);
-  Result<SandboxInfo> RestoreOrFork(const std::string& key, const kube::Json& obj, const DesiredVm& want);
-  Result<SandboxInfo> Fork(const std::string& key, const kube::Json& obj, const DesiredVm& want);
+  void Teardown(const std::string& key, const SandboxView& obj, const std::string& id);
+  void StartVm(const std::string& key, const SandboxView& obj, const std::string& id);
+  Result<SandboxInfo> RestoreOrFork(const std::string& key, const SandboxView& obj, const DesiredVm& want);
+  Result<SandboxInfo> Fork(const std::string& key, const SandboxView& obj, const DesiredVm& want);
   // Fork children of `source` (same namespace) that wait for their VM,
   // besides `key`: forked in the same call (one pause of the source for a
   // whole SandboxFork). Claims their ids; the caller releases them.
-  std::vector<std::pair<std::string, kube::Json>> ClaimSiblings(const std::string& key, const kube::Json& obj,
-                                                               const std::string& source);
+  std::vector<SandboxView> ClaimSiblings(const std::string& key, const SandboxView& obj,
+                                        const std::string& source);
   void Release(const std::vector<std::string>& ids);
   // Whether the node's workspace behind spec.workspaceRef `ref` is attached
   // to something other than VM `id`.
-  bool WorkspaceHeldElsewhere(const kube::Json& obj, const std::string& ref, const std::string& id);
-  void Report(const std::string& key, const kube::Json& obj, const VmReport& report);
+  bool WorkspaceHeldElsewhere(const SandboxView& obj, const std::string& ref, const std::string& id);
+  void Report(const std::string& key, const SandboxView& obj, const VmReport& report);
   VmReport RunningReport(const SandboxInfo& vm) const;
   VmReport SuspendedReport(const std::string& message) const;
   // spec.suspend differs from the VM: suspend or resume it, report, and on
   // failure retry with backoff (the VM stays as it was).
-  void Suspend(const std::string& key, const kube::Json& obj, const std::string& id);
-  void Resume(const std::string& key, const kube::Json& obj, const std::string& id);
-  void Background();
+  void Suspend(const std::string& key, const SandboxView& obj, const std::string& id);
+  void Resume(const std::string& key, const SandboxView& obj, const std::string& id);
+  // On each resync: reap, every reap_interval while listing works.
+  void MaybeReap();
   void OnEvent(kube::WatchEventType type, const kube::Json& obj);
 
   kube::KubeClient* client_;
@@ -113,7 +107,8 @@ class SandboxSync {
   WorkspaceSync* workspaces_ = nullptr;
   AgentConfig config_;
   kube::Informer informer_;
-  kube::WorkQueue queue_;
+  kube::ControllerEngine engine_;
+  kube::WorkQueue& queue_ = engine_.Queue();
   metrics::Family<metrics::Histogram>* watch_lag_seconds_;
   metrics::Family<metrics::Histogram>* status_write_seconds_;
   metrics::Family<metrics::Histogram>* start_seconds_;
@@ -122,11 +117,7 @@ class SandboxSync {
   std::map<std::string, VmReport> written_;       // last report written per key
   std::map<std::string, std::chrono::steady_clock::time_point> first_seen_;
   std::set<std::string> claimed_;                 // node ids a fork in flight is creating
-  std::mutex stop_mu_;
-  std::condition_variable stop_cv_;
-  bool stopping_ = false;
-  std::thread background_;
-  std::vector<std::thread> workers_;
+  std::chrono::steady_clock::time_point next_reap_;  // resync thread only
 };
 
 }  // namespace kubicle::noderuntime::nodeagent

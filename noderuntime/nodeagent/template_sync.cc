@@ -1,6 +1,7 @@
 #include "noderuntime/nodeagent/template_sync.h"
 
 #include "common/log.h"
+#include "kube/api/names.h"
 #include "kube/time_format.h"
 #include "noderuntime/nodeagent/object_fields.h"
 
@@ -16,60 +17,38 @@ constexpr auto kBakePoll = 250ms;
 constexpr auto kProgressEvery = 1s;
 constexpr auto kRetryTransient = 30s;
 
-std::optional<NodeEntry> EntryFromJson(const Json& e) {
-  NodeEntry n;
-  n.phase = StrAt(e, {"phase"});
-  n.observed_generation = IntAt(e, {"observedGeneration"});
-  n.message = StrAt(e, {"message"});
-  n.snapshot_digest = StrAt(e, {"snapshotDigest"});
-  n.bake_seconds = NumAt(e, {"bakeSeconds"});
-  n.endpoint = StrAt(e, {"endpoint"});
-  n.node_template = StrAt(e, {"nodeTemplate"});
-  return n;
-}
+// metadata.generation; an object without one (never from an apiserver) is
+// generation 1.
+int64_t GenerationOf(const kube::api::ObjectMeta& meta) { return meta.generation ? meta.generation : 1; }
 
 }  // namespace
 
 std::optional<NodeEntry> EntryOf(const Json& tmpl, const std::string& node) {
-  const Json& nodes = At(tmpl, {"status", "nodes"});
-  if (!nodes.is_array()) return std::nullopt;
-  for (const Json& e : nodes) {
-    if (StrAt(e, {"nodeName"}) == node) return EntryFromJson(e);
-  }
-  return std::nullopt;
+  return SandboxTemplateView::Parse(tmpl).status.NodeReport(node);
 }
 
-Result<TemplateSpec> TemplateSpecFrom(const Json& tmpl, const std::string& node_template_name,
-                                      const ResolveFn& resolve) {
-  const Json& spec = At(tmpl, {"spec"});
+Result<TemplateSpec> TemplateSpecFrom(const kube::api::SandboxTemplateSpec& spec,
+                                      const std::string& node_template_name, const ResolveFn& resolve) {
   TemplateSpec s;
   s.name = node_template_name;
-  ASSIGN_OR_RETURN(s.kernel, resolve({"kernel", StrAt(spec, {"kernel"}), StrAt(spec, {"kernelSha256"})}));
-  if (!StrAt(spec, {"initrd"}).empty()) {
-    ASSIGN_OR_RETURN(s.initrd, resolve({"initrd", StrAt(spec, {"initrd"}), StrAt(spec, {"initrdSha256"})}));
+  ASSIGN_OR_RETURN(s.kernel, resolve({"kernel", spec.kernel.value_or(""), spec.kernel_sha256.value_or("")}));
+  if (!spec.initrd.value_or("").empty()) {
+    ASSIGN_OR_RETURN(s.initrd, resolve({"initrd", *spec.initrd, spec.initrd_sha256.value_or("")}));
   }
   ASSIGN_OR_RETURN(std::string rootfs,
-                   resolve({"rootfs", StrAt(spec, {"rootfs"}), StrAt(spec, {"rootfsSha256"})}));
+                   resolve({"rootfs", spec.rootfs.value_or(""), spec.rootfs_sha256.value_or("")}));
   s.disks = {rootfs + ",ro"};
   s.cmdline = kBaseCmdline;
-  if (std::string args = StrAt(spec, {"kernelArgs"}); !args.empty()) s.cmdline += " " + args;
-  s.mem_mib = static_cast<uint64_t>(IntAt(spec, {"memoryMiB"}, 256));
-  s.vcpus = static_cast<uint32_t>(IntAt(spec, {"vcpus"}, 1));
-  const Json& warmup = At(spec, {"warmup"});
-  if (warmup.is_array()) {
-    for (const Json& step : warmup) {
-      std::vector<std::string> argv;
-      const Json& cmd = At(step, {"command"});
-      if (cmd.is_array()) {
-        for (const Json& a : cmd) argv.push_back(a.is_string() ? a.get<std::string>() : "");
-      }
-      if (argv.empty() || argv[0].empty()) return Status::InvalidArgument("warmup step without a command");
-      s.warmup.push_back(ShellJoin(argv));
-    }
+  if (std::string args = spec.kernel_args.value_or(""); !args.empty()) s.cmdline += " " + args;
+  s.mem_mib = static_cast<uint64_t>(spec.memory_mib.value_or(256));
+  s.vcpus = static_cast<uint32_t>(spec.vcpus.value_or(1));
+  for (const kube::api::WarmupStep& step : spec.warmup) {
+    if (step.command.empty() || step.command[0].empty()) return Status::InvalidArgument("warmup step without a command");
+    s.warmup.push_back(ShellJoin(step.command));
   }
   // The egress of its sandboxes that name none and of its per-call runs;
   // strict here as a Sandbox's (the CRD keeps egress free-form).
-  auto network = network::ParseNetworkSpec(At(spec, {"network"}));
+  auto network = network::ParseNetworkSpec(spec.network);
   if (!network.ok()) return Status::InvalidArgument("spec." + network.status().message());
   s.network = *network;
   return s;
@@ -81,7 +60,8 @@ TemplateSync::TemplateSync(kube::KubeClient* client, SandboxService* service, co
       service_(service),
       config_(config),
       resolver_(config.images),
-      informer_(client, kube::SandboxTemplateResource()) {
+      informer_(client, kube::SandboxTemplateResource()),
+      engine_({.workers = config.template_workers}) {
   status_write_seconds_ = &registry->AddHistogram(
       "kubicle_node_agent_status_write_seconds", "Latency of the node agent's status writes",
       {"kind"}, {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5});
@@ -89,21 +69,14 @@ TemplateSync::TemplateSync(kube::KubeClient* client, SandboxService* service, co
                              [this] { return std::vector<std::pair<metrics::LabelValues, double>>{
                                           {{}, static_cast<double>(Baking())}}; });
   informer_.AddHandler([this](kube::WatchEventType, const Json& obj) { queue_.Add(kube::KeyOf(obj)); });
+  engine_.Watch(&informer_);
 }
 
 TemplateSync::~TemplateSync() { Stop(); }
 
-void TemplateSync::Start() {
-  informer_.Start();
-  for (int i = 0; i < config_.template_workers; ++i) workers_.emplace_back([this] { Work(); });
-}
+void TemplateSync::Start() { (void)engine_.Start([this](const std::string& key) { Sync(key); }); }
 
-void TemplateSync::Stop() {
-  queue_.ShutDown();
-  for (auto& t : workers_) t.join();
-  workers_.clear();
-  informer_.Stop();
-}
+void TemplateSync::Stop() { engine_.Stop(); }
 
 size_t TemplateSync::Baking() const {
   size_t n = resolving_;
@@ -111,26 +84,20 @@ size_t TemplateSync::Baking() const {
   return n;
 }
 
-void TemplateSync::Work() {
-  while (auto key = queue_.Get()) {
-    Sync(*key);
-    queue_.Done(*key);
-  }
-}
-
 void TemplateSync::Sync(const std::string& key) {
-  auto obj = informer_.Get(key);
-  if (!obj) return Forget(key);
+  auto got = informer_.Get(key);
+  if (!got) return Forget(key);
+  const SandboxTemplateView obj = SandboxTemplateView::Parse(std::move(*got));
   Known known;
   {
     std::lock_guard l(mu_);
     Known& k = known_[key];
-    const std::string uid = StrAt(*obj, {"metadata", "uid"});
-    const int64_t gen = IntAt(*obj, {"metadata", "generation"}, 1);
+    const std::string& uid = obj.meta.uid;
+    const int64_t gen = GenerationOf(obj.meta);
     if (k.uid != uid || k.generation != gen) k = Known{uid, gen, std::nullopt, ""};
     known = k;
   }
-  auto info = EnsureBaked(key, *obj, &known);
+  auto info = EnsureBaked(key, obj, &known);
   {
     std::lock_guard l(mu_);
     known_[key] = known;
@@ -152,17 +119,18 @@ void TemplateSync::Sync(const std::string& key) {
     entry.endpoint = config_.endpoint;
     entry.node_template = info->spec.name;
     // Every pass: a new Secret means a new hash, and the old token stops.
-    Status st = service_->SetRunToken(info->spec.name, StrAt(*obj, {"status", "runTokenSha256"}));
+    Status st = service_->SetRunToken(info->spec.name, obj.status.run_token_sha256);
     if (!st.ok()) log::Warn("run token not set", {{"template", key}, {"error", st.ToString()}});
     DeleteOldGenerations(known, info->spec.name);
   } else {
     entry.phase = "Failed";
     entry.message = Bounded(info->message);
   }
-  Report(key, *obj, entry);
+  Report(key, obj, entry);
 }
 
-Result<TemplateInfo> TemplateSync::EnsureBaked(const std::string& key, const Json& tmpl, Known* known) {
+Result<TemplateInfo> TemplateSync::EnsureBaked(const std::string& key, const SandboxTemplateView& tmpl,
+                                               Known* known) {
   const std::string name = TemplateNodeId(known->uid, known->generation);
   auto have = service_->GetTemplate(name);
   if (have.ok()) {
@@ -172,7 +140,7 @@ Result<TemplateInfo> TemplateSync::EnsureBaked(const std::string& key, const Jso
   if (!known->failure.empty()) return Status::FailedPrecondition(known->failure);
   Report(key, tmpl, {.phase = "Baking", .observed_generation = known->generation, .message = "resolving images"});
   ++resolving_;
-  auto spec = TemplateSpecFrom(tmpl, name, [&](const ImageSource& src) {
+  auto spec = TemplateSpecFrom(tmpl.spec, name, [&](const ImageSource& src) {
     return resolver_.Resolve(src, [&](const std::string& progress) {
       Report(key, tmpl, {.phase = "Baking", .observed_generation = known->generation, .message = progress});
     });
@@ -191,8 +159,8 @@ Result<TemplateInfo> TemplateSync::EnsureBaked(const std::string& key, const Jso
   return put;
 }
 
-void TemplateSync::Report(const std::string& key, const Json& tmpl, const NodeEntry& entry) {
-  if (EntryOf(tmpl, config_.node_name) == entry) return;  // the object already says so
+void TemplateSync::Report(const std::string& key, const SandboxTemplateView& tmpl, const NodeEntry& entry) {
+  if (tmpl.status.NodeReport(config_.node_name) == entry) return;  // the object already says so
   const auto now = std::chrono::system_clock::now();
   {
     std::lock_guard l(mu_);
@@ -200,23 +168,15 @@ void TemplateSync::Report(const std::string& key, const Json& tmpl, const NodeEn
     if (entry.phase == "Baking" && now - last < kProgressEvery) return;
     last = now;
   }
-  Json e = {{"nodeName", config_.node_name}, {"phase", entry.phase},
-            {"observedGeneration", entry.observed_generation}, {"lastUpdateTime", kube::FormatTime(now)}};
-  if (!entry.message.empty()) e["message"] = entry.message;
-  if (!entry.snapshot_digest.empty()) e["snapshotDigest"] = entry.snapshot_digest;
-  if (entry.phase == "Ready") e["bakeSeconds"] = entry.bake_seconds;
-  if (!entry.endpoint.empty()) e["endpoint"] = entry.endpoint;
-  if (!entry.node_template.empty()) e["nodeTemplate"] = entry.node_template;
-  Json apply = {{"apiVersion", "kubicle.dev/v1alpha1"}, {"kind", "SandboxTemplate"},
-                {"metadata", {{"name", StrAt(tmpl, {"metadata", "name"})},
-                              {"namespace", StrAt(tmpl, {"metadata", "namespace"})}}},
-                {"status", {{"nodes", Json::array({e})}}}};
+  Json apply = {{"apiVersion", kube::api::kGroupVersion}, {"kind", "SandboxTemplate"},
+                {"metadata", {{"name", tmpl.meta.name}, {"namespace", tmpl.meta.ns}}},
+                {"status", {{"nodes", Json::array({kube::api::TemplateNodeEntryJson(config_.node_name, entry, now)})}}}};
   kube::PatchOptions po;
   po.field_manager = FieldManager(config_);
   po.force = true;
   const auto t0 = std::chrono::steady_clock::now();
-  auto r = client_->Patch(kube::SandboxTemplateResource(), StrAt(tmpl, {"metadata", "namespace"}),
-                          StrAt(tmpl, {"metadata", "name"}), kube::PatchType::kApply, apply, "status", po);
+  auto r = client_->Patch(kube::SandboxTemplateResource(), tmpl.meta.ns, tmpl.meta.name, kube::PatchType::kApply,
+                          apply, "status", po);
   status_write_seconds_->WithLabels({"SandboxTemplate"})
       .Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   if (!r.ok() && !kube::IsNotFound(r.status())) {
@@ -269,8 +229,9 @@ Result<std::string> TemplateSync::ReadyTemplateFor(const std::string& ns, const 
   if (!informer_.HasSynced()) return Status::Unavailable("SandboxTemplates are not listed yet");
   auto obj = informer_.Get(key);
   if (!obj) return Status::NotFound("no SandboxTemplate " + key);
-  const std::string uid = StrAt(*obj, {"metadata", "uid"});
-  const int64_t gen = IntAt(*obj, {"metadata", "generation"}, 1);
+  const kube::api::ObjectMeta meta = kube::api::ParseObjectMeta(*obj);
+  const std::string& uid = meta.uid;
+  const int64_t gen = GenerationOf(meta);
   Known known;
   {
     std::lock_guard l(mu_);

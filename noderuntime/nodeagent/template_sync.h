@@ -24,8 +24,9 @@
 #include <vector>
 
 #include "common/metrics.h"
+#include "kube/api/types.h"
+#include "kube/controller_engine.h"
 #include "kube/informer.h"
-#include "kube/work_queue.h"
 #include "noderuntime/nodeagent/agent_config.h"
 #include "noderuntime/nodeagent/image_resolver.h"
 #include "noderuntime/nodeagent/node_names.h"
@@ -33,25 +34,20 @@
 
 namespace kubicle::noderuntime::nodeagent {
 
-// The node's entry in status.nodes[] (pure; for tests).
-struct NodeEntry {
-  std::string phase;  // Baking, Ready, Failed
-  int64_t observed_generation = 0;
-  std::string message;
-  std::string snapshot_digest;
-  double bake_seconds = 0;
-  // While Ready: where and under which name clients run it (per-call runs).
-  std::string endpoint;
-  std::string node_template;
-  bool operator==(const NodeEntry&) const = default;
-};
-// The entry for `node` in a SandboxTemplate object, if any.
+using kube::api::SandboxTemplateView;
+// The node's entry in status.nodes[] (kube/api: TemplateNodeEntryJson).
+using NodeEntry = kube::api::TemplateNodeReport;
+// The entry for `node` in a SandboxTemplate object, if any (pure).
 std::optional<NodeEntry> EntryOf(const kube::Json& tmpl, const std::string& node);
-// The node template spec of a SandboxTemplate object, with `resolve`
-// turning each image source into a local path.
+// The node template spec of a SandboxTemplate's spec, with `resolve`
+// turning each image source into a local path (pure).
 using ResolveFn = std::function<Result<std::string>(const ImageSource&)>;
-Result<TemplateSpec> TemplateSpecFrom(const kube::Json& tmpl, const std::string& node_template_name,
-                                      const ResolveFn& resolve);
+Result<TemplateSpec> TemplateSpecFrom(const kube::api::SandboxTemplateSpec& spec,
+                                      const std::string& node_template_name, const ResolveFn& resolve);
+inline Result<TemplateSpec> TemplateSpecFrom(const kube::Json& tmpl, const std::string& node_template_name,
+                                             const ResolveFn& resolve) {
+  return TemplateSpecFrom(kube::api::ParseSandboxTemplateSpec(tmpl, nullptr), node_template_name, resolve);
+}
 
 class TemplateSync {
  public:
@@ -84,11 +80,10 @@ class TemplateSync {
     std::optional<TemplateSpec> spec;  // resolved; the base of variants
     std::string failure;               // resolution failed for this generation
   };
-  void Work();
   void Sync(const std::string& key);
   void Forget(const std::string& key);
-  Result<TemplateInfo> EnsureBaked(const std::string& key, const kube::Json& tmpl, Known* known);
-  void Report(const std::string& key, const kube::Json& tmpl, const NodeEntry& entry);
+  Result<TemplateInfo> EnsureBaked(const std::string& key, const SandboxTemplateView& tmpl, Known* known);
+  void Report(const std::string& key, const SandboxTemplateView& tmpl, const NodeEntry& entry);
   void DeleteOldGenerations(const Known& known, const std::string& keep);
   Result<std::string> EnsureVariant(const Known& known, const ShapeOverride& shape);
 
@@ -97,13 +92,13 @@ class TemplateSync {
   AgentConfig config_;
   ImageResolver resolver_;
   kube::Informer informer_;
-  kube::WorkQueue queue_;
+  kube::ControllerEngine engine_;
+  kube::WorkQueue& queue_ = engine_.Queue();
   metrics::Family<metrics::Histogram>* status_write_seconds_;
   std::atomic<size_t> resolving_{0};  // EnsureBaked calls fetching images
   mutable std::mutex mu_;
   std::map<std::string, Known> known_;                    // by "ns/name"
   std::map<std::string, kube::TimePoint> last_progress_;  // rate limit of Baking messages
-  std::vector<std::thread> workers_;
 };
 
 }  // namespace kubicle::noderuntime::nodeagent

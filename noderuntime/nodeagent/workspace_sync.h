@@ -21,8 +21,9 @@
 #include <thread>
 #include <vector>
 
+#include "kube/api/types.h"
+#include "kube/controller_engine.h"
 #include "kube/informer.h"
-#include "kube/work_queue.h"
 #include "noderuntime/nodeagent/agent_config.h"
 #include "noderuntime/sandbox_service.h"
 
@@ -31,15 +32,8 @@ namespace kubicle::noderuntime::nodeagent {
 // The node's name of a Workspace object with `uid`.
 inline std::string WorkspaceNodeName(const std::string& uid) { return "w-" + uid; }
 
-// status.disk as the node writes it (pure; for tests).
-struct DiskReport {
-  std::string state;  // Ready, Failed, Deleted
-  std::string id, endpoint, attached_to, message;
-  std::optional<uint64_t> bytes_used;
-  bool operator==(const DiskReport&) const = default;
-};
-std::optional<DiskReport> ReportedDisk(const kube::Json& workspace);
-kube::Json DiskStatusPatch(const DiskReport& report, kube::TimePoint now);
+// status.disk as the node writes it (kube/api: WorkspaceDiskStatusPatch).
+using DiskReport = kube::api::WorkspaceDisk;
 
 class WorkspaceSync {
  public:
@@ -56,21 +50,15 @@ class WorkspaceSync {
   std::optional<std::string> ReadyWorkspace(const std::string& ns, const std::string& name);
 
  private:
-  void Work();
-  void Background();
   void Sync(const std::string& key);
-  void Report(const std::string& key, const kube::Json& obj, const DiskReport& report);
+  void Report(const kube::api::WorkspaceView& obj, const DiskReport& report);
 
   kube::KubeClient* client_;
   SandboxService* service_;
   AgentConfig config_;
   kube::Informer informer_;
-  kube::WorkQueue queue_;
-  std::mutex stop_mu_;
-  std::condition_variable stop_cv_;
-  bool stopping_ = false;
-  std::thread background_;
-  std::vector<std::thread> workers_;
+  kube::ControllerEngine engine_;
+  kube::WorkQueue& queue_ = engine_.Queue();
 };
 
 }  // namespace kubicle::noderuntime::nodeagent
