@@ -265,8 +265,8 @@ class FilesCore:
     (``_plane``), the client (``_client``) and how its errors read
     (``_refine``)."""
 
-    def __init__(self, owner: Any) -> None:
-        self._sb = owner
+    def __init__(self, sandbox: Any) -> None:
+        self._sb = sandbox  # a Sandbox, or a workspace's WorkspaceFiles
 
     def _do(self, use: Callable[[DataPlane], Op[T]]) -> Op[T]:
         dp = yield from self._sb._plane()
