@@ -14,7 +14,7 @@
 
 #include "common/unique_fd.h"
 #include "kube/resource.h"
-#include "noderuntime/cli/node_client.h"
+#include "noderuntime/client/node_client.h"
 
 namespace kubicle::e2e {
 namespace {
@@ -293,7 +293,7 @@ Result<std::unique_ptr<SandboxDataPlane>> SandboxDataPlane::Open(kube::KubeClien
   std::unique_ptr<SandboxDataPlane> dp(new SandboxDataPlane());
   dp->id_ = VmId(s);
   ASSIGN_OR_RETURN(dp->client_,
-                   noderuntime::cli::NodeClient::Create("https://" + endpoint, token, ca_file));
+                   noderuntime::client::NodeClient::Create("https://" + endpoint, token, ca_file));
   return dp;
 }
 

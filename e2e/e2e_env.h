@@ -29,7 +29,7 @@
 #include "kube/http_kube_client.h"
 #include "noderuntime/network/host_share.h"
 
-namespace kubicle::noderuntime::cli {
+namespace kubicle::noderuntime::client {
 class NodeClient;
 }
 
@@ -169,7 +169,7 @@ class SandboxDataPlane {
  private:
   SandboxDataPlane() = default;
   std::string id_;
-  std::unique_ptr<noderuntime::cli::NodeClient> client_;
+  std::unique_ptr<noderuntime::client::NodeClient> client_;
 };
 // The CA the Lease of `node` publishes (kubicle.dev/serving-ca), written
 // to a file under the work directory for NodeClient; FailedPrecondition

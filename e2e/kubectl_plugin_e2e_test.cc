@@ -27,7 +27,7 @@
 #include "e2e/e2e_env.h"
 #include "kube/json_fields.h"
 #include "kube/resource.h"
-#include "noderuntime/cli/node_client.h"
+#include "noderuntime/client/node_client.h"
 
 namespace kubicle::e2e {
 namespace {
@@ -343,12 +343,12 @@ TEST_F(KubectlPluginE2E, RunGoesToANodeWithTheTemplatesRunTokenWhichRbacGrantsAn
   const std::string node_template = kube::StrAt(TemplateNodeEntry(*tmpl, node->name()), {"nodeTemplate"});
   ASSERT_FALSE(node_template.empty()) << tmpl->dump();
   const Json run = {{"argv", {"echo", "x"}}};
-  auto stale = noderuntime::cli::NodeClient::Create(node->url(), old_token, node->ca_file());
+  auto stale = noderuntime::client::NodeClient::Create(node->url(), old_token, node->ca_file());
   ASSERT_TRUE(stale.ok()) << stale.status().ToString();
   auto r = (*stale)->Call("POST", "/v1/templates/" + node_template + "/run", run);
   EXPECT_FALSE(r.ok()) << "the revoked token still runs: " << r->dump();
   EXPECT_EQ(r.status().code(), StatusCode::kPermissionDenied) << r.status().ToString();
-  auto fresh = noderuntime::cli::NodeClient::Create(node->url(), new_token, node->ca_file());
+  auto fresh = noderuntime::client::NodeClient::Create(node->url(), new_token, node->ca_file());
   ASSERT_TRUE(fresh.ok());
   auto ok = (*fresh)->Call("POST", "/v1/templates/" + node_template + "/run", run);
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();

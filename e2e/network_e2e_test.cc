@@ -26,7 +26,7 @@
 #include "e2e/e2e_env.h"
 #include "kube/json_fields.h"
 #include "kube/resource.h"
-#include "noderuntime/cli/node_client.h"
+#include "noderuntime/client/node_client.h"
 
 namespace kubicle::e2e {
 namespace {
@@ -274,7 +274,7 @@ TEST_F(NetworkE2E, APerCallRunHasItsTemplatesPolicy) {
 
   ASSERT_EQ(::kill(pool, SIGSTOP), 0);
   auto run = std::async(std::launch::async, [&]() -> Result<Json> {
-    ASSIGN_OR_RETURN(auto client, noderuntime::cli::NodeClient::Create(node->url(), token, node->ca_file()));
+    ASSIGN_OR_RETURN(auto client, noderuntime::client::NodeClient::Create(node->url(), token, node->ca_file()));
     return client->Call("POST", "/v1/templates/" + node_template + "/run", Json{{"argv", {"echo", "ran"}}});
   });
   std::vector<std::string> held;

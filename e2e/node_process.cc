@@ -15,7 +15,7 @@
 #include "common/file_io.h"
 #include "e2e/e2e_env.h"
 #include "kube/resource.h"
-#include "noderuntime/cli/node_client.h"
+#include "noderuntime/client/node_client.h"
 #include "noderuntime/node_util.h"
 #include "noderuntime/vmm_process.h"
 
@@ -257,7 +257,7 @@ size_t NodeProcess::NetnsFiles() const { return Entries(state_dir_ + "/netns").s
 Result<Json> NodeProcess::Admin(const std::string& method, const std::string& path) {
   std::string token = ReadOrEmpty(state_dir_ + "/admin-token");
   while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) token.pop_back();
-  ASSIGN_OR_RETURN(auto client, noderuntime::cli::NodeClient::Create(url(), token, ca_file()));
+  ASSIGN_OR_RETURN(auto client, noderuntime::client::NodeClient::Create(url(), token, ca_file()));
   return client->Call(method, path);
 }
 

@@ -1,5 +1,7 @@
 #include "plugin/sandbox_access.h"
 
+#include "kube/api/names.h"
+#include "kube/api/types.h"
 #include "kube/json_fields.h"
 #include "kube/resource.h"
 #include "noderuntime/api/codec.h"
@@ -9,14 +11,19 @@ namespace kubicle::plugin {
 using kube::At;
 using kube::StrAt;
 
-std::string NodeOf(const Json& sandbox) {
-  std::string node = StrAt(sandbox, {"status", "nodeName"});
-  if (node.empty()) {
-    const Json& labels = At(sandbox, {"metadata", "labels"});
-    if (labels.is_object()) node = StrAt(labels, {"kubicle.dev/node"});
-  }
-  return node;
+using kube::api::SandboxView;
+using kube::api::WorkspaceView;
+
+namespace {
+
+std::string NodeOf(const SandboxView& sandbox) {
+  if (!sandbox.status.node_name.empty()) return sandbox.status.node_name;
+  return sandbox.meta.Label(kube::api::kLabelNode);
 }
+
+}  // namespace
+
+std::string NodeOf(const Json& sandbox) { return NodeOf(SandboxView::Parse(sandbox)); }
 
 namespace {
 
@@ -51,34 +58,35 @@ Result<Json> NodeLease(kube::KubeClient& kube, const std::string& lease_ns, cons
 
 }  // namespace
 
-Result<DataPlane> DataPlaneFrom(const Json& sandbox, const Json& secret, const Json& lease) {
+Result<DataPlane> DataPlaneFrom(const Json& object, const Json& secret, const Json& lease) {
+  const SandboxView sandbox = SandboxView::Parse(object);
   DataPlane dp;
-  dp.sandbox = StrAt(sandbox, {"metadata", "name"});
-  const std::string uid = StrAt(sandbox, {"metadata", "uid"});
-  const std::string endpoint = StrAt(sandbox, {"status", "vm", "endpoint"});
-  const std::string phase = StrAt(sandbox, {"status", "phase"});
+  dp.sandbox = sandbox.meta.name;
+  const std::string& uid = sandbox.meta.uid;
+  const std::string& endpoint = sandbox.status.vm.endpoint;
+  const std::string& phase = sandbox.status.phase;
   if (uid.empty()) return Status::FailedPrecondition("Sandbox " + dp.sandbox + " has no uid");
   if (endpoint.empty()) {
     return Status::FailedPrecondition("Sandbox " + dp.sandbox + " has no VM endpoint yet (phase " +
                                       (phase.empty() ? "none" : phase) + ")");
   }
-  dp.vm_id = "k-" + uid;
+  dp.vm_id = kube::api::SandboxVmId(uid);
   dp.node = NodeOf(sandbox);
   RETURN_IF_ERROR(SetTokenAndUrl("Sandbox " + dp.sandbox, endpoint, secret, lease, &dp));
   return dp;
 }
 
-Result<DataPlane> WorkspaceDataPlaneFrom(const Json& workspace, const Json& secret, const Json& lease) {
+Result<DataPlane> WorkspaceDataPlaneFrom(const Json& object, const Json& secret, const Json& lease) {
+  const WorkspaceView workspace = WorkspaceView::Parse(object);
   DataPlane dp;
-  dp.sandbox = StrAt(workspace, {"metadata", "name"});
-  dp.files_owner = noderuntime::cli::FilesOwner::kWorkspace;
+  dp.sandbox = workspace.meta.name;
+  dp.files_owner = noderuntime::client::FilesOwner::kWorkspace;
   const std::string what = "Workspace " + dp.sandbox;
-  dp.node = StrAt(workspace, {"status", "nodeName"});
-  dp.vm_id = StrAt(workspace, {"status", "disk", "id"});
-  const std::string endpoint = StrAt(workspace, {"status", "disk", "endpoint"});
+  dp.node = workspace.status.node_name;
+  dp.vm_id = workspace.status.disk.id;
+  const std::string& endpoint = workspace.status.disk.endpoint;
   if (dp.node.empty() || dp.vm_id.empty() || endpoint.empty())
-    return Status::FailedPrecondition(what + " has no disk on a node yet (phase " +
-                                      StrAt(workspace, {"status", "phase"}) + ")");
+    return Status::FailedPrecondition(what + " has no disk on a node yet (phase " + workspace.status.phase + ")");
   if (!noderuntime::api::ValidId(dp.vm_id))
     return Status::FailedPrecondition(what + ": status.disk.id \"" + dp.vm_id + "\" is not a disk name");
   RETURN_IF_ERROR(SetTokenAndUrl(what, endpoint, secret, lease, &dp));
@@ -92,11 +100,12 @@ Result<DataPlane> ResolveWorkspaceDataPlane(kube::KubeClient& kube, const std::s
     if (kube::IsNotFound(ws.status())) return Status::NotFound("Workspace \"" + name + "\" not found in namespace " + ns);
     return ws.status();
   }
-  const std::string secret_name = StrAt(*ws, {"status", "tokenSecretName"});
-  const std::string node = StrAt(*ws, {"status", "nodeName"});
+  const WorkspaceView view = WorkspaceView::Parse(*ws);
+  const std::string& secret_name = view.status.token_secret_name;
+  const std::string& node = view.status.node_name;
   if (secret_name.empty() || node.empty())
     return Status::FailedPrecondition("Workspace " + name + " is not placed with a token yet (phase " +
-                                      StrAt(*ws, {"status", "phase"}) + ")");
+                                      view.status.phase + ")");
   auto secret = kube.Get(kube::SecretResource(), ns, secret_name);
   if (!secret.ok()) return secret.status().WithContext("the token Secret of Workspace " + name);
   ASSIGN_OR_RETURN(Json lease, NodeLease(kube, lease_ns, node, "Workspace " + name));
@@ -112,12 +121,13 @@ Result<DataPlane> ResolveDataPlane(kube::KubeClient& kube, const std::string& ns
     }
     return sandbox.status();
   }
-  const std::string secret_name = StrAt(*sandbox, {"status", "tokenSecretName"});
+  const SandboxView view = SandboxView::Parse(*sandbox);
+  const std::string& secret_name = view.status.token_secret_name;
   if (secret_name.empty()) {
     return Status::FailedPrecondition("Sandbox " + name + " has no token Secret yet (phase " +
-                                      StrAt(*sandbox, {"status", "phase"}) + ")");
+                                      view.status.phase + ")");
   }
-  const std::string node = NodeOf(*sandbox);
+  const std::string node = NodeOf(view);
   if (node.empty()) return Status::FailedPrecondition("Sandbox " + name + " is not placed on a node yet");
   auto secret = kube.Get(kube::SecretResource(), ns, secret_name);
   if (!secret.ok()) return secret.status().WithContext("the token Secret of Sandbox " + name);
@@ -125,8 +135,8 @@ Result<DataPlane> ResolveDataPlane(kube::KubeClient& kube, const std::string& ns
   return DataPlaneFrom(*sandbox, *secret, lease);
 }
 
-Result<std::unique_ptr<noderuntime::cli::NodeClient>> Connect(const DataPlane& dp) {
-  return noderuntime::cli::NodeClient::CreateWithCaPem(dp.url, dp.token, dp.ca_pem);
+Result<std::unique_ptr<noderuntime::client::NodeClient>> Connect(const DataPlane& dp) {
+  return noderuntime::client::NodeClient::CreateWithCaPem(dp.url, dp.token, dp.ca_pem);
 }
 
 }  // namespace kubicle::plugin

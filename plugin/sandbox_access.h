@@ -13,8 +13,9 @@
 #include <string>
 
 #include "common/status.h"
+#include "kube/api/names.h"
 #include "kube/kube_client.h"
-#include "noderuntime/cli/node_client.h"
+#include "noderuntime/client/node_client.h"
 
 namespace kubicle::plugin {
 
@@ -23,7 +24,7 @@ using kube::Json;
 struct DataPlane {
   std::string sandbox;  // the object's name
   std::string vm_id;    // k-<uid>: the node's id of its VM; a Workspace's: its disk's (w-<uid>)
-  noderuntime::cli::FilesOwner files_owner = noderuntime::cli::FilesOwner::kSandbox;
+  noderuntime::client::FilesOwner files_owner = noderuntime::client::FilesOwner::kSandbox;
   std::string node;
   std::string url;      // https://<endpoint> or http://<endpoint>
   std::string token;
@@ -35,7 +36,7 @@ struct DataPlane {
   }
 };
 
-inline constexpr const char* kServingCaAnnotation = "kubicle.dev/serving-ca";
+inline constexpr std::string_view kServingCaAnnotation = kube::api::kAnnotationServingCa;
 
 // Pure: from the Sandbox, its token Secret and its node's Lease.
 // FailedPrecondition (saying what is missing) for a Sandbox without an
@@ -59,6 +60,6 @@ Result<DataPlane> ResolveWorkspaceDataPlane(kube::KubeClient& kube, const std::s
                                             const std::string& name, const std::string& lease_ns);
 
 // A client of the node with the Sandbox's token, verifying the CA.
-Result<std::unique_ptr<noderuntime::cli::NodeClient>> Connect(const DataPlane& dp);
+Result<std::unique_ptr<noderuntime::client::NodeClient>> Connect(const DataPlane& dp);
 
 }  // namespace kubicle::plugin

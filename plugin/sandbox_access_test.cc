@@ -68,7 +68,7 @@ TEST(SandboxAccess, AWorkspacesDiskIsReachedByItsNodesName) {
   auto dp = WorkspaceDataPlaneFrom(Workspace(), Secret(), Lease(kCa));
   ASSERT_TRUE(dp.ok()) << dp.status().ToString();
   EXPECT_EQ(dp->vm_id, "w-9a8b") << "the node's name of the disk, not the object's";
-  EXPECT_EQ(dp->files_owner, noderuntime::cli::FilesOwner::kWorkspace);
+  EXPECT_EQ(dp->files_owner, noderuntime::client::FilesOwner::kWorkspace);
   EXPECT_EQ(dp->url, "https://10.0.0.5:7443");
   EXPECT_EQ(dp->token, "secret");
   auto no_disk = WorkspaceDataPlaneFrom(Workspace(""), Secret(), Lease(kCa));

@@ -19,7 +19,7 @@ namespace kubicle::plugin {
 
 using kube::Json;
 using kube::StrAt;
-using noderuntime::cli::NodeClient;
+using noderuntime::client::NodeClient;
 
 namespace {
 

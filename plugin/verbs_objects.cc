@@ -6,7 +6,7 @@
 
 #include "kube/json_fields.h"
 #include "kube/resource.h"
-#include "noderuntime/cli/node_client.h"
+#include "noderuntime/client/node_client.h"
 #include "plugin/verbs.h"
 #include "plugin/watch_until.h"
 
@@ -114,7 +114,7 @@ int RunFork(const Invocation& inv, Env& env) {
   }
   auto timeout = Timeout(inv);
   if (!timeout.ok()) return Usage(env, "fork", timeout.status().message());
-  auto labels = noderuntime::cli::ParseLabelArgs(inv.All("labels"));
+  auto labels = noderuntime::client::ParseLabelArgs(inv.All("labels"));
   if (!labels.ok()) return Usage(env, "fork", labels.status().message());
   const std::string source = inv.positional[0];
   auto src = env.kube->Get(kube::SandboxResource(), env.ns, source);

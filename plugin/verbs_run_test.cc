@@ -8,9 +8,9 @@
 #include "common/sha256.h"
 #include "kube/fake_kube_client.h"
 #include "kube/resource.h"
-#include "noderuntime/api/api_server.h"
+#include "noderuntime/server/api_server.h"
 #include "noderuntime/api/codec.h"
-#include "noderuntime/api/fake_sandbox_service.h"
+#include "noderuntime/server/testing/fake_sandbox_service.h"
 #include "plugin/verbs.h"
 
 namespace kubicle::plugin {
@@ -21,12 +21,12 @@ using kube::Json;
 class RunVerbTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    noderuntime::api::ApiServerOptions opts;
+    noderuntime::server::ApiServerOptions opts;
     opts.admin_token = "admin";
-    server_ = std::make_unique<noderuntime::api::ApiServer>(&node_, &registry_, opts);
+    server_ = std::make_unique<noderuntime::server::ApiServer>(&node_, &registry_, opts);
     Status st = Status::Unavailable("no attempt");
     for (int i = 0; i < 5 && !st.ok(); ++i) {
-      auto port = noderuntime::api::PickFreePort();
+      auto port = noderuntime::server::PickFreePort();
       ASSERT_TRUE(port.ok());
       endpoint_ = "127.0.0.1:" + std::to_string(*port);
       st = server_->Start("127.0.0.1", *port);
@@ -63,9 +63,9 @@ class RunVerbTest : public ::testing::Test {
     return inv.ok() ? RunVerb(*inv, env_) : -1;
   }
 
-  noderuntime::api::FakeSandboxService node_;
+  noderuntime::server::testing::FakeSandboxService node_;
   metrics::Registry registry_;
-  std::unique_ptr<noderuntime::api::ApiServer> server_;
+  std::unique_ptr<noderuntime::server::ApiServer> server_;
   std::string endpoint_;
   kube::FakeKubeClient kube_;
   std::istringstream in_;

@@ -21,10 +21,10 @@
 #include "kube/fake_kube_client.h"
 #include "kube/json_fields.h"
 #include "kube/resource.h"
-#include "noderuntime/api/api_server.h"
+#include "noderuntime/server/api_server.h"
 #include "noderuntime/api/codec.h"
-#include "noderuntime/api/fake_sandbox_service.h"
-#include "noderuntime/api/serving_cert.h"
+#include "noderuntime/server/testing/fake_sandbox_service.h"
+#include "noderuntime/server/serving_cert.h"
 #include "plugin/port_forward.h"
 
 namespace kubicle::plugin {
@@ -37,14 +37,14 @@ namespace fs = std::filesystem;
 class VerbsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    noderuntime::api::ApiServerOptions opts;
+    noderuntime::server::ApiServerOptions opts;
     opts.admin_token = "admin";
     opts.console_poll_interval = 10ms;
     opts.console_heartbeat = 100ms;
-    server_ = std::make_unique<noderuntime::api::ApiServer>(&node_, &registry_, opts);
+    server_ = std::make_unique<noderuntime::server::ApiServer>(&node_, &registry_, opts);
     Status st = Status::Unavailable("no attempt");
     for (int i = 0; i < 5 && !st.ok(); ++i) {
-      auto port = noderuntime::api::PickFreePort();
+      auto port = noderuntime::server::PickFreePort();
       ASSERT_TRUE(port.ok());
       endpoint_ = "127.0.0.1:" + std::to_string(*port);
       st = server_->Start("127.0.0.1", *port);
@@ -96,9 +96,9 @@ class VerbsTest : public ::testing::Test {
     return inv.ok() ? RunVerb(*inv, env_) : -1;
   }
 
-  noderuntime::api::FakeSandboxService node_;
+  noderuntime::server::testing::FakeSandboxService node_;
   metrics::Registry registry_;
-  std::unique_ptr<noderuntime::api::ApiServer> server_;
+  std::unique_ptr<noderuntime::server::ApiServer> server_;
   std::string endpoint_;
   kube::FakeKubeClient kube_;
   std::istringstream in_;
@@ -541,7 +541,7 @@ TEST_F(VerbsTest, PortForwardRelaysEachLocalConnectionToTheGuestPort) {
   const std::string vm = AddSandbox("a");
   node_.SetGuestNetwork(vm, "127.0.0.1");
   EchoGuest guest;
-  const int local = *noderuntime::api::PickFreePort();
+  const int local = *noderuntime::server::PickFreePort();
   ForwardRun fwd([this](const auto& a) { return Run(a); },
                  {"port-forward", "a", std::to_string(local) + ":" + std::to_string(guest.port)},
                  env_);
@@ -566,7 +566,7 @@ TEST_F(VerbsTest, PortForwardRelaysEachLocalConnectionToTheGuestPort) {
 
 TEST_F(VerbsTest, PortForwardClosesARefusedConnectionAndSaysWhy) {
   AddSandbox("a");  // no network on the fake node
-  const int local = *noderuntime::api::PickFreePort();
+  const int local = *noderuntime::server::PickFreePort();
   ForwardRun fwd([this](const auto& a) { return Run(a); },
                  {"port-forward", "a", std::to_string(local) + ":3000"}, env_);
   int c = fwd.Connect(local);
@@ -589,15 +589,15 @@ TEST_F(VerbsTest, PortForwardUsageAndMissingSandbox) {
 
 TEST_F(VerbsTest, PortForwardOverTlsVerifiesTheNodesCa) {
   // A second node API, on TLS, whose CA the Lease publishes.
-  auto ca = *noderuntime::api::MakeCa("node CA", 24h);
-  auto leaf = *noderuntime::api::MakeServingCert(ca, {"127.0.0.1"}, 24h);
-  noderuntime::api::ApiServerOptions o;
+  auto ca = *noderuntime::server::MakeCa("node CA", 24h);
+  auto leaf = *noderuntime::server::MakeServingCert(ca, {"127.0.0.1"}, 24h);
+  noderuntime::server::ApiServerOptions o;
   o.admin_token = "admin";
   o.tls_cert_pem = leaf.cert_pem + ca.cert_pem;
   o.tls_key_pem = leaf.key_pem;
   metrics::Registry registry;
-  noderuntime::api::ApiServer tls_server(&node_, &registry, o);
-  const int node_port = *noderuntime::api::PickFreePort();
+  noderuntime::server::ApiServer tls_server(&node_, &registry, o);
+  const int node_port = *noderuntime::server::PickFreePort();
   ASSERT_TRUE(tls_server.Start("127.0.0.1", node_port).ok());
   endpoint_ = "127.0.0.1:" + std::to_string(node_port);
   const std::string vm = AddSandbox("a");
@@ -609,7 +609,7 @@ TEST_F(VerbsTest, PortForwardOverTlsVerifiesTheNodesCa) {
                   .ok());
   EchoGuest guest;
   {
-    const int local = *noderuntime::api::PickFreePort();
+    const int local = *noderuntime::server::PickFreePort();
     ForwardRun fwd([this](const auto& a) { return Run(a); },
                    {"port-forward", "a", std::to_string(local) + ":" + std::to_string(guest.port)},
                    env_);
@@ -621,13 +621,13 @@ TEST_F(VerbsTest, PortForwardOverTlsVerifiesTheNodesCa) {
     EXPECT_EQ(fwd.Stop(), 0);
   }
   // Another CA on the Lease: the handshake fails, the connection is closed.
-  auto other = *noderuntime::api::MakeCa("other CA", 24h);
+  auto other = *noderuntime::server::MakeCa("other CA", 24h);
   ASSERT_TRUE(kube_.Patch(kube::LeaseResource(), "kubicle-node-lease", "kubicle-node-n1",
                           kube::PatchType::kMerge,
                           {{"metadata",
                             {{"annotations", {{"kubicle.dev/serving-ca", other.cert_pem}}}}}})
                   .ok());
-  const int local = *noderuntime::api::PickFreePort();
+  const int local = *noderuntime::server::PickFreePort();
   ForwardRun fwd([this](const auto& a) { return Run(a); },
                  {"port-forward", "a", std::to_string(local) + ":" + std::to_string(guest.port)},
                  env_);

@@ -68,19 +68,19 @@ BenchNode::~BenchNode() {
   if (!keep_dir_) std::filesystem::remove_all(dir_, ec);
 }
 
-std::unique_ptr<noderuntime::cli::NodeClient> BenchNode::NewClient(const std::string& token) const {
-  auto c = noderuntime::cli::NodeClient::Create(url(), token.empty() ? token_ : token, ca_file_);
+std::unique_ptr<noderuntime::client::NodeClient> BenchNode::NewClient(const std::string& token) const {
+  auto c = noderuntime::client::NodeClient::Create(url(), token.empty() ? token_ : token, ca_file_);
   if (!c.ok()) Die("client", c.status());
   return std::move(*c);
 }
 
-noderuntime::cli::json CreateSandbox(noderuntime::cli::NodeClient& c, const std::string& run) {
+noderuntime::client::json CreateSandbox(noderuntime::client::NodeClient& c, const std::string& run) {
   auto r = c.Call("POST", "/v1/sandboxes", {{"template", "tg"}, {"labels", {{"kubicle.dev/run", run}}}});
   if (!r.ok()) Die("create", r.status());
   return *r;
 }
 
-void SweepRun(noderuntime::cli::NodeClient& c, const std::string& run) {
+void SweepRun(noderuntime::client::NodeClient& c, const std::string& run) {
   auto r = c.Call("DELETE", "/v1/sandboxes?labelSelector=kubicle.dev%2Frun%3D" + run);
   if (!r.ok()) Die("sweep " + run, r.status());
 }

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "noderuntime/cli/node_client.h"
+#include "noderuntime/client/node_client.h"
 #include "noderuntime/daemon/daemon_process.h"
 #include "noderuntime/network/host_share.h"
 
@@ -21,9 +21,9 @@ namespace kubicle::bench {
 void SetProgramName(std::string name);
 
 // POST a sandbox of template "tg" labelled kubicle.dev/run=`run`; its answer.
-noderuntime::cli::json CreateSandbox(noderuntime::cli::NodeClient& c, const std::string& run);
+noderuntime::client::json CreateSandbox(noderuntime::client::NodeClient& c, const std::string& run);
 // DELETE every sandbox labelled kubicle.dev/run=`run`.
-void SweepRun(noderuntime::cli::NodeClient& c, const std::string& run);
+void SweepRun(noderuntime::client::NodeClient& c, const std::string& run);
 
 struct BenchNodeOptions {
   int pool_size = 4;                   // warm pool VMs per shape
@@ -39,7 +39,7 @@ class BenchNode {
   ~BenchNode();  // Stop(), then the scratch directory goes (kept after an unclean stop)
 
   // A client with `token` (the admin token when empty).
-  std::unique_ptr<noderuntime::cli::NodeClient> NewClient(const std::string& token = "") const;
+  std::unique_ptr<noderuntime::client::NodeClient> NewClient(const std::string& token = "") const;
   // PUT a test-guest template and wait until this node reports it Ready;
   // returns the bake's seconds as the node reports them.
   double BakeTestGuest(const std::string& name, uint64_t mem_mib) const;

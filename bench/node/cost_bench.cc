@@ -35,8 +35,8 @@
 namespace kubicle::bench {
 namespace {
 
-using noderuntime::cli::json;
-using noderuntime::cli::NodeClient;
+using noderuntime::client::json;
+using noderuntime::client::NodeClient;
 
 struct Options {
   std::vector<int> agents = {100};

@@ -32,17 +32,17 @@
 #include "bench/stats.h"
 #include "common/flag_args.h"
 #include "common/unique_fd.h"
-#include "noderuntime/api/api_server.h"
-#include "noderuntime/api/fake_sandbox_service.h"
-#include "noderuntime/api/serving_cert.h"
-#include "noderuntime/cli/node_client.h"
+#include "noderuntime/server/api_server.h"
+#include "noderuntime/server/testing/fake_sandbox_service.h"
+#include "noderuntime/server/serving_cert.h"
+#include "noderuntime/client/node_client.h"
 
 namespace kubicle::bench {
 namespace {
 
-using noderuntime::cli::json;
-using noderuntime::cli::NodeClient;
-namespace api = noderuntime::api;
+using noderuntime::client::json;
+using noderuntime::client::NodeClient;
+namespace server = noderuntime::server;
 using namespace std::chrono_literals;
 
 struct Options {
@@ -159,14 +159,14 @@ void GuestStreams(Node& n, const Options& o) {
 // The host side of a large stream on its own: an in-process ApiServer whose
 // fake exec produces `mib` MiB in 64 KiB chunks, read by NodeClient.
 void HostStream(bool tls, const Options& o) {
-  api::FakeSandboxService fake;
+  server::testing::FakeSandboxService fake;
   metrics::Registry registry;
-  api::ApiServerOptions opts;
+  server::ApiServerOptions opts;
   opts.admin_token = "bench";
   std::string ca_file;
   if (tls) {
-    auto ca = api::MakeCa("bench CA", 24h);
-    auto leaf = api::MakeServingCert(*ca, {"127.0.0.1"}, 24h);
+    auto ca = server::MakeCa("bench CA", 24h);
+    auto leaf = server::MakeServingCert(*ca, {"127.0.0.1"}, 24h);
     if (!ca.ok() || !leaf.ok()) Die("certificates", ca.ok() ? leaf.status() : ca.status());
     opts.tls_cert_pem = leaf->cert_pem + ca->cert_pem;
     opts.tls_key_pem = leaf->key_pem;
@@ -182,8 +182,8 @@ void HostStream(bool tls, const Options& o) {
     r.exit_code = 0;
     return Result<guest::client::ExecResult>(r);
   };
-  api::ApiServer server(&fake, &registry, opts);
-  auto port = api::PickFreePort();
+  server::ApiServer server(&fake, &registry, opts);
+  auto port = server::PickFreePort();
   if (!port.ok() || !server.Start("127.0.0.1", *port).ok()) Die("in-process server", Status::Unavailable("start"));
   const std::string url = std::string(tls ? "https" : "http") + "://127.0.0.1:" + std::to_string(*port);
   auto c = NodeClient::Create(url, "bench", ca_file);

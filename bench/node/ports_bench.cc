@@ -30,14 +30,14 @@
 #include "bench/stats.h"
 #include "common/flag_args.h"
 #include "common/unique_fd.h"
-#include "noderuntime/api/api_server.h"
-#include "noderuntime/api/fake_sandbox_service.h"
-#include "noderuntime/api/serving_cert.h"
+#include "noderuntime/server/api_server.h"
+#include "noderuntime/server/testing/fake_sandbox_service.h"
+#include "noderuntime/server/serving_cert.h"
 
 namespace kubicle::bench {
 namespace {
 
-namespace api = noderuntime::api;
+namespace server = noderuntime::server;
 namespace asio = boost::asio;
 using namespace std::chrono_literals;
 
@@ -287,27 +287,27 @@ void Throughput(const Path& p, const Options& o) {
 
 // A node API over the fake, plain or TLS; its sandbox's guest is `guest`.
 struct Node {
-  api::FakeSandboxService fake;
+  server::testing::FakeSandboxService fake;
   metrics::Registry registry;
-  std::unique_ptr<api::ApiServer> server;
+  std::unique_ptr<server::ApiServer> server;
   int port = 0;
   std::string token, ca_pem;
 
   Node(bool tls) {
-    api::ApiServerOptions o;
+    server::ApiServerOptions o;
     o.admin_token = "admin";
     if (tls) {
-      auto ca = api::MakeCa("bench CA", 24h);
-      auto leaf = api::MakeServingCert(*ca, {"127.0.0.1"}, 24h);
+      auto ca = server::MakeCa("bench CA", 24h);
+      auto leaf = server::MakeServingCert(*ca, {"127.0.0.1"}, 24h);
       if (!ca.ok() || !leaf.ok()) Die("certificates");
       o.tls_cert_pem = leaf->cert_pem + ca->cert_pem;
       o.tls_key_pem = leaf->key_pem;
       ca_pem = ca->cert_pem;
     }
-    server = std::make_unique<api::ApiServer>(&fake, &registry, o);
+    server = std::make_unique<server::ApiServer>(&fake, &registry, o);
     Status st = Status::Unavailable("no attempt");
     for (int i = 0; i < 5 && !st.ok(); ++i) {
-      port = *api::PickFreePort();
+      port = *server::PickFreePort();
       st = server->Start("127.0.0.1", port);
     }
     if (!st.ok()) Die("node: " + st.ToString());

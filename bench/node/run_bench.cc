@@ -23,15 +23,15 @@
 
 #include "bench/stats.h"
 #include "common/flag_args.h"
-#include "noderuntime/cli/node_client.h"
+#include "noderuntime/client/node_client.h"
 #include "noderuntime/daemon/daemon_process.h"
 #include "noderuntime/network/host_share.h"
 
 namespace kubicle::bench {
 namespace {
 
-using noderuntime::cli::json;
-using noderuntime::cli::NodeClient;
+using noderuntime::client::json;
+using noderuntime::client::NodeClient;
 using namespace std::chrono_literals;
 
 struct Options {

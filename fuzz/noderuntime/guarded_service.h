@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "fuzz/common/fuzz_input.h"
-#include "noderuntime/api/fake_sandbox_service.h"
+#include "noderuntime/server/testing/fake_sandbox_service.h"
 
 namespace kubicle::fuzz {
 
@@ -48,9 +48,9 @@ inline Who WhoIs(std::string_view h) {
 }
 
 // The fake, with every call checked against whose request is being handled.
-class GuardedService final : public noderuntime::api::FakeSandboxService {
+class GuardedService final : public noderuntime::server::testing::FakeSandboxService {
  public:
-  using Fake = noderuntime::api::FakeSandboxService;
+  using Fake = noderuntime::server::testing::FakeSandboxService;
   bool in_gate = false;
   std::optional<Who> handling;  // set while a handler (or the set-up) runs
 

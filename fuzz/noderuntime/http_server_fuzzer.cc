@@ -82,9 +82,9 @@
 #include "common/sha256.h"
 #include "common/unique_fd.h"
 #include "fuzz/common/fuzz_input.h"
-#include "noderuntime/api/api_server.h"
+#include "noderuntime/server/api_server.h"
 #include "fuzz/noderuntime/guarded_service.h"
-#include "noderuntime/api/http_server_internal.h"
+#include "noderuntime/server/http_server_internal.h"
 
 namespace kubicle::fuzz {
 namespace {
@@ -107,11 +107,11 @@ struct Answer {
 };
 
 // The Responder a handler gets: records its answer, then passes it on.
-class Recorder final : public api::Responder {
+class Recorder final : public server::Responder {
  public:
-  Recorder(std::shared_ptr<api::Responder> inner, std::vector<Answer>* answers)
+  Recorder(std::shared_ptr<server::Responder> inner, std::vector<Answer>* answers)
       : inner_(std::move(inner)), answers_(answers) {}
-  void Send(api::Response r) override {
+  void Send(server::Response r) override {
     Record(r.code);
     inner_->Send(std::move(r));
   }
@@ -125,7 +125,7 @@ class Recorder final : public api::Responder {
     if (index_) (*answers_)[*index_].aborted = true;
     inner_->Abort();
   }
-  void SwitchProtocols(api::Response r, UniqueFd upstream, std::shared_ptr<void> hold) override {
+  void SwitchProtocols(server::Response r, UniqueFd upstream, std::shared_ptr<void> hold) override {
     Record(101);
     (*answers_)[*index_].upgraded = true;
     inner_->SwitchProtocols(std::move(r), std::move(upstream), std::move(hold));
@@ -138,7 +138,7 @@ class Recorder final : public api::Responder {
     index_ = answers_->size();
     answers_->push_back({.code = code});
   }
-  std::shared_ptr<api::Responder> inner_;
+  std::shared_ptr<server::Responder> inner_;
   std::vector<Answer>* answers_;
   std::optional<size_t> index_;
 };
@@ -206,8 +206,8 @@ std::vector<size_t> HeaderEnds(std::string_view stream, size_t header_cap) {
   return ends;
 }
 
-api::ApiServerOptions OptionsFor(uint8_t flags) {
-  api::ApiServerOptions o;
+server::ApiServerOptions OptionsFor(uint8_t flags) {
+  server::ApiServerOptions o;
   o.admin_token = kAdminToken;
   o.max_header_bytes = size_t{256} << (2 * ((flags >> 2) & 3));
   const bool small = flags & 0x10;
@@ -248,8 +248,8 @@ class Session {
     // A stopping ApiServer ends a followed console at once (its handler
     // would follow for ever on this, the only thread).
     (void)api_.Stop(0ms);
-    core_ = std::make_shared<api::HttpServer::Core>(
-        door_.limits, [this](const api::RequestHead& h) { return Decide(h); },
+    core_ = std::make_shared<server::HttpServer::Core>(
+        door_.limits, [this](const server::RequestHead& h) { return Decide(h); },
         [this](const char* reason) { Event(reason); }, std::nullopt);
     Connect();
   }
@@ -319,21 +319,21 @@ class Session {
   }
 
  private:
-  api::Decision Decide(const api::RequestHead& h) {
+  server::Decision Decide(const server::RequestHead& h) {
     FUZZ_CHECK(refusals_ == 0);  // nothing is decided after a refusal
     ++decisions_;
     svc_.in_gate = true;
-    api::Decision d = door_.gate(h);
+    server::Decision d = door_.gate(h);
     svc_.in_gate = false;
-    if (auto* r = std::get_if<api::Response>(&d)) {
+    if (auto* r = std::get_if<server::Response>(&d)) {
       FUZZ_CHECK(r->code >= 400 && r->code < 600);
       Refused(r->code, /*by_gate=*/true);
       return d;
     }
-    auto& a = std::get<api::Admitted>(d);
+    auto& a = std::get<server::Admitted>(d);
     a.inline_handler = true;
     a.handler = [this, who = WhoIs(h.authorization), inner = std::move(a.handler)](
-                    std::string body, std::shared_ptr<api::Responder> responder) {
+                    std::string body, std::shared_ptr<server::Responder> responder) {
       FUZZ_CHECK(refusals_ == 0);
       auto recorder = std::make_shared<Recorder>(std::move(responder), &answers_);
       svc_.handling = who;
@@ -393,12 +393,12 @@ class Session {
     FUZZ_CHECK(::fstat(server_fd_, &st) == 0);
     server_ino_ = st.st_ino;
     // As HttpServer's acceptor hands it over: on a strand, no Nagle.
-    api::tcp::socket socket(boost::asio::make_strand(core_->ioc));
+    server::tcp::socket socket(boost::asio::make_strand(core_->ioc));
     boost::system::error_code ec;
-    socket.assign(api::tcp::v4(), server_fd_, ec);
+    socket.assign(server::tcp::v4(), server_fd_, ec);
     FUZZ_CHECK(!ec);
-    socket.set_option(api::tcp::no_delay(true), ec);
-    api::StartConnection(core_, std::move(socket));
+    socket.set_option(server::tcp::no_delay(true), ec);
+    server::StartConnection(core_, std::move(socket));
     Pump();
   }
 
@@ -558,9 +558,9 @@ class Session {
 
   GuardedService svc_;
   metrics::Registry registry_;
-  api::ApiServer api_;
-  api::ApiServer::FrontDoor door_;
-  std::shared_ptr<api::HttpServer::Core> core_;
+  server::ApiServer api_;
+  server::ApiServer::FrontDoor door_;
+  std::shared_ptr<server::HttpServer::Core> core_;
   UniqueFd client_;
   bool client_closed_ = false;
   int server_fd_ = -1;  // owned by the server's socket

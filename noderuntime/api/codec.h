@@ -15,7 +15,7 @@
 
 #include "common/base64.h"
 #include "common/status.h"
-#include "noderuntime/sandbox_service.h"
+#include "noderuntime/api/types.h"
 
 namespace kubicle::noderuntime::api {
 

@@ -1,4 +1,4 @@
-#include "noderuntime/sandbox_service.h"
+#include "noderuntime/api/types.h"
 
 namespace kubicle::noderuntime {
 

@@ -4,11 +4,11 @@
 #include <atomic>
 #include <future>
 
-#include "noderuntime/api/api_server.h"
-#include "noderuntime/api/fake_sandbox_service.h"
+#include "noderuntime/server/api_server.h"
+#include "noderuntime/server/testing/fake_sandbox_service.h"
 #include "noderuntime/cli/args.h"
 #include "noderuntime/cli/commands.h"
-#include "noderuntime/cli/node_client.h"
+#include "noderuntime/client/node_client.h"
 
 namespace kubicle::noderuntime::cli {
 namespace {
@@ -68,11 +68,11 @@ TEST(Table, AlignsColumns) {
 class ClientTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    server_ = std::make_unique<api::ApiServer>(&fake_, &registry_,
-                                               api::ApiServerOptions{.admin_token = "adm"});
+    server_ = std::make_unique<server::ApiServer>(&fake_, &registry_,
+                                               server::ApiServerOptions{.admin_token = "adm"});
     Status st = Status::Unavailable("");
     for (int i = 0; i < 5 && !st.ok(); ++i) {
-      port_ = *api::PickFreePort();
+      port_ = *server::PickFreePort();
       st = server_->Start("127.0.0.1", port_);
     }
     ASSERT_TRUE(st.ok());
@@ -81,9 +81,9 @@ class ClientTest : public ::testing::Test {
     client_ = std::move(*c);
     ASSERT_TRUE(client_->Call("PUT", "/v1/templates/tg", {{"kernel", "/k"}}).ok());
   }
-  api::FakeSandboxService fake_;
+  server::testing::FakeSandboxService fake_;
   metrics::Registry registry_;
-  std::unique_ptr<api::ApiServer> server_;
+  std::unique_ptr<server::ApiServer> server_;
   std::unique_ptr<NodeClient> client_;
   int port_ = 0;
 };

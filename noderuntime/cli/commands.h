@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "noderuntime/cli/node_client.h"
+#include "noderuntime/client/node_client.h"
 
 namespace kubicle::noderuntime::cli {
 
@@ -18,6 +18,11 @@ inline constexpr int kExitUsage = 2;
 inline constexpr int kExitExecError = 125;
 
 using Argv = std::vector<std::string>;
+// nodectl is a client of the node's API like any other (noderuntime/client).
+using client::json;
+using client::kQueryKeep;
+using client::NodeClient;
+using client::ParseLabelArgs;
 
 int CmdTemplate(NodeClient& c, const Argv& args);
 int CmdCreate(NodeClient& c, const Argv& args);

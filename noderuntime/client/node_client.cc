@@ -1,4 +1,4 @@
-#include "noderuntime/cli/node_client.h"
+#include "noderuntime/client/node_client.h"
 
 #include <boost/asio/ssl.hpp>
 #include <cpprest/http_client.h>
@@ -9,7 +9,7 @@
 
 #include "noderuntime/api/codec.h"
 
-namespace kubicle::noderuntime::cli {
+namespace kubicle::noderuntime::client {
 
 namespace http = web::http;
 
@@ -242,4 +242,4 @@ Result<json> ParseLabelArgs(const std::vector<std::string>& kvs) {
   return out;
 }
 
-}  // namespace kubicle::noderuntime::cli
+}  // namespace kubicle::noderuntime::client

@@ -1,5 +1,7 @@
 // NodeClient: a C++ client for kubicle-node's HTTP API (docs/node.md), used
-// by kubicle-nodectl, kubicle-bench-node and the daemon tests.
+// by kubicle-nodectl, kubectl-kubicle, the benches and the e2e and daemon
+// tests. It is on the contract library (noderuntime/api) and links no
+// server or runtime code.
 //
 // Contracts: never throws; cpprestsdk errors (connection refused, reset, a
 // TLS certificate that does not verify) come back as Unavailable, and an API error reply as the Status its HTTP
@@ -23,7 +25,7 @@ namespace web::http::client {
 class http_client;
 }
 
-namespace kubicle::noderuntime::cli {
+namespace kubicle::noderuntime::client {
 
 using nlohmann::json;
 
@@ -89,4 +91,4 @@ Result<json> ParseLabelArgs(const std::vector<std::string>& kvs);
 inline constexpr std::string_view kQueryKeep = "/";
 Status StatusFromHttp(int code, const std::string& body);
 
-}  // namespace kubicle::noderuntime::cli
+}  // namespace kubicle::noderuntime::client

@@ -4,9 +4,9 @@
 #include <cpprest/containerstream.h>
 #include <cpprest/http_client.h>
 
-#include "noderuntime/cli/node_client.h"
+#include "noderuntime/client/node_client.h"
 
-namespace kubicle::noderuntime::cli {
+namespace kubicle::noderuntime::client {
 
 namespace http = web::http;
 
@@ -90,4 +90,4 @@ Status NodeClient::GetLines(const std::string& path,
   }
 }
 
-}  // namespace kubicle::noderuntime::cli
+}  // namespace kubicle::noderuntime::client

@@ -13,8 +13,8 @@
 
 #include "common/log.h"
 #include "common/stop_signals.h"
-#include "noderuntime/api/api_server.h"
-#include "noderuntime/api/serving_cert.h"
+#include "noderuntime/server/api_server.h"
+#include "noderuntime/server/serving_cert.h"
 #include "noderuntime/daemon/admin_token.h"
 #include "kube/http_kube_client.h"
 #include "kube/kubeconfig.h"
@@ -76,11 +76,11 @@ std::string HostName() {
 // The data plane's TLS (--tls=on): the given pair, or the node's own CA and
 // serving certificate in <state-dir>/tls, made at first start and renewed
 // when the names clients use change.
-Result<std::optional<api::ServingTls>> SetUpTls(const ServeFlags& f) {
-  if (!f.tls) return std::optional<api::ServingTls>();
+Result<std::optional<server::ServingTls>> SetUpTls(const ServeFlags& f) {
+  if (!f.tls) return std::optional<server::ServingTls>();
   if (!f.tls_cert.empty()) {
-    ASSIGN_OR_RETURN(api::ServingTls t, api::LoadTlsFiles(f.tls_cert, f.tls_key));
-    return std::optional<api::ServingTls>(std::move(t));
+    ASSIGN_OR_RETURN(server::ServingTls t, server::LoadTlsFiles(f.tls_cert, f.tls_key));
+    return std::optional<server::ServingTls>(std::move(t));
   }
   std::vector<std::string> hosts = {f.advertise_address};
   if (f.listen_host != "0.0.0.0" && f.listen_host != "::") hosts.push_back(f.listen_host);
@@ -92,8 +92,8 @@ Result<std::optional<api::ServingTls>> SetUpTls(const ServeFlags& f) {
     if (!h.empty() && std::find(unique.begin(), unique.end(), h) == unique.end()) unique.push_back(h);
   }
   const std::string name = f.node_name.empty() ? HostName() : f.node_name;
-  ASSIGN_OR_RETURN(api::ServingTls t, api::EnsureNodeTls(f.state_dir + "/tls", unique, name));
-  return std::optional<api::ServingTls>(std::move(t));
+  ASSIGN_OR_RETURN(server::ServingTls t, server::EnsureNodeTls(f.state_dir + "/tls", unique, name));
+  return std::optional<server::ServingTls>(std::move(t));
 }
 
 Result<std::unique_ptr<nodeagent::NodeAgent>> StartAgent(const ServeFlags& f, const NodeConfig& node,
@@ -153,7 +153,7 @@ int Serve(const ServeFlags& f) {
   std::string host = f.listen_host;
   int port = f.listen_port;
   if (port == 0) {
-    auto p = api::PickFreePort();
+    auto p = server::PickFreePort();
     if (!p.ok()) {
       log::Error("no free port", {{"error", p.status().ToString()}});
       return kExitSetup;
@@ -191,13 +191,13 @@ int Serve(const ServeFlags& f) {
     (*manager)->Shutdown(false);
     return kExitSetup;
   }
-  api::ApiServerOptions api_options;
+  server::ApiServerOptions api_options;
   api_options.admin_token = *token;
   if (*tls) {
     api_options.tls_cert_pem = (*tls)->cert_chain_pem;
     api_options.tls_key_pem = (*tls)->key_pem;
   }
-  api::ApiServer server(manager->get(), &registry, std::move(api_options));
+  server::ApiServer server(manager->get(), &registry, std::move(api_options));
   Status st = server.Start(host, port);
   if (!st.ok()) {
     log::Error("API listener failed", {{"error", st.ToString()}});

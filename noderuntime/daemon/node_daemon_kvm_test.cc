@@ -9,7 +9,7 @@
 #include <fstream>
 #include <thread>
 
-#include "noderuntime/cli/node_client.h"
+#include "noderuntime/client/node_client.h"
 #include "noderuntime/daemon/daemon_process.h"
 #include "noderuntime/network/host_share.h"
 #include "noderuntime/node_util.h"
@@ -19,8 +19,8 @@ namespace kubicle::noderuntime::daemon {
 namespace {
 
 namespace fs = std::filesystem;
-using cli::json;
-using cli::NodeClient;
+using client::json;
+using client::NodeClient;
 using namespace std::chrono_literals;
 
 class NodeDaemonTest : public ::testing::Test {

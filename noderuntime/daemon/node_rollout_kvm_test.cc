@@ -24,7 +24,7 @@
 #include <thread>
 
 #include "noderuntime/cgroups.h"
-#include "noderuntime/cli/node_client.h"
+#include "noderuntime/client/node_client.h"
 #include "noderuntime/daemon/daemon_process.h"
 #include "noderuntime/network/host_share.h"
 #include "noderuntime/node_util.h"
@@ -34,8 +34,8 @@ namespace kubicle::noderuntime::daemon {
 namespace {
 
 namespace fs = std::filesystem;
-using cli::json;
-using cli::NodeClient;
+using client::json;
+using client::NodeClient;
 using namespace std::chrono_literals;
 
 bool Shell(const std::string& cmd) { return std::system(cmd.c_str()) == 0; }

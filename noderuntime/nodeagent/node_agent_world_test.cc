@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "kube/fake_kube_client.h"
-#include "noderuntime/api/fake_sandbox_service.h"
+#include "noderuntime/server/testing/fake_sandbox_service.h"
 #include "noderuntime/node_util.h"
 #include "kube/json_fields.h"
 #include "noderuntime/nodeagent/node_names.h"
@@ -135,7 +135,7 @@ class NodeAgentWorld : public ::testing::Test {
   fs::path dir_;
   AgentConfig config_;
   kube::FakeKubeClient kube_;
-  api::FakeSandboxService svc_;
+  server::testing::FakeSandboxService svc_;
   metrics::Registry registry_;
   std::unique_ptr<TemplateSync> templates_;
   std::unique_ptr<SandboxSync> sandboxes_;

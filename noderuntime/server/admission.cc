@@ -1,6 +1,6 @@
-#include "noderuntime/api/admission.h"
+#include "noderuntime/server/admission.h"
 
-namespace kubicle::noderuntime::api {
+namespace kubicle::noderuntime::server {
 
 Admission::Ticket& Admission::Ticket::operator=(Ticket&& o) noexcept {
   if (this != &o) {
@@ -96,4 +96,4 @@ bool Admission::WaitIdle(std::optional<std::chrono::milliseconds> grace) {
   return idle_cv_.wait_for(l, *grace, idle);
 }
 
-}  // namespace kubicle::noderuntime::api
+}  // namespace kubicle::noderuntime::server

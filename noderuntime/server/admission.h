@@ -26,7 +26,7 @@
 #include <optional>
 #include <string>
 
-namespace kubicle::noderuntime::api {
+namespace kubicle::noderuntime::server {
 
 class Admission {
  public:
@@ -88,4 +88,4 @@ class Admission {
   std::map<std::string, size_t> per_tenant_;  // only tenants holding slots
 };
 
-}  // namespace kubicle::noderuntime::api
+}  // namespace kubicle::noderuntime::server

@@ -1,11 +1,11 @@
-#include "noderuntime/api/admission.h"
+#include "noderuntime/server/admission.h"
 
 #include <gtest/gtest.h>
 
 #include <thread>
 #include <vector>
 
-namespace kubicle::noderuntime::api {
+namespace kubicle::noderuntime::server {
 namespace {
 
 using C = Admission::Class;
@@ -60,4 +60,4 @@ TEST(Admission, TicketsMoveAndWaitIdle) {
 }
 
 }  // namespace
-}  // namespace kubicle::noderuntime::api
+}  // namespace kubicle::noderuntime::server

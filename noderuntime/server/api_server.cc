@@ -1,4 +1,4 @@
-#include "noderuntime/api/api_server.h"
+#include "noderuntime/server/api_server.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -11,12 +11,14 @@
 
 #include "common/log.h"
 #include "common/unique_fd.h"
-#include "noderuntime/api/admission.h"
+#include "noderuntime/server/admission.h"
 #include "noderuntime/api/codec.h"
-#include "noderuntime/api/http_call.h"
-#include "noderuntime/api/http_server.h"
+#include "noderuntime/server/http_call.h"
+#include "noderuntime/server/http_server.h"
 
-namespace kubicle::noderuntime::api {
+namespace kubicle::noderuntime::server {
+
+using namespace ::kubicle::noderuntime::api;  // the contract this server speaks
 
 using Clock = std::chrono::steady_clock;
 
@@ -468,4 +470,4 @@ Result<int> PickFreePort() {
   return static_cast<int>(ntohs(addr.sin_port));
 }
 
-}  // namespace kubicle::noderuntime::api
+}  // namespace kubicle::noderuntime::server

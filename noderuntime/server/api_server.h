@@ -49,10 +49,10 @@
 
 #include "common/metrics.h"
 #include "common/status.h"
-#include "noderuntime/api/http_server.h"
+#include "noderuntime/server/http_server.h"
 #include "noderuntime/sandbox_service.h"
 
-namespace kubicle::noderuntime::api {
+namespace kubicle::noderuntime::server {
 
 struct ApiServerOptions {
   std::string admin_token;                     // required, non-empty
@@ -124,4 +124,4 @@ class ApiServer {
 // A port free on 127.0.0.1 right now (bind to port 0, read it, close).
 Result<int> PickFreePort();
 
-}  // namespace kubicle::noderuntime::api
+}  // namespace kubicle::noderuntime::server

@@ -1,6 +1,6 @@
 // Runs the real listener on 127.0.0.1 against FakeSandboxService and talks
 // to it with cpprestsdk's http_client.
-#include "noderuntime/api/api_server.h"
+#include "noderuntime/server/api_server.h"
 
 #include <gtest/gtest.h>
 #include <cpprest/containerstream.h>
@@ -18,9 +18,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "noderuntime/api/fake_sandbox_service.h"
+#include "noderuntime/server/testing/fake_sandbox_service.h"
 
-namespace kubicle::noderuntime::api {
+namespace kubicle::noderuntime::server {
+
+using testing::FakeSandboxService;
 namespace {
 
 namespace http = web::http;
@@ -561,4 +563,4 @@ TEST(ApiServer, BindFailureIsAStatus) {
 }
 
 }  // namespace
-}  // namespace kubicle::noderuntime::api
+}  // namespace kubicle::noderuntime::server

@@ -11,11 +11,13 @@
 
 #include <fstream>
 
-#include "noderuntime/api/api_server.h"
-#include "noderuntime/api/fake_sandbox_service.h"
-#include "noderuntime/api/serving_cert.h"
+#include "noderuntime/server/api_server.h"
+#include "noderuntime/server/testing/fake_sandbox_service.h"
+#include "noderuntime/server/serving_cert.h"
 
-namespace kubicle::noderuntime::api {
+namespace kubicle::noderuntime::server {
+
+using testing::FakeSandboxService;
 namespace {
 
 namespace http = web::http;
@@ -162,4 +164,4 @@ TEST(ApiTls, BadCertificatesAreAStatus) {
 }
 
 }  // namespace
-}  // namespace kubicle::noderuntime::api
+}  // namespace kubicle::noderuntime::server

@@ -3,9 +3,11 @@
 #include <thread>
 
 #include "noderuntime/api/codec.h"
-#include "noderuntime/api/http_call.h"
+#include "noderuntime/server/http_call.h"
 
-namespace kubicle::noderuntime::api {
+namespace kubicle::noderuntime::server {
+
+using namespace ::kubicle::noderuntime::api;  // the contract this server speaks
 
 namespace {
 
@@ -109,4 +111,4 @@ void HandleStats(Call& call, SandboxService& svc, const ApiServerOptions&) {
   s.ok() ? call.Json(200, StatsToJson(call.name(), *s)) : call.Fail(s.status());
 }
 
-}  // namespace kubicle::noderuntime::api
+}  // namespace kubicle::noderuntime::server

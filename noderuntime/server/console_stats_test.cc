@@ -9,11 +9,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "noderuntime/api/api_server.h"
+#include "noderuntime/server/api_server.h"
 #include "noderuntime/api/codec.h"
-#include "noderuntime/api/fake_sandbox_service.h"
+#include "noderuntime/server/testing/fake_sandbox_service.h"
 
-namespace kubicle::noderuntime::api {
+namespace kubicle::noderuntime::server {
+
+using testing::FakeSandboxService;
 namespace {
 
 namespace http = web::http;
@@ -263,4 +265,4 @@ TEST_F(ConsoleStatsTest, FileStatListAndRemove) {
 }
 
 }  // namespace
-}  // namespace kubicle::noderuntime::api
+}  // namespace kubicle::noderuntime::server

@@ -1,8 +1,10 @@
 // Exec (collected or streamed as NDJSON) and file routes.
 #include "noderuntime/api/codec.h"
-#include "noderuntime/api/http_call.h"
+#include "noderuntime/server/http_call.h"
 
-namespace kubicle::noderuntime::api {
+namespace kubicle::noderuntime::server {
+
+using namespace ::kubicle::noderuntime::api;  // the contract this server speaks
 
 using guest::protocol::OutputStream;
 
@@ -212,4 +214,4 @@ void HandleList(Call& call, SandboxService& svc, const ApiServerOptions&) {
   ServeList(call, SandboxFileOps(svc, call.name()));
 }
 
-}  // namespace kubicle::noderuntime::api
+}  // namespace kubicle::noderuntime::server

@@ -22,10 +22,12 @@
 #include <nlohmann/json.hpp>
 
 #include "common/unique_fd.h"
-#include "noderuntime/api/api_server.h"
-#include "noderuntime/api/fake_sandbox_service.h"
+#include "noderuntime/server/api_server.h"
+#include "noderuntime/server/testing/fake_sandbox_service.h"
 
-namespace kubicle::noderuntime::api {
+namespace kubicle::noderuntime::server {
+
+using testing::FakeSandboxService;
 namespace {
 
 using namespace std::chrono_literals;
@@ -639,4 +641,4 @@ TEST_F(FrontDoorTest, PerSandboxBudgetIsConfigurable) {
 }
 
 }  // namespace
-}  // namespace kubicle::noderuntime::api
+}  // namespace kubicle::noderuntime::server

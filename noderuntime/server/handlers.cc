@@ -2,9 +2,11 @@
 #include <cctype>
 
 #include "noderuntime/api/codec.h"
-#include "noderuntime/api/http_call.h"
+#include "noderuntime/server/http_call.h"
 
-namespace kubicle::noderuntime::api {
+namespace kubicle::noderuntime::server {
+
+using namespace ::kubicle::noderuntime::api;  // the contract this server speaks
 
 namespace {
 
@@ -128,4 +130,4 @@ void HandleSuspendResume(Call& call, SandboxService& svc, const ApiServerOptions
   info.ok() ? call.Json(200, ToJson(*info, false)) : call.Fail(info.status());
 }
 
-}  // namespace kubicle::noderuntime::api
+}  // namespace kubicle::noderuntime::server

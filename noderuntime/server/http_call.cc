@@ -1,8 +1,10 @@
-#include "noderuntime/api/http_call.h"
+#include "noderuntime/server/http_call.h"
 
 #include "noderuntime/api/codec.h"
 
-namespace kubicle::noderuntime::api {
+namespace kubicle::noderuntime::server {
+
+using namespace ::kubicle::noderuntime::api;  // the contract this server speaks
 
 int HttpCodeFor(StatusCode code) {
   switch (code) {
@@ -126,4 +128,4 @@ std::optional<nlohmann::json> Call::JsonBody(size_t limit) {
   return std::move(*parsed);
 }
 
-}  // namespace kubicle::noderuntime::api
+}  // namespace kubicle::noderuntime::server

@@ -14,12 +14,14 @@
 #include <nlohmann/json.hpp>
 
 #include "common/status.h"
-#include "noderuntime/api/api_server.h"
-#include "noderuntime/api/http_server.h"
+#include "noderuntime/server/api_server.h"
+#include "noderuntime/server/http_server.h"
 #include "noderuntime/api/routes.h"
 #include "noderuntime/sandbox_service.h"
 
-namespace kubicle::noderuntime::api {
+namespace kubicle::noderuntime::server {
+
+using namespace ::kubicle::noderuntime::api;  // the contract this server speaks
 
 int HttpCodeFor(StatusCode code);
 Response JsonResponse(int code, const nlohmann::json& body);
@@ -134,4 +136,4 @@ void HandleWorkspaceFiles(Call& call, SandboxService& svc, const ApiServerOption
 void HandleWorkspaceStat(Call& call, SandboxService& svc, const ApiServerOptions& opts);
 void HandleWorkspaceList(Call& call, SandboxService& svc, const ApiServerOptions& opts);
 
-}  // namespace kubicle::noderuntime::api
+}  // namespace kubicle::noderuntime::server

@@ -2,7 +2,7 @@
 // guarantees): TLS handshake, request admission, bodies, answers and
 // streams, lingering after a refusal. The hand-off of an upgraded
 // connection is in http_upgrade.cc.
-#include "noderuntime/api/http_connection.h"
+#include "noderuntime/server/http_connection.h"
 
 #include <sys/socket.h>
 
@@ -12,7 +12,7 @@
 
 #include "common/log.h"
 
-namespace kubicle::noderuntime::api {
+namespace kubicle::noderuntime::server {
 namespace connection {
 
 bool IsTimeout(const error_code& ec) { return ec == beast::error::timeout; }
@@ -490,4 +490,4 @@ void StartConnection(std::shared_ptr<HttpServer::Core> core, tcp::socket socket)
       ->Start();
 }
 
-}  // namespace kubicle::noderuntime::api
+}  // namespace kubicle::noderuntime::server

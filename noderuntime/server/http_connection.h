@@ -17,9 +17,9 @@
 #include <boost/beast/ssl.hpp>
 
 #include "common/unique_fd.h"
-#include "noderuntime/api/http_server_internal.h"
+#include "noderuntime/server/http_server_internal.h"
 
-namespace kubicle::noderuntime::api::connection {
+namespace kubicle::noderuntime::server::connection {
 
 namespace beast = boost::beast;
 namespace http = beast::http;
@@ -148,4 +148,4 @@ class Connection final : public ConnBase,
   bool last_sent_ = false;
 };
 
-}  // namespace kubicle::noderuntime::api::connection
+}  // namespace kubicle::noderuntime::server::connection

@@ -1,13 +1,13 @@
-#include "noderuntime/api/http_server.h"
+#include "noderuntime/server/http_server.h"
 
 #include <sys/resource.h>
 
 #include <algorithm>
 
 #include "common/log.h"
-#include "noderuntime/api/http_server_internal.h"
+#include "noderuntime/server/http_server_internal.h"
 
-namespace kubicle::noderuntime::api {
+namespace kubicle::noderuntime::server {
 
 void HttpServer::Core::Register(ConnBase* c, std::weak_ptr<ConnBase> w) {
   std::lock_guard l(mu_);
@@ -221,4 +221,4 @@ void HttpServer::Stop() { core_->Stop(); }
 
 size_t HttpServer::connections() const { return core_->connections(); }
 
-}  // namespace kubicle::noderuntime::api
+}  // namespace kubicle::noderuntime::server

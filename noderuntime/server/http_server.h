@@ -51,7 +51,7 @@
 #include "common/status.h"
 #include "common/unique_fd.h"
 
-namespace kubicle::noderuntime::api {
+namespace kubicle::noderuntime::server {
 
 struct HttpLimits {
   size_t max_header_bytes = 16 << 10;  // request line and header fields
@@ -164,4 +164,4 @@ class HttpServer {
   std::shared_ptr<Core> core_;
 };
 
-}  // namespace kubicle::noderuntime::api
+}  // namespace kubicle::noderuntime::server

@@ -15,9 +15,9 @@
 #include <boost/asio.hpp>
 #include <boost/asio/ssl.hpp>
 
-#include "noderuntime/api/http_server.h"
+#include "noderuntime/server/http_server.h"
 
-namespace kubicle::noderuntime::api {
+namespace kubicle::noderuntime::server {
 
 namespace net = boost::asio;
 using tcp = net::ip::tcp;
@@ -102,4 +102,4 @@ class HttpServer::Core : public std::enable_shared_from_this<HttpServer::Core> {
 // core->ssl is set, else plain TCP.
 void StartConnection(std::shared_ptr<HttpServer::Core> core, tcp::socket socket);
 
-}  // namespace kubicle::noderuntime::api
+}  // namespace kubicle::noderuntime::server

@@ -5,10 +5,10 @@
 #include <string>
 #include <utility>
 
-#include "noderuntime/api/http_connection.h"
+#include "noderuntime/server/http_connection.h"
 #include "noderuntime/api/http_relay.h"
 
-namespace kubicle::noderuntime::api::connection {
+namespace kubicle::noderuntime::server::connection {
 
 template <class Stream>
 void Connection<Stream>::SwitchProtocols(uint64_t gen, Response r, UniqueFd upstream,
@@ -65,9 +65,9 @@ void Connection<Stream>::StartRelay(UniqueFd upstream, std::shared_ptr<void> hol
   buffer_.clear();
   buffer_.shrink_to_fit();
   Lowest().expires_never();
-  RelayLimits limits{limits_.relay_buffer_bytes, limits_.relay_idle_timeout};
+  api::RelayLimits limits{limits_.relay_buffer_bytes, limits_.relay_idle_timeout};
   auto self = this->shared_from_this();
-  Relay<Stream, tcp::socket>::Start(
+  api::Relay<Stream, tcp::socket>::Start(
       stream_, *upstream_, std::move(first), limits,
       std::make_shared<std::pair<std::shared_ptr<Connection>, std::shared_ptr<void>>>(
           self, std::move(hold)),
@@ -80,4 +80,4 @@ template void Connection<PlainStream>::SwitchProtocols(uint64_t, Response, Uniqu
 template void Connection<TlsStream>::SwitchProtocols(uint64_t, Response, UniqueFd,
                                                      std::shared_ptr<void>);
 
-}  // namespace kubicle::noderuntime::api::connection
+}  // namespace kubicle::noderuntime::server::connection

@@ -4,9 +4,11 @@
 // (inside its namespace) and hands the connection over to the relay.
 #include "common/log.h"
 #include "noderuntime/api/codec.h"
-#include "noderuntime/api/http_call.h"
+#include "noderuntime/server/http_call.h"
 
-namespace kubicle::noderuntime::api {
+namespace kubicle::noderuntime::server {
+
+using namespace ::kubicle::noderuntime::api;  // the contract this server speaks
 
 namespace {
 
@@ -40,4 +42,4 @@ void HandlePort(Call& call, SandboxService& svc) {
   call.Upgrade(std::move(*upstream));
 }
 
-}  // namespace kubicle::noderuntime::api
+}  // namespace kubicle::noderuntime::server

@@ -20,11 +20,13 @@
 #include <thread>
 #include <vector>
 
-#include "noderuntime/api/api_server.h"
-#include "noderuntime/api/fake_sandbox_service.h"
-#include "noderuntime/api/serving_cert.h"
+#include "noderuntime/server/api_server.h"
+#include "noderuntime/server/testing/fake_sandbox_service.h"
+#include "noderuntime/server/serving_cert.h"
 
-namespace kubicle::noderuntime::api {
+namespace kubicle::noderuntime::server {
+
+using testing::FakeSandboxService;
 namespace {
 
 using namespace std::chrono_literals;
@@ -555,4 +557,4 @@ TEST_F(PortsTest, StopEndsOpenStreams) {
 }
 
 }  // namespace
-}  // namespace kubicle::noderuntime::api
+}  // namespace kubicle::noderuntime::server

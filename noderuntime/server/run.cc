@@ -2,9 +2,11 @@
 // runs"), answered as one JSON document or, with ?stream=true, as NDJSON
 // lines like the exec route's, the last one {"exit": {..., "timings"}}.
 #include "noderuntime/api/codec.h"
-#include "noderuntime/api/http_call.h"
+#include "noderuntime/server/http_call.h"
 
-namespace kubicle::noderuntime::api {
+namespace kubicle::noderuntime::server {
+
+using namespace ::kubicle::noderuntime::api;  // the contract this server speaks
 
 using guest::protocol::OutputStream;
 
@@ -69,4 +71,4 @@ void HandleRun(Call& call, SandboxService& svc, const ApiServerOptions& opts) {
   result.ok() ? call.Json(200, RunResultToJson(*result)) : call.Fail(result.status());
 }
 
-}  // namespace kubicle::noderuntime::api
+}  // namespace kubicle::noderuntime::server

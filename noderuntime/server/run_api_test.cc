@@ -12,11 +12,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "noderuntime/api/api_server.h"
-#include "noderuntime/api/fake_sandbox_service.h"
+#include "noderuntime/server/api_server.h"
+#include "noderuntime/server/testing/fake_sandbox_service.h"
 #include "noderuntime/node_util.h"
 
-namespace kubicle::noderuntime::api {
+namespace kubicle::noderuntime::server {
+
+using testing::FakeSandboxService;
 namespace {
 
 namespace http = web::http;
@@ -244,4 +246,4 @@ TEST_F(RunApiTest, WorkspaceRoutesTokensOneWriterAndFiles) {
 }
 
 }  // namespace
-}  // namespace kubicle::noderuntime::api
+}  // namespace kubicle::noderuntime::server

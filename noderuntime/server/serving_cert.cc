@@ -1,4 +1,4 @@
-#include "noderuntime/api/serving_cert.h"
+#include "noderuntime/server/serving_cert.h"
 
 #include <arpa/inet.h>
 #include <openssl/bn.h>
@@ -15,7 +15,7 @@
 
 #include "noderuntime/node_util.h"
 
-namespace kubicle::noderuntime::api {
+namespace kubicle::noderuntime::server {
 namespace {
 
 struct SslFree {
@@ -309,4 +309,4 @@ Result<ServingTls> LoadTlsFiles(const std::string& cert_file, const std::string&
   return ServingTls{chain, key, certs->back()};
 }
 
-}  // namespace kubicle::noderuntime::api
+}  // namespace kubicle::noderuntime::server

@@ -16,7 +16,7 @@
 
 #include "common/status.h"
 
-namespace kubicle::noderuntime::api {
+namespace kubicle::noderuntime::server {
 
 using WallClock = std::chrono::system_clock;
 
@@ -57,4 +57,4 @@ Result<ServingTls> EnsureNodeTls(const std::string& dir, const std::vector<std::
 // the CA that is published (the certificate itself when it is alone).
 Result<ServingTls> LoadTlsFiles(const std::string& cert_file, const std::string& key_file);
 
-}  // namespace kubicle::noderuntime::api
+}  // namespace kubicle::noderuntime::server

@@ -1,4 +1,4 @@
-#include "noderuntime/api/serving_cert.h"
+#include "noderuntime/server/serving_cert.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -7,7 +7,7 @@
 
 #include "noderuntime/node_util.h"
 
-namespace kubicle::noderuntime::api {
+namespace kubicle::noderuntime::server {
 namespace {
 
 using namespace std::chrono_literals;
@@ -101,4 +101,4 @@ TEST_F(ServingCertTest, GivenFilesMustMatch) {
 }
 
 }  // namespace
-}  // namespace kubicle::noderuntime::api
+}  // namespace kubicle::noderuntime::server

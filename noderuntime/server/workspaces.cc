@@ -3,9 +3,11 @@
 // (through SandboxService's workspace calls, which run the confined ext4
 // helper). The file routes answer as a sandbox's do (ServeFiles).
 #include "noderuntime/api/codec.h"
-#include "noderuntime/api/http_call.h"
+#include "noderuntime/server/http_call.h"
 
-namespace kubicle::noderuntime::api {
+namespace kubicle::noderuntime::server {
+
+using namespace ::kubicle::noderuntime::api;  // the contract this server speaks
 
 namespace {
 
@@ -73,4 +75,4 @@ void HandleWorkspaceList(Call& call, SandboxService& svc, const ApiServerOptions
   ServeList(call, WorkspaceFileOps(svc, call.name()));
 }
 
-}  // namespace kubicle::noderuntime::api
+}  // namespace kubicle::noderuntime::server

@@ -1,4 +1,4 @@
-#include "noderuntime/api/fake_sandbox_service.h"
+#include "noderuntime/server/testing/fake_sandbox_service.h"
 
 #include <algorithm>
 #include <random>
@@ -7,7 +7,7 @@
 #include "noderuntime/network/netns_connect.h"
 #include "noderuntime/node_util.h"
 
-namespace kubicle::noderuntime::api {
+namespace kubicle::noderuntime::server::testing {
 
 using guest::client::ExecResult;
 using guest::protocol::Bytes;
@@ -596,4 +596,4 @@ void FakeSandboxService::FailTemplate(const std::string& name, const std::string
   t->second.message = message;
 }
 
-}  // namespace kubicle::noderuntime::api
+}  // namespace kubicle::noderuntime::server::testing

@@ -19,7 +19,7 @@
 
 #include "noderuntime/sandbox_service.h"
 
-namespace kubicle::noderuntime::api {
+namespace kubicle::noderuntime::server::testing {
 
 class FakeSandboxService : public SandboxService {
  public:
@@ -167,4 +167,4 @@ class FakeSandboxService : public SandboxService {
   std::atomic<int> runs_{0};
 };
 
-}  // namespace kubicle::noderuntime::api
+}  // namespace kubicle::noderuntime::server::testing

@@ -2,10 +2,10 @@
 // one-writer rule (fake_sandbox_service.h).
 #include <random>
 
-#include "noderuntime/api/fake_sandbox_service.h"
+#include "noderuntime/server/testing/fake_sandbox_service.h"
 #include "noderuntime/node_util.h"
 
-namespace kubicle::noderuntime::api {
+namespace kubicle::noderuntime::server::testing {
 
 using guest::protocol::Bytes;
 using guest::protocol::ByteSpan;
@@ -221,4 +221,4 @@ Status FakeSandboxService::RemoveWorkspaceFile(const std::string& name, const st
   return Status::Ok();
 }
 
-}  // namespace kubicle::noderuntime::api
+}  // namespace kubicle::noderuntime::server::testing
