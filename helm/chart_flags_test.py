@@ -61,6 +61,7 @@ CASES = [
     ("sandbox network off", {"node": {"network": {"enabled": False}}}),
     ("sandbox network, own CIDR", {"node": {"stateDir": "/srv/kubicle", "network": {
         "cidr": "10.77.0.0/20", "nameservers": ["9.9.9.9", "149.112.112.112"], "pool": 0}}}),
+    ("long uninstall", {"uninstall": {"timeoutSeconds": 1200}}),
 ]
 
 # The chart's network defaults (values.yaml), to compare the rendered flags with.
@@ -243,7 +244,7 @@ def check_vmm_placement(pod_spec, container, argv):
         raise Failure(f"--cgroup-root {roots[0]} is not the host's /sys/fs/cgroup mounted there")
 
 
-def check_uninstall_hook(docs, binaries):
+def check_uninstall_hook(docs, values, binaries):
     """The pre-delete hook: a Job running `kubicle-node uninstall` under a
     ServiceAccount that may list and delete Sandboxes and SandboxForks and
     nothing else, its RBAC made before it (lower hook weight)."""
@@ -276,6 +277,11 @@ def check_uninstall_hook(docs, binaries):
     argv = command_line(c, binaries)
     if argv[1] != "uninstall":
         raise Failure(f"uninstall Job runs {argv}")
+    timeout = values.get("uninstall", {}).get("timeoutSeconds", 240)
+    if f"--timeout-seconds={timeout}" not in argv or \
+            job["spec"].get("activeDeadlineSeconds", 0) <= timeout:
+        raise Failure(f"uninstall Job: {argv}, deadline {job['spec'].get('activeDeadlineSeconds')}: "
+                      f"want --timeout-seconds={timeout} and the Job's deadline after it")
     expect_ok(argv)
 
 
@@ -297,7 +303,7 @@ def check_case(helm, chart, binaries, name, values):
     check_network_shape(ds, node, values, node_argv)
     check_host_paths(ds, node)
     check_vmm_placement(ds, node, node_argv)
-    check_uninstall_hook(docs, binaries)
+    check_uninstall_hook(docs, values, binaries)
     expect_ok(node_argv)
     dep = workload(docs, "Deployment", "operator")["spec"]["template"]["spec"]
     (op,) = dep["containers"]

@@ -107,6 +107,7 @@ BAD = [
     ("port out of range", {"node": {"dataPlanePort": 70000}}, ["/node/dataPlanePort"]),
     ("string for a number", {"operator": {"workers": "four"}}, ["/operator/workers"]),
     ("unknown log level", {"operator": {"logLevel": "verbose"}}, ["/operator/logLevel"]),
+    ("uninstall that cannot wait", {"uninstall": {"timeoutSeconds": 0}}, ["/uninstall/timeoutSeconds"]),
     ("the old single image", {"image": {"repository": "ghcr.io/kubicle/kubicle"}}, ["repository"]),
 ]
 
