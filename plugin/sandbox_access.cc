@@ -80,7 +80,7 @@ Result<DataPlane> WorkspaceDataPlaneFrom(const Json& object, const Json& secret,
   const WorkspaceView workspace = WorkspaceView::Parse(object);
   DataPlane dp;
   dp.sandbox = workspace.meta.name;
-  dp.files_owner = noderuntime::cli::FilesOwner::kWorkspace;
+  dp.files_owner = noderuntime::client::FilesOwner::kWorkspace;
   const std::string what = "Workspace " + dp.sandbox;
   dp.node = workspace.status.node_name;
   dp.vm_id = workspace.status.disk.id;
@@ -135,8 +135,8 @@ Result<DataPlane> ResolveDataPlane(kube::KubeClient& kube, const std::string& ns
   return DataPlaneFrom(*sandbox, *secret, lease);
 }
 
-Result<std::unique_ptr<noderuntime::cli::NodeClient>> Connect(const DataPlane& dp) {
-  return noderuntime::cli::NodeClient::CreateWithCaPem(dp.url, dp.token, dp.ca_pem);
+Result<std::unique_ptr<noderuntime::client::NodeClient>> Connect(const DataPlane& dp) {
+  return noderuntime::client::NodeClient::CreateWithCaPem(dp.url, dp.token, dp.ca_pem);
 }
 
 }  // namespace kubicle::plugin

@@ -15,7 +15,7 @@
 #include "common/status.h"
 #include "kube/api/names.h"
 #include "kube/kube_client.h"
-#include "noderuntime/cli/node_client.h"
+#include "noderuntime/client/node_client.h"
 
 namespace kubicle::plugin {
 
@@ -24,7 +24,7 @@ using kube::Json;
 struct DataPlane {
   std::string sandbox;  // the object's name
   std::string vm_id;    // k-<uid>: the node's id of its VM; a Workspace's: its disk's (w-<uid>)
-  noderuntime::cli::FilesOwner files_owner = noderuntime::cli::FilesOwner::kSandbox;
+  noderuntime::client::FilesOwner files_owner = noderuntime::client::FilesOwner::kSandbox;
   std::string node;
   std::string url;      // https://<endpoint> or http://<endpoint>
   std::string token;
@@ -60,6 +60,6 @@ Result<DataPlane> ResolveWorkspaceDataPlane(kube::KubeClient& kube, const std::s
                                             const std::string& name, const std::string& lease_ns);
 
 // A client of the node with the Sandbox's token, verifying the CA.
-Result<std::unique_ptr<noderuntime::cli::NodeClient>> Connect(const DataPlane& dp);
+Result<std::unique_ptr<noderuntime::client::NodeClient>> Connect(const DataPlane& dp);
 
 }  // namespace kubicle::plugin
