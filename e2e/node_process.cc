@@ -17,7 +17,7 @@
 #include "kube/resource.h"
 #include "noderuntime/client/node_client.h"
 #include "noderuntime/node_util.h"
-#include "noderuntime/vmm_process.h"
+#include "noderuntime/vmmhost/vmm_process.h"
 
 namespace kubicle::e2e {
 namespace {

@@ -17,7 +17,7 @@
 #include "fuzz/common/fuzz_input.h"
 #include "guest/protocol/frame.h"
 #include "guest/protocol/messages.h"
-#include "noderuntime/records.h"
+#include "noderuntime/state/records.h"
 #include "snapshot/layer_file.h"
 #include "snapshot/meta.h"
 #include "snapshot/state.h"

@@ -20,7 +20,7 @@
 #include "bench/stats.h"
 #include "noderuntime/network/net_system.h"
 #include "noderuntime/network/sandbox_network.h"
-#include "noderuntime/sandbox_manager.h"
+#include "noderuntime/manager/sandbox_manager.h"
 
 namespace kubicle::bench {
 namespace {

@@ -21,7 +21,7 @@
 #include "bench/stats.h"
 #include "common/flag_args.h"
 #include "guest/client/agent_client.h"
-#include "noderuntime/sandbox_manager.h"
+#include "noderuntime/manager/sandbox_manager.h"
 
 namespace kubicle::bench {
 namespace {

@@ -33,7 +33,7 @@
 #include "guest/client/agent_client.h"
 #include "guest/protocol/tlv.h"
 #include "noderuntime/network/guest_network.h"
-#include "noderuntime/sandbox_manager.h"
+#include "noderuntime/manager/sandbox_manager.h"
 #include "vmm/testing/vm_process.h"
 
 namespace kubicle::e2e::nested {

@@ -1,4 +1,4 @@
-// Fuzzes the node's state-directory records (noderuntime/records.cc):
+// Fuzzes the node's state-directory records (noderuntime/state/records.cc):
 // DecodeSandboxRecord and DecodeTemplateRecord on the same bytes, as
 // kubicle-node reads record.json / spec.json after a restart (a file another
 // version wrote, or a torn disk).
@@ -9,7 +9,7 @@
 #include <string>
 
 #include "fuzz/common/fuzz_input.h"
-#include "noderuntime/records.h"
+#include "noderuntime/state/records.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   namespace n = kubicle::noderuntime;

@@ -22,7 +22,7 @@
 #include "noderuntime/daemon/uninstall.h"
 #include "noderuntime/node_util.h"
 #include "noderuntime/nodeagent/node_agent.h"
-#include "noderuntime/sandbox_manager.h"
+#include "noderuntime/manager/sandbox_manager.h"
 
 namespace kubicle::noderuntime::daemon {
 namespace {

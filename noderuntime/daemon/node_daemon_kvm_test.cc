@@ -13,7 +13,7 @@
 #include "noderuntime/daemon/daemon_process.h"
 #include "noderuntime/network/host_share.h"
 #include "noderuntime/node_util.h"
-#include "noderuntime/vmm_process.h"
+#include "noderuntime/vmmhost/vmm_process.h"
 
 namespace kubicle::noderuntime::daemon {
 namespace {

@@ -23,12 +23,12 @@
 #include <set>
 #include <thread>
 
-#include "noderuntime/cgroups.h"
+#include "noderuntime/vmmhost/cgroups.h"
 #include "noderuntime/client/node_client.h"
 #include "noderuntime/daemon/daemon_process.h"
 #include "noderuntime/network/host_share.h"
 #include "noderuntime/node_util.h"
-#include "noderuntime/vmm_process.h"
+#include "noderuntime/vmmhost/vmm_process.h"
 
 namespace kubicle::noderuntime::daemon {
 namespace {

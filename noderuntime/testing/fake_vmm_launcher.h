@@ -1,10 +1,10 @@
 // FakeVmmLauncher: kubicle-vmm simulated inside the test process, for the
 // node runtime's unit tests (no /dev/kvm, no processes, milliseconds per
-// sandbox). It implements VmmLauncher (noderuntime/vmm_launcher.h); what the
-// runtime says to a VMM still goes over real sockets, so the runtime's own
-// ControlClient and AgentClient code runs unchanged:
+// sandbox). It implements VmmLauncher (noderuntime/vmmhost/vmm_launcher.h);
+// what the runtime says to a VMM still goes over real sockets, so the
+// runtime's own ControlClient and AgentClient code runs unchanged:
 //  - each fake VM serves the real control protocol (vmm/control_protocol.h)
-//    on the --control socket its arguments name;
+//    on the control socket its launch spec names;
 //  - once it runs (booted by `run`, restored, or forked) it serves the test
 //    guest's agent (guest/testguest/agent.h, the very code the tiny guest
 //    runs: ping, RAM files, built-in exec, POST_RESTORE) on its vsock Unix
@@ -37,7 +37,7 @@
 #include <string>
 #include <vector>
 
-#include "noderuntime/vmm_launcher.h"
+#include "noderuntime/vmmhost/vmm_launcher.h"
 #include "vmm/control_protocol.h"
 
 namespace kubicle::noderuntime::testing {

@@ -1,0 +1,384 @@
+// SandboxManager: the node runtime behind SandboxService. It bakes templates
+// (cold boot, warm-up commands, snapshot), restores sandboxes into warm-pool
+// VMMs, forks them, proxies exec and file calls to each guest's agent, and
+// supervises every kubicle-vmm process it started or re-adopted. Its
+// periodic sweeps (TTL, orphans, busy cgroups) run in a Sweeper
+// (sandbox_sweeper.h), to which it answers as the SweepTarget.
+//
+// Contracts (in addition to SandboxService's):
+//  - Everything lives under NodeConfig::state_dir (docs/node.md, "State
+//    directory"). VMM processes are detached and outlive the manager:
+//    Shutdown(false) leaves them running and a later Open() on the same
+//    directory re-adopts them (pid + start time, control socket, agent).
+//  - Open() kills VMMs of this state directory that no record owns (stale
+//    pool VMs, orphans of a crash mid-create) and marks sandboxes whose VMM
+//    is gone Failed, with the reason.
+//  - A VMM that exits unexpectedly turns its sandbox Failed with the reason;
+//    its cgroup, sockets, CID and capacity are freed; the record stays until
+//    DeleteSandbox.
+//  - Capacity: memory MiB and vCPUs of live sandboxes plus the warm pool
+//    never exceed NodeConfig's; creates and forks beyond it are refused with
+//    ResourceExhausted (idle pool VMs of other shapes are evicted first).
+//  - One manager per state directory and per metrics registry at a time.
+//  - Every VMM is started, attached, signalled and found through
+//    NodeConfig::launcher (vmm_launcher.h): kubicle-vmm processes by default,
+//    FakeVmmLauncher in unit tests.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/metrics.h"
+#include "noderuntime/vmmhost/cgroups.h"
+#include "noderuntime/network/net_system.h"
+#include "noderuntime/network/sandbox_network.h"
+#include "noderuntime/vmmhost/process_watcher.h"
+#include "noderuntime/state/records.h"
+#include "noderuntime/sandbox_service.h"
+#include "noderuntime/manager/sandbox_sweeper.h"
+#include "noderuntime/manager/teardown_queue.h"
+#include "noderuntime/vmmhost/template_baker.h"
+#include "noderuntime/vmmhost/vmm_launcher.h"
+#include "noderuntime/vmmhost/warm_pool.h"
+#include "noderuntime/state/workspace_store.h"
+#include "vmm/control_protocol.h"
+#include "vmm/launch_spec.h"
+#include "vmm/seccomp_mode.h"
+
+namespace kubicle::noderuntime {
+
+// The node's sandbox network (docs/network.md): one namespace per sandbox.
+struct SandboxNetworkConfig {
+  // On by default, as kubicle-node's --sandbox-network: Open fails when the
+  // host cannot give sandboxes their namespaces, never runs them without.
+  bool enabled = true;
+  std::string cidr = "10.200.0.0/16";  // cut into /30 slots; must not overlap the host's routes
+  // The guest's resolvers (kubicle.dns= on a template's kernel command line).
+  std::vector<std::string> nameservers = {"1.1.1.1", "8.8.8.8"};
+  size_t pool_size = 4;                // namespaces kept built
+  std::string netns_dir;               // empty: <state_dir>/netns
+  // How the host is changed; null: LinuxNetSystem (FakeNetSystem in tests).
+  std::shared_ptr<network::NetSystem> system;
+};
+
+struct NodeConfig {
+  std::string state_dir;               // absolute; created if missing
+  std::string vmm_binary;              // path to kubicle-vmm
+  // How VMMs are started and found; null: ProcessVmmLauncher over
+  // vmm_binary. Shared so that it can outlive the manager (a test's fake
+  // keeps its VMs across a reopen, as real VMMs outlive the daemon).
+  std::shared_ptr<VmmLauncher> launcher;
+  uint64_t capacity_mem_mib = 0;       // guest RAM of sandboxes + pool
+  uint32_t capacity_vcpus = 0;
+  // Node disk for suspended sandboxes' memory snapshots (docs/node.md,
+  // "Suspend and resume"); 0: capacity_mem_mib (every sandbox the node can
+  // run can be suspended once: a memory file is at most its guest's RAM).
+  uint64_t capacity_suspend_disk_mib = 0;
+  uint32_t pool_size_per_shape = 2;    // idle pool VMs kept per template shape
+  std::string cgroup_root = "/sys/fs/cgroup";
+  bool use_cgroups = true;
+  std::string cgroup_parent = "kubicle";  // VM groups are <root>/<ctrl>/<parent>/<id>
+  uint64_t cgroup_overhead_mib = 64;   // memory limit = guest RAM + this
+  std::function<WallTime()> clock;     // default: system_clock::now
+  std::chrono::milliseconds sweep_interval{1000};  // TTL sweeper period
+  std::chrono::milliseconds agent_timeout{10000};  // restore/fork to agent answering
+  std::chrono::milliseconds bake_boot_timeout{120000};
+  std::chrono::milliseconds delete_grace{2000};    // shutdown request to SIGKILL
+  std::chrono::seconds orphan_sweep_interval{60};  // 0: only at Open()
+  std::chrono::seconds orphan_min_age{120};        // younger VMMs may be mid-create
+  // Host-side caps on what a guest's agent returns (docs/node.md, "Limits").
+  guest::client::ClientLimits agent_limits;
+  std::chrono::milliseconds file_stream_timeout{3600000};  // one whole ReadFileStream
+  // The guest console's log (<sandbox>/serial.log), passed to every
+  // kubicle-vmm as --serial-max-bytes/-files/-rate/-burst (console_log.h):
+  // what ReadConsole serves is bounded by these, whatever the guest writes.
+  vmm::devices::legacy::ConsoleLogLimits console;
+  // --seccomp of every VMM this node starts (docs/vmm.md, "Seccomp"): log
+  // or off only to find what a new kernel or libc needs.
+  vmm::SeccompMode vmm_seccomp = vmm::SeccompMode::kEnforce;
+  SandboxNetworkConfig network;
+  // ---- workspaces (docs/workspaces.md) ----
+  // The sum of every workspace's size_mib may not exceed this (0: no
+  // budget beyond the file system's free space, which is always checked).
+  uint64_t workspace_budget_mib = 0;
+  // The confined ext4 helper; empty: kubicle-ext4 beside vmm_binary.
+  std::string ext4_helper;
+  std::string mke2fs = "mke2fs";  // found on PATH
+};
+
+// What every kubicle-vmm this node starts gets: the console's limits and
+// the seccomp mode; the baker and the pool fill in the rest.
+vmm::LaunchSpec VmmBase(const NodeConfig& config);
+
+class SandboxManager final : public SandboxService, private SweepTarget {
+ public:
+  // Creates the state directory layout and re-adopts what it holds.
+  // `metrics` may be null (a private registry is used).
+  static Result<std::unique_ptr<SandboxManager>> Open(NodeConfig config,
+                                                      metrics::Registry* metrics);
+  ~SandboxManager() override;  // Shutdown(false) if not done
+
+  // Stops background threads and kills idle pool VMs. stop_vms=true also
+  // deletes every sandbox (VM, cgroup, directory); false leaves sandbox VMs
+  // running for the next Open(). Idempotent; later calls fail Unavailable.
+  void Shutdown(bool stop_vms);
+
+  Result<TemplateInfo> PutTemplate(const TemplateSpec& spec) override;
+  Result<TemplateInfo> GetTemplate(const std::string& name) override;
+  std::vector<TemplateInfo> ListTemplates() override;
+  Status DeleteTemplate(const std::string& name) override;
+
+  Result<SandboxInfo> CreateSandbox(const SandboxSpec& spec) override;
+  Result<std::vector<SandboxInfo>> ForkSandbox(const ForkRequest& request) override;
+  Result<SandboxInfo> GetSandbox(const std::string& id) override;
+  Result<std::vector<SandboxInfo>> ListSandboxes(const std::string& selector) override;
+  Status DeleteSandbox(const std::string& id) override;
+  // sandbox_manager_suspend.cc.
+  Result<SandboxInfo> SuspendSandbox(const std::string& id) override;
+  Result<SandboxInfo> ResumeSandbox(const std::string& id) override;
+  Result<std::vector<std::string>> DeleteSandboxes(const std::string& selector) override;
+  bool CheckToken(const std::string& id, const std::string& token) override;
+
+  Result<guest::client::ExecResult> Exec(const std::string& id, const ExecOptions& options) override;
+  Status WriteFile(const std::string& id, const std::string& path, guest::protocol::ByteSpan data,
+                   uint32_t mode) override;
+  Result<guest::protocol::Bytes> ReadFile(const std::string& id, const std::string& path) override;
+  Status ReadFileStream(const std::string& id, const std::string& path,
+                        const guest::client::FileChunkFn& on_chunk) override;
+  // sandbox_manager_observe.cc: the console log and the cgroup's figures.
+  Result<ConsoleRead> ReadConsole(const std::string& id, uint64_t offset,
+                                  size_t max_bytes) override;
+  Result<SandboxStats> GetSandboxStats(const std::string& id) override;
+  Result<guest::protocol::StatReply> StatFile(const std::string& id,
+                                              const std::string& path) override;
+  Result<std::vector<guest::protocol::DirEntry>> ListFiles(const std::string& id,
+                                                           const std::string& path) override;
+  Status RemoveFile(const std::string& id, const std::string& path, bool recursive) override;
+  Result<UniqueFd> ConnectGuestPort(const std::string& id, uint16_t port) override;
+  // sandbox_manager_run.cc: per-call runs.
+  Result<RunResult> Run(const RunOptions& options) override;
+  Status SetRunToken(const std::string& template_name, const std::string& token_sha256) override;
+  bool CheckRunToken(const std::string& template_name, const std::string& token) override;
+
+  // ---- workspaces (sandbox_manager_workspaces.cc; docs/workspaces.md) ----
+  Result<WorkspaceInfo> PutWorkspace(const WorkspaceSpec& spec) override;
+  Result<WorkspaceInfo> GetWorkspace(const std::string& name) override;
+  std::vector<WorkspaceInfo> ListWorkspaces() override;
+  Status DeleteWorkspace(const std::string& name) override;
+  bool CheckWorkspaceToken(const std::string& name, const std::string& token) override;
+  Status ReadWorkspaceFile(const std::string& name, const std::string& path,
+                           const guest::client::FileChunkFn& on_chunk) override;
+  Status WriteWorkspaceFile(const std::string& name, const std::string& path,
+                            guest::protocol::ByteSpan data, uint32_t mode) override;
+  Result<guest::protocol::StatReply> StatWorkspaceFile(const std::string& name,
+                                                       const std::string& path) override;
+  Result<std::vector<guest::protocol::DirEntry>> ListWorkspaceFiles(
+      const std::string& name, const std::string& path) override;
+  Status RemoveWorkspaceFile(const std::string& name, const std::string& path,
+                             bool recursive) override;
+  // Waits until every finished run's VM has been torn down (tests).
+  void DrainRunTeardowns() { teardowns_.Drain(); }
+
+  // Deletes sandboxes whose TTL passed (the sweeper thread does it every
+  // sweep_interval; tests call it with a fake clock). Returns their ids.
+  std::vector<std::string> SweepExpired() { return sweeper_->SweepExpired(); }
+  // Kills VMMs of this state dir older than `min_age` that no sandbox, pool
+  // VM or bake owns (the sweeper does it every orphan_sweep_interval).
+  size_t SweepOrphans(std::chrono::seconds min_age) { return sweeper_->SweepOrphans(min_age); }
+
+  struct Usage {
+    uint64_t mem_mib = 0;
+    uint32_t vcpus = 0;
+    size_t pool_vms = 0;
+    size_t watched_processes = 0;
+    size_t pending_cgroups = 0;  // busy groups the sweeper retries
+    uint64_t suspended_bytes = 0;       // suspended sandboxes' snapshots on disk
+    uint64_t suspend_disk_bytes = 0;    // the budget for them
+    network::SandboxNetwork::Census network;  // all zero with the network off
+  };
+  Usage usage() const;
+  const NodeConfig& config() const { return config_; }
+  // The sandbox network's namespaces (null when it is off).
+  network::SandboxNetwork* sandbox_network() { return network_.get(); }
+
+ private:
+  struct Sandbox;
+  struct Template;
+  class Capacity;
+  class Table;  // sandbox_manager_internal.h
+
+  SandboxManager(NodeConfig config, metrics::Registry* metrics);
+  Status Init();
+  // Re-adoption (sandbox_manager_adopt.cc).
+  Status LoadTemplates();
+  Status AdoptSandboxes();
+  void AdoptOne(SandboxRecord record);
+  void KillOrphans();
+  // What the sweeper (sandbox_sweeper.h) asks: sandbox_manager.cc, and
+  // OwnedVmms in sandbox_manager_adopt.cc beside KillOrphans.
+  std::vector<std::string> ExpiredSandboxes(WallTime now) override;
+  Status DeleteExpired(const std::string& id) override { return DeleteSandbox(id); }
+  std::set<pid_t> OwnedVmms() override;
+  size_t SweepNetworkOrphans() override { return network_ ? network_->SweepOrphans() : 0; }
+  // Creation and forking (sandbox_manager_create.cc).
+  Result<std::shared_ptr<Sandbox>> NewSandbox(const SandboxSpec& spec, std::string* token);
+  Status RegisterSandbox(const std::shared_ptr<Sandbox>& sb, std::string* snapshot_dir);
+  // A pool VM of this shape with its capacity: taken warm or started now.
+  Status AcquireVm(const VmShape& shape, std::optional<PoolVm>* vm);
+  // Evicts idle pool VMs of other shapes if that makes room.
+  Status ReserveCapacity(const VmShape& shape);
+  // `resume`: a suspended sandbox's own snapshot (not counted as a create).
+  Status RunCreate(const std::shared_ptr<Sandbox>& sb, const std::string& snapshot_dir,
+                   std::optional<PoolVm> vm, const std::string& hostname, class StepTimes* steps,
+                   bool resume = false);
+  // Renames `pool_group` (the pool VM's own group) to the sandbox's if it
+  // can, else creates the group and moves the VMM in.
+  Status SetUpCgroup(Sandbox& sb, const std::string& pool_group);
+  CgroupLimits LimitsFor(const VmShape& shape) const;
+  Status FinishStart(const std::shared_ptr<Sandbox>& sb, const std::string& hostname);
+  // Per-call runs (sandbox_manager_run.cc).
+  Result<std::shared_ptr<Sandbox>> StartRunVm(const RunOptions& options, RunTimings* timings);
+  Result<guest::client::ExecResult> ExecInRunVm(Sandbox& sb, const ExecOptions& exec);
+  // Unmounts the run's workspace, stops its VM and releases the workspace.
+  void ReleaseRunWorkspace(Sandbox& sb);
+  // Hands the VM to teardowns_: its teardown is not the caller's to wait for.
+  void DiscardRunVm(std::shared_ptr<Sandbox> sb);
+  void CountRun(const char* result);
+  void RegisterRunMetrics();
+  Result<std::shared_ptr<Sandbox>> NewForkChild(const ForkRequest& request, const ForkChildSpec* spec,
+                                                 const Sandbox& src, std::string* token);
+  Status ReserveForkChild(const std::shared_ptr<Sandbox>& child);
+  Status AttachForkChildren(const std::vector<std::shared_ptr<Sandbox>>& kids,
+                            const vmm::control::ForkReply& reply);
+  Result<SandboxInfo> ForkChild(const std::shared_ptr<Sandbox>& child, const std::string& hostname);
+  // Suspend and resume (sandbox_manager_suspend.cc).
+  class SuspendDisk;
+  // The budget's hold on what a snapshot of `sb` may take (its guest RAM);
+  // ResourceExhausted when neither the budget nor the filesystem has it.
+  Result<uint64_t> ReserveSuspendDisk(const Sandbox& sb);
+  // After the snapshot: the VM goes, its RAM, vCPUs and cgroup are freed.
+  void StopSuspendedVm(const std::shared_ptr<Sandbox>& sb);
+  // A resume that failed: its new VM goes and the sandbox is Suspended again.
+  void AbortResume(const std::shared_ptr<Sandbox>& sb);
+  // Removes the layer files in `sb`'s directory that its suspend snapshot
+  // does not name (earlier chains, a killed VM's overlay, flatten output),
+  // unless a fork descendant may still read them.
+  void CollectLayers(const Sandbox& sb);
+  bool MayHaveForkDescendants(const std::string& id);
+  // Re-adoption of a suspended sandbox, and of a running one whose suspend
+  // did not finish (a snapshot or a paused VM left behind).
+  Status AdoptSuspended(Sandbox& sb);
+  void CleanUpUnfinishedSuspend(Sandbox& sb);
+  void RegisterSuspendMetrics();
+  // Workspaces (sandbox_manager_workspaces.cc).
+  Status OpenWorkspaces();
+  // Takes workspace `name` for `sb` (sets holds_workspace): NotFound, or
+  // FailedPrecondition naming its holder or for a template without a slot.
+  Status AttachWorkspace(Sandbox& sb, const std::string& name);
+  // Requires sb.mu, and the VMM gone: syncs the image and lets it go.
+  void ReleaseWorkspace(Sandbox& sb);
+  // In a Linux guest: the slot's device at /workspace (a guest without a
+  // shell, the test guest, uses the disk raw).
+  Status MountWorkspace(guest::client::AgentClient& agent, const std::string& name);
+  // Best effort, while the agent answers: the guest unmounts it.
+  void UnmountWorkspace(Sandbox& sb);
+  // Re-adoption: a running sandbox's workspace is its again.
+  void ReadoptWorkspace(Sandbox& sb);
+  // The sandbox network (sandbox_manager_network.cc). Open checks the host
+  // and installs the host's side; Start (after adoption) sweeps orphans
+  // and builds a first slot. Their errors say what to grant, or to start
+  // with --sandbox-network=off.
+  Status OpenNetwork();
+  Status StartNetwork();
+  void RegisterNetworkMetrics();
+  // A namespace for `sb` with `policy` and a fresh MAC, when its template
+  // has a NIC: sets rec.info.network and holds_slot.
+  Status AttachNetwork(Sandbox& sb, const network::EgressPolicy& policy);
+  // The VMM's view of it (nullopt: no NIC).
+  std::optional<vmm::control::NetAttachment> NetAttachmentOf(const Sandbox& sb) const;
+  // Re-adoption: takes back a running sandbox's slot.
+  Status AdoptNetwork(Sandbox& sb);
+  // What a bake adds when the network is on: a slot (released by the
+  // caller), the NIC and the guest's addresses on its command line.
+  Result<std::optional<TemplateBaker::Nic>> BakeNic(std::optional<network::NetworkSlot>* slot);
+  // The namespace file of `sb`'s network ("" when it has none); the port
+  // forwarder enters it to reach the guest. Set before the sandbox runs and
+  // never changed after, so it may be read without sb.mu once it runs.
+  std::string NetnsPathOf(const Sandbox& sb) const;
+  // Supervision and teardown (sandbox_manager.cc).
+  Status Watch(const std::shared_ptr<Sandbox>& sb);
+  void OnVmmExit(const std::shared_ptr<Sandbox>& sb, std::optional<int> code);
+  void FreeResources(Sandbox& sb);  // requires sb.mu
+  Status Persist(Sandbox& sb);      // requires sb.mu
+  void StopVm(Sandbox& sb);         // shutdown request, SIGKILL after the grace period
+  Status Teardown(const std::shared_ptr<Sandbox>& sb);
+  Result<std::shared_ptr<Sandbox>> Find(const std::string& id);
+  std::shared_ptr<guest::client::AgentClient> AgentOf(Sandbox& sb, Status* why);
+  // Every agent connection's options: the node's caps on what guests return.
+  guest::client::ClientOptions AgentOptions() const;
+  std::string SandboxDir(const std::string& id) const;
+  std::string SockPath(uint32_t cid, const char* kind) const;
+  // Templates (sandbox_manager_templates.cc); the bake itself is baker_'s.
+  void Bake(std::shared_ptr<Template> t);
+  void SetTemplateProgress(const std::shared_ptr<Template>& t, const std::string& message);
+  Status PersistTemplate(const Template& t);  // requires t's lock
+  std::string TemplateDir(const std::string& name) const;
+  void RegisterMetrics();
+  void UpdatePoolGauge();
+
+  NodeConfig config_;
+  std::unique_ptr<metrics::Registry> own_metrics_;
+  metrics::Registry* metrics_;
+  metrics::Family<metrics::Histogram>* restore_seconds_ = nullptr;
+  metrics::Family<metrics::Histogram>* fork_seconds_ = nullptr;
+  metrics::Family<metrics::Histogram>* exec_seconds_ = nullptr;
+  metrics::Family<metrics::Histogram>* bake_seconds_ = nullptr;
+  metrics::Family<metrics::Gauge>* pool_vms_ = nullptr;
+  metrics::Family<metrics::Counter>* vmm_crashes_ = nullptr;
+  metrics::Family<metrics::Counter>* runs_total_ = nullptr;
+  metrics::Family<metrics::Gauge>* runs_in_flight_ = nullptr;
+  metrics::Family<metrics::Histogram>* run_restore_seconds_ = nullptr;
+  metrics::Family<metrics::Histogram>* slot_build_seconds_ = nullptr;
+  metrics::Family<metrics::Counter>* slot_build_failures_ = nullptr;
+  metrics::Family<metrics::Counter>* orphans_swept_ = nullptr;
+  metrics::Family<metrics::Histogram>* suspend_seconds_ = nullptr;
+  metrics::Family<metrics::Histogram>* resume_seconds_ = nullptr;
+  // Lets the scrape-time gauge callback outlive this manager safely.
+  struct ScrapeLink {
+    std::mutex mu;
+    SandboxManager* manager = nullptr;
+  };
+  std::shared_ptr<ScrapeLink> scrape_link_;
+
+  Cgroups cgroups_;
+  std::unique_ptr<Capacity> capacity_;
+  std::unique_ptr<SuspendDisk> suspend_disk_;
+  std::unique_ptr<Table> table_;
+  ProcessWatcher watcher_;
+  // TTL, orphans and busy cgroups. Made before and destroyed after pool_,
+  // whose discarded VMs' groups it removes.
+  std::unique_ptr<Sweeper> sweeper_;
+  std::unique_ptr<WarmPool> pool_;
+  std::unique_ptr<TemplateBaker> baker_;
+  std::unique_ptr<network::SandboxNetwork> network_;  // null: --sandbox-network off
+  std::unique_ptr<WorkspaceStore> workspaces_;
+  // Finished runs' VMs, torn down after their answer went out.
+  TeardownQueue teardowns_;
+
+  // Guards templates_ and shut_down_. A template's mu and table_'s lock
+  // nest inside it; it is never held while taking a sandbox's mu.
+  mutable std::mutex mu_;
+  std::map<std::string, std::shared_ptr<Template>> templates_;
+
+  std::mutex bake_mu_;
+  std::vector<std::thread> bakers_;
+  bool shut_down_ = false;
+};
+
+}  // namespace kubicle::noderuntime
