@@ -1,5 +1,5 @@
 // Fuzzes the node's HTTP front door as a client meets it: raw bytes through
-// the real connection code (noderuntime/api/http_connection.cc: Beast's
+// the real connection code (noderuntime/server/http_connection.cc: Beast's
 // parser, the header cap, the Gate decided from the header alone, declared
 // and chunked body caps, 100-continue, keep-alive and pipelining, a refusal
 // and its lingering close, StopAccepting) with ApiServer's own Gate (route,

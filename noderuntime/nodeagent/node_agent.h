@@ -3,7 +3,7 @@
 // of SandboxService. It speaks the node protocol of docs/operator.md:
 // heartbeat Lease with capacity (LeaseHeartbeat), templates baked and
 // reported (TemplateSync), Sandboxes run, reported and torn down
-// (SandboxSync). The data plane (noderuntime/api) keeps serving exec and
+// (SandboxSync). The data plane (noderuntime/server) keeps serving exec and
 // files; it authenticates each Sandbox's clients by the token hash the
 // agent passed in from status.tokenSha256, so the node never reads Secrets.
 #pragma once

@@ -1,4 +1,4 @@
-// Internal to noderuntime/api: one HTTP request being answered (Call) and
+// Internal to noderuntime/server: one HTTP request being answered (Call) and
 // the route handlers. Handlers reply exactly once through Call (or stream
 // through it); Call is independent of the HTTP server underneath, which
 // has already read the body within the route's limit and checked auth.

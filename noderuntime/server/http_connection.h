@@ -1,7 +1,7 @@
 // The connection of HttpServer, shared by its two halves: HTTP/1.1 request
 // and answer handling (http_connection.cc) and the hand-off of an upgraded
 // connection to a byte relay (http_upgrade.cc). Internal to
-// noderuntime/api; http_server.h states the guarantees.
+// noderuntime/server; http_server.h states the guarantees.
 #pragma once
 
 #include <condition_variable>

@@ -1,6 +1,6 @@
 // HttpServer: the data plane's HTTP/1.1 server, on Boost.Beast over
 // Boost.Asio (docs/node.md, "Limits and fairness" says why not cpprestsdk's
-// listener). Internal to noderuntime/api: ApiServer puts the routes, auth
+// listener). Internal to noderuntime/server: ApiServer puts the routes, auth
 // and budgets on top through a Gate.
 //
 // What it guarantees, whatever the peer sends:
