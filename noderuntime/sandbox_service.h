@@ -1,16 +1,20 @@
-// The node daemon's service interface: what kubicle-node can do with
-// templates and sandboxes on this machine. The HTTP API (noderuntime/api)
-// and, later, the Kubernetes node agent call it; SandboxManager
-// (noderuntime/sandbox_manager.h) implements it over kubicle-vmm processes;
-// FakeSandboxService implements it in memory for the API's unit tests.
+// The node daemon's service: what kubicle-node can do with templates,
+// sandboxes and workspaces on this machine, as one interface per role.
+// Each caller depends on the roles it uses (the HTTP server's handlers
+// each on one; the node agent on templates, sandboxes, workspaces and
+// tokens); SandboxManager (noderuntime/manager) implements them all as
+// SandboxService over kubicle-vmm processes; noderuntime/server/testing
+// has an in-memory fake per role for the server's and clients' tests.
 //
-// Contracts:
+// Contracts (every role):
 //  - Every method is thread-safe and may be called concurrently; methods on
 //    different sandboxes never wait for each other.
 //  - Errors are Status codes the API maps to HTTP: InvalidArgument (400),
 //    NotFound (404), AlreadyExists / FailedPrecondition (409),
 //    ResourceExhausted (429: no capacity), DeadlineExceeded (504),
 //    Unavailable (503), anything else 500. A failed call changes no state.
+//  - The value types (ids, labels, selectors) are the data-plane
+//    contract's: noderuntime/api/types.h.
 #pragma once
 
 #include <cstdint>
@@ -23,9 +27,10 @@
 
 namespace kubicle::noderuntime {
 
-class SandboxService {
+// Templates: baked once per node, restored by sandboxes and runs.
+class TemplateService {
  public:
-  virtual ~SandboxService() = default;
+  virtual ~TemplateService() = default;
 
   // Starts baking (asynchronously) and returns at once with state kBaking.
   // AlreadyExists if a template of that name exists with another spec.
@@ -34,6 +39,12 @@ class SandboxService {
   virtual std::vector<TemplateInfo> ListTemplates() = 0;
   // FailedPrecondition while sandboxes of the template run.
   virtual Status DeleteTemplate(const std::string& name) = 0;
+};
+
+// Sandboxes: create (restore), fork, list, suspend/resume, delete.
+class SandboxLifecycle {
+ public:
+  virtual ~SandboxLifecycle() = default;
 
   // Returns once the sandbox's agent answers (state kRunning). With
   // spec.workspace: NotFound for no such workspace, FailedPrecondition
@@ -64,8 +75,12 @@ class SandboxService {
   virtual Result<SandboxInfo> ResumeSandbox(const std::string& id) = 0;
   // Deletes every sandbox the selector matches; returns their ids.
   virtual Result<std::vector<std::string>> DeleteSandboxes(const std::string& selector) = 0;
-  // True if `token` is the sandbox's data-plane token (constant-time compare).
-  virtual bool CheckToken(const std::string& id, const std::string& token) = 0;
+};
+
+// A running sandbox's guest: exec, files, console, stats and ports.
+class GuestIo {
+ public:
+  virtual ~GuestIo() = default;
 
   virtual Result<guest::client::ExecResult> Exec(const std::string& id,
                                                  const ExecOptions& options) = 0;
@@ -110,21 +125,25 @@ class SandboxService {
   // Unavailable when nothing listens there; DeadlineExceeded when the
   // guest does not answer within 10 s.
   virtual Result<UniqueFd> ConnectGuestPort(const std::string& id, uint16_t port) = 0;
+};
+
+// Per-call runs (docs/node.md, "Per-call runs").
+class RunService {
+ public:
+  virtual ~RunService() = default;
+
   // Per-call runs. Run returns once the command has ended; the VM is torn
   // down after, off the caller's path. NotFound for no such template,
   // FailedPrecondition when it is not Ready here, ResourceExhausted when
   // the node is full.
   virtual Result<RunResult> Run(const RunOptions& options) = 0;
-  // Sets the hex SHA-256 of the template's run token (the node agent takes
-  // it from SandboxTemplate status.runTokenSha256); empty clears it. Kept in
-  // memory only: the node agent sets it again after a restart. NotFound for
-  // no such template, InvalidArgument for a hash that is not 64 lowercase hex.
-  virtual Status SetRunToken(const std::string& template_name, const std::string& token_sha256) = 0;
-  // True if `token` is the template's run token (constant-time compare);
-  // false when none is set.
-  virtual bool CheckRunToken(const std::string& template_name, const std::string& token) = 0;
+};
 
-  // ---- workspaces ----
+// Workspaces (docs/workspaces.md) and their files without a VM.
+class WorkspaceService {
+ public:
+  virtual ~WorkspaceService() = default;
+
   // Creates the workspace (a fresh, empty ext4 of size_mib) or returns the
   // existing one: idempotent for the same name and size (token_sha256 and
   // labels of an existing one are kept; a repeated put returns no token).
@@ -139,8 +158,6 @@ class SandboxService {
   // Removes the workspace and its disk file. FailedPrecondition while a
   // sandbox or run has it attached (naming the holder); NotFound if absent.
   virtual Status DeleteWorkspace(const std::string& name) = 0;
-  // True if `token` is the workspace's data-plane token (constant-time).
-  virtual bool CheckWorkspaceToken(const std::string& name, const std::string& token) = 0;
 
   // The workspace's files without a VM, through the confined helper. Paths
   // are absolute inside the workspace's file system ("/" is its root; no
@@ -171,5 +188,34 @@ class SandboxService {
   virtual Status RemoveWorkspaceFile(const std::string& name, const std::string& path,
                                      bool recursive) = 0;
 };
+
+// The data-plane tokens the server checks (and the run tokens the node
+// agent sets): one per sandbox, per workspace, per template's runs.
+class TokenService {
+ public:
+  virtual ~TokenService() = default;
+
+  // True if `token` is the sandbox's data-plane token (constant-time compare).
+  virtual bool CheckToken(const std::string& id, const std::string& token) = 0;
+  // Sets the hex SHA-256 of the template's run token (the node agent takes
+  // it from SandboxTemplate status.runTokenSha256); empty clears it. Kept in
+  // memory only: the node agent sets it again after a restart. NotFound for
+  // no such template, InvalidArgument for a hash that is not 64 lowercase hex.
+  virtual Status SetRunToken(const std::string& template_name, const std::string& token_sha256) = 0;
+  // True if `token` is the template's run token (constant-time compare);
+  // false when none is set.
+  virtual bool CheckRunToken(const std::string& template_name, const std::string& token) = 0;
+  // True if `token` is the workspace's data-plane token (constant-time).
+  virtual bool CheckWorkspaceToken(const std::string& name, const std::string& token) = 0;
+};
+
+// Everything the node offers: what SandboxManager implements and the
+// daemon serves. Callers that need one role take that role.
+class SandboxService : public TemplateService,
+                       public SandboxLifecycle,
+                       public GuestIo,
+                       public RunService,
+                       public WorkspaceService,
+                       public TokenService {};
 
 }  // namespace kubicle::noderuntime

@@ -81,8 +81,8 @@ const char* ClassName(Admission::Class c) {
 
 class ApiServer::Impl : public std::enable_shared_from_this<ApiServer::Impl> {
  public:
-  Impl(SandboxService* svc, metrics::Registry* registry, ApiServerOptions opts)
-      : svc_(svc),
+  Impl(ServiceRoles roles, metrics::Registry* registry, ApiServerOptions opts)
+      : svc_(roles),
         registry_(registry),
         opts_(std::move(opts)),
         admission_(BudgetsFrom(opts_)),
@@ -128,7 +128,7 @@ class ApiServer::Impl : public std::enable_shared_from_this<ApiServer::Impl> {
   void Dispatch(Call& call);
   void Observe(const std::string& route_label, int code, Clock::time_point start);
 
-  SandboxService* svc_;
+  ServiceRoles svc_;
   metrics::Registry* registry_;
   ApiServerOptions opts_;
   Admission admission_;
@@ -316,7 +316,7 @@ std::optional<Response> ApiServer::Impl::Authorize(const RouteMatch& m, const st
   }
   if (access == Access::kAdminOrRunToken) {
     // A run token is only checked against the template the path names.
-    if (ValidId(m.name) && svc_->CheckRunToken(m.name, *token)) {
+    if (ValidId(m.name) && svc_.tokens->CheckRunToken(m.name, *token)) {
       *cls = Admission::Class::kTenant;
       *tenant = Admission::RunTenant(m.name);
       return std::nullopt;
@@ -328,7 +328,7 @@ std::optional<Response> ApiServer::Impl::Authorize(const RouteMatch& m, const st
       m.route == Route::kWorkspaces) {
     // A workspace token is only checked against the workspace the path names.
     const bool workspace_ok = !m.name.empty() && ValidId(m.name) &&
-                              svc_->CheckWorkspaceToken(m.name, *token);
+                              svc_.tokens->CheckWorkspaceToken(m.name, *token);
     if (workspace_ok && access == Access::kAdminOrWorkspace) {
       *cls = Admission::Class::kTenant;
       *tenant = "workspace/" + m.name;
@@ -344,7 +344,7 @@ std::optional<Response> ApiServer::Impl::Authorize(const RouteMatch& m, const st
   }
   // A sandbox token is only checked against the sandbox the path names.
   bool sandbox_ok = !m.name.empty() && m.route != Route::kTemplate && ValidId(m.name) &&
-                    svc_->CheckToken(m.name, *token);
+                    svc_.tokens->CheckToken(m.name, *token);
   if (sandbox_ok && access == Access::kAdminOrSandbox) {
     *cls = Admission::Class::kTenant;
     *tenant = m.name;
@@ -388,32 +388,32 @@ void ApiServer::Impl::Dispatch(Call& call) {
       r.body = registry_->Render();
       return call.Send(std::move(r));
     }
-    case Route::kTemplates: return HandleTemplates(call, *svc_, opts_);
-    case Route::kTemplate: return HandleTemplate(call, *svc_, opts_);
-    case Route::kRun: return HandleRun(call, *svc_, opts_);
-    case Route::kSandboxes: return HandleSandboxes(call, *svc_, opts_);
-    case Route::kSandbox: return HandleSandbox(call, *svc_, opts_);
-    case Route::kFork: return HandleFork(call, *svc_, opts_);
+    case Route::kTemplates: return HandleTemplates(call, *svc_.templates, opts_);
+    case Route::kTemplate: return HandleTemplate(call, *svc_.templates, opts_);
+    case Route::kRun: return HandleRun(call, *svc_.runs, *svc_.templates, opts_);
+    case Route::kSandboxes: return HandleSandboxes(call, *svc_.sandboxes, opts_);
+    case Route::kSandbox: return HandleSandbox(call, *svc_.sandboxes, opts_);
+    case Route::kFork: return HandleFork(call, *svc_.sandboxes, opts_);
     case Route::kSuspend:
-    case Route::kResume: return HandleSuspendResume(call, *svc_, opts_);
-    case Route::kExec: return HandleExec(call, *svc_, opts_);
-    case Route::kFiles: return HandleFiles(call, *svc_, opts_);
-    case Route::kConsole: return HandleConsole(call, *svc_, opts_, stopping);
-    case Route::kStats: return HandleStats(call, *svc_, opts_);
-    case Route::kStat: return HandleStat(call, *svc_, opts_);
-    case Route::kList: return HandleList(call, *svc_, opts_);
-    case Route::kPort: return HandlePort(call, *svc_);
-    case Route::kWorkspaces: return HandleWorkspaces(call, *svc_, opts_);
-    case Route::kWorkspace: return HandleWorkspace(call, *svc_, opts_);
-    case Route::kWorkspaceFiles: return HandleWorkspaceFiles(call, *svc_, opts_);
-    case Route::kWorkspaceStat: return HandleWorkspaceStat(call, *svc_, opts_);
-    case Route::kWorkspaceList: return HandleWorkspaceList(call, *svc_, opts_);
+    case Route::kResume: return HandleSuspendResume(call, *svc_.sandboxes, opts_);
+    case Route::kExec: return HandleExec(call, *svc_.guest, *svc_.sandboxes, opts_);
+    case Route::kFiles: return HandleFiles(call, *svc_.guest, opts_);
+    case Route::kConsole: return HandleConsole(call, *svc_.guest, *svc_.sandboxes, opts_, stopping);
+    case Route::kStats: return HandleStats(call, *svc_.guest, opts_);
+    case Route::kStat: return HandleStat(call, *svc_.guest, opts_);
+    case Route::kList: return HandleList(call, *svc_.guest, opts_);
+    case Route::kPort: return HandlePort(call, *svc_.guest);
+    case Route::kWorkspaces: return HandleWorkspaces(call, *svc_.workspaces, opts_);
+    case Route::kWorkspace: return HandleWorkspace(call, *svc_.workspaces, opts_);
+    case Route::kWorkspaceFiles: return HandleWorkspaceFiles(call, *svc_.workspaces, opts_);
+    case Route::kWorkspaceStat: return HandleWorkspaceStat(call, *svc_.workspaces, opts_);
+    case Route::kWorkspaceList: return HandleWorkspaceList(call, *svc_.workspaces, opts_);
   }
 }
 
-ApiServer::ApiServer(SandboxService* service, metrics::Registry* registry,
+ApiServer::ApiServer(ServiceRoles service, metrics::Registry* registry,
                      ApiServerOptions options)
-    : impl_(std::make_shared<Impl>(service, registry, std::move(options))) {
+    : impl_(std::make_shared<Impl>(std::move(service), registry, std::move(options))) {
   impl_->RegisterGauges();
 }
 

@@ -89,9 +89,24 @@ struct ApiServerOptions {
   std::string tls_key_pem;
 };
 
+// The roles the routes call (sandbox_service.h), each used by the handlers
+// of its routes only; every one must be set. A SandboxService (the node's
+// SandboxManager) is all of them.
+struct ServiceRoles {
+  TemplateService* templates = nullptr;
+  SandboxLifecycle* sandboxes = nullptr;
+  GuestIo* guest = nullptr;
+  RunService* runs = nullptr;
+  WorkspaceService* workspaces = nullptr;
+  TokenService* tokens = nullptr;  // the Gate's auth
+  static ServiceRoles Of(SandboxService* all) { return {all, all, all, all, all, all}; }
+};
+
 class ApiServer {
  public:
-  ApiServer(SandboxService* service, metrics::Registry* registry, ApiServerOptions options);
+  ApiServer(ServiceRoles roles, metrics::Registry* registry, ApiServerOptions options);
+  ApiServer(SandboxService* service, metrics::Registry* registry, ApiServerOptions options)
+      : ApiServer(ServiceRoles::Of(service), registry, std::move(options)) {}
   ~ApiServer();
   ApiServer(const ApiServer&) = delete;
   ApiServer& operator=(const ApiServer&) = delete;

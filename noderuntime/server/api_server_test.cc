@@ -121,6 +121,35 @@ TEST_F(ApiServerTest, TemplateLifecycle) {
   ExpectError(Do("GET", "/v1/templates/tg"), 404, "tg");
 }
 
+// Each route calls its own role (ServiceRoles): with the tokens role taken
+// from another service, a sandbox's own token no longer opens its routes,
+// while the admin still reads that sandbox through the lifecycle role.
+TEST_F(ApiServerTest, EachRouteCallsItsOwnRole) {
+  PutReadyTemplate();
+  json s = Create(R"({"template":"tg","id":"s1"})");
+  const std::string tok = s["token"];
+  EXPECT_EQ(Do("GET", "/v1/sandboxes/s1", "", tok).code, 200);
+  server_->Stop();
+
+  FakeSandboxService other;
+  ServiceRoles roles = ServiceRoles::Of(&fake_);
+  roles.tokens = &other;
+  ApiServerOptions opts;
+  opts.admin_token = kAdmin;
+  server_ = std::make_unique<ApiServer>(roles, &registry_, opts);
+  auto port = PickFreePort();
+  ASSERT_TRUE(port.ok());
+  ASSERT_TRUE(server_->Start("127.0.0.1", *port).ok());
+  client_ = std::make_unique<http::client::http_client>("http://127.0.0.1:" +
+                                                        std::to_string(*port));
+  const int other_calls = other.calls();
+  ExpectError(Do("GET", "/v1/sandboxes/s1", "", tok), 401);
+  EXPECT_GT(other.calls(), other_calls) << "the token was not checked by the tokens role";
+  auto get = Do("GET", "/v1/sandboxes/s1");
+  EXPECT_EQ(get.code, 200);
+  EXPECT_EQ(get.j["id"], "s1");
+}
+
 TEST_F(ApiServerTest, TemplateInUseCannotBeDeleted) {
   PutReadyTemplate();
   Create(R"({"template":"tg"})");

@@ -27,7 +27,7 @@ bool CheckId(Call& call) {
 std::string Line(const nlohmann::json& j) { return j.dump() + "\n"; }
 
 // The end line of a followed console: why no more will come.
-nlohmann::json EndOf(SandboxService& svc, const std::string& id) {
+nlohmann::json EndOf(SandboxLifecycle& svc, const std::string& id) {
   auto info = svc.GetSandbox(id);
   if (!info.ok()) return {{"end", {{"state", "Gone"}, {"message", info.status().message()}}}};
   return {{"end", {{"state", SandboxStateName(info->state)}, {"message", info->message}}}};
@@ -39,7 +39,8 @@ nlohmann::json EndOf(SandboxService& svc, const std::string& id) {
 // "message"}} line once the VM stopped and its log has been read to the end.
 // `offset` is where the line's data starts in the current log file; it goes
 // back to 0 when kubicle-vmm rotated the log.
-void FollowConsole(Call& call, SandboxService& svc, const ApiServerOptions& opts,
+void FollowConsole(Call& call, GuestIo& svc, SandboxLifecycle& sandboxes,
+                   const ApiServerOptions& opts,
                    const std::atomic<bool>& stopping, uint64_t offset) {
   // A missing sandbox is a plain 404 before the stream starts.
   auto first = svc.ReadConsole(call.name(), offset, kFollowChunk);
@@ -50,7 +51,7 @@ void FollowConsole(Call& call, SandboxService& svc, const ApiServerOptions& opts
   while (!stopping.load()) {
     if (!r.ok()) {
       call.Write(Line(r.status().code() == StatusCode::kNotFound
-                          ? EndOf(svc, call.name())
+                          ? EndOf(sandboxes, call.name())
                           : nlohmann::json{{"error",
                                             {{"code", std::string(StatusCodeName(r.status().code()))},
                                              {"message", r.status().message()}}}}));
@@ -65,7 +66,7 @@ void FollowConsole(Call& call, SandboxService& svc, const ApiServerOptions& opts
     }
     offset = r->offset;  // a rotation moved it back
     if (!r->running) {
-      call.Write(Line(EndOf(svc, call.name())));
+      call.Write(Line(EndOf(sandboxes, call.name())));
       return call.EndStream();
     }
     if (std::chrono::steady_clock::now() - last_write >= opts.console_heartbeat) {
@@ -80,7 +81,7 @@ void FollowConsole(Call& call, SandboxService& svc, const ApiServerOptions& opts
 
 }  // namespace
 
-void HandleConsole(Call& call, SandboxService& svc, const ApiServerOptions& opts,
+void HandleConsole(Call& call, GuestIo& svc, SandboxLifecycle& sandboxes, const ApiServerOptions& opts,
                    const std::atomic<bool>& stopping) {
   if (!call.OnlyQuery({"offset", "follow"}) || !CheckId(call)) return;
   uint64_t offset = 0;
@@ -98,14 +99,14 @@ void HandleConsole(Call& call, SandboxService& svc, const ApiServerOptions& opts
   if (follow != "true" && follow != "false" && follow != "1" && follow != "0") {
     return call.Error(400, "InvalidArgument", "query parameter \"follow\" must be true or false");
   }
-  if (follow == "true" || follow == "1") return FollowConsole(call, svc, opts, stopping, offset);
+  if (follow == "true" || follow == "1") return FollowConsole(call, svc, sandboxes, opts, stopping, offset);
   auto r = svc.ReadConsole(call.name(), offset, kMaxConsoleRead);
   if (!r.ok()) return call.Fail(r.status());
   call.Raw(200, std::vector<unsigned char>(r->data.begin(), r->data.end()),
            "application/octet-stream");
 }
 
-void HandleStats(Call& call, SandboxService& svc, const ApiServerOptions&) {
+void HandleStats(Call& call, GuestIo& svc, const ApiServerOptions&) {
   if (!call.OnlyQuery({}) || !CheckId(call)) return;
   auto s = svc.GetSandboxStats(call.name());
   s.ok() ? call.Json(200, StatsToJson(call.name(), *s)) : call.Fail(s.status());

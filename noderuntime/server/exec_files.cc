@@ -21,9 +21,9 @@ bool CheckId(Call& call) {
 // write blocks while the client is behind, which holds the exec's output
 // back instead of buffering it here; once the client is gone the rest is
 // dropped (the command still runs to its end or its timeout).
-void StreamExec(Call& call, SandboxService& svc, ExecOptions options) {
+void StreamExec(Call& call, GuestIo& svc, SandboxLifecycle& sandboxes, ExecOptions options) {
   // A missing sandbox is a plain 404, not a stream that ends in an error.
-  auto info = svc.GetSandbox(call.name());
+  auto info = sandboxes.GetSandbox(call.name());
   if (!info.ok()) return call.Fail(info.status());
   call.StartStream(200, "application/x-ndjson");
   options.io.on_output = [&call](OutputStream s, guest::protocol::ByteSpan data) {
@@ -107,7 +107,8 @@ nlohmann::json MtimeJson(uint64_t ns) {
 
 }  // namespace
 
-void HandleExec(Call& call, SandboxService& svc, const ApiServerOptions& opts) {
+void HandleExec(Call& call, GuestIo& svc, SandboxLifecycle& sandboxes,
+                const ApiServerOptions& opts) {
   if (!call.OnlyQuery({"stream"}) || !CheckId(call)) return;
   std::string stream = call.Query("stream").value_or("false");
   if (stream != "true" && stream != "false" && stream != "1" && stream != "0") {
@@ -117,7 +118,7 @@ void HandleExec(Call& call, SandboxService& svc, const ApiServerOptions& opts) {
   if (!body) return;
   auto options = ExecOptionsFromJson(*body);
   if (!options.ok()) return call.Fail(options.status());
-  if (stream == "true" || stream == "1") return StreamExec(call, svc, std::move(*options));
+  if (stream == "true" || stream == "1") return StreamExec(call, svc, sandboxes, std::move(*options));
   auto result = svc.Exec(call.name(), *options);
   result.ok() ? call.Json(200, ExecResultToJson(*result)) : call.Fail(result.status());
 }
@@ -191,7 +192,7 @@ void ServeList(Call& call, const FileOps& ops) {
   call.Json(200, {{"path", *path}, {"items", items}});
 }
 
-static FileOps SandboxFileOps(SandboxService& svc, const std::string& id) {
+static FileOps SandboxFileOps(GuestIo& svc, const std::string& id) {
   return {.check_name = CheckId,
           .read = [&svc, id](const std::string& p, const guest::client::FileChunkFn& f) {
             return svc.ReadFileStream(id, p, f);
@@ -204,13 +205,13 @@ static FileOps SandboxFileOps(SandboxService& svc, const std::string& id) {
           .remove = [&svc, id](const std::string& p, bool r) { return svc.RemoveFile(id, p, r); }};
 }
 
-void HandleFiles(Call& call, SandboxService& svc, const ApiServerOptions& opts) {
+void HandleFiles(Call& call, GuestIo& svc, const ApiServerOptions& opts) {
   ServeFiles(call, SandboxFileOps(svc, call.name()), opts);
 }
-void HandleStat(Call& call, SandboxService& svc, const ApiServerOptions&) {
+void HandleStat(Call& call, GuestIo& svc, const ApiServerOptions&) {
   ServeStat(call, SandboxFileOps(svc, call.name()));
 }
-void HandleList(Call& call, SandboxService& svc, const ApiServerOptions&) {
+void HandleList(Call& call, GuestIo& svc, const ApiServerOptions&) {
   ServeList(call, SandboxFileOps(svc, call.name()));
 }
 

@@ -42,14 +42,14 @@ std::string Selector(const Call& call) {
 
 }  // namespace
 
-void HandleTemplates(Call& call, SandboxService& svc, const ApiServerOptions&) {
+void HandleTemplates(Call& call, TemplateService& svc, const ApiServerOptions&) {
   if (!call.OnlyQuery({})) return;
   nlohmann::json items = nlohmann::json::array();
   for (const auto& t : svc.ListTemplates()) items.push_back(ToJson(t));
   call.Json(200, {{"items", items}});
 }
 
-void HandleTemplate(Call& call, SandboxService& svc, const ApiServerOptions& opts) {
+void HandleTemplate(Call& call, TemplateService& svc, const ApiServerOptions& opts) {
   if (!call.OnlyQuery({}) || !CheckTemplateName(call)) return;
   const std::string method = call.method();
   if (method == "GET") {
@@ -70,7 +70,7 @@ void HandleTemplate(Call& call, SandboxService& svc, const ApiServerOptions& opt
   call.Json(t->state == TemplateState::kBaking ? 202 : 200, ToJson(*t));
 }
 
-void HandleSandboxes(Call& call, SandboxService& svc, const ApiServerOptions& opts) {
+void HandleSandboxes(Call& call, SandboxLifecycle& svc, const ApiServerOptions& opts) {
   const std::string method = call.method();
   if (method == "POST") {
     if (!call.OnlyQuery({})) return;
@@ -103,7 +103,7 @@ void HandleSandboxes(Call& call, SandboxService& svc, const ApiServerOptions& op
   call.Json(200, {{"deleted", *ids}});
 }
 
-void HandleSandbox(Call& call, SandboxService& svc, const ApiServerOptions&) {
+void HandleSandbox(Call& call, SandboxLifecycle& svc, const ApiServerOptions&) {
   if (!call.OnlyQuery({}) || !CheckSandboxId(call)) return;
   if (call.method() == "GET") {
     auto info = svc.GetSandbox(call.name());
@@ -113,7 +113,7 @@ void HandleSandbox(Call& call, SandboxService& svc, const ApiServerOptions&) {
   st.ok() ? call.Json(200, {{"deleted", call.name()}}) : call.Fail(st);
 }
 
-void HandleFork(Call& call, SandboxService& svc, const ApiServerOptions& opts) {
+void HandleFork(Call& call, SandboxLifecycle& svc, const ApiServerOptions& opts) {
   if (!call.OnlyQuery({}) || !CheckSandboxId(call)) return;
   auto body = call.JsonBody(opts.max_json_bytes);
   if (!body) return;
@@ -124,7 +124,7 @@ void HandleFork(Call& call, SandboxService& svc, const ApiServerOptions& opts) {
   call.Json(201, {{"items", SandboxList(*children, true)}});
 }
 
-void HandleSuspendResume(Call& call, SandboxService& svc, const ApiServerOptions&) {
+void HandleSuspendResume(Call& call, SandboxLifecycle& svc, const ApiServerOptions&) {
   if (!call.OnlyQuery({}) || !CheckSandboxId(call)) return;
   auto info = call.route() == Route::kSuspend ? svc.SuspendSandbox(call.name()) : svc.ResumeSandbox(call.name());
   info.ok() ? call.Json(200, ToJson(*info, false)) : call.Fail(info.status());

@@ -93,27 +93,32 @@ class Call {
 };
 
 // Route handlers (handlers.cc, exec_files.cc). Auth is already checked.
-void HandleTemplates(Call& call, SandboxService& svc, const ApiServerOptions& opts);
-void HandleTemplate(Call& call, SandboxService& svc, const ApiServerOptions& opts);
-void HandleSandboxes(Call& call, SandboxService& svc, const ApiServerOptions& opts);
-void HandleSandbox(Call& call, SandboxService& svc, const ApiServerOptions& opts);
-void HandleFork(Call& call, SandboxService& svc, const ApiServerOptions& opts);
+void HandleTemplates(Call& call, TemplateService& svc, const ApiServerOptions& opts);
+void HandleTemplate(Call& call, TemplateService& svc, const ApiServerOptions& opts);
+void HandleSandboxes(Call& call, SandboxLifecycle& svc, const ApiServerOptions& opts);
+void HandleSandbox(Call& call, SandboxLifecycle& svc, const ApiServerOptions& opts);
+void HandleFork(Call& call, SandboxLifecycle& svc, const ApiServerOptions& opts);
 // POST /v1/sandboxes/{id}/suspend and /resume.
-void HandleSuspendResume(Call& call, SandboxService& svc, const ApiServerOptions& opts);
-void HandleExec(Call& call, SandboxService& svc, const ApiServerOptions& opts);
+void HandleSuspendResume(Call& call, SandboxLifecycle& svc, const ApiServerOptions& opts);
+// A streamed exec checks the sandbox exists (SandboxLifecycle) first.
+void HandleExec(Call& call, GuestIo& svc, SandboxLifecycle& sandboxes,
+                const ApiServerOptions& opts);
 // run.cc: POST /v1/templates/{name}/run.
-void HandleRun(Call& call, SandboxService& svc, const ApiServerOptions& opts);
-void HandleFiles(Call& call, SandboxService& svc, const ApiServerOptions& opts);
+// The template must be Ready here (TemplateService) before a VM is taken.
+void HandleRun(Call& call, RunService& svc, TemplateService& templates,
+               const ApiServerOptions& opts);
+void HandleFiles(Call& call, GuestIo& svc, const ApiServerOptions& opts);
 // console_stats.cc. A followed console ends once `stopping` is set.
-void HandleConsole(Call& call, SandboxService& svc, const ApiServerOptions& opts,
+// A followed console ends with the sandbox's state (SandboxLifecycle).
+void HandleConsole(Call& call, GuestIo& svc, SandboxLifecycle& sandboxes, const ApiServerOptions& opts,
                    const std::atomic<bool>& stopping);
-void HandleStats(Call& call, SandboxService& svc, const ApiServerOptions& opts);
+void HandleStats(Call& call, GuestIo& svc, const ApiServerOptions& opts);
 // exec_files.cc: one file's metadata, a directory's entries (DELETE of a
 // file is HandleFiles).
-void HandleStat(Call& call, SandboxService& svc, const ApiServerOptions& opts);
-void HandleList(Call& call, SandboxService& svc, const ApiServerOptions& opts);
+void HandleStat(Call& call, GuestIo& svc, const ApiServerOptions& opts);
+void HandleList(Call& call, GuestIo& svc, const ApiServerOptions& opts);
 // ports.cc: a guest TCP port as an upgraded connection.
-void HandlePort(Call& call, SandboxService& svc);
+void HandlePort(Call& call, GuestIo& svc);
 
 // The file routes of a sandbox (through its agent) and of a workspace
 // (through the node's ext4 helper) answer alike: one set of handlers over
@@ -130,10 +135,10 @@ void ServeFiles(Call& call, const FileOps& ops, const ApiServerOptions& opts);
 void ServeStat(Call& call, const FileOps& ops);
 void ServeList(Call& call, const FileOps& ops);
 // workspaces.cc (docs/workspaces.md).
-void HandleWorkspaces(Call& call, SandboxService& svc, const ApiServerOptions& opts);
-void HandleWorkspace(Call& call, SandboxService& svc, const ApiServerOptions& opts);
-void HandleWorkspaceFiles(Call& call, SandboxService& svc, const ApiServerOptions& opts);
-void HandleWorkspaceStat(Call& call, SandboxService& svc, const ApiServerOptions& opts);
-void HandleWorkspaceList(Call& call, SandboxService& svc, const ApiServerOptions& opts);
+void HandleWorkspaces(Call& call, WorkspaceService& svc, const ApiServerOptions& opts);
+void HandleWorkspace(Call& call, WorkspaceService& svc, const ApiServerOptions& opts);
+void HandleWorkspaceFiles(Call& call, WorkspaceService& svc, const ApiServerOptions& opts);
+void HandleWorkspaceStat(Call& call, WorkspaceService& svc, const ApiServerOptions& opts);
+void HandleWorkspaceList(Call& call, WorkspaceService& svc, const ApiServerOptions& opts);
 
 }  // namespace kubicle::noderuntime::server

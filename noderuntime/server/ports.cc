@@ -24,7 +24,7 @@ void FailConnect(Call& call, const Status& st) {
 
 }  // namespace
 
-void HandlePort(Call& call, SandboxService& svc) {
+void HandlePort(Call& call, GuestIo& svc) {
   if (!call.OnlyQuery({})) return;
   if (!ValidId(call.name())) {
     return call.Error(400, "InvalidArgument",

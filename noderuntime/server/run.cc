@@ -14,7 +14,7 @@ namespace {
 
 // Unknown or not-Ready templates are plain 404/409 answers, decided before
 // a stream starts or a VM is taken.
-bool CheckTemplateReady(Call& call, SandboxService& svc) {
+bool CheckTemplateReady(Call& call, TemplateService& svc) {
   auto t = svc.GetTemplate(call.name());
   if (!t.ok()) {
     call.Fail(t.status());
@@ -30,7 +30,7 @@ bool CheckTemplateReady(Call& call, SandboxService& svc) {
   return true;
 }
 
-void StreamRun(Call& call, SandboxService& svc, RunOptions options) {
+void StreamRun(Call& call, RunService& svc, RunOptions options) {
   call.StartStream(200, "application/x-ndjson");
   options.exec.io.on_output = [&call](OutputStream s, guest::protocol::ByteSpan data) {
     call.Write(NdjsonLine({{"stream", s == OutputStream::kStdout ? "stdout" : "stderr"},
@@ -51,7 +51,8 @@ void StreamRun(Call& call, SandboxService& svc, RunOptions options) {
 
 }  // namespace
 
-void HandleRun(Call& call, SandboxService& svc, const ApiServerOptions& opts) {
+void HandleRun(Call& call, RunService& svc, TemplateService& templates,
+               const ApiServerOptions& opts) {
   if (!call.OnlyQuery({"stream"})) return;
   if (!ValidId(call.name())) {
     return call.Error(400, "InvalidArgument",
@@ -65,7 +66,7 @@ void HandleRun(Call& call, SandboxService& svc, const ApiServerOptions& opts) {
   if (!body) return;
   auto options = RunOptionsFromJson(call.name(), *body);
   if (!options.ok()) return call.Fail(options.status());
-  if (!CheckTemplateReady(call, svc)) return;
+  if (!CheckTemplateReady(call, templates)) return;
   if (stream == "true" || stream == "1") return StreamRun(call, svc, std::move(*options));
   auto result = svc.Run(*options);
   result.ok() ? call.Json(200, RunResultToJson(*result)) : call.Fail(result.status());

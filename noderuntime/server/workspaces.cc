@@ -1,6 +1,6 @@
 // Workspace routes (docs/workspaces.md): create, get, list and delete a
 // workspace, and its files read and written on the host without a VM
-// (through SandboxService's workspace calls, which run the confined ext4
+// (through WorkspaceService's calls, which run the confined ext4
 // helper). The file routes answer as a sandbox's do (ServeFiles).
 #include "noderuntime/api/codec.h"
 #include "noderuntime/server/http_call.h"
@@ -18,7 +18,7 @@ bool CheckWorkspaceName(Call& call) {
   return false;
 }
 
-FileOps WorkspaceFileOps(SandboxService& svc, const std::string& name) {
+FileOps WorkspaceFileOps(WorkspaceService& svc, const std::string& name) {
   return {.check_name = CheckWorkspaceName,
           .read = [&svc, name](const std::string& p, const guest::client::FileChunkFn& f) {
             return svc.ReadWorkspaceFile(name, p, f);
@@ -35,14 +35,14 @@ FileOps WorkspaceFileOps(SandboxService& svc, const std::string& name) {
 
 }  // namespace
 
-void HandleWorkspaces(Call& call, SandboxService& svc, const ApiServerOptions&) {
+void HandleWorkspaces(Call& call, WorkspaceService& svc, const ApiServerOptions&) {
   if (!call.OnlyQuery({})) return;
   json items = json::array();
   for (const auto& w : svc.ListWorkspaces()) items.push_back(ToJson(w, false));
   call.Json(200, {{"items", items}});
 }
 
-void HandleWorkspace(Call& call, SandboxService& svc, const ApiServerOptions& opts) {
+void HandleWorkspace(Call& call, WorkspaceService& svc, const ApiServerOptions& opts) {
   if (!call.OnlyQuery({}) || !CheckWorkspaceName(call)) return;
   const std::string method = call.method();
   if (method == "GET") {
@@ -65,13 +65,13 @@ void HandleWorkspace(Call& call, SandboxService& svc, const ApiServerOptions& op
   call.Json(existed ? 200 : 201, ToJson(*w, true));
 }
 
-void HandleWorkspaceFiles(Call& call, SandboxService& svc, const ApiServerOptions& opts) {
+void HandleWorkspaceFiles(Call& call, WorkspaceService& svc, const ApiServerOptions& opts) {
   ServeFiles(call, WorkspaceFileOps(svc, call.name()), opts);
 }
-void HandleWorkspaceStat(Call& call, SandboxService& svc, const ApiServerOptions&) {
+void HandleWorkspaceStat(Call& call, WorkspaceService& svc, const ApiServerOptions&) {
   ServeStat(call, WorkspaceFileOps(svc, call.name()));
 }
-void HandleWorkspaceList(Call& call, SandboxService& svc, const ApiServerOptions&) {
+void HandleWorkspaceList(Call& call, WorkspaceService& svc, const ApiServerOptions&) {
   ServeList(call, WorkspaceFileOps(svc, call.name()));
 }
 
