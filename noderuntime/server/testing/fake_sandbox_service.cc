@@ -1,4 +1,5 @@
 #include "noderuntime/server/testing/fake_sandbox_service.h"
+#include "noderuntime/server/testing/ram_files.h"
 
 #include <algorithm>
 #include <random>
@@ -400,38 +401,13 @@ Result<SandboxStats> FakeSandboxService::GetSandboxStats(const std::string& id) 
   return s;
 }
 
-namespace {
-// "/a/b" -> "/a/b/", "/" -> "/": the prefix of what lies under a directory.
-std::string Under(const std::string& dir) { return dir.back() == '/' ? dir : dir + "/"; }
-}  // namespace
-
 Result<guest::protocol::StatReply> FakeSandboxService::StatFile(const std::string& id,
                                                                 const std::string& path) {
   ++calls_;
   std::lock_guard l(mu_);
   auto it = sandboxes_.find(id);
   if (it == sandboxes_.end()) return Status::NotFound("no sandbox " + id);
-  guest::protocol::StatReply r;
-  if (auto f = it->second.files.find(path); f != it->second.files.end()) {
-    r.type = guest::protocol::FileType::kFile;
-    r.size = f->second.first.size();
-    r.mode = f->second.second;
-    return r;
-  }
-  const std::string prefix = Under(path);
-  for (const auto& [p, f] : it->second.files) {
-    if (p.rfind(prefix, 0) == 0 || path == "/") {
-      r.type = guest::protocol::FileType::kDirectory;
-      r.mode = 0755;
-      return r;
-    }
-  }
-  if (path == "/") {
-    r.type = guest::protocol::FileType::kDirectory;
-    r.mode = 0755;
-    return r;
-  }
-  return Status::NotFound("no file " + path);
+  return StatRamFile(it->second.files, path);
 }
 
 Result<std::vector<guest::protocol::DirEntry>> FakeSandboxService::ListFiles(
@@ -440,29 +416,7 @@ Result<std::vector<guest::protocol::DirEntry>> FakeSandboxService::ListFiles(
   std::lock_guard l(mu_);
   auto it = sandboxes_.find(id);
   if (it == sandboxes_.end()) return Status::NotFound("no sandbox " + id);
-  if (it->second.files.count(path)) return Status::FailedPrecondition(path + " is not a directory");
-  const std::string prefix = Under(path);
-  std::map<std::string, guest::protocol::DirEntry> entries;
-  for (const auto& [p, f] : it->second.files) {
-    if (p.rfind(prefix, 0) != 0) continue;
-    std::string rest = p.substr(prefix.size());
-    size_t slash = rest.find('/');
-    guest::protocol::DirEntry e;
-    e.name = rest.substr(0, slash);
-    if (slash == std::string::npos) {
-      e.type = guest::protocol::FileType::kFile;
-      e.size = f.first.size();
-      e.mode = f.second;
-    } else {
-      e.type = guest::protocol::FileType::kDirectory;
-      e.mode = 0755;
-    }
-    entries.emplace(e.name, e);
-  }
-  if (entries.empty() && path != "/") return Status::NotFound("no directory " + path);
-  std::vector<guest::protocol::DirEntry> out;
-  for (auto& [n, e] : entries) out.push_back(std::move(e));
-  return out;
+  return ListRamDir(it->second.files, path);
 }
 
 Status FakeSandboxService::RemoveFile(const std::string& id, const std::string& path,
@@ -471,17 +425,7 @@ Status FakeSandboxService::RemoveFile(const std::string& id, const std::string& 
   std::lock_guard l(mu_);
   auto it = sandboxes_.find(id);
   if (it == sandboxes_.end()) return Status::NotFound("no sandbox " + id);
-  auto& files = it->second.files;
-  if (files.erase(path)) return Status::Ok();
-  const std::string prefix = Under(path);
-  std::vector<std::string> under;
-  for (const auto& [p, f] : files) {
-    if (p.rfind(prefix, 0) == 0) under.push_back(p);
-  }
-  if (under.empty()) return Status::NotFound("no file " + path);
-  if (!recursive) return Status::FailedPrecondition("directory " + path + " is not empty");
-  for (const std::string& p : under) files.erase(p);
-  return Status::Ok();
+  return RemoveRamFile(&it->second.files, path, recursive);
 }
 
 void FakeSandboxService::AppendConsole(const std::string& id, const std::string& bytes) {

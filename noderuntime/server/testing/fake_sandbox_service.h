@@ -18,6 +18,7 @@
 #include <string>
 
 #include "noderuntime/sandbox_service.h"
+#include "noderuntime/server/testing/ram_files.h"
 
 namespace kubicle::noderuntime::server::testing {
 
@@ -131,7 +132,7 @@ class FakeSandboxService : public SandboxService {
   struct Sandbox {
     SandboxInfo info;  // info.token always empty
     std::string token_sha256;
-    std::map<std::string, std::pair<guest::protocol::Bytes, uint32_t>> files;
+    RamFiles files;
     std::string console;
     SandboxStats stats;
     std::string guest_host;  // empty: no network
@@ -139,7 +140,7 @@ class FakeSandboxService : public SandboxService {
   struct Workspace {
     WorkspaceInfo info;  // info.token always empty
     std::string token_sha256;
-    std::map<std::string, std::pair<guest::protocol::Bytes, uint32_t>> files;
+    RamFiles files;
   };
   // The workspace `name` for a file call: NotFound, or FailedPrecondition
   // while attached.

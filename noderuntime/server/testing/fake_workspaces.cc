@@ -3,6 +3,7 @@
 #include <random>
 
 #include "noderuntime/server/testing/fake_sandbox_service.h"
+#include "noderuntime/server/testing/ram_files.h"
 #include "noderuntime/node_util.h"
 
 namespace kubicle::noderuntime::server::testing {
@@ -11,8 +12,6 @@ using guest::protocol::Bytes;
 using guest::protocol::ByteSpan;
 
 namespace {
-
-std::string Under(const std::string& dir) { return dir.back() == '/' ? dir : dir + "/"; }
 
 Status CheckPath(const std::string& path) {
   if (path.empty() || path[0] != '/' || path.size() > kMaxWorkspacePathBytes)
@@ -154,25 +153,7 @@ Result<guest::protocol::StatReply> FakeSandboxService::StatWorkspaceFile(const s
   RETURN_IF_ERROR(CheckPath(path));
   std::lock_guard l(mu_);
   ASSIGN_OR_RETURN(Workspace * ws, DetachedWorkspaceLocked(name));
-  guest::protocol::StatReply r;
-  if (auto f = ws->files.find(path); f != ws->files.end()) {
-    r.size = f->second.first.size();
-    r.mode = f->second.second;
-    return r;
-  }
-  for (const auto& [p, f] : ws->files) {
-    if (path == "/" || p.rfind(Under(path), 0) == 0) {
-      r.type = guest::protocol::FileType::kDirectory;
-      r.mode = 0755;
-      return r;
-    }
-  }
-  if (path == "/") {
-    r.type = guest::protocol::FileType::kDirectory;
-    r.mode = 0755;
-    return r;
-  }
-  return Status::NotFound("no file " + path);
+  return StatRamFile(ws->files, path);
 }
 
 Result<std::vector<guest::protocol::DirEntry>> FakeSandboxService::ListWorkspaceFiles(
@@ -181,28 +162,7 @@ Result<std::vector<guest::protocol::DirEntry>> FakeSandboxService::ListWorkspace
   RETURN_IF_ERROR(CheckPath(path));
   std::lock_guard l(mu_);
   ASSIGN_OR_RETURN(Workspace * ws, DetachedWorkspaceLocked(name));
-  if (ws->files.count(path)) return Status::FailedPrecondition(path + " is not a directory");
-  const std::string prefix = Under(path);
-  std::map<std::string, guest::protocol::DirEntry> entries;
-  for (const auto& [p, f] : ws->files) {
-    if (p.rfind(prefix, 0) != 0) continue;
-    std::string rest = p.substr(prefix.size());
-    const size_t slash = rest.find('/');
-    guest::protocol::DirEntry e;
-    e.name = rest.substr(0, slash);
-    if (slash == std::string::npos) {
-      e.size = f.first.size();
-      e.mode = f.second;
-    } else {
-      e.type = guest::protocol::FileType::kDirectory;
-      e.mode = 0755;
-    }
-    entries.emplace(e.name, e);
-  }
-  if (entries.empty() && path != "/") return Status::NotFound("no directory " + path);
-  std::vector<guest::protocol::DirEntry> out;
-  for (auto& [n, e] : entries) out.push_back(std::move(e));
-  return out;
+  return ListRamDir(ws->files, path);
 }
 
 Status FakeSandboxService::RemoveWorkspaceFile(const std::string& name, const std::string& path,
@@ -211,14 +171,7 @@ Status FakeSandboxService::RemoveWorkspaceFile(const std::string& name, const st
   RETURN_IF_ERROR(CheckPath(path));
   std::lock_guard l(mu_);
   ASSIGN_OR_RETURN(Workspace * ws, DetachedWorkspaceLocked(name));
-  if (ws->files.erase(path)) return Status::Ok();
-  std::vector<std::string> under;
-  for (const auto& [p, f] : ws->files)
-    if (p.rfind(Under(path), 0) == 0) under.push_back(p);
-  if (under.empty()) return Status::NotFound("no file " + path);
-  if (!recursive) return Status::FailedPrecondition("directory " + path + " is not empty");
-  for (const std::string& p : under) ws->files.erase(p);
-  return Status::Ok();
+  return RemoveRamFile(&ws->files, path, recursive);
 }
 
 }  // namespace kubicle::noderuntime::server::testing
