@@ -40,6 +40,7 @@ using kube::api::kWorkspaceFinalizer;
 using kube::api::JoinProblems;
 using kube::api::ObjectMeta;
 using kube::api::ParseObjectMeta;
+using kube::api::ParseSandboxForkSpec;
 using kube::api::ParseSandboxSpec;
 using kube::api::ParseSandboxTemplateSpec;
 using kube::api::SandboxForkSpec;

@@ -93,7 +93,7 @@ void Controller::EnqueuePendingSandboxes(const std::string& ns, const std::strin
   sandboxes_.ForEach([&](const Json& s) {
     if (!Label(s, kLabelNode).empty() || IsDeleting(s)) return;
     if (!ns.empty() && Namespace(s) != ns) return;
-    if (!tmpl.empty() && kube::StrAt(s, {"spec", "templateRef", "name"}) != tmpl) return;
+    if (!tmpl.empty() && ParseSandboxSpec(s, nullptr).template_name != tmpl) return;
     queue_.Add("Sandbox:" + kube::KeyOf(s));
   });
 }
@@ -102,7 +102,7 @@ void Controller::EnqueueWorkspace(const std::string& ns, const std::string& work
   queue_.Add("Workspace:" + kube::ObjectKey(ns, workspace));
   sandboxes_.ForEach([&](const Json& s) {
     if (Namespace(s) == ns && Label(s, kLabelNode).empty() && !IsDeleting(s) &&
-        kube::StrAt(s, {"spec", "workspaceRef", "name"}) == workspace) {
+        ParseSandboxSpec(s, nullptr).workspace == workspace) {
       queue_.Add("Sandbox:" + kube::KeyOf(s));
     }
   });
@@ -114,14 +114,14 @@ void Controller::WireHandlers() {
   });
   sandboxes_.AddHandler([this](WatchEventType, const Json& s) {
     queue_.Add("Sandbox:" + kube::KeyOf(s));
-    if (std::string w = kube::StrAt(s, {"spec", "workspaceRef", "name"}); !w.empty()) {
+    if (std::string w = ParseSandboxSpec(s, nullptr).workspace.value_or(""); !w.empty()) {
       EnqueueWorkspace(Namespace(s), w);
     }
     if (std::string f = Label(s, kLabelForkOf); !f.empty()) {
       queue_.Add("SandboxFork:" + kube::ObjectKey(Namespace(s), f));
     }
     forks_.ForEach([&](const Json& f) {
-      if (Namespace(f) == Namespace(s) && kube::StrAt(f, {"spec", "sourceRef", "name"}) == Name(s)) {
+      if (Namespace(f) == Namespace(s) && ParseSandboxForkSpec(f, nullptr).source_name == Name(s)) {
         queue_.Add("SandboxFork:" + kube::KeyOf(f));
       }
     });

@@ -40,7 +40,7 @@ bool SandboxReconciler::WorkspaceAllows(const SandboxView& sbx, SandboxFacts* fa
   std::vector<std::string> holders;
   ctx_.lister->ForEach(kube::SandboxResource(), [&](const Json& s) {
     if (Namespace(s) == sbx.meta.ns && Name(s) != sbx.meta.name && !Label(s, kLabelNode).empty() &&
-        kube::StrAt(s, {"spec", "workspaceRef", "name"}) == name) {
+        ParseSandboxSpec(s, nullptr).workspace == name) {
       holders.push_back(Name(s));
     }
   });

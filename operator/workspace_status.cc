@@ -78,7 +78,7 @@ std::vector<std::string> WorkspaceHolders(const std::vector<Json>& sandboxes, co
   std::vector<std::string> out;
   for (const Json& s : sandboxes) {
     if (Namespace(s) != ns || Label(s, kLabelNode).empty()) continue;
-    if (kube::StrAt(s, {"spec", "workspaceRef", "name"}) == workspace) out.push_back(Name(s));
+    if (ParseSandboxSpec(s, nullptr).workspace == workspace) out.push_back(Name(s));
   }
   std::sort(out.begin(), out.end());
   return out;

@@ -365,18 +365,24 @@ Json TemplateNodeEntryJson(std::string_view node, const TemplateNodeReport& r, T
 
 namespace {
 
+SandboxForkSpec ParseSandboxForkSpec(const Fields& root) {
+  SandboxForkSpec s;
+  const Fields spec = root.Object("spec");
+  s.source_name = spec.Object("sourceRef").String("name").value_or("");
+  s.replicas = spec.Int("replicas", 0, kMaxReplicas).value_or(1);
+  s.ttl_seconds = spec.Int("ttlSeconds", 0, kMaxSeconds);
+  s.expires_at = spec.String("expiresAt");
+  Fields child = spec.Object("childMetadata");
+  s.child_labels = child.StringMap("labels");
+  s.child_annotations = child.StringMap("annotations");
+  return s;
+}
+
 SandboxForkView ParseSandboxFork(Json object, std::vector<FieldRead>* reads) {
   SandboxForkView v;
   v.meta = ParseObjectMeta(object);
   const Fields root(object, "", &v.problems, reads);
-  const Fields spec = root.Object("spec");
-  v.spec.source_name = spec.Object("sourceRef").String("name").value_or("");
-  v.spec.replicas = spec.Int("replicas", 0, kMaxReplicas).value_or(1);
-  v.spec.ttl_seconds = spec.Int("ttlSeconds", 0, kMaxSeconds);
-  v.spec.expires_at = spec.String("expiresAt");
-  Fields child = spec.Object("childMetadata");
-  v.spec.child_labels = child.StringMap("labels");
-  v.spec.child_annotations = child.StringMap("annotations");
+  v.spec = ParseSandboxForkSpec(root);
   v.status.conditions = Conditions(root.Quiet().Object("status"));
   v.object = std::move(object);
   return v;
@@ -412,6 +418,10 @@ WorkspaceView ParseWorkspace(Json object, std::vector<FieldRead>* reads) {
 }
 
 }  // namespace
+
+SandboxForkSpec ParseSandboxForkSpec(const Json& fork, std::vector<std::string>* problems) {
+  return ParseSandboxForkSpec(Fields(fork, "", problems));
+}
 
 SandboxForkView SandboxForkView::Parse(Json object) { return ParseSandboxFork(std::move(object), nullptr); }
 

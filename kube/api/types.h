@@ -178,6 +178,9 @@ struct SandboxForkStatus {
   Json conditions = Json::array();
 };
 
+// `problems` may be null (not recorded).
+SandboxForkSpec ParseSandboxForkSpec(const Json& fork, std::vector<std::string>* problems);
+
 struct SandboxForkView {
   Json object;
   ObjectMeta meta;
