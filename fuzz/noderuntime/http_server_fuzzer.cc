@@ -89,7 +89,7 @@
 namespace kubicle::fuzz {
 namespace {
 
-namespace api = noderuntime::api;
+namespace server = noderuntime::server;
 namespace http = boost::beast::http;
 using namespace std::chrono_literals;
 
