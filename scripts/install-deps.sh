@@ -26,6 +26,9 @@ PACKAGES=(
   # a real kubelet node in the e2e tier (e2e/harness/kubelet_node.h): the
   # container runtime, its OCI runtime and the CNI plugins (/usr/lib/cni)
   containerd runc containernetworking-plugins
+  # a real OCI registry on loopback for image pulls (e2e/registry/): the
+  # CNCF distribution server, htpasswd for its basic auth, openssl for its CA
+  docker-registry apache2-utils openssl
 )
 
 missing=()
