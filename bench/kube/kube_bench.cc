@@ -7,8 +7,12 @@
 //   and where the time of one Sandbox goes: apply -> placed (operator),
 //   placed -> token published (operator), token -> VM Running reported
 //   (node; restoreMillis is the VMM's part), Running -> Ready (operator).
+// Beside each figure: what the apiserver spent on it (its CPU seconds and
+// its write requests per Sandbox by resource, from its own /metrics before
+// and after; apiserver_cost.h) and the operator's and node's CPU seconds.
 // Usage: kubicle-bench-kube [--single N] [--batches 20,100]
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <condition_variable>
 #include <cstdio>
@@ -20,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/kube/apiserver_cost.h"
 #include "bench/stats.h"
 #include "common/flag_args.h"
 #include "common/log.h"
@@ -206,6 +211,63 @@ void PrintStages(SandboxWatch* w, const std::vector<std::string>& names, Clock::
               Percentile(running, 50), Percentile(running, 99), Percentile(ready, 50), Percentile(ready, 99));
 }
 
+// user + system CPU seconds of process `pid` so far; 0 if unreadable.
+double ProcessCpuSeconds(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t comm_end = stat.rfind(')');  // the command name may hold spaces
+  if (comm_end == std::string::npos) return 0;
+  std::vector<std::string> f;
+  size_t pos = comm_end + 2;
+  while (pos < stat.size() && f.size() < 13) {
+    size_t sp = stat.find(' ', pos);
+    if (sp == std::string::npos) sp = stat.size();
+    f.push_back(stat.substr(pos, sp - pos));
+    pos = sp + 1;
+  }
+  if (f.size() < 13) return 0;  // fields 3..15: utime and stime are 14 and 15
+  return static_cast<double>(std::atoll(f[11].c_str()) + std::atoll(f[12].c_str())) /
+         static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+// What one phase cost: the apiserver's CPU and writes (its /metrics, read
+// through kubectl off the measured path), the operator's and the node's CPU.
+class PhaseCost {
+ public:
+  explicit PhaseCost(Env* env) : env_(env) { before_ = Sample(); }
+  // Waits `settle` first so writes that trail Ready (Events) are counted.
+  void Print(int sandboxes, std::chrono::milliseconds settle = 1000ms) {
+    std::this_thread::sleep_for(settle);
+    auto after = Sample();
+    if (!before_.api || !after.api) {
+      std::printf("    (apiserver /metrics not readable)\n");
+      return;
+    }
+    std::printf("    %s; CPU operator %.2f s, node %.2f s\n",
+                FormatCost(Diff(*before_.api, *after.api), sandboxes).c_str(), after.op - before_.op,
+                after.node - before_.node);
+  }
+
+ private:
+  struct Snapshot {
+    std::optional<ApiserverSample> api;
+    double op = 0, node = 0;
+  };
+  Snapshot Sample() {
+    Snapshot s;
+    s.op = ProcessCpuSeconds(env_->op.pid());
+    s.node = ProcessCpuSeconds(env_->node.pid());
+    auto r = env_->cp->Kubectl({"get", "--raw", "/metrics"});
+    if (r.ok() && r->exit_code == 0) {
+      auto parsed = ParseApiserverMetrics(r->output);
+      if (parsed.ok()) s.api = *parsed;
+    }
+    return s;
+  }
+  Env* env_;
+  Snapshot before_;
+};
+
 int Run(int singles, const std::vector<int>& batches) {
   log::Init("kubicle-bench-kube", false, log::Level::kWarn);
   auto env = Start();
@@ -224,6 +286,7 @@ int Run(int singles, const std::vector<int>& batches) {
     DeleteRun(c, &watch);
   }
   std::vector<double> ready, placed, token, running, readied, restore;
+  PhaseCost singles_cost(&*env);
   for (int i = 0; i < singles; ++i) {
     const std::string n = next();
     const auto t0 = CreateAll(c, {n}, 1);
@@ -243,6 +306,17 @@ int Run(int singles, const std::vector<int>& batches) {
   }
   DeleteRun(c, &watch);
   PrintPercentiles("apply -> Ready, one Sandbox", ready, "ms");
+  std::printf("    over the %d singles, each deleted after Ready (teardown included):\n", singles);
+  singles_cost.Print(singles, 0ms);
+  {  // one more, alone: its writes from create to Ready (and its trailing Event)
+    PhaseCost one(&*env);
+    const std::string n = next();
+    CreateAll(c, {n}, 1);
+    if (!watch.WaitReady({n}, 60s)) return 1;
+    std::printf("    one Sandbox, create -> Ready only:\n");
+    one.Print(1);
+    DeleteRun(c, &watch);
+  }
   std::printf("where it goes (p50):\n");
   PrintPercentiles("  apply -> placed (operator)", placed, "ms");
   PrintPercentiles("  placed -> tokenSha256 published (operator)", token, "ms");
@@ -252,6 +326,7 @@ int Run(int singles, const std::vector<int>& batches) {
   for (int n : batches) {
     std::vector<std::string> names;
     for (int i = 0; i < n; ++i) names.push_back(next());
+    PhaseCost cost(&*env);
     const auto t0 = CreateAll(c, names, 8);
     if (!watch.WaitReady(names, 300s)) {
       std::printf("kube bench: not all %d Ready in 300 s\n", n);
@@ -268,6 +343,7 @@ int Run(int singles, const std::vector<int>& batches) {
                 ("apply " + std::to_string(n) + " at once -> all Ready").c_str(), Ms(t0, last),
                 Percentile(each, 50), Percentile(each, 99));
     PrintStages(&watch, names, t0);
+    cost.Print(n);
     DeleteRun(c, &watch);
   }
   // 20-way fork of a running Sandbox.
@@ -276,6 +352,7 @@ int Run(int singles, const std::vector<int>& batches) {
   if (!watch.WaitReady({src}, 60s)) return 1;
   Json fork = {{"metadata", {{"name", "f"}, {"labels", {{"kubicle.dev/run", "bench"}}}}},
                {"spec", {{"sourceRef", {{"name", src}}}, {"replicas", 20}}}};
+  PhaseCost fork_cost(&*env);
   const auto f0 = Clock::now();
   if (!c->Create(kube::SandboxForkResource(), kNs, fork).ok()) return 1;
   std::vector<std::string> kids;
@@ -288,6 +365,7 @@ int Run(int singles, const std::vector<int>& batches) {
   for (const auto& k : kids) last = std::max(last, watch.Get(k).ready);
   std::printf("%-44s %9.1f ms\n", "SandboxFork of 20 -> all children Ready", Ms(f0, last));
   PrintStages(&watch, kids, f0);
+  fork_cost.Print(20);
   DeleteRun(c, &watch);
   std::printf("logs: %s (operator.log, node.log)\n", env->cp->work_dir().c_str());
   env->node.Stop(30s);
