@@ -40,6 +40,14 @@ TEST(ApiE2E, InvalidManifestsAreRefusedWithClearMessages) {
        "spec.replicas in body should be less than or equal to 100"},
       {"kind: SandboxTemplate\nmetadata: {name: t}\nspec: {kernel: /k, rootfs: /r, vcpus: 65}",
        "spec.vcpus in body should be less than or equal to 64"},
+      {"kind: SandboxTemplate\nmetadata: {name: t}\nspec: {image: 'reg.example:5000/py:3', rootfs: /r}",
+       "exactly one of spec.image and spec.rootfs is required"},
+      {"kind: SandboxTemplate\nmetadata: {name: t}\nspec: {kernel: /k}",
+       "exactly one of spec.image and spec.rootfs is required"},
+      {"kind: SandboxTemplate\nmetadata: {name: t}\nspec: {image: 'python:3.12'}",
+       "spec.image in body should match"},
+      {"kind: SandboxTemplate\nmetadata: {name: t}\nspec: {image: 'reg.example/py@sha256:abc'}",
+       "spec.image in body should match"},
       {"kind: Workspace\nmetadata: {name: w}\nspec: {sizeMiB: 7}",
        "spec.sizeMiB in body should be greater than or equal to 8"},
       {"kind: Workspace\nmetadata: {name: w}\nspec: {sizeMiB: 1048577}",
@@ -51,6 +59,14 @@ TEST(ApiE2E, InvalidManifestsAreRefusedWithClearMessages) {
     ASSERT_TRUE(r.ok());
     EXPECT_NE(r->exit_code, 0) << m;
     EXPECT_NE(r->output.find(k.message), std::string::npos) << "got: " << r->output;
+  }
+  // A template from an image needs neither kernel (the node's default) nor rootfs.
+  for (const char* image : {"reg.example:5000/team/py:3.12", "localhost/py@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"}) {
+    auto ok = Cluster()->Kubectl({"apply", "-n", ns, "-f", "-"},
+                                 std::string("apiVersion: kubicle.dev/v1alpha1\nkind: SandboxTemplate\n"
+                                             "metadata: {name: img}\nspec: {image: '") + image + "'}");
+    ASSERT_TRUE(ok.ok());
+    EXPECT_EQ(ok->exit_code, 0) << image << ": " << ok->output;
   }
   // Transition rules: the template and the fork source are immutable.
   std::string sbx = "apiVersion: kubicle.dev/v1alpha1\nkind: Sandbox\nmetadata: {name: ok}\n"

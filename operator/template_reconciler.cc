@@ -13,11 +13,37 @@ bool ValidSource(const std::string& s) {
   }
   return false;
 }
+
+// The apiserver's pattern holds the reference's grammar; this catches what
+// matters if it was bypassed (a CRD without the schema, an old object): a
+// registry host always named, so no node ever completes a reference to a
+// registry nobody chose. The node parses it fully before any pull.
+std::string ImageProblem(const std::string& image) {
+  const std::string field = "spec.image \"" + image + "\"";
+  if (image.empty() || image.size() > 512) return field + " must be 1..512 characters";
+  for (char c : image) {
+    if (c <= ' ' || c == 0x7f) return field + " must not contain spaces or control characters";
+  }
+  if (image.find("://") != std::string::npos) return field + " is an image reference, not a URL";
+  const size_t slash = image.find('/');
+  const std::string host = image.substr(0, slash);
+  if (slash == std::string::npos || slash + 1 == image.size() ||
+      (host != "localhost" && host.find_first_of(".:") == std::string::npos)) {
+    return field + " must name its registry host (host.domain[:port]/repository[:tag][@sha256:...])";
+  }
+  return "";
+}
 }  // namespace
 
 std::vector<std::string> ValidateTemplate(const SandboxTemplateView& tmpl) {
   std::vector<std::string> problems = tmpl.problems;
   const SandboxTemplateSpec& spec = tmpl.spec;
+  if (spec.image.has_value() == spec.rootfs.has_value()) {
+    problems.push_back("exactly one of spec.image and spec.rootfs is required");
+  }
+  if (spec.image) {
+    if (std::string p = ImageProblem(*spec.image); !p.empty()) problems.push_back(p);
+  }
   for (const auto& [f, v] : {std::pair{"kernel", &spec.kernel}, std::pair{"rootfs", &spec.rootfs},
                              std::pair{"initrd", &spec.initrd}}) {
     if (!*v) continue;

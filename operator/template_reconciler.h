@@ -1,5 +1,8 @@
-// Reconciles one SandboxTemplate: checks what the schema cannot (image
-// references are absolute paths or URLs, warm-up commands are non-empty) and
+// Reconciles one SandboxTemplate: checks what the schema cannot, or checks
+// again what a CRD installed without its schema would let through (exactly
+// one of spec.image and spec.rootfs, an image reference naming its registry,
+// kernel/initrd/rootfs sources are absolute paths or URLs, warm-up commands
+// are non-empty) and
 // aggregates the per-node entries that node daemons write into
 // status.nodes[] into readyNodes, phase and the Valid/Ready conditions. Only
 // entries of live nodes (fresh heartbeat Lease) for the current generation

@@ -20,6 +20,36 @@ TEST(ValidateTemplateTest, SourcesMustBeAbsoluteOrUrls) {
   EXPECT_EQ(ValidateTemplate(SandboxTemplateView::Parse(t)).size(), 2u);
 }
 
+TEST(ValidateTemplateTest, ExactlyOneOfImageAndRootfs) {
+  const Json image = {{"spec", {{"image", "reg.example:5000/team/py:3.12"}}}};
+  EXPECT_TRUE(ValidateTemplate(SandboxTemplateView::Parse(image)).empty())
+      << "an image template needs no kernel (the node's default) and no rootfs";
+  Json both = image;
+  both["spec"]["rootfs"] = "/r.ext4";
+  auto problems = ValidateTemplate(SandboxTemplateView::Parse(both));
+  ASSERT_EQ(problems.size(), 1u) << JoinProblems(problems);
+  EXPECT_EQ(problems[0], "exactly one of spec.image and spec.rootfs is required");
+  const Json neither = {{"spec", {{"kernel", "/k"}}}};
+  EXPECT_EQ(ValidateTemplate(SandboxTemplateView::Parse(neither)), problems);
+  const Json rootfs_only = {{"spec", {{"rootfs", "/r.ext4"}}}};
+  EXPECT_TRUE(ValidateTemplate(SandboxTemplateView::Parse(rootfs_only)).empty());
+}
+
+TEST(ValidateTemplateTest, AnImageMustNameItsRegistry) {
+  for (const char* ok : {"reg.example/a", "localhost/a:1", "127.0.0.1:5000/a/b@sha256:0123",
+                         "registry:5000/team/x"}) {
+    const Json t = {{"spec", {{"image", ok}}}};
+    EXPECT_TRUE(ValidateTemplate(SandboxTemplateView::Parse(t)).empty()) << ok;
+  }
+  for (const char* bad : {"python:3.12", "library/python", "reg.example/", "reg.example",
+                          "https://reg.example/a", "reg.example/a b", ""}) {
+    const Json t = {{"spec", {{"image", bad}}}};
+    auto problems = ValidateTemplate(SandboxTemplateView::Parse(t));
+    ASSERT_EQ(problems.size(), 1u) << bad;
+    EXPECT_EQ(problems[0].rfind("spec.image \"" + std::string(bad) + "\"", 0), 0u) << problems[0];
+  }
+}
+
 TEST(ValidateTemplateTest, FieldsOfTheWrongTypeAreProblemsNotCrashes) {
   Json t = {{"spec", {{"kernel", 42}, {"rootfs", "/r"}, {"warmup", {{{"command", {7}}}, "x"}}}}};
   auto problems = ValidateTemplate(SandboxTemplateView::Parse(t));

@@ -120,7 +120,7 @@ TEST(CrdSchemaTest, WhatTheNodeWritesFitsTheSchema) {
   const auto disk = WriteProblems(
       workspace, WorkspaceDiskStatusPatch({"Ready", "w-1", "10.0.0.1:7443", "k-1", "", int64_t{4096}}, now));
   EXPECT_TRUE(disk.empty()) << JoinProblems(disk);
-  TemplateNodeReport ready{"Ready", 3, "", "sha256:ab", 1.5, "10.0.0.1:7443", "t-1-g3"};
+  TemplateNodeReport ready{"Ready", 3, "", "sha256:ab", 1.5, "10.0.0.1:7443", "t-1-g3", "sha256:cd"};
   const Json entry = {{"status", {{"nodes", Json::array({TemplateNodeEntryJson("n1", ready, now)})}}}};
   const auto nodes = WriteProblems(Schema("SandboxTemplate"), entry);
   EXPECT_TRUE(nodes.empty()) << JoinProblems(nodes);
@@ -140,7 +140,7 @@ TEST(CrdSchemaTest, WrittenAndReadStatusRoundTrips) {
   const WorkspaceView w = WorkspaceView::Parse(WorkspaceDiskStatusPatch(d, now));
   EXPECT_TRUE(w.status.has_disk);
   EXPECT_EQ(w.status.disk, d);
-  const TemplateNodeReport r{"Ready", 3, "", "sha256:ab", 1.5, "10.0.0.1:7443", "t-1-g3"};
+  const TemplateNodeReport r{"Ready", 3, "", "sha256:ab", 1.5, "10.0.0.1:7443", "t-1-g3", "sha256:cd"};
   const SandboxTemplateView t = SandboxTemplateView::Parse(
       Json{{"status", {{"nodes", Json::array({TemplateNodeEntryJson("n1", r, now)})}}}});
   EXPECT_EQ(t.status.NodeReport("n1"), r);

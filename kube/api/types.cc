@@ -265,6 +265,7 @@ namespace {
 SandboxTemplateSpec ParseSandboxTemplateSpec(const Fields& root) {
   SandboxTemplateSpec s;
   const Fields spec = root.Object("spec");
+  s.image = spec.String("image");
   s.kernel = spec.String("kernel");
   s.initrd = spec.String("initrd");
   s.rootfs = spec.String("rootfs");
@@ -325,6 +326,7 @@ SandboxTemplateView ParseSandboxTemplate(Json object, std::vector<FieldRead>* re
     entry.bake_seconds = n.Number("bakeSeconds");
     entry.endpoint = n.String("endpoint").value_or("");
     entry.node_template = n.String("nodeTemplate").value_or("");
+    entry.image_digest = n.String("imageDigest").value_or("");
     if (i < nodes.size() && !entry.node_name.empty()) v.status.nodes.push_back(std::move(entry));
   }
   v.status.run_token_sha256 = st.String("runTokenSha256").value_or("");
@@ -358,6 +360,7 @@ Json TemplateNodeEntryJson(std::string_view node, const TemplateNodeReport& r, T
   if (r.phase == "Ready") e["bakeSeconds"] = r.bake_seconds;
   if (!r.endpoint.empty()) e["endpoint"] = r.endpoint;
   if (!r.node_template.empty()) e["nodeTemplate"] = r.node_template;
+  if (!r.image_digest.empty()) e["imageDigest"] = r.image_digest;
   return e;
 }
 

@@ -116,6 +116,9 @@ struct WarmupStep {
 };
 
 struct SandboxTemplateSpec {
+  // image (an OCI reference) or rootfs, exactly one (CEL; the operator
+  // checks again); kernel absent: the node's default guest kernel.
+  std::optional<std::string> image;
   std::optional<std::string> kernel, initrd, rootfs;
   std::optional<std::string> kernel_sha256, initrd_sha256, rootfs_sha256;
   std::optional<std::string> kernel_args;
@@ -135,6 +138,8 @@ struct TemplateNodeReport {
   // While Ready: where and under which name clients run it (per-call runs).
   std::string endpoint;
   std::string node_template;
+  // spec.image templates: the manifest digest the node baked.
+  std::string image_digest;
   bool operator==(const TemplateNodeReport&) const = default;
 };
 // One entry of status.nodes[].
