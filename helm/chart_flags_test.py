@@ -11,7 +11,8 @@ operator Deployment, expands the `$(VAR)` references the way the kubelet does
 `/usr/bin/kubicle-*` with the built binary, appends `--check-flags` and runs
 it: it must exit 0 and print "<binary>: flags ok". It also checks the shape
 the values ask for (`--capacity-mem` only when set, one `--image-root` and one
-read-only hostPath mount per image root, no separate node metrics port, the
+read-only hostPath mount per image root, node.images' flags and mounts (the
+registry credentials from their Secret as a file), no separate node metrics port, the
 data plane on TLS with an HTTPS liveness probe, and what the sandbox network
 needs when `node.network.enabled`: its flags, the host's network, NET_ADMIN
 and SYS_ADMIN, and Bidirectional propagation on <stateDir>/netns only;
@@ -62,7 +63,17 @@ CASES = [
     ("sandbox network, own CIDR", {"node": {"stateDir": "/srv/kubicle", "network": {
         "cidr": "10.77.0.0/20", "nameservers": ["9.9.9.9", "149.112.112.112"], "pool": 0}}}),
     ("long uninstall", {"uninstall": {"timeoutSeconds": 1200}}),
+    ("private registries", {"node": {"images": {
+        "store": "/mnt/image-store", "registryConfigSecret": "regcred",
+        "insecureRegistries": ["127.0.0.1:5000", "registry.lab"], "registryCAConfigMap": "lab-ca",
+        "maxImageBytes": 1073741824, "defaultKernel": "/opt/guest/vmlinux", "defaultInitrd": ""}}}),
 ]
+
+# The chart's node.images defaults (values.yaml).
+IMAGES_DEFAULTS = {"store": "", "registryConfigSecret": "", "insecureRegistries": [],
+                   "registryCAConfigMap": "", "maxImageBytes": 8589934592,
+                   "defaultKernel": "/usr/share/kubicle/guest/vmlinux",
+                   "defaultInitrd": "/usr/share/kubicle/guest/initramfs.cpio"}
 
 # The chart's network defaults (values.yaml), to compare the rendered flags with.
 NETWORK_DEFAULTS = {"enabled": True, "cidr": "10.200.0.0/16",
@@ -290,8 +301,43 @@ def check_host_paths(pod_spec, container):
     for m in container.get("volumeMounts", []):
         if m["name"] not in volumes:
             raise Failure(f"mount {m['mountPath']} uses undeclared volume {m['name']}")
-        if m.get("readOnly") and volumes[m["name"]].get("hostPath", {}).get("path") != m["mountPath"]:
+        host = volumes[m["name"]].get("hostPath")
+        if m.get("readOnly") and host is not None and host.get("path") != m["mountPath"]:
             raise Failure(f"image root {m['mountPath']} is not the same host path")
+
+
+def check_images_shape(pod_spec, container, values, argv):
+    """node.images: its flags, the image store's hostPath when it is not
+    under the state directory, and the registry credentials and CA as files
+    from their Secret and ConfigMap (the node never reads Secrets through the
+    API); none of those mounts when not asked for."""
+    img = {**IMAGES_DEFAULTS, **values.get("node", {}).get("images", {})}
+    want = ([f"--image-store={img['store']}"] if img["store"] else []) + \
+        (["--registry-config=/etc/kubicle/registry/config.json"] if img["registryConfigSecret"] else []) + \
+        [f"--insecure-registry={r}" for r in img["insecureRegistries"]] + \
+        (["--registry-ca=/etc/kubicle/registry-ca/ca.crt"] if img["registryCAConfigMap"] else []) + \
+        [f"--max-image-bytes={img['maxImageBytes']}", f"--default-kernel={img['defaultKernel']}"] + \
+        ([f"--default-initrd={img['defaultInitrd']}"] if img["defaultInitrd"] else [])
+    names = ("--image-store", "--registry-", "--insecure-registry", "--max-image-bytes", "--default-")
+    flags = [a for a in argv if a.startswith(names)]
+    if flags != want:
+        raise Failure(f"node.images {img}: flags {flags}, want {want}")
+    mounts = {m["mountPath"]: m for m in container.get("volumeMounts", [])}
+    volumes = {v["name"]: v for v in pod_spec.get("volumes", [])}
+    source = lambda path: volumes[mounts[path]["name"]] if path in mounts else None
+    if img["store"] and (source(img["store"]) or {}).get("hostPath", {}).get("path") != img["store"]:
+        raise Failure(f"image store {img['store']} is not its hostPath mounted there")
+    secret = source("/etc/kubicle/registry")
+    if bool(secret) != bool(img["registryConfigSecret"]):
+        raise Failure(f"registry config mount {secret} for registryConfigSecret {img['registryConfigSecret']!r}")
+    if secret and (secret.get("secret", {}).get("secretName") != img["registryConfigSecret"] or
+                   secret["secret"].get("items") != [{"key": ".dockerconfigjson", "path": "config.json"}] or
+                   not mounts["/etc/kubicle/registry"].get("readOnly")):
+        raise Failure(f"registry config is not the Secret's .dockerconfigjson, read-only: {secret}")
+    ca = source("/etc/kubicle/registry-ca")
+    if bool(ca) != bool(img["registryCAConfigMap"]) or \
+            (ca and ca.get("configMap", {}).get("name") != img["registryCAConfigMap"]):
+        raise Failure(f"registry CA mount {ca} for registryCAConfigMap {img['registryCAConfigMap']!r}")
 
 
 def check_case(helm, chart, binaries, name, values):
@@ -302,6 +348,7 @@ def check_case(helm, chart, binaries, name, values):
     check_node_shape(node, values, node_argv)
     check_network_shape(ds, node, values, node_argv)
     check_host_paths(ds, node)
+    check_images_shape(ds, node, values, node_argv)
     check_vmm_placement(ds, node, node_argv)
     check_uninstall_hook(docs, values, binaries)
     expect_ok(node_argv)
@@ -332,6 +379,7 @@ def self_check(operator, node):
         [node, "--state-dir=/s"],  # no serve
         [node, "serve", "--state-dir=/s", "--sandbox-network=off", "--sandbox-network-cidr=10.77.0.0/16"],
         [node, "serve", "--state-dir=/s", "--sandbox-network=maybe"],
+        [node, "serve", "--state-dir=/s", "--node-name=n", "--insecure-registry=http://reg:5000"],
         [node, "uninstall", "--timeout-seconds=0"],
         [operator, "--no-such-flag=1"],
         [operator, "--workers=many"],

@@ -100,6 +100,20 @@ Cluster node (all but --node-name need --node-name):
                          10..3600 (default 40)
   --image-root DIR       absolute directory sandbox images may be read from;
                          repeatable (default /var/lib/kubicle/images)
+  --image-store DIR      where container images' layers are pulled to and
+                         their root filesystems built (default
+                         DIR/image-store of --state-dir)
+  --registry-config FILE registry credentials, docker's and kubelet's
+                         config.json format (default: anonymous pulls)
+  --insecure-registry HOST[:PORT]
+                         pull from this registry over plain HTTP (every other
+                         one over HTTPS); repeatable
+  --registry-ca FILE     an extra CA (PEM) registries' certificates may chain to
+  --max-image-bytes N    refuse an image whose layers add up to more than N
+                         bytes, 1048576..17592186044416 (default 8589934592)
+  --default-kernel FILE  guest kernel of templates that name none (the chart's
+                         node image: /usr/share/kubicle/guest/vmlinux)
+  --default-initrd FILE  their initramfs (needs --default-kernel)
 
 On SIGTERM or SIGINT the daemon stops serving and exits 0, leaving sandbox
 VMs running (unless --stop-vms-on-exit): the next start on the same
@@ -183,6 +197,27 @@ Status CheckAdvertiseAddress(const std::string& host) {
   }
   if (IsWildcardHost(host)) {
     return Status::InvalidArgument("--advertise-address: " + host + " is not reachable by clients");
+  }
+  return Status::Ok();
+}
+
+// A registry as image references name it: host[:port], no scheme or path
+// (so "http://reg:5000" is refused rather than never matching).
+Status CheckRegistryHost(const std::string& v) {
+  const std::string bad = "--insecure-registry: \"" + v + "\" is not HOST[:PORT]";
+  if (v.empty() || v.size() > 255) return Status::InvalidArgument(bad);
+  size_t colon = v.rfind(':');
+  if (v.front() == '[') colon = v.find("]:") == std::string::npos ? std::string::npos : v.find("]:") + 1;
+  const std::string host = v.substr(0, colon);
+  for (char c : host) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '.' && c != '[' && c != ']' &&
+        !(c == ':' && host.front() == '[')) {
+      return Status::InvalidArgument(bad);
+    }
+  }
+  if (host.empty()) return Status::InvalidArgument(bad);
+  if (colon != std::string::npos && !ParseUint("--insecure-registry", v.substr(colon + 1), 65535, 1).ok()) {
+    return Status::InvalidArgument(bad);
   }
   return Status::Ok();
 }
@@ -305,6 +340,21 @@ Status ApplyValueFlag(const std::string& name, const std::string& v, ServeFlags*
     f->lease_duration_seconds = static_cast<int>(n);
   } else if (name == "--image-root") {
     f->image_roots.push_back(v);
+  } else if (name == "--image-store") {
+    f->image_store = v;
+  } else if (name == "--registry-config") {
+    f->registry_config = v;
+  } else if (name == "--insecure-registry") {
+    RETURN_IF_ERROR(CheckRegistryHost(v));
+    f->insecure_registries.push_back(v);
+  } else if (name == "--registry-ca") {
+    f->registry_ca = v;
+  } else if (name == "--max-image-bytes") {
+    ASSIGN_OR_RETURN(f->max_image_bytes, ParseUint(name, v, 1ull << 44, 1ull << 20));
+  } else if (name == "--default-kernel") {
+    f->default_kernel = v;
+  } else if (name == "--default-initrd") {
+    f->default_initrd = v;
   } else if (name == "--tls") {
     if (v != "on" && v != "off") return Status::InvalidArgument("--tls: \"" + v + "\" is not on or off");
     f->tls = v == "on";
@@ -344,8 +394,29 @@ Status ApplyValueFlag(const std::string& name, const std::string& v, ServeFlags*
 }
 
 // The node-agent flags mean nothing to a standalone node.
-constexpr const char* kNodeNameFlags[] = {"--kubeconfig", "--lease-namespace",
-                                          "--lease-duration-seconds", "--image-root"};
+constexpr const char* kNodeNameFlags[] = {"--kubeconfig",        "--lease-namespace", "--lease-duration-seconds",
+                                          "--image-root",        "--image-store",     "--registry-config",
+                                          "--insecure-registry", "--registry-ca",     "--max-image-bytes",
+                                          "--default-kernel",    "--default-initrd"};
+
+// The flags naming a file or directory of the node's own: absolute, so a
+// daemon started from another directory reads the same ones.
+Status ValidateImagePaths(const std::set<std::string>& given, ServeFlags* f) {
+  for (const auto& [flag, path] : {std::pair{"--image-store", &f->image_store},
+                                   std::pair{"--registry-config", &f->registry_config},
+                                   std::pair{"--registry-ca", &f->registry_ca},
+                                   std::pair{"--default-kernel", &f->default_kernel},
+                                   std::pair{"--default-initrd", &f->default_initrd}}) {
+    if (!path->empty() && path->front() != '/') {
+      return Status::InvalidArgument(std::string(flag) + ": \"" + *path + "\" is not an absolute path");
+    }
+  }
+  if (given.count("--default-initrd") && !given.count("--default-kernel")) {
+    return Status::InvalidArgument("--default-initrd needs --default-kernel");
+  }
+  if (f->image_store.empty()) f->image_store = f->state_dir + "/image-store";
+  return Status::Ok();
+}
 
 Status ValidateNodeAgent(const std::set<std::string>& given, ServeFlags* f) {
   if (f->node_name.empty()) {
@@ -370,7 +441,7 @@ Status ValidateNodeAgent(const std::set<std::string>& given, ServeFlags* f) {
     }
   }
   if (f->image_roots.empty()) f->image_roots = {"/var/lib/kubicle/images"};
-  return Status::Ok();
+  return ValidateImagePaths(given, f);
 }
 
 Status Validate(const std::set<std::string>& given, ServeFlags* f) {

@@ -70,6 +70,25 @@ struct ServeFlags {
   // Absolute directories images are read from (--image-root, repeatable).
   // None given and node_name set: {"/var/lib/kubicle/images"}.
   std::vector<std::string> image_roots;
+  // Templates from container images (spec.image; docs/node.md, "Templates
+  // from container images"). All absolute paths; need --node-name.
+  // --image-store: pulled layers and built root filesystems. Default
+  // <state-dir>/image-store.
+  std::string image_store;
+  // --registry-config: credentials in docker's and kubelet's config.json
+  // format (the chart mounts it from a Secret). Empty: anonymous pulls.
+  std::string registry_config;
+  // --insecure-registry, repeatable: host[:port] pulled over plain HTTP;
+  // every other registry over HTTPS.
+  std::vector<std::string> insecure_registries;
+  std::string registry_ca;  // --registry-ca: an extra trusted CA (PEM)
+  // --max-image-bytes: an image whose layers add up to more is refused
+  // before any layer is fetched; its root filesystem is bounded likewise.
+  uint64_t max_image_bytes = 8ull << 30;
+  // --default-kernel/--default-initrd: the guest kernel (and initramfs) of
+  // templates that name no kernel. Empty: such templates fail on this node.
+  std::string default_kernel;
+  std::string default_initrd;
   // One network namespace per sandbox (docs/network.md). On by default:
   // isolation is what a sandbox promises. A node that cannot set it up
   // fails at start; --sandbox-network=off is the only way to run without.

@@ -254,13 +254,62 @@ TEST(ServeFlags, ImageRoots) {
   EXPECT_NE(rel.status().message().find("not an absolute path"), std::string::npos);
 }
 
+TEST(ServeFlags, ContainerImageFlags) {
+  auto d = ParseServeFlags({"--state-dir", "/s", "--node-name", "n"});
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->image_store, "/s/image-store") << "under the state dir by default";
+  EXPECT_TRUE(d->registry_config.empty());
+  EXPECT_TRUE(d->insecure_registries.empty()) << "every registry over HTTPS unless listed";
+  EXPECT_EQ(d->max_image_bytes, 8ull << 30);
+  EXPECT_TRUE(d->default_kernel.empty());
+
+  auto f = ParseServeFlags({"--state-dir", "/s", "--node-name", "n", "--image-store", "/var/img",
+                            "--registry-config=/etc/kubicle/registry/config.json",
+                            "--insecure-registry", "127.0.0.1:5000", "--insecure-registry=reg.local",
+                            "--insecure-registry=[::1]:5001", "--registry-ca", "/etc/ca.pem",
+                            "--max-image-bytes", "1048576", "--default-kernel=/g/vmlinux",
+                            "--default-initrd", "/g/initramfs.cpio"});
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(f->image_store, "/var/img");
+  EXPECT_EQ(f->registry_config, "/etc/kubicle/registry/config.json");
+  EXPECT_EQ(f->insecure_registries, (std::vector<std::string>{"127.0.0.1:5000", "reg.local", "[::1]:5001"}));
+  EXPECT_EQ(f->registry_ca, "/etc/ca.pem");
+  EXPECT_EQ(f->max_image_bytes, 1048576u);
+  EXPECT_EQ(f->default_kernel, "/g/vmlinux");
+  EXPECT_EQ(f->default_initrd, "/g/initramfs.cpio");
+
+  for (const auto& [bad, message] : std::vector<std::pair<std::string, std::string>>{
+           {"--insecure-registry=http://reg:5000", "--insecure-registry: \"http://reg:5000\" is not HOST[:PORT]"},
+           {"--insecure-registry=reg:5000/x", "--insecure-registry: \"reg:5000/x\" is not HOST[:PORT]"},
+           {"--insecure-registry=reg:0", "--insecure-registry: \"reg:0\" is not HOST[:PORT]"},
+           {"--insecure-registry=:5000", "--insecure-registry: \":5000\" is not HOST[:PORT]"},
+           {"--max-image-bytes=1024", "--max-image-bytes: \"1024\" is not a number in [1048576, 17592186044416]"},
+           {"--max-image-bytes=8G", "--max-image-bytes: \"8G\" is not a number in [1048576, 17592186044416]"},
+           {"--image-store=store", "--image-store: \"store\" is not an absolute path"},
+           {"--registry-config=config.json", "--registry-config: \"config.json\" is not an absolute path"},
+           {"--registry-ca=ca.pem", "--registry-ca: \"ca.pem\" is not an absolute path"},
+           {"--default-kernel=vmlinux", "--default-kernel: \"vmlinux\" is not an absolute path"},
+           {"--default-initrd=/g/initramfs.cpio", "--default-initrd needs --default-kernel"}}) {
+    auto r = ParseServeFlags({"--state-dir=/s", "--node-name=n", bad});
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().message(), message);
+  }
+}
+
 TEST(ServeFlags, ClusterFlagsNeedNodeName) {
   for (std::vector<std::string> args : std::vector<std::vector<std::string>>{
            {"--kubeconfig", "/k"},
            {"--lease-namespace", "ns"},
            {"--lease-duration-seconds", "40"},
            {"--image-root", "/images"},
-           {"--image-root=/images"}}) {
+           {"--image-root=/images"},
+           {"--image-store", "/i"},
+           {"--registry-config", "/c.json"},
+           {"--insecure-registry", "reg:5000"},
+           {"--registry-ca", "/ca.pem"},
+           {"--max-image-bytes", "1048576"},
+           {"--default-kernel", "/k"},
+           {"--default-initrd", "/i"}}) {
     std::string flag = args[0].substr(0, args[0].find('='));
     args.insert(args.begin(), {"--state-dir", "/s"});
     auto f = ParseServeFlags(args);
@@ -322,7 +371,8 @@ TEST(ServeFlags, UsageNamesEveryFlag) {
         "--lease-duration-seconds", "--image-root", "--tls", "--tls-cert", "--tls-key",
         "--insecure-http", "--sandbox-network", "--sandbox-network-cidr",
         "--sandbox-nameservers", "--sandbox-network-pool", "--vmm-seccomp", "--cgroup-root",
-        "--vmms-outlive-container"}) {
+        "--vmms-outlive-container", "--image-store", "--registry-config", "--insecure-registry",
+        "--registry-ca", "--max-image-bytes", "--default-kernel", "--default-initrd"}) {
     EXPECT_NE(std::string(kServeUsage).find(std::string("  ") + flag + " "), std::string::npos)
         << flag;
   }
