@@ -143,10 +143,10 @@ Result<std::string> ImageStore::EnsureBlob(const ImageReference& ref, const Desc
   const std::string partial = options_.dir + "/partial/" + Hex(blob.digest);
   ASSIGN_OR_RETURN(BlobLock lock, BlobLock::Acquire(partial + ".lock", state.deadline));
   if (HaveBlob(path, blob.size)) return path;  // another Pull fetched it meanwhile
-  RETURN_IF_ERROR(client_->FetchBlob(ref, blob, partial + ".partial", state.deadline,
-                                     [&state](uint64_t bytes) { state.Report(bytes); }));
+  ASSIGN_OR_RETURN(uint64_t received, client_->FetchBlob(ref, blob, partial + ".partial", state.deadline,
+                                                        [&state](uint64_t bytes) { state.Report(bytes); }));
   ++blobs_fetched_;
-  bytes_fetched_ += blob.size;
+  bytes_fetched_ += received;
   if (::rename((partial + ".partial").c_str(), path.c_str()) != 0)
     return Status::FromErrno("storing blob " + blob.digest);
   RETURN_IF_ERROR(FsyncDir(options_.dir + "/blobs/sha256"));

@@ -75,8 +75,9 @@ class ImageStore {
   // returns bytes freed.
   Result<uint64_t> CollectGarbage(const std::set<std::string>& keep_manifest_digests);
 
-  // Blobs (layers and configs) fetched from registries since Open, and their
-  // bytes: what tests and benchmarks check a cached Pull against.
+  // Blobs (layers and configs) fetched from registries since Open, and the
+  // body bytes received for them (a resumed download counts only its
+  // remainder): what tests and benchmarks check a cached Pull against.
   struct FetchStats {
     uint64_t blobs = 0;
     uint64_t bytes = 0;

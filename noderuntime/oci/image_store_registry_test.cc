@@ -190,5 +190,36 @@ TEST(ImageStoreRegistryTest, IndexWithoutLinuxAmd64AndOversizeImagesAreRefused) 
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound) << missing.status().ToString();
 }
 
+TEST(ImageStoreRegistryTest, ResumesAPartialDownloadWithARangeRequest) {
+  LoopbackRegistry reg({});
+  SKIP_WITHOUT_REGISTRY(reg);
+  TempDir tmp;
+  std::string content;
+  for (int i = 0; content.size() < (1 << 20); ++i) content += std::to_string(i * 7919) + "\n";
+  ASSERT_FALSE(PushImage(reg, {"--repo", "r/x", "--layer-dir", LayerDir(tmp, "l", content)}).is_discarded());
+  const std::string ref = reg.address() + "/r/x";
+  auto full = ImageStore::Open({.dir = tmp.path() + "/a", .insecure_registries = {reg.address()}});
+  ASSERT_TRUE(full.ok());
+  Result<PulledImage> a = (*full)->Pull(ref, nullptr);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  const LayerBlob& layer = a->layers.at(0);
+
+  // What a crashed Pull leaves: the first half of the layer under .partial.
+  const uint64_t half = layer.size / 2;
+  std::ifstream in(layer.path, std::ios::binary);
+  std::string prefix(half, '\0');
+  in.read(prefix.data(), static_cast<std::streamsize>(half));
+  WriteFile(tmp.path() + "/b/partial/" + layer.digest.substr(7) + ".partial", prefix);
+
+  auto resumed = ImageStore::Open({.dir = tmp.path() + "/b", .insecure_registries = {reg.address()}});
+  ASSERT_TRUE(resumed.ok());
+  Result<PulledImage> b = (*resumed)->Pull(ref, nullptr);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  ExpectVerified(*b);
+  // Only the second half crossed the network (plus the config, as before).
+  EXPECT_EQ((*resumed)->fetch_stats().bytes, (*full)->fetch_stats().bytes - half);
+  EXPECT_FALSE(fs::exists(tmp.path() + "/b/partial/" + layer.digest.substr(7) + ".partial"));
+}
+
 }  // namespace
 }  // namespace kubicle::noderuntime::oci

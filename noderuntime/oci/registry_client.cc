@@ -202,9 +202,9 @@ Result<std::string> RegistryClient::GetBlobToString(const ImageReference& image,
   return sink.body();
 }
 
-Status RegistryClient::FetchBlob(const ImageReference& image, const Descriptor& blob,
-                                 const std::string& partial_path, Deadline deadline,
-                                 const BlobProgressFn& progress) {
+Result<uint64_t> RegistryClient::FetchBlob(const ImageReference& image, const Descriptor& blob,
+                                           const std::string& partial_path, Deadline deadline,
+                                           const BlobProgressFn& progress) {
   UniqueFd fd(::open(partial_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
   if (!fd.valid()) return Status::FromErrno("opening " + partial_path);
   struct stat st {};
@@ -217,6 +217,7 @@ Status RegistryClient::FetchBlob(const ImageReference& image, const Descriptor& 
   Sha256 hash;
   RETURN_IF_ERROR(HashPrefix(fd.get(), have, hash));
   FileSink sink(fd.get(), have, blob.size, hash, progress);
+  uint64_t received = 0;
   if (have < blob.size) {
     HttpHeaders headers;
     if (have > 0) headers.emplace_back("Range", "bytes=" + std::to_string(have) + "-");
@@ -225,6 +226,7 @@ Status RegistryClient::FetchBlob(const ImageReference& image, const Descriptor& 
       if (r.status().code() == StatusCode::kResourceExhausted) ::unlink(partial_path.c_str());
       return r.status().WithContext("blob " + blob.digest);
     }
+    received = r->body_bytes;
   }
   if (sink.offset() != blob.size)
     return Status::Unavailable("blob " + blob.digest + ": the body ended after " + std::to_string(sink.offset()) +
@@ -234,7 +236,7 @@ Status RegistryClient::FetchBlob(const ImageReference& image, const Descriptor& 
     return Status::DataLoss("blob " + blob.digest + ": the bytes received have another digest");
   }
   if (::fsync(fd.get()) != 0) return Status::FromErrno("fsync " + partial_path);
-  return Status::Ok();
+  return received;
 }
 
 }  // namespace kubicle::noderuntime::oci

@@ -23,7 +23,9 @@
 //   zero), hashing on the fly. More bytes than the descriptor's size:
 //   ResourceExhausted. Fewer: Unavailable, the partial file is kept for the
 //   next attempt. A digest mismatch: DataLoss and the partial file is
-//   removed. On OK the file holds exactly the verified blob, fsynced.
+//   removed. On OK the file holds exactly the verified blob, fsynced, and
+//   the result is the bytes received (the blob's size less what was
+//   resumed).
 // - Status codes: 404 NotFound, 401/403 PermissionDenied, others Unavailable;
 //   deadlines DeadlineExceeded. Thread-safe.
 #pragma once
@@ -70,9 +72,9 @@ class RegistryClient {
                                                     Deadline deadline);
   [[nodiscard]] Result<std::string> GetBlobToString(const ImageReference& image, const Descriptor& blob,
                                                     uint64_t max_bytes, Deadline deadline);
-  [[nodiscard]] Status FetchBlob(const ImageReference& image, const Descriptor& blob,
-                                 const std::string& partial_path, Deadline deadline,
-                                 const BlobProgressFn& progress);
+  [[nodiscard]] Result<uint64_t> FetchBlob(const ImageReference& image, const Descriptor& blob,
+                                           const std::string& partial_path, Deadline deadline,
+                                           const BlobProgressFn& progress);
 
  private:
   // GET <base>/<path> with auth; a 2xx body to `sink`. Returns the final
