@@ -32,10 +32,12 @@ Status FsyncDir(const std::string& dir) {
   return Status::Ok();
 }
 
-// Writes `data` to `path` through a temporary name, so a reader (or a
-// crash) sees the whole file or none.
+// Writes `data` to `path` through a temporary name of its own (concurrent
+// Pulls may write the same manifest), so a reader (or a crash) sees the
+// whole file or none.
 Status WriteAtomically(const std::string& path, const std::string& data) {
-  const std::string tmp = path + ".tmp";
+  static std::atomic<uint64_t> counter{0};
+  const std::string tmp = path + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(++counter);
   {
     UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
     if (!fd.valid()) return Status::FromErrno("creating " + tmp);
@@ -61,7 +63,7 @@ struct ImageStore::PullState {
   Clock::time_point deadline;
   const PullProgressFn* progress = nullptr;
   uint64_t total = 0;
-  uint64_t done = 0;
+  std::atomic<uint64_t> done{0};  // written by the pulling thread, read by cpprestsdk's
   std::mutex mu;
   Clock::time_point last_report{};
 
@@ -122,7 +124,9 @@ Result<std::string> ImageStore::Resolve(const ImageReference& ref, PullState& st
     ParsedManifest parsed;
     if (digest.empty()) {
       ASSIGN_OR_RETURN(FetchedManifest m, client_->GetManifest(ref, want, state.deadline));
-      RETURN_IF_ERROR(WriteAtomically(ManifestPath(m.digest), m.body));
+      // Content-addressed: a stored file of that name already holds these bytes.
+      if (::access(ManifestPath(m.digest).c_str(), F_OK) != 0)
+        RETURN_IF_ERROR(WriteAtomically(ManifestPath(m.digest), m.body));
       body = std::move(m.body);
       digest = std::move(m.digest);
       parsed = std::move(m.parsed);

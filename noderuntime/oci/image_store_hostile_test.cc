@@ -6,6 +6,8 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <thread>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -35,6 +37,14 @@ std::string Manifest(const std::string& config, const std::vector<std::pair<std:
   return s + "]}";
 }
 
+// A request head lowercased, "name: value" written "name:value" (clients
+// differ in the space).
+std::string Lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (size_t p; (p = s.find(": ")) != std::string::npos;) s.erase(p + 1, 1);
+  return s;
+}
+
 const std::string kConfig = R"({"config":{"Env":["A=b"]}})";
 const std::string kLayer = "the honest layer's bytes";
 
@@ -42,12 +52,17 @@ const std::string kLayer = "the honest layer's bytes";
 class HostileRegistryTest : public ::testing::Test {
  protected:
   HostileRegistryTest()
-      : server_([this](const std::string& path) {
-          std::lock_guard<std::mutex> l(mu_);
-          ++hits_[path];
-          auto it = replies_.find(path);
-          if (it == replies_.end()) return Reply{.status = 404, .reason = "Not Found"};
-          return it->second(path);
+      : server_([this](const std::string& path, const std::string& head) {
+          std::function<Reply(const std::string&)> reply;
+          {
+            std::lock_guard<std::mutex> l(mu_);
+            ++hits_[path];
+            heads_[path] = Lower(head);
+            auto it = replies_.find(path);
+            if (it == replies_.end()) return Reply{.status = 404, .reason = "Not Found"};
+            reply = it->second;
+          }
+          return reply(path);  // unlocked: a reply may look at Head()
         }) {
     dir_ = (fs::temp_directory_path() / ("kubicle-oci-hostile-" + std::to_string(::getpid()) + "-" +
                                          ::testing::UnitTest::GetInstance()->current_test_info()->name()))
@@ -63,6 +78,11 @@ class HostileRegistryTest : public ::testing::Test {
   }
   void ServeBody(const std::string& path, const std::string& body) {
     Serve(path, [body](const std::string&) { return Reply{.body = body}; });
+  }
+  // The last request head for `path`, lowercased.
+  std::string Head(const std::string& path) {
+    std::lock_guard<std::mutex> l(mu_);
+    return heads_[path];
   }
   int Hits(const std::string& path) {
     std::lock_guard<std::mutex> l(mu_);
@@ -86,6 +106,7 @@ class HostileRegistryTest : public ::testing::Test {
   std::mutex mu_;
   std::map<std::string, std::function<Reply(const std::string&)>> replies_;
   std::map<std::string, int> hits_;
+  std::map<std::string, std::string> heads_;
   Server server_;
   std::string dir_;
 };
@@ -222,6 +243,133 @@ TEST_F(HostileRegistryTest, ImageOverTheSizeLimitFetchesNoLayer) {
   img = Pull();
   ASSERT_FALSE(img.ok());
   EXPECT_EQ(img.status().code(), StatusCode::kResourceExhausted);
+}
+
+// A slow layer (3 MiB in 256 KiB pieces, 150 ms apart): progress is
+// reported while it downloads, and two Pulls at once fetch it once.
+TEST_F(HostileRegistryTest, SlowLayerReportsProgressAndConcurrentPullsFetchItOnce) {
+  std::string layer(3 << 20, '\0');
+  for (size_t i = 0; i < layer.size(); ++i) layer[i] = static_cast<char>(i * 131 % 251);
+  ServeImage(Digest(layer), layer.size());
+  const std::string blob = "/v2/r/x/blobs/" + Digest(layer);
+  Serve(blob, [layer](const std::string&) {
+    return Reply{.body = layer, .piece_bytes = 256 << 10, .pace = std::chrono::milliseconds(150)};
+  });
+  auto store = ImageStore::Open({.dir = dir_, .insecure_registries = {Host()}, .timeout = std::chrono::seconds(30)});
+  ASSERT_TRUE(store.ok());
+  std::mutex mu;
+  std::vector<std::string> messages;
+  PullProgressFn progress = [&](const std::string& m) {
+    std::lock_guard<std::mutex> l(mu);
+    messages.push_back(m);
+  };
+  Result<PulledImage> a = Status::Internal("not run"), b = Status::Internal("not run");
+  std::thread t([&] { a = (*store)->Pull(Host() + "/r/x:1", progress); });
+  b = (*store)->Pull(Host() + "/r/x:1", nullptr);
+  t.join();
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(a->layers, b->layers);
+  EXPECT_EQ(Hits(blob), 1);
+  EXPECT_EQ((*store)->fetch_stats().bytes, layer.size() + kConfig.size());
+  std::lock_guard<std::mutex> l(mu);
+  // The pull that downloaded reports; one that waited may report nothing.
+  if (!messages.empty()) {
+    EXPECT_THAT(messages.front(), ::testing::MatchesRegex("pulling .*/r/x:1: [0-9]+ MiB of 3 MiB \\([0-9]+%\\)"));
+  }
+}
+
+TEST_F(HostileRegistryTest, ProgressIsReportedAboutOnceASecond) {
+  std::string layer(3 << 20, '\0');
+  for (size_t i = 0; i < layer.size(); ++i) layer[i] = static_cast<char>(i * 7 % 253);
+  ServeImage(Digest(layer), layer.size());
+  Serve("/v2/r/x/blobs/" + Digest(layer), [layer](const std::string&) {
+    return Reply{.body = layer, .piece_bytes = 256 << 10, .pace = std::chrono::milliseconds(200)};
+  });
+  auto store = ImageStore::Open({.dir = dir_, .insecure_registries = {Host()}});
+  ASSERT_TRUE(store.ok());
+  std::vector<std::string> messages;
+  const auto start = std::chrono::steady_clock::now();
+  Result<PulledImage> img = (*store)->Pull(Host() + "/r/x:1", [&](const std::string& m) { messages.push_back(m); });
+  const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - start);
+  ASSERT_TRUE(img.ok()) << img.status().ToString();
+  // At least ~2.2 s of download: reported, but at most once a second
+  // however long it took (not once per piece).
+  ASSERT_FALSE(messages.empty());
+  EXPECT_LE(messages.size(), static_cast<size_t>(seconds.count()) + 1);
+  EXPECT_THAT(messages.front(), ::testing::MatchesRegex("pulling .*/r/x:1: [0-9]+ MiB of 3 MiB \\([0-9]+%\\)"));
+}
+
+TEST_F(HostileRegistryTest, PartialDownloadResumesWithRangeAnd206) {
+  ServeImage(Digest(kLayer), kLayer.size());
+  const std::string blob = "/v2/r/x/blobs/" + Digest(kLayer);
+  const std::string total = std::to_string(kLayer.size());
+  Serve(blob, [&](const std::string&) {
+    return Reply{.status = 206, .reason = "Partial Content", .body = kLayer.substr(10),
+                 .headers = {{"Content-Range", "bytes 10-" + std::to_string(kLayer.size() - 1) + "/" + total}}};
+  });
+  fs::create_directories(dir_ + "/partial");
+  std::ofstream(PartialPath(Digest(kLayer)), std::ios::binary) << kLayer.substr(0, 10);
+  auto store = ImageStore::Open({.dir = dir_, .insecure_registries = {Host()}});
+  ASSERT_TRUE(store.ok());
+  Result<PulledImage> img = (*store)->Pull(Host() + "/r/x:1", nullptr);
+  ASSERT_TRUE(img.ok()) << img.status().ToString();
+  EXPECT_THAT(Head(blob), HasSubstr("range:bytes=10-"));
+  EXPECT_EQ((*store)->fetch_stats().bytes, kConfig.size() + kLayer.size() - 10);
+  EXPECT_FALSE(fs::exists(PartialPath(Digest(kLayer))));
+}
+
+TEST_F(HostileRegistryTest, A206FromTheWrongOffsetIsRefused) {
+  ServeImage(Digest(kLayer), kLayer.size());
+  const std::string blob = "/v2/r/x/blobs/" + Digest(kLayer);
+  Serve(blob, [&](const std::string&) {
+    return Reply{.status = 206, .reason = "Partial Content", .body = kLayer.substr(5),
+                 .headers = {{"Content-Range", "bytes 5-" + std::to_string(kLayer.size() - 1) + "/*"}}};
+  });
+  fs::create_directories(dir_ + "/partial");
+  std::ofstream(PartialPath(Digest(kLayer)), std::ios::binary) << kLayer.substr(0, 10);
+  Result<PulledImage> img = Pull();
+  ASSERT_FALSE(img.ok());
+  EXPECT_EQ(img.status().code(), StatusCode::kUnavailable) << img.status().ToString();
+  EXPECT_FALSE(fs::exists(BlobPath(Digest(kLayer))));
+}
+
+// Basic credentials go to the registry, and not to the storage it
+// redirects a blob to (another origin).
+TEST_F(HostileRegistryTest, CredentialsAreNotSentToARedirectTarget) {
+  std::mutex mu;
+  std::string storage_head;
+  Server storage([&](const std::string&, const std::string& head) {
+    std::lock_guard<std::mutex> l(mu);
+    storage_head = Lower(head);
+    return Reply{.body = kLayer};
+  });
+  const std::string manifest = Manifest(kConfig, {{Digest(kLayer), kLayer.size()}});
+  const std::string blob = "/v2/r/x/blobs/" + Digest(kLayer);
+  const std::string signed_url = storage.Url("/bucket/layer?sig=abc");
+  auto authed = [](const std::string& head) { return head.find("authorization:basic ") != std::string::npos; };
+  Serve("/v2/r/x/manifests/1", [&](const std::string& path) {
+    if (!authed(Head(path))) {
+      return Reply{.status = 401, .reason = "Unauthorized",
+                   .headers = {{"WWW-Authenticate", "Basic realm=\"test\""}}};
+    }
+    return Reply{.body = manifest};
+  });
+  ServeBody("/v2/r/x/blobs/" + Digest(kConfig), kConfig);
+  Serve(blob, [&](const std::string&) {
+    return Reply{.status = 307, .reason = "Temporary Redirect", .headers = {{"Location", signed_url}}};
+  });
+  const std::string config = dir_ + "-config.json";
+  std::ofstream(config) << R"({"auths":{")" << Host() << R"(":{"username":"u","password":"p"}}})";
+  auto store = ImageStore::Open({.dir = dir_, .docker_config_path = config, .insecure_registries = {Host()}});
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  Result<PulledImage> img = (*store)->Pull(Host() + "/r/x:1", nullptr);
+  fs::remove(config);
+  ASSERT_TRUE(img.ok()) << img.status().ToString();
+  EXPECT_TRUE(authed(Head(blob)));
+  std::lock_guard<std::mutex> l(mu);
+  EXPECT_THAT(storage_head, HasSubstr("get /bucket/layer?sig=abc"));
+  EXPECT_THAT(storage_head, ::testing::Not(HasSubstr("authorization")));
 }
 
 }  // namespace

@@ -47,8 +47,15 @@ struct TestHttpReply {
 class TestHttpServer {
  public:
   using Handler = std::function<TestHttpReply(const std::string& path)>;
+  // Also sees the request's head (request line and headers, "\r\n"
+  // separated), for tests of what a client sends (Range, Authorization).
+  using HeadHandler = std::function<TestHttpReply(const std::string& path, const std::string& head)>;
 
-  explicit TestHttpServer(Handler handler) : handler_(std::move(handler)) {
+  explicit TestHttpServer(Handler handler)
+      : TestHttpServer(HeadHandler([h = std::move(handler)](const std::string& path, const std::string&) {
+          return h(path);
+        })) {}
+  explicit TestHttpServer(HeadHandler handler) : handler_(std::move(handler)) {
     listen_.reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
@@ -102,7 +109,7 @@ class TestHttpServer {
     size_t sp1 = req.find(' ');
     size_t sp2 = req.find(' ', sp1 + 1);
     ++requests_;
-    TestHttpReply r = handler_(req.substr(sp1 + 1, sp2 - sp1 - 1));
+    TestHttpReply r = handler_(req.substr(sp1 + 1, sp2 - sp1 - 1), req.substr(0, req.find("\r\n\r\n")));
     for (auto until = std::chrono::steady_clock::now() + r.delay;
          !stop_ && std::chrono::steady_clock::now() < until;) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -139,7 +146,7 @@ class TestHttpServer {
     return true;
   }
 
-  Handler handler_;
+  HeadHandler handler_;
   UniqueFd listen_;
   int port_ = 0;
   std::atomic<bool> stop_{false};
