@@ -45,6 +45,16 @@ def _free_port():
         return s.getsockname()[1]
 
 
+def _die_with_parent():
+    """In the registry's child: SIGTERM when this process dies, however it
+    dies, so a killed test leaves no registry behind (prctl PR_SET_PDEATHSIG)."""
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
+    except OSError:
+        pass
+
+
 def _run(*args):
     subprocess.run(args, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
@@ -140,7 +150,7 @@ class Registry:
             log = open(os.path.join(self.dir, "registry.log"), "wb")
             self.proc = subprocess.Popen([REGISTRY_BIN, "serve", self._config(port)],
                                          stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL)
+                                         stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
             log.close()
             self.address = f"127.0.0.1:{port}"
             if self._wait_ready():
