@@ -6,7 +6,10 @@
 #include <cstdint>
 #include <string>
 
+#include <memory>
+
 #include "noderuntime/nodeagent/image_resolver.h"
+#include "noderuntime/nodeagent/image_rootfs_cache.h"
 
 namespace kubicle::noderuntime::nodeagent {
 
@@ -22,6 +25,13 @@ struct AgentConfig {
   // as the Lease annotation kubicle.dev/serving-ca; empty: plain HTTP.
   std::string serving_ca_pem;
   ImageResolverOptions images;                 // image roots and download cache
+  // Templates naming spec.image are pulled and built through this (shared:
+  // the config is copied); null: such templates fail on this node, saying so.
+  std::shared_ptr<ImageRootfsCache> image_rootfs;
+  // The guest of templates that name no kernel (--default-kernel,
+  // --default-initrd): the node's own files, outside the image roots.
+  // Empty: such templates fail on this node, saying so.
+  std::string default_kernel, default_initrd;
   int sandbox_workers = 8;                     // concurrent restores/forks/teardowns
   int template_workers = 2;                    // concurrent image resolutions/bakes
   std::chrono::seconds resync{5};              // every object re-checked this often

@@ -1,5 +1,8 @@
 #include "noderuntime/nodeagent/template_sync.h"
 
+#include <filesystem>
+#include <set>
+
 #include "common/log.h"
 #include "kube/api/names.h"
 #include "kube/time_format.h"
@@ -28,15 +31,36 @@ std::optional<NodeEntry> EntryOf(const Json& tmpl, const std::string& node) {
 }
 
 Result<TemplateSpec> TemplateSpecFrom(const kube::api::SandboxTemplateSpec& spec,
-                                      const std::string& node_template_name, const ResolveFn& resolve) {
+                                      const std::string& node_template_name, const ResolveFn& resolve,
+                                      const ImageFn& image, const GuestDefaults& guest) {
   TemplateSpec s;
   s.name = node_template_name;
-  ASSIGN_OR_RETURN(s.kernel, resolve({"kernel", spec.kernel.value_or(""), spec.kernel_sha256.value_or("")}));
+  // The schema and the operator hold this too; a node acts on no guess.
+  if (spec.image.has_value() == spec.rootfs.has_value()) {
+    return Status::InvalidArgument("exactly one of spec.image and spec.rootfs is required");
+  }
+  if (spec.kernel) {
+    ASSIGN_OR_RETURN(s.kernel, resolve({"kernel", *spec.kernel, spec.kernel_sha256.value_or("")}));
+  } else if (guest.kernel.empty()) {
+    return Status::FailedPrecondition(
+        "spec.kernel is not set and this node has no default guest kernel (kubicle-node serve --default-kernel)");
+  } else {
+    s.kernel = guest.kernel;
+    s.initrd = guest.initrd;
+  }
   if (!spec.initrd.value_or("").empty()) {
     ASSIGN_OR_RETURN(s.initrd, resolve({"initrd", *spec.initrd, spec.initrd_sha256.value_or("")}));
   }
-  ASSIGN_OR_RETURN(std::string rootfs,
-                   resolve({"rootfs", spec.rootfs.value_or(""), spec.rootfs_sha256.value_or("")}));
+  std::string rootfs;
+  if (spec.image) {
+    if (!image) return Status::FailedPrecondition("spec.image: this node pulls no container images");
+    ASSIGN_OR_RETURN(ImageRootfs built, image(*spec.image));
+    rootfs = built.path;
+  } else {
+    ASSIGN_OR_RETURN(rootfs, resolve({"rootfs", *spec.rootfs, spec.rootfs_sha256.value_or("")}));
+  }
+  // Read-only under the guest's tmpfs overlay (kBaseCmdline), whichever
+  // way it was made: one built rootfs serves every template of its image.
   s.disks = {rootfs + ",ro"};
   s.cmdline = kBaseCmdline;
   if (std::string args = spec.kernel_args.value_or(""); !args.empty()) s.cmdline += " " + args;
@@ -74,7 +98,11 @@ TemplateSync::TemplateSync(kube::KubeClient* client, SandboxService* service, co
 
 TemplateSync::~TemplateSync() { Stop(); }
 
-void TemplateSync::Start() { (void)engine_.Start([this](const std::string& key) { Sync(key); }); }
+void TemplateSync::Start() {
+  // What a previous run built for templates gone since, or left half-built.
+  CollectImages();
+  (void)engine_.Start([this](const std::string& key) { Sync(key); });
+}
 
 void TemplateSync::Stop() { engine_.Stop(); }
 
@@ -109,6 +137,7 @@ void TemplateSync::Sync(const std::string& key) {
     // A download that failed for the network may work later; a bad spec will not.
     if (info.status().code() == StatusCode::kUnavailable) queue_.AddAfter(key, kRetryTransient);
   } else if (info->state == TemplateState::kBaking) {
+    entry.image_digest = ImageDigestOf(info->spec);
     entry.phase = "Baking";
     entry.message = Bounded(info->message.empty() ? "baking" : info->message);
     queue_.AddAfter(key, kBakePoll);
@@ -118,6 +147,7 @@ void TemplateSync::Sync(const std::string& key) {
     entry.bake_seconds = info->bake_seconds;
     entry.endpoint = config_.endpoint;
     entry.node_template = info->spec.name;
+    entry.image_digest = ImageDigestOf(info->spec);
     // Every pass: a new Secret means a new hash, and the old token stops.
     Status st = service_->SetRunToken(info->spec.name, obj.status.run_token_sha256);
     if (!st.ok()) log::Warn("run token not set", {{"template", key}, {"error", st.ToString()}});
@@ -139,24 +169,78 @@ Result<TemplateInfo> TemplateSync::EnsureBaked(const std::string& key, const San
   }
   if (!known->failure.empty()) return Status::FailedPrecondition(known->failure);
   Report(key, tmpl, {.phase = "Baking", .observed_generation = known->generation, .message = "resolving images"});
-  ++resolving_;
-  auto spec = TemplateSpecFrom(tmpl.spec, name, [&](const ImageSource& src) {
-    return resolver_.Resolve(src, [&](const std::string& progress) {
-      Report(key, tmpl, {.phase = "Baking", .observed_generation = known->generation, .message = progress});
-    });
-  });
-  --resolving_;
-  if (!spec.ok()) {
-    if (spec.status().code() != StatusCode::kUnavailable) known->failure = spec.status().message();
-    log::Warn("template images refused", {{"template", key}, {"node", config_.node_name},
-                                          {"error", spec.status().ToString()}});
-    return spec.status();
+  Result<TemplateInfo> put = Status::Internal("not baked");
+  {
+    // An image's built rootfs is referenced by no node template until
+    // PutTemplate: no collection in between.
+    std::shared_lock images(images_mu_);
+    ++resolving_;
+    auto spec = SpecOf(key, tmpl, *known);
+    --resolving_;
+    if (!spec.ok()) {
+      if (spec.status().code() != StatusCode::kUnavailable) known->failure = spec.status().message();
+      log::Warn("template images refused", {{"template", key}, {"node", config_.node_name},
+                                            {"error", spec.status().ToString()}});
+      put = spec.status();
+    } else {
+      known->spec = *spec;
+      put = service_->PutTemplate(*spec);
+      if (!put.ok()) known->failure = put.status().message();
+      else log::Info("baking template", {{"template", key}, {"node_template", name}});
+    }
   }
-  known->spec = *spec;
-  auto put = service_->PutTemplate(*spec);
-  if (!put.ok()) known->failure = put.status().message();
-  else log::Info("baking template", {{"template", key}, {"node_template", name}});
+  if (collect_pending_) CollectImages();
   return put;
+}
+
+Result<TemplateSpec> TemplateSync::SpecOf(const std::string& key, const SandboxTemplateView& tmpl,
+                                          const Known& known) {
+  auto progress = [&](const std::string& message) {
+    Report(key, tmpl, {.phase = "Baking", .observed_generation = known.generation, .message = message});
+  };
+  ImageFn image;
+  if (config_.image_rootfs) {
+    image = [&](const std::string& reference) { return config_.image_rootfs->Resolve(reference, progress); };
+  }
+  GuestDefaults guest{config_.default_kernel, config_.default_initrd};
+  // The node's own files: not under the image roots, but checked here so a
+  // missing one fails the template with its flag's name, not the VMM's error.
+  if (!tmpl.spec.kernel) {
+    for (const auto& [flag, path] : {std::pair{"--default-kernel", guest.kernel},
+                                     std::pair{"--default-initrd", guest.initrd}}) {
+      std::error_code ec;
+      if (!path.empty() && !std::filesystem::is_regular_file(path, ec)) {
+        return Status::FailedPrecondition("spec.kernel is not set and the node's default guest file " + path +
+                                          " (" + flag + ") is missing");
+      }
+    }
+  }
+  return TemplateSpecFrom(
+      tmpl.spec, TemplateNodeId(known.uid, known.generation),
+      [&](const ImageSource& src) { return resolver_.Resolve(src, progress); }, image, guest);
+}
+
+std::string TemplateSync::ImageDigestOf(const TemplateSpec& spec) const {
+  if (!config_.image_rootfs || spec.disks.empty()) return "";
+  std::string path = spec.disks[0];
+  if (path.ends_with(",ro")) path.resize(path.size() - 3);
+  return config_.image_rootfs->DigestOfPath(path);
+}
+
+void TemplateSync::CollectImages() {
+  if (!config_.image_rootfs) return;
+  std::unique_lock images(images_mu_, std::try_to_lock);
+  if (!images.owns_lock()) {
+    collect_pending_ = true;  // the resolution holding it collects when done
+    return;
+  }
+  collect_pending_ = false;
+  std::set<std::string> keep;
+  for (const TemplateInfo& t : service_->ListTemplates()) {
+    if (std::string digest = ImageDigestOf(t.spec); !digest.empty()) keep.insert(digest);
+  }
+  Status st = config_.image_rootfs->Collect(keep);
+  if (!st.ok()) log::Warn("image collection failed", {{"node", config_.node_name}, {"error", st.ToString()}});
 }
 
 void TemplateSync::Report(const std::string& key, const SandboxTemplateView& tmpl, const NodeEntry& entry) {
@@ -190,12 +274,17 @@ void TemplateSync::Report(const std::string& key, const SandboxTemplateView& tmp
 void TemplateSync::DeleteOldGenerations(const Known& known, const std::string& keep) {
   const std::string prefix = TemplateNodeIdPrefix(known.uid);
   const std::string keep_prefix = keep + "-";  // its shape variants stay too
+  bool collect = false;
   for (const TemplateInfo& t : service_->ListTemplates()) {
     const std::string& n = t.spec.name;
     if (n.rfind(prefix, 0) != 0 || n == keep || n.rfind(keep_prefix, 0) == 0) continue;
     Status st = service_->DeleteTemplate(n);  // FailedPrecondition while sandboxes of it run
-    if (st.ok()) log::Info("deleted the node template of an older generation", {{"node_template", n}});
+    if (st.ok()) {
+      log::Info("deleted the node template of an older generation", {{"node_template", n}});
+      collect = collect || !ImageDigestOf(t.spec).empty();  // a moved tag's image
+    }
   }
+  if (collect) CollectImages();
 }
 
 void TemplateSync::Forget(const std::string& key) {
@@ -213,6 +302,7 @@ void TemplateSync::Forget(const std::string& key) {
     Status st = service_->DeleteTemplate(t.spec.name);
     if (!st.ok() && st.code() != StatusCode::kNotFound) all_gone = false;
   }
+  if (all_gone) CollectImages();
   std::lock_guard l(mu_);
   if (all_gone) {
     known_.erase(key);
