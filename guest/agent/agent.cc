@@ -55,6 +55,7 @@ Result<UniqueFd> ListenVsock(uint32_t port) {
 
 Status Agent::Start() {
   RETURN_IF_ERROR(execs_.Start());
+  if (!options_.image_config.empty()) execs_.SetImageDefaults(LoadImageDefaults(options_.image_config));
   if (options_.vsock) {
     ASSIGN_OR_RETURN(UniqueFd fd, ListenVsock(options_.vsock_port));
     RETURN_IF_ERROR(Listen(std::move(fd), "vsock:" + std::to_string(options_.vsock_port)));

@@ -42,6 +42,8 @@ struct AgentOptions {
   bool vsock = true;
   uint32_t vsock_port = protocol::kAgentVsockPort;
   SystemOptions system;
+  // The image's defaults for execs (image_defaults.h); empty: none.
+  std::string image_config = kImageConfigPath;
 };
 
 class Agent final : public ConnectionSink {

@@ -82,8 +82,24 @@ void ExecService::HandleStart(Connection& c, const Frame& f) {
   SpawnSpec spec;
   spec.argv = req->argv.empty() ? std::vector<std::string>{"/bin/sh", "-c", req->shell_command}
                                 : req->argv;
-  spec.env = MergeEnv(environ, req->env);
-  spec.cwd = req->cwd;
+  // Environment, lowest first: the agent's, the image user's HOME, the
+  // image's Env, the request's env.
+  std::vector<std::string> env;
+  if (!defaults_.user.empty()) {
+    auto cred = ResolveUser(defaults_.user);
+    if (!cred.ok())
+      return c.SendError(f.id, Status(StatusCode::kFailedPrecondition,
+                                      "the image's User: " + cred.status().message()));
+    spec.set_ids = true;
+    spec.uid = cred->uid;
+    spec.gid = cred->gid;
+    spec.groups = cred->groups;
+    if (!cred->home.empty()) env.push_back("HOME=" + cred->home);
+  }
+  env.insert(env.end(), defaults_.env.begin(), defaults_.env.end());
+  env.insert(env.end(), req->env.begin(), req->env.end());
+  spec.env = MergeEnv(environ, env);
+  spec.cwd = req->cwd.empty() ? defaults_.working_dir : req->cwd;
   spec.pipe_stdin = req->stdin_streamed || !req->stdin_data.empty();
   spec.capture_output = !req->background;
   auto spawned = Spawn(spec);

@@ -34,6 +34,7 @@
 #include "common/status.h"
 #include "common/unique_fd.h"
 #include "guest/agent/connection.h"
+#include "guest/agent/image_defaults.h"
 #include "guest/agent/loop.h"
 
 namespace kubicle::guest::agent {
@@ -52,6 +53,9 @@ class ExecService {
 
   // Opens a signalfd for SIGCHLD (which the caller has blocked).
   Status Start();
+  // The image's Env, WorkingDir and User, for every later exec (see
+  // image_defaults.h for how they combine with a request's).
+  void SetImageDefaults(ImageDefaults d) { defaults_ = std::move(d); }
 
   void HandleStart(Connection& c, const protocol::Frame& f);
   void HandleStdin(Connection& c, const protocol::Frame& f);
@@ -80,6 +84,7 @@ class ExecService {
   void Finish(pid_t pid);
 
   Loop* loop_;
+  ImageDefaults defaults_;
   UniqueFd sigfd_;
   Loop::Token sig_token_ = 0;
   std::map<pid_t, std::unique_ptr<Exec>> execs_;

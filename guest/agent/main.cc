@@ -2,6 +2,7 @@
 //
 //   kubicle-agent [--vsock-port N] [--no-vsock] [--unix PATH] [--log-level L]
 //                 [--no-set-clock] [--no-set-hostname] [--nic IF] [--unshare-uts]
+//                 [--image-config PATH]
 //
 // Value flags also take the --flag=value form (common/flag_args.h).
 //
@@ -33,7 +34,8 @@ namespace {
 constexpr const char* kUsage =
     "usage: kubicle-agent [--vsock-port N] [--no-vsock] [--unix PATH]\n"
     "                     [--log-level debug|info|warn|error]\n"
-    "                     [--no-set-clock] [--no-set-hostname] [--nic IF] [--unshare-uts]\n";
+    "                     [--no-set-clock] [--no-set-hostname] [--nic IF] [--unshare-uts]\n"
+    "                     [--image-config PATH]  (default /.kubicle/image.json; empty: none)\n";
 
 bool ParseArgs(int argc, char** argv, agent::AgentOptions* o, bool* unshare_uts) {
   bool explicit_vsock = false;
@@ -68,6 +70,8 @@ bool ParseArgs(int argc, char** argv, agent::AgentOptions* o, bool* unshare_uts)
     } else if (a == "--nic") {
       if (!value(&v) || v.empty()) return false;
       o->system.nic = v;
+    } else if (a == "--image-config") {
+      if (!value(&o->image_config)) return false;
     } else if (a == "--unshare-uts") {
       *unshare_uts = true;
     } else if (a == "--version") {

@@ -1,6 +1,7 @@
 #include "guest/agent/spawn.h"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -76,7 +77,8 @@ Status SetNonBlocking(int fd) {
 
 // Runs in the child between fork and execve: only async-signal-safe calls.
 [[noreturn]] void ChildMain(int in, int out, int err, int report, const char* cwd,
-                            const char* path, char* const* argv, char* const* envp) {
+                            const char* path, char* const* argv, char* const* envp,
+                            const SpawnSpec& ids) {
   auto fail = [report](int e) {
     ssize_t unused = ::write(report, &e, sizeof(e));
     (void)unused;
@@ -89,6 +91,10 @@ Status SetNonBlocking(int fd) {
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  // Groups, then gid, then uid: each needs the privilege the next drops.
+  if (ids.set_ids && (::setgroups(ids.groups.size(), ids.groups.data()) < 0 || ::setgid(ids.gid) < 0 ||
+                      ::setuid(ids.uid) < 0))
+    fail(errno);
   if (cwd != nullptr && ::chdir(cwd) < 0) fail(errno);
   ::execve(path, argv, envp);
   fail(errno);
@@ -125,7 +131,7 @@ Result<Spawned> Spawn(const SpawnSpec& spec) {
               spec.capture_output ? out.w.get() : devnull.get(),
               spec.capture_output ? err.w.get() : devnull.get(), report.w.get(),
               spec.cwd.empty() ? nullptr : spec.cwd.c_str(), program.c_str(), argv.data(),
-              envp.data());
+              envp.data(), spec);
   }
   report.w.reset();
   int child_errno = 0;

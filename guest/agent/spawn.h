@@ -24,6 +24,12 @@ struct SpawnSpec {
   std::string cwd;                // empty: inherit
   bool pipe_stdin = false;        // else /dev/null
   bool capture_output = true;     // else stdout and stderr go to /dev/null
+  // Run as uid/gid with exactly these supplementary groups (the image's
+  // User); else as the agent.
+  bool set_ids = false;
+  uid_t uid = 0;
+  gid_t gid = 0;
+  std::vector<gid_t> groups;
 };
 
 struct Spawned {
