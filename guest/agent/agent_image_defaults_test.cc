@@ -126,6 +126,13 @@ TEST_F(ImageAgentTest, EnvAndWorkingDirAreDefaults) {
   // The request's cwd wins.
   r = Run("pwd", {}, "/");
   EXPECT_EQ(ToString(r.stdout_data), "/\n");
+  // as_agent: none of the image's defaults.
+  ExecStartRequest req;
+  req.shell_command = "echo \"[$FROM_IMAGE]\"; [ \"$(pwd)\" = /tmp ] && echo tmp || echo not-tmp";
+  req.as_agent = true;
+  auto own = client_->Exec(req);
+  ASSERT_TRUE(own.ok()) << own.status().ToString();
+  EXPECT_EQ(ToString(own->stdout_data), "[]\nnot-tmp\n");
 }
 
 TEST_F(ImageAgentTest, UserAppliesToEveryExec) {
@@ -133,6 +140,13 @@ TEST_F(ImageAgentTest, UserAppliesToEveryExec) {
   Start(R"({"User":"65534:65534"})");
   auto r = Run("id -u; id -g; id -G");
   EXPECT_EQ(ToString(r.stdout_data), "65534\n65534\n65534\n");
+  // The node's own commands (as_agent) run as the agent.
+  ExecStartRequest req;
+  req.shell_command = "id -u";
+  req.as_agent = true;
+  auto own = client_->Exec(req);
+  ASSERT_TRUE(own.ok()) << own.status().ToString();
+  EXPECT_EQ(ToString(own->stdout_data), "0\n");
 }
 
 TEST_F(ImageAgentTest, AnUnknownUserFailsTheExecNamingIt) {

@@ -83,10 +83,12 @@ void ExecService::HandleStart(Connection& c, const Frame& f) {
   spec.argv = req->argv.empty() ? std::vector<std::string>{"/bin/sh", "-c", req->shell_command}
                                 : req->argv;
   // Environment, lowest first: the agent's, the image user's HOME, the
-  // image's Env, the request's env.
+  // image's Env, the request's env. as_agent: the agent's alone.
+  static const ImageDefaults kNoDefaults;
+  const ImageDefaults& image = req->as_agent ? kNoDefaults : defaults_;
   std::vector<std::string> env;
-  if (!defaults_.user.empty()) {
-    auto cred = ResolveUser(defaults_.user);
+  if (!image.user.empty()) {
+    auto cred = ResolveUser(image.user);
     if (!cred.ok())
       return c.SendError(f.id, Status(StatusCode::kFailedPrecondition,
                                       "the image's User: " + cred.status().message()));
@@ -96,10 +98,10 @@ void ExecService::HandleStart(Connection& c, const Frame& f) {
     spec.groups = cred->groups;
     if (!cred->home.empty()) env.push_back("HOME=" + cred->home);
   }
-  env.insert(env.end(), defaults_.env.begin(), defaults_.env.end());
+  env.insert(env.end(), image.env.begin(), image.env.end());
   env.insert(env.end(), req->env.begin(), req->env.end());
   spec.env = MergeEnv(environ, env);
-  spec.cwd = req->cwd.empty() ? defaults_.working_dir : req->cwd;
+  spec.cwd = req->cwd.empty() ? image.working_dir : req->cwd;
   spec.pipe_stdin = req->stdin_streamed || !req->stdin_data.empty();
   spec.capture_output = !req->background;
   auto spawned = Spawn(spec);

@@ -132,6 +132,9 @@ struct ExecStartRequest {
   uint64_t timeout_ms = 0;    // 0 = none
   uint64_t output_limit = 0;  // 0 = agent default
   bool background = false;
+  // Run as the agent itself (root), ignoring the image's Env, WorkingDir and
+  // User (/.kubicle/image.json): the node's own system commands set it.
+  bool as_agent = false;
   Bytes Encode() const;
   static Result<ExecStartRequest> Decode(ByteSpan payload);
 };

@@ -35,6 +35,7 @@ Bytes ExecStartRequest::Encode() const {
   if (timeout_ms != 0) b.U64(Tag::kTimeoutMs, timeout_ms);
   if (output_limit != 0) b.U64(Tag::kOutputLimit, output_limit);
   if (background) b.Bool(Tag::kBackground, true);
+  if (as_agent) b.Bool(Tag::kAsAgent, true);
   return b.Take();
 }
 
@@ -50,6 +51,7 @@ Result<ExecStartRequest> ExecStartRequest::Decode(ByteSpan payload) {
   m.timeout_ms = r.U64(Tag::kTimeoutMs).value_or(0);
   m.output_limit = r.U64(Tag::kOutputLimit).value_or(0);
   m.background = r.Bool(Tag::kBackground);
+  m.as_agent = r.Bool(Tag::kAsAgent);
   if (!r.status().ok()) return r.status();
   if (m.argv.empty() == m.shell_command.empty()) {
     return Status::InvalidArgument("exactly one of argv and shell_command is required");

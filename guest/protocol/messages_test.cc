@@ -88,13 +88,16 @@ TEST(Messages, ExecRoundTrips) {
   EXPECT_EQ(d.stdin_data, x.stdin_data);
   EXPECT_EQ(d.timeout_ms, 5000u);
   EXPECT_FALSE(d.background);
+  EXPECT_FALSE(d.as_agent);
 
   ExecStartRequest sh;
   sh.shell_command = "ls | wc -l";
   sh.stdin_streamed = true;
+  sh.as_agent = true;
   auto ds = RoundTrip(sh);
   EXPECT_EQ(ds.shell_command, sh.shell_command);
   EXPECT_TRUE(ds.stdin_streamed);
+  EXPECT_TRUE(ds.as_agent);
 
   EXPECT_EQ(RoundTrip(ExecStartReply{77}).pid, 77u);
   EXPECT_EQ(RoundTrip(ExecStdinChunk{{9}}).data, Bytes{9});

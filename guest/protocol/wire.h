@@ -162,6 +162,8 @@ enum class Tag : uint16_t {
   kReadOnly = 0x0075,         // u8 bool
   kDiskId = 0x0076,           // str, the device's serial (virtio-blk GET_ID)
   kFlush = 0x0077,            // u8 bool
+
+  kAsAgent = 0x0080,  // u8 bool: EXEC_START as the agent, without the image's defaults
 };
 
 enum class FileType : uint8_t { kFile = 1, kDirectory = 2, kSymlink = 3, kOther = 4 };

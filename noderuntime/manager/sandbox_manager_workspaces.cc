@@ -89,6 +89,7 @@ void SandboxManager::ReleaseWorkspace(Sandbox& sb) {
 Status SandboxManager::MountWorkspace(guest::client::AgentClient& agent, const std::string& name) {
   guest::protocol::ExecStartRequest req;
   req.shell_command = kMountScript;
+  req.as_agent = true;  // mount needs root, whatever the image's User
   auto r = agent.Exec(req, {}, guest::client::DeadlineIn(10s));
   // A guest without a shell (the test guest) uses the disk raw.
   if (!r.ok() && r.status().code() == StatusCode::kUnimplemented) return Status::Ok();
@@ -112,6 +113,7 @@ void SandboxManager::UnmountWorkspace(Sandbox& sb) {
   if (!agent) return;
   guest::protocol::ExecStartRequest req;
   req.shell_command = kUnmountScript;
+  req.as_agent = true;
   auto r = agent->Exec(req, {}, guest::client::DeadlineIn(10s));
   if (r.ok() && r->exit_code != 0)
     log::Warn("workspace unmount failed", {{"sandbox", sb.rec.info.id}, {"workspace", sb.rec.info.workspace},
