@@ -22,6 +22,7 @@
 #include "noderuntime/daemon/uninstall.h"
 #include "noderuntime/node_util.h"
 #include "noderuntime/nodeagent/node_agent.h"
+#include "noderuntime/nodeagent/oci_rootfs.h"
 #include "noderuntime/manager/sandbox_manager.h"
 
 namespace kubicle::noderuntime::daemon {
@@ -118,6 +119,17 @@ Result<std::unique_ptr<nodeagent::NodeAgent>> StartAgent(const ServeFlags& f, co
   std::error_code ec;
   std::filesystem::create_directories(c.images.cache_dir, ec);
   if (ec) return Status::Internal("cannot create " + c.images.cache_dir + ": " + ec.message());
+  // Container images (spec.image): a registry config or CA that cannot be
+  // read fails the start, not every image template later.
+  oci::ImageStoreOptions store;
+  store.dir = f.image_store;
+  store.docker_config_path = f.registry_config;
+  store.insecure_registries = f.insecure_registries;
+  store.ca_file = f.registry_ca;
+  store.max_image_bytes = f.max_image_bytes;
+  ASSIGN_OR_RETURN(c.image_rootfs, nodeagent::OpenOciRootfsCache(std::move(store)));
+  c.default_kernel = f.default_kernel;
+  c.default_initrd = f.default_initrd;
   return std::make_unique<nodeagent::NodeAgent>(std::move(client), service, std::move(c), registry);
 }
 
