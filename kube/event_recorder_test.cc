@@ -111,6 +111,7 @@ TEST(EventRecorderTest, AFullQueueDropsEventsAndCountsThem) {
   GatedClient c;
   EventRecorderOptions o;
   o.max_pending = 3;
+  o.burst = 0;  // the queue's own bound, without folding
   {
     EventRecorder rec(&c, "kubicle-operator", "op-0", &RealClock::Instance(), o);
     rec.Record(SandboxObject("first"), "Normal", "Scheduled", "a");
@@ -145,6 +146,94 @@ TEST(EventRecorderTest, DestructionGivesUpOnAStalledApiserverAfterTheDrainTimeou
   opener.join();
   EXPECT_GE(std::chrono::steady_clock::now() - start, 100ms);
   EXPECT_EQ(EventCount(&c.fake), 1u) << "the queued second Event was dropped at shutdown";
+}
+
+std::vector<Json> Events(FakeKubeClient* c, const std::string& reason) {
+  std::vector<Json> out;
+  const Json list = *c->List(EventResource(), "ns", {});
+  for (const Json& e : list["items"])
+    if (e["reason"] == reason) out.push_back(e);
+  return out;
+}
+
+const Json* Combined(const std::vector<Json>& events) {
+  for (const Json& e : events)
+    if (e["message"].get<std::string>().starts_with("(combined from similar events)")) return &e;
+  return nullptr;
+}
+
+// A burst of similar Events (100 Sandboxes placed at once) costs `burst`
+// creates and one combined Event, not one write each; other reasons keep
+// their own budget.
+TEST(EventRecorderTest, ABurstOfSimilarEventsIsFoldedIntoOneCombinedEvent) {
+  FakeClock clock;
+  FakeKubeClient c(&clock);
+  EventRecorderOptions o;
+  o.burst = 3;
+  EventRecorder rec(&c, "kubicle-operator", "op-0", &clock, o);
+  for (int i = 0; i < 10; ++i) rec.Record(SandboxObject("s" + std::to_string(i)), "Normal", "Scheduled", "placed on node a");
+  rec.Record(SandboxObject("n"), "Warning", "NodeLost", "node a is gone");
+  ASSERT_TRUE(rec.Flush(5s));
+  const auto scheduled = Events(&c, "Scheduled");
+  ASSERT_EQ(scheduled.size(), 4u);
+  const Json* combined = Combined(scheduled);
+  ASSERT_NE(combined, nullptr);
+  EXPECT_EQ((*combined)["count"], 7);
+  EXPECT_EQ((*combined)["message"],
+            "(combined from similar events): 7 Scheduled Events in a burst, the last: placed on node a");
+  EXPECT_EQ((*combined)["involvedObject"]["name"], "s9");
+  for (const Json& e : scheduled)
+    if (&e != combined) {
+      EXPECT_EQ(e["count"], 1);
+    }
+  EXPECT_EQ(Events(&c, "NodeLost").size(), 1u);
+}
+
+// Tokens come back with the (injected) clock: a steady trickle is recorded
+// one by one; the next burst adds to the same combined Event.
+TEST(EventRecorderTest, TokensRefillWithTimeAndLaterBurstsAddToTheCombinedEvent) {
+  FakeClock clock;
+  FakeKubeClient c(&clock);
+  EventRecorderOptions o;
+  o.burst = 2;
+  o.refill = 1000ms;
+  EventRecorder rec(&c, "kubicle-operator", "op-0", &clock, o);
+  rec.Record(SandboxObject("a"), "Normal", "Scheduled", "x");
+  rec.Record(SandboxObject("b"), "Normal", "Scheduled", "x");
+  rec.Record(SandboxObject("c"), "Normal", "Scheduled", "x");  // folded
+  clock.Advance(std::chrono::seconds(1));
+  rec.Record(SandboxObject("d"), "Normal", "Scheduled", "x");  // a token is back
+  ASSERT_TRUE(rec.Flush(5s));
+  auto scheduled = Events(&c, "Scheduled");
+  ASSERT_EQ(scheduled.size(), 4u);
+  ASSERT_NE(Combined(scheduled), nullptr);
+  EXPECT_EQ((*Combined(scheduled))["count"], 1);
+  for (int i = 0; i < 5; ++i) rec.Record(SandboxObject("e" + std::to_string(i)), "Normal", "Scheduled", "y");
+  ASSERT_TRUE(rec.Flush(5s));
+  scheduled = Events(&c, "Scheduled");
+  ASSERT_EQ(scheduled.size(), 4u) << "the second burst is counted in the same combined Event";
+  EXPECT_EQ((*Combined(scheduled))["count"], 6);
+  EXPECT_EQ((*Combined(scheduled))["message"],
+            "(combined from similar events): 5 Scheduled Events in a burst, the last: y");
+}
+
+// Folded Events are sent without a Flush once the refill interval has
+// passed (in real time), so a burst's record reaches the apiserver.
+TEST(EventRecorderTest, FoldedEventsAreSentAfterTheRefillIntervalWithoutAFlush) {
+  FakeKubeClient c;
+  EventRecorderOptions o;
+  o.burst = 1;
+  o.refill = 50ms;
+  EventRecorder rec(&c, "kubicle-operator", "op-0", &RealClock::Instance(), o);
+  for (int i = 0; i < 4; ++i) rec.Record(SandboxObject("s" + std::to_string(i)), "Normal", "Scheduled", "x");
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!Combined(Events(&c, "Scheduled")) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(5ms);
+  const auto scheduled = Events(&c, "Scheduled");
+  ASSERT_NE(Combined(scheduled), nullptr) << "no combined Event within 10 s";
+  int total = 0;  // every Event recorded is in one of them, none twice
+  for (const Json& e : scheduled) total += e["count"].get<int>();
+  EXPECT_EQ(total, 4);
 }
 
 }  // namespace
