@@ -196,7 +196,14 @@ class TokenService {
   virtual ~TokenService() = default;
 
   // True if `token` is the sandbox's data-plane token (constant-time compare).
+  // False for every token while a sandbox made with token_later has none.
   virtual bool CheckToken(const std::string& id, const std::string& token) = 0;
+  // Gives a sandbox made with SandboxSpec::token_later the hex SHA-256 of
+  // its token (persisted with its record). OK when it already has this
+  // hash; FailedPrecondition when it has another (a token never changes),
+  // NotFound for no such sandbox, InvalidArgument for a hash that is not
+  // 64 lowercase hex.
+  virtual Status SetSandboxToken(const std::string& id, const std::string& token_sha256) = 0;
   // Sets the hex SHA-256 of the template's run token (the node agent takes
   // it from SandboxTemplate status.runTokenSha256); empty clears it. Kept in
   // memory only: the node agent sets it again after a restart. NotFound for

@@ -80,8 +80,15 @@ struct SandboxSpec {
   Env env;
   // Set: clients authenticate with the token whose hex SHA-256 this is (the
   // node agent takes it from Sandbox status.tokenSha256) and no token is
-  // minted. Empty: the node mints one and returns it once.
+  // minted. Empty: the node mints one and returns it once (unless
+  // token_later).
   std::string token_sha256;
+  // In-process only (the node agent; the HTTP API never sets it): with an
+  // empty token_sha256, no token is minted and none opens the data plane
+  // until TokenService::SetSandboxToken gives the hash. So the VM restores
+  // while the operator is still publishing status.tokenSha256, and no
+  // command runs in it before the token is known.
+  bool token_later = false;
   // spec.network's egress policy (docs/network.md); unset: the template's.
   std::optional<network::EgressPolicy> network;
   // ---- workspaces ----

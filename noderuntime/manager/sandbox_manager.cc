@@ -387,6 +387,23 @@ bool SandboxManager::CheckToken(const std::string& id, const std::string& token)
   return !want.empty() && ConstantTimeEqual(Sha256Hex(token), want);
 }
 
+Status SandboxManager::SetSandboxToken(const std::string& id, const std::string& token_sha256) {
+  bool hex = token_sha256.size() == 64;
+  for (char c : token_sha256) hex = hex && ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'));
+  if (!hex) return Status::InvalidArgument("token_sha256 is not 64 lowercase hex digits");
+  ASSIGN_OR_RETURN(std::shared_ptr<Sandbox> sb, Find(id));
+  std::lock_guard l(sb->mu);
+  if (sb->rec.token_sha256 == token_sha256) return Status::Ok();
+  if (!sb->rec.token_sha256.empty())
+    return Status::FailedPrecondition("sandbox '" + id + "' already has another token");
+  sb->rec.token_sha256 = token_sha256;
+  // A sandbox still being created is persisted with it when it is done.
+  if (sb->rec.info.state == SandboxState::kCreating) return Status::Ok();
+  Status st = Persist(*sb);
+  if (!st.ok()) sb->rec.token_sha256.clear();  // memory and disk agree: the caller retries
+  return st;
+}
+
 guest::client::ClientOptions SandboxManager::AgentOptions() const {
   guest::client::ClientOptions o;
   o.limits = config_.agent_limits;

@@ -144,6 +144,7 @@ class SandboxManager final : public SandboxService, private SweepTarget {
   Result<SandboxInfo> ResumeSandbox(const std::string& id) override;
   Result<std::vector<std::string>> DeleteSandboxes(const std::string& selector) override;
   bool CheckToken(const std::string& id, const std::string& token) override;
+  Status SetSandboxToken(const std::string& id, const std::string& token_sha256) override;
 
   Result<guest::client::ExecResult> Exec(const std::string& id, const ExecOptions& options) override;
   Status WriteFile(const std::string& id, const std::string& path, guest::protocol::ByteSpan data,

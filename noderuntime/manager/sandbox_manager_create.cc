@@ -46,9 +46,16 @@ Status ValidateEnv(const Env& env) {
   return Status::Ok();
 }
 
-// A given hash is the caller's token (the node agent's); otherwise a new
-// token is minted, returned once and only its hash kept.
-Status SetToken(const std::string& given_sha256, std::string* token, std::string* sha256) {
+// A given hash is the caller's token (the node agent's); with `later`, no
+// hash yet (SetSandboxToken gives it; until then no token opens the
+// sandbox); otherwise a new token is minted, returned once and only its
+// hash kept.
+Status SetToken(const std::string& given_sha256, bool later, std::string* token, std::string* sha256) {
+  if (given_sha256.empty() && later) {
+    token->clear();
+    sha256->clear();
+    return Status::Ok();
+  }
   if (given_sha256.empty()) {
     *token = RandomHex(32);
     *sha256 = Sha256Hex(*token);
@@ -121,7 +128,7 @@ Result<std::shared_ptr<SandboxManager::Sandbox>> SandboxManager::NewSandbox(cons
   RETURN_IF_ERROR(ValidateEnv(info.env));
   info.created_at = config_.clock();
   if (spec.ttl_seconds) info.expires_at = info.created_at + std::chrono::seconds(*spec.ttl_seconds);
-  RETURN_IF_ERROR(SetToken(spec.token_sha256, token, &sb->rec.token_sha256));
+  RETURN_IF_ERROR(SetToken(spec.token_sha256, spec.token_later, token, &sb->rec.token_sha256));
   return sb;
 }
 
@@ -381,7 +388,7 @@ Result<std::shared_ptr<SandboxManager::Sandbox>> SandboxManager::NewForkChild(
   ki.vcpus = src.shape.vcpus;
   k->shape = src.shape;
   k->nic = src.nic;
-  RETURN_IF_ERROR(SetToken(spec ? spec->token_sha256 : "", token, &k->rec.token_sha256));
+  RETURN_IF_ERROR(SetToken(spec ? spec->token_sha256 : "", false, token, &k->rec.token_sha256));
   k->dir = SandboxDir(ki.id);
   k->log_path = src.log_path;  // a fork child keeps logging to its parent's stderr
   return k;

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <thread>
 
+#include "common/sha256.h"
 #include "noderuntime/node_util.h"
 #include "noderuntime/manager/sandbox_manager.h"
 #include "noderuntime/testing/eventually.h"
@@ -185,6 +186,35 @@ TEST_F(SandboxManagerTest, CreateRestoresAPoolVmAndServesExecAndFiles) {
   EXPECT_FALSE(fs::exists(state_dir_ + "/sandboxes/a"));
   EXPECT_TRUE(SandboxesHoldMib(*m_, 0)) << m_->usage().mem_mib;
   for (const std::string& m : SpawnedSeccompModes()) EXPECT_EQ(m.substr(m.find(':')), ":enforce") << m;
+}
+
+// token_later (the node agent restores before the operator's token is
+// published): no token opens the sandbox until SetSandboxToken gives the
+// hash, which then never changes and survives a daemon restart.
+TEST_F(SandboxManagerTest, ASandboxMadeBeforeItsTokenOpensOnlyOnceTheHashIsSet) {
+  ASSERT_NO_FATAL_FAILURE(OpenAndBake());
+  SandboxSpec s;
+  s.id = "a";
+  s.template_name = "tg";
+  s.token_later = true;
+  auto a = m_->CreateSandbox(s);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(a->state, SandboxState::kRunning);
+  EXPECT_TRUE(a->token.empty()) << "nothing minted";
+  EXPECT_FALSE(m_->CheckToken("a", ""));
+  EXPECT_FALSE(m_->CheckToken("a", "anything"));
+  EXPECT_EQ(m_->SetSandboxToken("a", "ABC").code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(m_->SetSandboxToken("a", std::string(64, 'A')).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(m_->SetSandboxToken("nope", Sha256Hex("t")).code(), StatusCode::kNotFound);
+  ASSERT_TRUE(m_->SetSandboxToken("a", Sha256Hex("t")).ok());
+  EXPECT_TRUE(m_->CheckToken("a", "t"));
+  EXPECT_TRUE(m_->SetSandboxToken("a", Sha256Hex("t")).ok()) << "the same hash again is a no-op";
+  EXPECT_EQ(m_->SetSandboxToken("a", Sha256Hex("u")).code(), StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(m_->CheckToken("a", "u"));
+  m_->Shutdown(false);
+  m_.reset();
+  ASSERT_NO_FATAL_FAILURE(Open());
+  EXPECT_TRUE(m_->CheckToken("a", "t")) << "the hash is in the record";
 }
 
 TEST_F(SandboxManagerTest, ForkMakesRunningChildrenWithTheirOwnIdentity) {

@@ -306,14 +306,46 @@ TEST_F(NodeAgentWorld, AReadyEntrySaysWhereToRunAndTheRunTokenReachesTheNode) {
   EXPECT_FALSE(svc_.CheckRunToken(e->node_template, "tok-1")) << "the old token is revoked";
 }
 
-TEST_F(NodeAgentWorld, NoVmBeforeTheTokenIsPublished) {
+// The node restores as soon as the Sandbox is placed here, in parallel
+// with the operator publishing its token (issue 29), but nothing opens the
+// VM and it is not reported Running (so never Ready) before the hash is
+// known; then the same VM opens to that token only.
+TEST_F(NodeAgentWorld, TheVmRestoresBeforeTheTokenButOpensOnlyWithIt) {
   ReadyTemplate();
   Json s = CreateSandbox("agent-1", Json::object(), /*token=*/false);
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  EXPECT_EQ(svc_.sandbox_count(), 0u);
+  const std::string id = IdOf(s);
+  ASSERT_TRUE(Eventually([&] {
+    auto vm = svc_.GetSandbox(id);
+    return vm.ok() && vm->state == SandboxState::kRunning;
+  }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // room for a wrong report
+  EXPECT_EQ(VmState("agent-1"), "") << "reported before the token was known";
+  EXPECT_FALSE(svc_.CheckToken(id, kToken));
+  EXPECT_FALSE(svc_.CheckToken(id, ""));
   PublishToken("agent-1");
   ASSERT_TRUE(Eventually([&] { return VmState("agent-1") == "Running"; }));
-  EXPECT_TRUE(svc_.CheckToken(IdOf(s), kToken));
+  EXPECT_TRUE(svc_.CheckToken(id, kToken));
+  EXPECT_FALSE(svc_.CheckToken(id, "another"));
+  EXPECT_EQ(svc_.sandbox_count(), 1u) << "the same VM, not a second restore";
+}
+
+// A fork waits for its token (siblings are forked in one call, each with
+// its own); a hash the node refuses fails the Sandbox saying why.
+TEST_F(NodeAgentWorld, AForkWaitsForItsTokenAndABadHashFailsTheSandbox) {
+  ReadyTemplate();
+  Json src = CreateSandbox("src");
+  ASSERT_TRUE(Eventually([&] { return VmState("src") == "Running"; }));
+  CreateSandbox("kid", Json{{"forkSource", "src"}}, /*token=*/false);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(svc_.sandbox_count(), 1u) << "forked before its token";
+  Json bad = CreateSandbox("bad", Json::object(), /*token=*/false);
+  ASSERT_TRUE(Eventually([&] { return svc_.GetSandbox(IdOf(bad)).ok(); }));
+  ASSERT_TRUE(kube_.Patch(kube::SandboxResource(), kNs, "bad", kube::PatchType::kMerge,
+                          Json{{"status", {{"tokenSha256", "NOT-HEX"}}}}, "status").ok());
+  ASSERT_TRUE(Eventually([&] { return VmState("bad") == "Failed"; }));
+  EXPECT_NE(VmMessage("bad").find("64 lowercase hex"), std::string::npos) << VmMessage("bad");
+  PublishToken("kid");
+  ASSERT_TRUE(Eventually([&] { return VmState("kid") == "Running"; }));
 }
 
 TEST_F(NodeAgentWorld, ARestartReadoptsByUidFailsVanishedVmsAndReapsOrphans) {

@@ -137,8 +137,9 @@ void SandboxSync::Sync(const std::string& key) {
     const bool suspend = obj.spec.suspend;
     switch (vm->state) {
       case SandboxState::kRunning:
+        if (!TokenKnown(key, obj, id)) return;
         if (suspend) return Suspend(key, obj, id);
-        return Report(key, obj, RunningReport(*vm));
+        return ReportStarted(key, obj, *vm);
       case SandboxState::kSuspended:
         if (!suspend) return Resume(key, obj, id);
         return Report(key, obj, SuspendedReport(""));
@@ -188,20 +189,47 @@ void SandboxSync::Teardown(const std::string& key, const SandboxView& obj, const
   if (!reported || reported->state != "Terminated") Report(key, obj, {"Terminated", "", "", 0});
 }
 
+bool SandboxSync::TokenKnown(const std::string& key, const SandboxView& obj, const std::string& id) {
+  const std::string& sha = obj.status.token_sha256;
+  if (sha.empty()) return false;  // the operator's status write requeues
+  Status st = service_->SetSandboxToken(id, sha);
+  if (st.ok()) return true;
+  if (st.code() == StatusCode::kFailedPrecondition) {
+    // A token never changes: the VM keeps the one it was opened with.
+    log::Warn("status.tokenSha256 changed; the VM keeps its token", {{"sandbox", key}, {"vm", id}});
+    return true;
+  }
+  Report(key, obj, {"Failed", "", Bounded("the node cannot take the token hash: " + st.message()), 0});
+  return false;
+}
+
+void SandboxSync::ReportStarted(const std::string& key, const SandboxView& obj, const SandboxInfo& vm) {
+  std::optional<std::chrono::steady_clock::time_point> seen;
+  {
+    std::lock_guard l(mu_);
+    if (auto it = first_seen_.find(key); it != first_seen_.end()) seen = it->second;
+  }
+  Report(key, obj, RunningReport(vm));
+  if (seen) start_seconds_->WithLabels({obj.spec.fork_source ? "fork" : "restore"}).Observe(Since(*seen));
+}
+
 void SandboxSync::StartVm(const std::string& key, const SandboxView& obj, const std::string& id) {
   auto want = DesiredVmOf(obj);
   if (!want.ok()) return Report(key, obj, {"Failed", "", Bounded(want.status().message()), 0});
-  if (want->spec.token_sha256.empty()) return;  // the operator publishes it; that update requeues
+  if (want->spec.token_sha256.empty()) {
+    // A fork waits for it (its siblings are forked in the same call, each
+    // with its token). A restore starts now, in parallel with the
+    // operator's token: the VM opens to no token until TokenKnown.
+    if (!want->fork_source.empty()) return;  // the operator publishes it; that update requeues
+    want->spec.token_later = true;
+  }
   auto vm = RestoreOrFork(key, obj, *want);
   if (vm.ok()) {
-    std::optional<std::chrono::steady_clock::time_point> seen;
-    {
-      std::lock_guard l(mu_);
-      if (auto it = first_seen_.find(key); it != first_seen_.end()) seen = it->second;
-    }
-    Report(key, obj, RunningReport(*vm));
-    if (seen) start_seconds_->WithLabels({want->fork_source.empty() ? "restore" : "fork"}).Observe(Since(*seen));
-    return;
+    // Reported Running (and so Ready) only with the token known: a token
+    // published during the restore requeued this key, which now finds the
+    // VM and takes the token.
+    if (want->spec.token_later) return;
+    return ReportStarted(key, obj, *vm);
   }
   const Status& st = vm.status();
   switch (st.code()) {

@@ -12,9 +12,12 @@
 //                           spec.suspend says the other (docs/node.md,
 //                           "Suspend and resume")
 //   no VM, was Running   -> Failed: the VM vanished (the reason says so)
-//   no VM, not started   -> restore from the template (or fork when
-//                           spec.forkSource is set), once the operator has
-//                           published status.tokenSha256
+//   no VM, not started   -> restore from the template as soon as the
+//                           Sandbox is placed here, in parallel with the
+//                           operator publishing status.tokenSha256 (the VM
+//                           opens to no token and is not reported Running
+//                           until the node has that hash); a fork (when
+//                           spec.forkSource is set) once the hash is there
 // VMs with no object (deleted while the node was down, or an API delete
 // that raced) are reaped by a periodic pass over a fresh list. An
 // apiserver outage stops nothing that runs: writes are retried with
@@ -91,6 +94,12 @@ class SandboxSync {
   // to something other than VM `id`.
   bool WorkspaceHeldElsewhere(const SandboxView& obj, const std::string& ref, const std::string& id);
   void Report(const std::string& key, const SandboxView& obj, const VmReport& report);
+  // Running, with the start latency observed.
+  void ReportStarted(const std::string& key, const SandboxView& obj, const SandboxInfo& vm);
+  // Whether the running VM `id` has the token the operator published (given
+  // it now if it was restored before it); false while none is published,
+  // or after reporting Failed for a hash the node refuses.
+  bool TokenKnown(const std::string& key, const SandboxView& obj, const std::string& id);
   VmReport RunningReport(const SandboxInfo& vm) const;
   VmReport SuspendedReport(const std::string& message) const;
   // spec.suspend differs from the VM: suspend or resume it, report, and on

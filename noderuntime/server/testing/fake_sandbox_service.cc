@@ -122,10 +122,13 @@ Result<SandboxInfo> FakeSandboxService::NewLocked(SandboxInfo info) {
   return info;
 }
 
-Result<SandboxInfo> FakeSandboxService::AddLocked(SandboxInfo info, const std::string& token_sha256) {
+Result<SandboxInfo> FakeSandboxService::AddLocked(SandboxInfo info, const std::string& token_sha256,
+                                                  bool token_later) {
   ASSIGN_OR_RETURN(info, NewLocked(std::move(info)));
   Sandbox& sb = sandboxes_[info.id];
-  if (token_sha256.empty()) {
+  if (token_sha256.empty() && token_later) {
+    sb.token_sha256.clear();  // SetSandboxToken gives it; nothing opens it until then
+  } else if (token_sha256.empty()) {
     info.token = RandomToken();
     sb.token_sha256 = Sha256Hex(info.token);
   } else {
@@ -158,7 +161,7 @@ Result<SandboxInfo> FakeSandboxService::CreateSandbox(const SandboxSpec& spec) {
   }
   if (!spec.id.empty()) RETURN_IF_ERROR(AttachWorkspaceLocked(spec.workspace, spec.id));
   info.workspace = spec.workspace;
-  auto added = AddLocked(std::move(info), spec.token_sha256);
+  auto added = AddLocked(std::move(info), spec.token_sha256, spec.token_later);
   if (!added.ok()) {
     if (!spec.id.empty()) ReleaseWorkspacesOfLocked(spec.id);
     return added;
@@ -300,6 +303,21 @@ bool FakeSandboxService::CheckToken(const std::string& id, const std::string& to
   std::lock_guard l(mu_);
   auto it = sandboxes_.find(id);
   return it != sandboxes_.end() && !token.empty() && Sha256Hex(token) == it->second.token_sha256;
+}
+
+Status FakeSandboxService::SetSandboxToken(const std::string& id, const std::string& token_sha256) {
+  ++calls_;
+  bool hex = token_sha256.size() == 64;
+  for (char c : token_sha256) hex = hex && ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'));
+  if (!hex) return Status::InvalidArgument("token_sha256 is not 64 lowercase hex digits");
+  std::lock_guard l(mu_);
+  auto it = sandboxes_.find(id);
+  if (it == sandboxes_.end()) return Status::NotFound("no sandbox '" + id + "'");
+  if (it->second.token_sha256 == token_sha256) return Status::Ok();
+  if (!it->second.token_sha256.empty())
+    return Status::FailedPrecondition("sandbox '" + id + "' already has another token");
+  it->second.token_sha256 = token_sha256;
+  return Status::Ok();
 }
 
 Result<ExecResult> FakeSandboxService::Exec(const std::string& id, const ExecOptions& options) {

@@ -42,6 +42,7 @@ class FakeSandboxService : public SandboxService {
   Result<SandboxInfo> ResumeSandbox(const std::string& id) override;
   Result<std::vector<std::string>> DeleteSandboxes(const std::string& selector) override;
   bool CheckToken(const std::string& id, const std::string& token) override;
+  Status SetSandboxToken(const std::string& id, const std::string& token_sha256) override;
 
   Result<guest::client::ExecResult> Exec(const std::string& id,
                                          const ExecOptions& options) override;
@@ -152,8 +153,9 @@ class FakeSandboxService : public SandboxService {
   Result<SandboxInfo> NewLocked(SandboxInfo info);
   Status NotSuspendedLocked(const std::string& id) const;
   Result<guest::protocol::Bytes> FileLocked(const std::string& id, const std::string& path);
-  // Mints a token unless `token_sha256` is given; returns the info with the token.
-  Result<SandboxInfo> AddLocked(SandboxInfo info, const std::string& token_sha256);
+  // Mints a token unless `token_sha256` is given (or `token_later`: none
+  // yet, SetSandboxToken gives it); returns the info with the token.
+  Result<SandboxInfo> AddLocked(SandboxInfo info, const std::string& token_sha256, bool token_later = false);
 
   mutable std::mutex mu_;
   int create_errors_left_ = 0;  // SetCreateError(s, count): failures still to come
