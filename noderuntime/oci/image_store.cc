@@ -7,6 +7,8 @@
 #include <atomic>
 #include <filesystem>
 #include <mutex>
+#include <optional>
+#include <vector>
 
 #include "common/file_io.h"
 #include "common/sha256.h"
@@ -151,6 +153,8 @@ Result<std::string> ImageStore::EnsureBlob(const ImageReference& ref, const Desc
                                                         [&state](uint64_t bytes) { state.Report(bytes); }));
   ++blobs_fetched_;
   bytes_fetched_ += received;
+  // Read-only from here on: a stored blob is immutable (its name is its digest).
+  if (::chmod((partial + ".partial").c_str(), 0444) != 0) return Status::FromErrno("chmod blob " + blob.digest);
   if (::rename((partial + ".partial").c_str(), path.c_str()) != 0)
     return Status::FromErrno("storing blob " + blob.digest);
   RETURN_IF_ERROR(FsyncDir(options_.dir + "/blobs/sha256"));
@@ -228,16 +232,20 @@ Result<uint64_t> ImageStore::CollectGarbage(const std::set<std::string>& keep_ma
   };
   RETURN_IF_ERROR(sweep(options_.dir + "/manifests/sha256", keep_manifests));
   RETURN_IF_ERROR(sweep(options_.dir + "/blobs/sha256", keep_blobs));
-  // Partial downloads another process is not running (its lock is free).
+  // Partial downloads no Pull is running (their lock is free), and lock
+  // files a crash left behind (taking a free lock and dropping it removes
+  // its file). Listed first: taking a lock creates and removes files.
   std::error_code ec;
-  for (const auto& e : fs::directory_iterator(options_.dir + "/partial", ec)) {
-    const std::string p = e.path().string();
-    if (e.path().extension() != ".partial") continue;
-    const std::string stem = p.substr(0, p.size() - std::string(".partial").size());
-    ASSIGN_OR_RETURN(std::optional<BlobLock> lock, BlobLock::TryAcquire(stem + ".lock"));
-    if (!lock) continue;
-    uint64_t size = e.file_size(ec);
-    if (::unlink(p.c_str()) == 0) freed += size;
+  std::vector<fs::path> entries;
+  for (const auto& e : fs::directory_iterator(options_.dir + "/partial", ec)) entries.push_back(e.path());
+  for (const fs::path& p : entries) {
+    if (p.extension() != ".partial" && p.extension() != ".lock") continue;
+    fs::path lock_path = p;
+    lock_path.replace_extension(".lock");
+    ASSIGN_OR_RETURN(std::optional<BlobLock> lock, BlobLock::TryAcquire(lock_path.string()));
+    if (!lock || p.extension() != ".partial") continue;
+    uint64_t size = fs::file_size(p, ec);
+    if (::unlink(p.c_str()) == 0) freed += ec ? 0 : size;
   }
   return freed;
 }

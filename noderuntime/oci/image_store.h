@@ -3,7 +3,7 @@
 // PulledImage (image.h) whose every blob is verified. docs/images.md.
 //
 // Layout under `dir` (created by Open):
-//   blobs/sha256/<hex>       verified blobs (layers and configs), immutable:
+//   blobs/sha256/<hex>       verified blobs (layers and configs), read-only:
 //                            a file reaches this name only by rename after
 //                            its sha256 and size matched
 //   manifests/sha256/<hex>   platform manifests (and indexes) as received
@@ -23,10 +23,10 @@
 // - `progress` is called about once a second from the pulling thread (and
 //   cpprestsdk threads) while layers download, never after Pull returns.
 // - CollectGarbage removes manifests not in `keep_manifest_digests`, blobs
-//   no kept manifest names, and .partial files no download holds; it returns
-//   the bytes freed. Pulls and collections in this process exclude each
-//   other (a collection waits for running Pulls); one ImageStore per
-//   directory per node.
+//   no kept manifest names, .partial files no download holds and lock files
+//   a crash left; it returns the bytes freed. Pulls and collections in this
+//   process exclude each other (a collection waits for running Pulls); one
+//   ImageStore per directory per node.
 // - Thread-safe.
 #pragma once
 

@@ -14,6 +14,7 @@
 
 #include "common/sha256.h"
 #include "noderuntime/nodeagent/testing/http_test_server.h"
+#include "noderuntime/oci/blob_lock.h"
 #include "noderuntime/oci/image_store.h"
 
 namespace kubicle::noderuntime::oci {
@@ -370,6 +371,24 @@ TEST_F(HostileRegistryTest, CredentialsAreNotSentToARedirectTarget) {
   std::lock_guard<std::mutex> l(mu);
   EXPECT_THAT(storage_head, HasSubstr("get /bucket/layer?sig=abc"));
   EXPECT_THAT(storage_head, ::testing::Not(HasSubstr("authorization")));
+}
+
+TEST_F(HostileRegistryTest, CollectGarbageRemovesAbandonedDownloadsButNotRunningOnes) {
+  auto store = ImageStore::Open({.dir = dir_});
+  ASSERT_TRUE(store.ok());
+  const std::string partial = dir_ + "/partial/";
+  std::ofstream(partial + "abandoned.partial") << "12345";  // a crashed Pull's
+  std::ofstream(partial + "orphan.lock") << "";              // a crashed Pull's lock
+  std::ofstream(partial + "running.partial") << "678";
+  Result<BlobLock> running = BlobLock::Acquire(partial + "running.lock", std::chrono::steady_clock::now());
+  ASSERT_TRUE(running.ok()) << running.status().ToString();
+  Result<uint64_t> freed = (*store)->CollectGarbage({});
+  ASSERT_TRUE(freed.ok()) << freed.status().ToString();
+  EXPECT_EQ(*freed, 5u);
+  EXPECT_FALSE(fs::exists(partial + "abandoned.partial"));
+  EXPECT_FALSE(fs::exists(partial + "orphan.lock"));
+  EXPECT_TRUE(fs::exists(partial + "running.partial"));
+  EXPECT_TRUE(fs::exists(partial + "running.lock"));
 }
 
 }  // namespace

@@ -60,6 +60,7 @@ void ExpectVerified(const PulledImage& img) {
     ASSERT_TRUE(hex.ok());
     EXPECT_EQ("sha256:" + *hex, l.digest);
     EXPECT_EQ(fs::file_size(l.path), l.size);
+    EXPECT_EQ(fs::status(l.path).permissions() & fs::perms::all, fs::perms::owner_read | fs::perms::group_read | fs::perms::others_read);
   }
 }
 
