@@ -99,6 +99,20 @@ TEST(ApiE2E, InvalidManifestsAreRefusedWithClearMessages) {
   EXPECT_EQ((*f)["spec"]["replicas"], 1);
 }
 
+// The examples (examples/README.md) are accepted by the CRDs as written,
+// the image template's registry reference included.
+TEST(ApiE2E, ExamplesPassServerSideDryRun) {
+  KUBICLE_REQUIRE_CLUSTER();
+  auto c = NewClient();
+  std::string ns = TestNamespace(c.get());
+  for (const char* file : {"template.yaml", "swarm.yaml", "python/template.yaml", "image/template.yaml"}) {
+    const std::string path = std::string(KUBICLE_SOURCE_DIR) + "/examples/" + file;
+    auto r = Cluster()->Kubectl({"apply", "--dry-run=server", "-n", ns, "-f", path});
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->exit_code, 0) << file << ": " << r->output;
+  }
+}
+
 TEST(ApiE2E, HelmChartLintsAndPassesServerSideDryRun) {
   KUBICLE_REQUIRE_CLUSTER();
   std::string chart = std::string(KUBICLE_SOURCE_DIR) + "/helm/kubicle";
