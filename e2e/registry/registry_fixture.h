@@ -22,10 +22,9 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 extern char** environ;
 
@@ -128,7 +127,7 @@ class LoopbackRegistry {
   bool missing_package() const { return missing_; }
   const std::string& error() const { return error_; }
   const std::string& address() const { return address_; }  // "127.0.0.1:<port>"
-  const std::string& ca_file() const { return ca_file_; }   // TLS only
+  const std::string& ca_file() const { return ca_file_; }  // TLS only
   const std::string& docker_config() const { return docker_config_; }
   const LoopbackRegistryOptions& options() const { return options_; }
 

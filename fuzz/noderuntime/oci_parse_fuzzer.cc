@@ -29,7 +29,8 @@ void Reference(std::string_view text) {
   if (!r.ok()) return;
   Result<oci::ImageReference> again = oci::ParseImageReference(r->ToString());
   FUZZ_CHECK(again.ok() && *again == *r);
-  FUZZ_CHECK(!r->registry.empty() && !r->repository.empty() && (!r->tag.empty() || !r->digest.empty()));
+  FUZZ_CHECK(!r->registry.empty() && !r->repository.empty() &&
+             (!r->tag.empty() || !r->digest.empty()));
 }
 
 void Manifest(std::string_view text) {

@@ -19,16 +19,19 @@ Result<UniqueFd> LockOnce(const std::string& path) {
       if (errno == EWOULDBLOCK || errno == EINTR) return UniqueFd();
       return Status::FromErrno("flock " + path);
     }
-    struct stat held {}, now {};
+    struct stat held {
+    }, now{};
     if (::fstat(fd.get(), &held) != 0) return Status::FromErrno("stat " + path);
-    if (::stat(path.c_str(), &now) == 0 && now.st_ino == held.st_ino && now.st_dev == held.st_dev) return fd;
+    if (::stat(path.c_str(), &now) == 0 && now.st_ino == held.st_ino && now.st_dev == held.st_dev)
+      return fd;
     // Removed by its last holder after we opened it: lock the new file.
   }
 }
 
 }  // namespace
 
-Result<BlobLock> BlobLock::Acquire(const std::string& path, std::chrono::steady_clock::time_point deadline) {
+Result<BlobLock> BlobLock::Acquire(const std::string& path,
+                                   std::chrono::steady_clock::time_point deadline) {
   for (;;) {
     ASSIGN_OR_RETURN(UniqueFd fd, LockOnce(path));
     if (fd.valid()) return BlobLock(path, std::move(fd));

@@ -22,7 +22,8 @@ namespace kubicle::noderuntime::oci {
 
 class BlobLock {
  public:
-  static Result<BlobLock> Acquire(const std::string& path, std::chrono::steady_clock::time_point deadline);
+  static Result<BlobLock> Acquire(const std::string& path,
+                                  std::chrono::steady_clock::time_point deadline);
   static Result<std::optional<BlobLock>> TryAcquire(const std::string& path);
   BlobLock(BlobLock&&) = default;
   BlobLock& operator=(BlobLock&&) = default;

@@ -39,7 +39,8 @@ Status FsyncDir(const std::string& dir) {
 // whole file or none.
 Status WriteAtomically(const std::string& path, const std::string& data) {
   static std::atomic<uint64_t> counter{0};
-  const std::string tmp = path + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(++counter);
+  const std::string tmp =
+      path + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(++counter);
   {
     UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
     if (!fd.valid()) return Status::FromErrno("creating " + tmp);
@@ -53,7 +54,8 @@ Status WriteAtomically(const std::string& path, const std::string& data) {
 // A verified blob of the expected size is present under its final name.
 bool HaveBlob(const std::string& path, uint64_t size) {
   struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_size) == size;
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+         static_cast<uint64_t>(st.st_size) == size;
 }
 
 }  // namespace
@@ -90,7 +92,9 @@ Result<std::unique_ptr<ImageStore>> ImageStore::Open(ImageStoreOptions options) 
   for (const char* sub : {"blobs/sha256", "manifests/sha256", "partial"}) {
     std::error_code ec;
     fs::create_directories(fs::path(options.dir) / sub, ec);
-    if (ec) return Status::Internal("image store: creating " + options.dir + "/" + sub + ": " + ec.message());
+    if (ec)
+      return Status::Internal("image store: creating " + options.dir + "/" + sub + ": " +
+                              ec.message());
   }
   if (!options.ca_file.empty() && ::access(options.ca_file.c_str(), R_OK) != 0)
     return Status::FromErrno("image store: CA file " + options.ca_file);
@@ -143,18 +147,21 @@ Result<std::string> ImageStore::Resolve(const ImageReference& ref, PullState& st
   return Status::Internal("unreachable");
 }
 
-Result<std::string> ImageStore::EnsureBlob(const ImageReference& ref, const Descriptor& blob, PullState& state) {
+Result<std::string> ImageStore::EnsureBlob(const ImageReference& ref, const Descriptor& blob,
+                                           PullState& state) {
   const std::string path = BlobPath(blob.digest);
   if (HaveBlob(path, blob.size)) return path;
   const std::string partial = options_.dir + "/partial/" + Hex(blob.digest);
   ASSIGN_OR_RETURN(BlobLock lock, BlobLock::Acquire(partial + ".lock", state.deadline));
   if (HaveBlob(path, blob.size)) return path;  // another Pull fetched it meanwhile
-  ASSIGN_OR_RETURN(uint64_t received, client_->FetchBlob(ref, blob, partial + ".partial", state.deadline,
-                                                        [&state](uint64_t bytes) { state.Report(bytes); }));
+  ASSIGN_OR_RETURN(uint64_t received,
+                   client_->FetchBlob(ref, blob, partial + ".partial", state.deadline,
+                                      [&state](uint64_t bytes) { state.Report(bytes); }));
   ++blobs_fetched_;
   bytes_fetched_ += received;
   // Read-only from here on: a stored blob is immutable (its name is its digest).
-  if (::chmod((partial + ".partial").c_str(), 0444) != 0) return Status::FromErrno("chmod blob " + blob.digest);
+  if (::chmod((partial + ".partial").c_str(), 0444) != 0)
+    return Status::FromErrno("chmod blob " + blob.digest);
   if (::rename((partial + ".partial").c_str(), path.c_str()) != 0)
     return Status::FromErrno("storing blob " + blob.digest);
   RETURN_IF_ERROR(FsyncDir(options_.dir + "/blobs/sha256"));
@@ -179,7 +186,8 @@ Result<PulledImage> ImageStore::Pull(const std::string& reference, const PullPro
   for (const Descriptor& l : manifest.layers) {
     // Compared before adding, so a hostile size cannot wrap the sum.
     if (l.size > options_.max_image_bytes - out.total_bytes)
-      return Status::ResourceExhausted("image " + state.name + ": its layers are more than the limit of " +
+      return Status::ResourceExhausted("image " + state.name +
+                                       ": its layers are more than the limit of " +
                                        MiB(options_.max_image_bytes) + " (the manifest's sizes)");
     out.total_bytes += l.size;
   }
@@ -187,7 +195,8 @@ Result<PulledImage> ImageStore::Pull(const std::string& reference, const PullPro
 
   if (manifest.config.size > kMaxConfigBytes)
     return Status::ResourceExhausted("image " + state.name + ": config of " +
-                                     std::to_string(manifest.config.size) + " bytes is over the limit");
+                                     std::to_string(manifest.config.size) +
+                                     " bytes is over the limit");
   ASSIGN_OR_RETURN(std::string config_path, EnsureBlob(ref, manifest.config, state));
   ASSIGN_OR_RETURN(std::string config, ReadFileToString(config_path, kMaxConfigBytes));
   Result<ImageConfig> parsed_config = ParseImageConfig(config);
@@ -224,7 +233,8 @@ Result<uint64_t> ImageStore::CollectGarbage(const std::set<std::string>& keep_ma
       const std::string name = e.path().filename().string();
       if (keep.count(name)) continue;
       uint64_t size = e.is_regular_file(ec) ? e.file_size(ec) : 0;
-      if (::unlink(e.path().c_str()) != 0) return Status::FromErrno("removing " + e.path().string());
+      if (::unlink(e.path().c_str()) != 0)
+        return Status::FromErrno("removing " + e.path().string());
       freed += size;
     }
     if (ec) return Status::Internal("listing " + dir + ": " + ec.message());
@@ -237,7 +247,8 @@ Result<uint64_t> ImageStore::CollectGarbage(const std::set<std::string>& keep_ma
   // its file). Listed first: taking a lock creates and removes files.
   std::error_code ec;
   std::vector<fs::path> entries;
-  for (const auto& e : fs::directory_iterator(options_.dir + "/partial", ec)) entries.push_back(e.path());
+  for (const auto& e : fs::directory_iterator(options_.dir + "/partial", ec))
+    entries.push_back(e.path());
   for (const fs::path& p : entries) {
     if (p.extension() != ".partial" && p.extension() != ".lock") continue;
     fs::path lock_path = p;

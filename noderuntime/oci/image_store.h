@@ -88,7 +88,8 @@ class ImageStore {
   struct PullState;
   ImageStore(ImageStoreOptions options, std::unique_ptr<RegistryClient> client);
   Result<std::string> Resolve(const ImageReference& ref, PullState& state);
-  Result<std::string> EnsureBlob(const ImageReference& ref, const Descriptor& blob, PullState& state);
+  Result<std::string> EnsureBlob(const ImageReference& ref, const Descriptor& blob,
+                                 PullState& state);
   std::string BlobPath(const std::string& digest) const;
   std::string ManifestPath(const std::string& digest) const;
 

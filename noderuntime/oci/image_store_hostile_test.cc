@@ -2,15 +2,15 @@
 // 127.0.0.1 (nodeagent/testing/http_test_server.h) serving manifests and
 // blobs that are wrong in one way each. Every case must end in a Status,
 // bounded memory, and nothing unverified under blobs/.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <mutex>
 #include <thread>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "common/sha256.h"
 #include "noderuntime/nodeagent/testing/http_test_server.h"
@@ -27,13 +27,16 @@ using Server = nodeagent::TestHttpServer;
 
 std::string Digest(const std::string& data) { return "sha256:" + Sha256Hex(data); }
 
-std::string Manifest(const std::string& config, const std::vector<std::pair<std::string, uint64_t>>& layers) {
+std::string Manifest(const std::string& config,
+                     const std::vector<std::pair<std::string, uint64_t>>& layers) {
   std::string s = R"({"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json",)"
                   R"("config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":")" +
-                  Digest(config) + R"(","size":)" + std::to_string(config.size()) + R"(},"layers":[)";
+                  Digest(config) + R"(","size":)" + std::to_string(config.size()) +
+                  R"(},"layers":[)";
   for (size_t i = 0; i < layers.size(); ++i) {
-    s += std::string(i ? "," : "") + R"({"mediaType":"application/vnd.oci.image.layer.v1.tar","digest":")" +
-         layers[i].first + R"(","size":)" + std::to_string(layers[i].second) + "}";
+    s += std::string(i ? "," : "") +
+         R"({"mediaType":"application/vnd.oci.image.layer.v1.tar","digest":")" + layers[i].first +
+         R"(","size":)" + std::to_string(layers[i].second) + "}";
   }
   return s + "]}";
 }
@@ -65,8 +68,9 @@ class HostileRegistryTest : public ::testing::Test {
           }
           return reply(path);  // unlocked: a reply may look at Head()
         }) {
-    dir_ = (fs::temp_directory_path() / ("kubicle-oci-hostile-" + std::to_string(::getpid()) + "-" +
-                                         ::testing::UnitTest::GetInstance()->current_test_info()->name()))
+    dir_ = (fs::temp_directory_path() /
+            ("kubicle-oci-hostile-" + std::to_string(::getpid()) + "-" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name()))
                .string();
     fs::remove_all(dir_);
   }
@@ -95,11 +99,14 @@ class HostileRegistryTest : public ::testing::Test {
     ServeBody("/v2/r/x/blobs/" + Digest(kConfig), kConfig);
   }
   Result<PulledImage> Pull(const std::string& ref = "r/x:1") {
-    auto store = ImageStore::Open({.dir = dir_, .insecure_registries = {Host()}, .timeout = std::chrono::seconds(20)});
+    auto store = ImageStore::Open(
+        {.dir = dir_, .insecure_registries = {Host()}, .timeout = std::chrono::seconds(20)});
     if (!store.ok()) return store.status();
     return (*store)->Pull(Host() + "/" + ref, nullptr);
   }
-  std::string BlobPath(const std::string& digest) const { return dir_ + "/blobs/sha256/" + digest.substr(7); }
+  std::string BlobPath(const std::string& digest) const {
+    return dir_ + "/blobs/sha256/" + digest.substr(7);
+  }
   std::string PartialPath(const std::string& digest) const {
     return dir_ + "/partial/" + digest.substr(7) + ".partial";
   }
@@ -137,7 +144,8 @@ TEST_F(HostileRegistryTest, TruncatedBlobIsKeptAsPartialAndTheNextPullCompletesI
   const std::string blob = "/v2/r/x/blobs/" + Digest(kLayer);
   Serve(blob, [&](const std::string&) {
     // Says the whole size, sends half, closes.
-    return Reply{.body = kLayer.substr(0, 10), .content_length = false,
+    return Reply{.body = kLayer.substr(0, 10),
+                 .content_length = false,
                  .headers = {{"Content-Length", std::to_string(kLayer.size())}}};
   });
   Result<PulledImage> img = Pull();
@@ -158,7 +166,8 @@ TEST_F(HostileRegistryTest, BlobBiggerThanItsDescriptorIsRefused) {
   ASSERT_FALSE(img.ok());
   EXPECT_EQ(img.status().code(), StatusCode::kResourceExhausted) << img.status().ToString();
   // Streamed without a length: refused as soon as the count passes the size.
-  Serve("/v2/r/x/blobs/" + Digest(kLayer), [](const std::string&) { return Reply{.stream_bytes = 1ull << 30}; });
+  Serve("/v2/r/x/blobs/" + Digest(kLayer),
+        [](const std::string&) { return Reply{.stream_bytes = 1ull << 30}; });
   img = Pull();
   ASSERT_FALSE(img.ok());
   EXPECT_EQ(img.status().code(), StatusCode::kResourceExhausted) << img.status().ToString();
@@ -167,11 +176,13 @@ TEST_F(HostileRegistryTest, BlobBiggerThanItsDescriptorIsRefused) {
 }
 
 TEST_F(HostileRegistryTest, EndlessAndOversizedManifestsAreRefused) {
-  Serve("/v2/r/x/manifests/1", [](const std::string&) { return Reply{.stream_bytes = 1ull << 30}; });
+  Serve("/v2/r/x/manifests/1",
+        [](const std::string&) { return Reply{.stream_bytes = 1ull << 30}; });
   Result<PulledImage> img = Pull();
   ASSERT_FALSE(img.ok());
   EXPECT_EQ(img.status().code(), StatusCode::kResourceExhausted) << img.status().ToString();
-  Serve("/v2/r/x/manifests/1", [](const std::string&) { return Reply{.body = std::string(5 << 20, ' ')}; });
+  Serve("/v2/r/x/manifests/1",
+        [](const std::string&) { return Reply{.body = std::string(5 << 20, ' ')}; });
   img = Pull();
   ASSERT_FALSE(img.ok());
   EXPECT_EQ(img.status().code(), StatusCode::kResourceExhausted) << img.status().ToString();
@@ -221,8 +232,10 @@ TEST_F(HostileRegistryTest, BearerChallengeIsAnsweredWithAToken) {
   const std::string body = Manifest(kConfig, {{Digest(kLayer), kLayer.size()}});
   Serve("/v2/r/x/manifests/1", [=](const std::string&) {
     if (first->exchange(false)) {
-      return Reply{.status = 401, .reason = "Unauthorized",
-                   .headers = {{"WWW-Authenticate", "Bearer realm=\"" + realm + "\",service=\"reg\""}}};
+      return Reply{
+          .status = 401,
+          .reason = "Unauthorized",
+          .headers = {{"WWW-Authenticate", "Bearer realm=\"" + realm + "\",service=\"reg\""}}};
     }
     return Reply{.body = body};
   });
@@ -240,7 +253,8 @@ TEST_F(HostileRegistryTest, ImageOverTheSizeLimitFetchesNoLayer) {
   EXPECT_EQ(img.status().code(), StatusCode::kResourceExhausted);
   EXPECT_EQ(Hits("/v2/r/x/blobs/" + Digest(kLayer)), 0);
   // Sizes that would wrap a 64-bit sum are refused the same way.
-  ServeBody("/v2/r/x/manifests/1", Manifest(kConfig, {{Digest(kLayer), 1ull << 63}, {Digest(kLayer), 1ull << 63}}));
+  ServeBody("/v2/r/x/manifests/1",
+            Manifest(kConfig, {{Digest(kLayer), 1ull << 63}, {Digest(kLayer), 1ull << 63}}));
   img = Pull();
   ASSERT_FALSE(img.ok());
   EXPECT_EQ(img.status().code(), StatusCode::kResourceExhausted);
@@ -256,7 +270,8 @@ TEST_F(HostileRegistryTest, SlowLayerReportsProgressAndConcurrentPullsFetchItOnc
   Serve(blob, [layer](const std::string&) {
     return Reply{.body = layer, .piece_bytes = 256 << 10, .pace = std::chrono::milliseconds(150)};
   });
-  auto store = ImageStore::Open({.dir = dir_, .insecure_registries = {Host()}, .timeout = std::chrono::seconds(30)});
+  auto store = ImageStore::Open(
+      {.dir = dir_, .insecure_registries = {Host()}, .timeout = std::chrono::seconds(30)});
   ASSERT_TRUE(store.ok());
   std::mutex mu;
   std::vector<std::string> messages;
@@ -276,7 +291,8 @@ TEST_F(HostileRegistryTest, SlowLayerReportsProgressAndConcurrentPullsFetchItOnc
   std::lock_guard<std::mutex> l(mu);
   // The pull that downloaded reports; one that waited may report nothing.
   if (!messages.empty()) {
-    EXPECT_THAT(messages.front(), ::testing::MatchesRegex("pulling .*/r/x:1: [0-9]+ MiB of 3 MiB \\([0-9]+%\\)"));
+    EXPECT_THAT(messages.front(),
+                ::testing::MatchesRegex("pulling .*/r/x:1: [0-9]+ MiB of 3 MiB \\([0-9]+%\\)"));
   }
 }
 
@@ -291,14 +307,17 @@ TEST_F(HostileRegistryTest, ProgressIsReportedAboutOnceASecond) {
   ASSERT_TRUE(store.ok());
   std::vector<std::string> messages;
   const auto start = std::chrono::steady_clock::now();
-  Result<PulledImage> img = (*store)->Pull(Host() + "/r/x:1", [&](const std::string& m) { messages.push_back(m); });
-  const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - start);
+  Result<PulledImage> img =
+      (*store)->Pull(Host() + "/r/x:1", [&](const std::string& m) { messages.push_back(m); });
+  const auto seconds =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - start);
   ASSERT_TRUE(img.ok()) << img.status().ToString();
   // At least ~2.2 s of download: reported, but at most once a second
   // however long it took (not once per piece).
   ASSERT_FALSE(messages.empty());
   EXPECT_LE(messages.size(), static_cast<size_t>(seconds.count()) + 1);
-  EXPECT_THAT(messages.front(), ::testing::MatchesRegex("pulling .*/r/x:1: [0-9]+ MiB of 3 MiB \\([0-9]+%\\)"));
+  EXPECT_THAT(messages.front(),
+              ::testing::MatchesRegex("pulling .*/r/x:1: [0-9]+ MiB of 3 MiB \\([0-9]+%\\)"));
 }
 
 TEST_F(HostileRegistryTest, PartialDownloadResumesWithRangeAnd206) {
@@ -306,8 +325,11 @@ TEST_F(HostileRegistryTest, PartialDownloadResumesWithRangeAnd206) {
   const std::string blob = "/v2/r/x/blobs/" + Digest(kLayer);
   const std::string total = std::to_string(kLayer.size());
   Serve(blob, [&](const std::string&) {
-    return Reply{.status = 206, .reason = "Partial Content", .body = kLayer.substr(10),
-                 .headers = {{"Content-Range", "bytes 10-" + std::to_string(kLayer.size() - 1) + "/" + total}}};
+    return Reply{.status = 206,
+                 .reason = "Partial Content",
+                 .body = kLayer.substr(10),
+                 .headers = {{"Content-Range",
+                              "bytes 10-" + std::to_string(kLayer.size() - 1) + "/" + total}}};
   });
   fs::create_directories(dir_ + "/partial");
   std::ofstream(PartialPath(Digest(kLayer)), std::ios::binary) << kLayer.substr(0, 10);
@@ -324,8 +346,11 @@ TEST_F(HostileRegistryTest, A206FromTheWrongOffsetIsRefused) {
   ServeImage(Digest(kLayer), kLayer.size());
   const std::string blob = "/v2/r/x/blobs/" + Digest(kLayer);
   Serve(blob, [&](const std::string&) {
-    return Reply{.status = 206, .reason = "Partial Content", .body = kLayer.substr(5),
-                 .headers = {{"Content-Range", "bytes 5-" + std::to_string(kLayer.size() - 1) + "/*"}}};
+    return Reply{
+        .status = 206,
+        .reason = "Partial Content",
+        .body = kLayer.substr(5),
+        .headers = {{"Content-Range", "bytes 5-" + std::to_string(kLayer.size() - 1) + "/*"}}};
   });
   fs::create_directories(dir_ + "/partial");
   std::ofstream(PartialPath(Digest(kLayer)), std::ios::binary) << kLayer.substr(0, 10);
@@ -348,21 +373,26 @@ TEST_F(HostileRegistryTest, CredentialsAreNotSentToARedirectTarget) {
   const std::string manifest = Manifest(kConfig, {{Digest(kLayer), kLayer.size()}});
   const std::string blob = "/v2/r/x/blobs/" + Digest(kLayer);
   const std::string signed_url = storage.Url("/bucket/layer?sig=abc");
-  auto authed = [](const std::string& head) { return head.find("authorization:basic ") != std::string::npos; };
+  auto authed = [](const std::string& head) {
+    return head.find("authorization:basic ") != std::string::npos;
+  };
   Serve("/v2/r/x/manifests/1", [&](const std::string& path) {
     if (!authed(Head(path))) {
-      return Reply{.status = 401, .reason = "Unauthorized",
+      return Reply{.status = 401,
+                   .reason = "Unauthorized",
                    .headers = {{"WWW-Authenticate", "Basic realm=\"test\""}}};
     }
     return Reply{.body = manifest};
   });
   ServeBody("/v2/r/x/blobs/" + Digest(kConfig), kConfig);
   Serve(blob, [&](const std::string&) {
-    return Reply{.status = 307, .reason = "Temporary Redirect", .headers = {{"Location", signed_url}}};
+    return Reply{
+        .status = 307, .reason = "Temporary Redirect", .headers = {{"Location", signed_url}}};
   });
   const std::string config = dir_ + "-config.json";
   std::ofstream(config) << R"({"auths":{")" << Host() << R"(":{"username":"u","password":"p"}}})";
-  auto store = ImageStore::Open({.dir = dir_, .docker_config_path = config, .insecure_registries = {Host()}});
+  auto store = ImageStore::Open(
+      {.dir = dir_, .docker_config_path = config, .insecure_registries = {Host()}});
   ASSERT_TRUE(store.ok()) << store.status().ToString();
   Result<PulledImage> img = (*store)->Pull(Host() + "/r/x:1", nullptr);
   fs::remove(config);
@@ -378,9 +408,10 @@ TEST_F(HostileRegistryTest, CollectGarbageRemovesAbandonedDownloadsButNotRunning
   ASSERT_TRUE(store.ok());
   const std::string partial = dir_ + "/partial/";
   std::ofstream(partial + "abandoned.partial") << "12345";  // a crashed Pull's
-  std::ofstream(partial + "orphan.lock") << "";              // a crashed Pull's lock
+  std::ofstream(partial + "orphan.lock") << "";             // a crashed Pull's lock
   std::ofstream(partial + "running.partial") << "678";
-  Result<BlobLock> running = BlobLock::Acquire(partial + "running.lock", std::chrono::steady_clock::now());
+  Result<BlobLock> running =
+      BlobLock::Acquire(partial + "running.lock", std::chrono::steady_clock::now());
   ASSERT_TRUE(running.ok()) << running.status().ToString();
   Result<uint64_t> freed = (*store)->CollectGarbage({});
   ASSERT_TRUE(freed.ok()) << freed.status().ToString();

@@ -2,13 +2,12 @@
 // (e2e/registry/registry_fixture.h), over HTTP and over TLS with basic auth,
 // images pushed by e2e/registry/push_image.py. No root needed (label unit);
 // skips saying so when docker-registry is not installed.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "common/sha256.h"
 #include "e2e/registry/registry_fixture.h"
@@ -18,9 +17,9 @@ namespace kubicle::noderuntime::oci {
 namespace {
 
 namespace fs = std::filesystem;
-using ::testing::HasSubstr;
 using e2e::LoopbackRegistry;
 using e2e::PushImage;
+using ::testing::HasSubstr;
 
 class TempDir {
  public:
@@ -47,10 +46,10 @@ std::string LayerDir(const TempDir& tmp, const std::string& name, const std::str
   return dir;
 }
 
-#define SKIP_WITHOUT_REGISTRY(reg)                                \
-  do {                                                            \
-    if ((reg).missing_package()) GTEST_SKIP() << (reg).error();   \
-    ASSERT_TRUE((reg).ok()) << (reg).error();                     \
+#define SKIP_WITHOUT_REGISTRY(reg)                              \
+  do {                                                          \
+    if ((reg).missing_package()) GTEST_SKIP() << (reg).error(); \
+    ASSERT_TRUE((reg).ok()) << (reg).error();                   \
   } while (0)
 
 // Every layer of `img` is a stored file whose sha256 is its digest.
@@ -60,7 +59,8 @@ void ExpectVerified(const PulledImage& img) {
     ASSERT_TRUE(hex.ok());
     EXPECT_EQ("sha256:" + *hex, l.digest);
     EXPECT_EQ(fs::file_size(l.path), l.size);
-    EXPECT_EQ(fs::status(l.path).permissions() & fs::perms::all, fs::perms::owner_read | fs::perms::group_read | fs::perms::others_read);
+    EXPECT_EQ(fs::status(l.path).permissions() & fs::perms::all,
+              fs::perms::owner_read | fs::perms::group_read | fs::perms::others_read);
   }
 }
 
@@ -70,12 +70,13 @@ TEST(ImageStoreRegistryTest, HttpPullSharesLayersFollowsMovedTagsAndCollects) {
   TempDir tmp;
   const std::string base = LayerDir(tmp, "base", std::string(300 << 10, 'b'));
   const std::string app1 = LayerDir(tmp, "app1", "version 1");
-  nlohmann::json v1 = PushImage(reg, {"--repo", "team/app", "--tag", "1", "--layer-dir", base,
-                                      "--layer-dir", app1, "--gzip", "--env", "A=1", "--workdir", "/srv",
-                                      "--cmd", R"(["/bin/app","--serve"])"});
+  nlohmann::json v1 = PushImage(
+      reg, {"--repo", "team/app", "--tag", "1", "--layer-dir", base, "--layer-dir", app1, "--gzip",
+            "--env", "A=1", "--workdir", "/srv", "--cmd", R"(["/bin/app","--serve"])"});
   ASSERT_FALSE(v1.is_discarded());
 
-  auto store = ImageStore::Open({.dir = tmp.path() + "/store", .insecure_registries = {reg.address()}});
+  auto store =
+      ImageStore::Open({.dir = tmp.path() + "/store", .insecure_registries = {reg.address()}});
   ASSERT_TRUE(store.ok()) << store.status().ToString();
   const std::string ref = reg.address() + "/team/app:1";
   Result<PulledImage> img = (*store)->Pull(ref, nullptr);
@@ -120,7 +121,8 @@ TEST(ImageStoreRegistryTest, HttpPullSharesLayersFollowsMovedTagsAndCollects) {
   EXPECT_TRUE(fs::exists(moved->layers[0].path));
   EXPECT_TRUE(fs::exists(moved->layers[1].path));
   EXPECT_GE(*freed, img->layers[1].size);
-  Result<PulledImage> by_digest = (*store)->Pull(reg.address() + "/team/app@" + moved->manifest_digest, nullptr);
+  Result<PulledImage> by_digest =
+      (*store)->Pull(reg.address() + "/team/app@" + moved->manifest_digest, nullptr);
   ASSERT_TRUE(by_digest.ok()) << by_digest.status().ToString();
   EXPECT_EQ((*store)->fetch_stats().blobs, 5u);
   // Keeping nothing empties the store.
@@ -134,9 +136,9 @@ TEST(ImageStoreRegistryTest, TlsWithBasicAuthNeedsTheCaAndTheCredentials) {
   LoopbackRegistry reg({.tls = true, .user = "alice", .password = "s3cret"});
   SKIP_WITHOUT_REGISTRY(reg);
   TempDir tmp;
-  nlohmann::json pushed = PushImage(reg, {"--repo", "private/x", "--tag", "v1", "--layer-dir",
-                                          LayerDir(tmp, "l", "secret layer"), "--docker", "--index",
-                                          "linux/arm64,linux/amd64"});
+  nlohmann::json pushed = PushImage(
+      reg, {"--repo", "private/x", "--tag", "v1", "--layer-dir", LayerDir(tmp, "l", "secret layer"),
+            "--docker", "--index", "linux/arm64,linux/amd64"});
   ASSERT_FALSE(pushed.is_discarded());
   const std::string ref = reg.address() + "/private/x:v1";
   const std::string config = tmp.path() + "/config.json";
@@ -156,7 +158,8 @@ TEST(ImageStoreRegistryTest, TlsWithBasicAuthNeedsTheCaAndTheCredentials) {
     ASSERT_FALSE(img.ok());
     EXPECT_EQ(img.status().code(), StatusCode::kPermissionDenied) << img.status().ToString();
   }
-  auto store = ImageStore::Open({.dir = tmp.path() + "/s3", .docker_config_path = config, .ca_file = reg.ca_file()});
+  auto store = ImageStore::Open(
+      {.dir = tmp.path() + "/s3", .docker_config_path = config, .ca_file = reg.ca_file()});
   ASSERT_TRUE(store.ok()) << store.status().ToString();
   Result<PulledImage> img = (*store)->Pull(ref, nullptr);
   ASSERT_TRUE(img.ok()) << img.status().ToString();
@@ -172,7 +175,8 @@ TEST(ImageStoreRegistryTest, IndexWithoutLinuxAmd64AndOversizeImagesAreRefused) 
   SKIP_WITHOUT_REGISTRY(reg);
   TempDir tmp;
   const std::string layer = LayerDir(tmp, "l", std::string(64 << 10, 'z'));
-  ASSERT_FALSE(PushImage(reg, {"--repo", "a/arm", "--layer-dir", layer, "--index", "linux/arm64"}).is_discarded());
+  ASSERT_FALSE(PushImage(reg, {"--repo", "a/arm", "--layer-dir", layer, "--index", "linux/arm64"})
+                   .is_discarded());
   ASSERT_FALSE(PushImage(reg, {"--repo", "a/big", "--layer-dir", layer}).is_discarded());
   auto store = ImageStore::Open({.dir = tmp.path() + "/store",
                                  .insecure_registries = {reg.address()},
@@ -197,7 +201,8 @@ TEST(ImageStoreRegistryTest, ResumesAPartialDownloadWithARangeRequest) {
   TempDir tmp;
   std::string content;
   for (int i = 0; content.size() < (1 << 20); ++i) content += std::to_string(i * 7919) + "\n";
-  ASSERT_FALSE(PushImage(reg, {"--repo", "r/x", "--layer-dir", LayerDir(tmp, "l", content)}).is_discarded());
+  ASSERT_FALSE(
+      PushImage(reg, {"--repo", "r/x", "--layer-dir", LayerDir(tmp, "l", content)}).is_discarded());
   const std::string ref = reg.address() + "/r/x";
   auto full = ImageStore::Open({.dir = tmp.path() + "/a", .insecure_registries = {reg.address()}});
   ASSERT_TRUE(full.ok());
@@ -212,7 +217,8 @@ TEST(ImageStoreRegistryTest, ResumesAPartialDownloadWithARangeRequest) {
   in.read(prefix.data(), static_cast<std::streamsize>(half));
   WriteFile(tmp.path() + "/b/partial/" + layer.digest.substr(7) + ".partial", prefix);
 
-  auto resumed = ImageStore::Open({.dir = tmp.path() + "/b", .insecure_registries = {reg.address()}});
+  auto resumed =
+      ImageStore::Open({.dir = tmp.path() + "/b", .insecure_registries = {reg.address()}});
   ASSERT_TRUE(resumed.ok());
   Result<PulledImage> b = (*resumed)->Pull(ref, nullptr);
   ASSERT_TRUE(b.ok()) << b.status().ToString();

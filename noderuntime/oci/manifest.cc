@@ -83,7 +83,8 @@ Result<std::vector<std::string>> StringList(const Json& c, const char* key) {
                                    std::to_string(kMaxConfigList) + " strings");
   for (const Json& s : *it) {
     if (!s.is_string() || s.get_ref<const std::string&>().size() > kMaxConfigString)
-      return Status::InvalidArgument(std::string("config ") + key + " has a non-string or a string over 64 KiB");
+      return Status::InvalidArgument(std::string("config ") + key +
+                                     " has a non-string or a string over 64 KiB");
     out.push_back(s.get<std::string>());
   }
   return out;
@@ -93,7 +94,8 @@ Result<std::string> StringField(const Json& c, const char* key) {
   auto it = c.find(key);
   if (it == c.end() || it->is_null()) return std::string();
   if (!it->is_string() || it->get_ref<const std::string&>().size() > kMaxConfigString)
-    return Status::InvalidArgument(std::string("config ") + key + " is not a string of at most 64 KiB");
+    return Status::InvalidArgument(std::string("config ") + key +
+                                   " is not a string of at most 64 KiB");
   return it->get<std::string>();
 }
 
@@ -106,18 +108,22 @@ std::string ManifestAccept() {
 
 Result<ParsedManifest> ParseManifest(std::string_view body, std::string_view content_type) {
   Json j = Json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return Status::InvalidArgument("manifest is not a JSON object");
+  if (j.is_discarded() || !j.is_object())
+    return Status::InvalidArgument("manifest is not a JSON object");
   std::string type;
-  if (auto mt = j.find("mediaType"); mt != j.end() && mt->is_string()) type = mt->get<std::string>();
+  if (auto mt = j.find("mediaType"); mt != j.end() && mt->is_string())
+    type = mt->get<std::string>();
   // Content-Type may carry parameters ("; charset=utf-8").
   std::string header(content_type.substr(0, content_type.find(';')));
   while (!header.empty() && header.back() == ' ') header.pop_back();
   if (!type.empty() && !header.empty() && header != type && header != "application/json")
     return Status::InvalidArgument("manifest's mediaType \"" + type.substr(0, 200) +
-                                   "\" disagrees with its Content-Type \"" + header.substr(0, 200) + "\"");
+                                   "\" disagrees with its Content-Type \"" + header.substr(0, 200) +
+                                   "\"");
   if (type.empty()) type = header;
   // An OCI index or manifest may omit mediaType; its shape says which.
-  if (type.empty() || type == "application/json") type = j.contains("manifests") ? kOciIndex : kOciManifest;
+  if (type.empty() || type == "application/json")
+    type = j.contains("manifests") ? kOciIndex : kOciManifest;
   if (type == kOciIndex || type == kDockerList) return ParseIndex(j);
   if (type == kOciManifest || type == kDockerManifest) return ParseImage(j);
   return Status::InvalidArgument("unsupported manifest media type \"" + type.substr(0, 200) + "\"");
@@ -131,13 +137,14 @@ Result<Descriptor> ChoosePlatform(const ParsedManifest& index, std::string_view 
     if (seen.size() < 400) seen += (seen.empty() ? "" : ", ") + d.os + "/" + d.architecture;
   }
   return Status::NotFound("the image index has no " + std::string(os) + "/" +
-                          std::string(architecture) + " manifest (it has: " +
-                          (seen.empty() ? "none" : seen) + ")");
+                          std::string(architecture) +
+                          " manifest (it has: " + (seen.empty() ? "none" : seen) + ")");
 }
 
 Result<ImageConfig> ParseImageConfig(std::string_view body) {
   Json j = Json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return Status::InvalidArgument("image config is not a JSON object");
+  if (j.is_discarded() || !j.is_object())
+    return Status::InvalidArgument("image config is not a JSON object");
   ImageConfig out;
   auto c = j.find("config");
   if (c == j.end() || c->is_null()) return out;

@@ -11,7 +11,8 @@ using ::testing::HasSubstr;
 std::string D(char c) { return "sha256:" + std::string(64, c); }
 
 std::string Desc(const std::string& type, char c, uint64_t size, const std::string& platform = "") {
-  std::string s = R"({"mediaType":")" + type + R"(","digest":")" + D(c) + R"(","size":)" + std::to_string(size);
+  std::string s =
+      R"({"mediaType":")" + type + R"(","digest":")" + D(c) + R"(","size":)" + std::to_string(size);
   if (!platform.empty()) s += R"(,"platform":)" + platform;
   return s + "}";
 }
@@ -19,9 +20,9 @@ std::string Desc(const std::string& type, char c, uint64_t size, const std::stri
 const std::string kLayer = "application/vnd.oci.image.layer.v1.tar+gzip";
 
 TEST(ParseManifestTest, OciManifestGivesConfigAndLayersInOrder) {
-  std::string body = R"({"schemaVersion":2,"mediaType":")" + std::string(kOciManifest) + R"(","config":)" +
-                     Desc("application/vnd.oci.image.config.v1+json", 'c', 10) + R"(,"layers":[)" +
-                     Desc(kLayer, '1', 100) + "," +
+  std::string body = R"({"schemaVersion":2,"mediaType":")" + std::string(kOciManifest) +
+                     R"(","config":)" + Desc("application/vnd.oci.image.config.v1+json", 'c', 10) +
+                     R"(,"layers":[)" + Desc(kLayer, '1', 100) + "," +
                      Desc("application/vnd.docker.image.rootfs.diff.tar.gzip", '2', 200) + "]}";
   Result<ParsedManifest> m = ParseManifest(body, kOciManifest);
   ASSERT_TRUE(m.ok()) << m.status().ToString();
@@ -33,9 +34,10 @@ TEST(ParseManifestTest, OciManifestGivesConfigAndLayersInOrder) {
 }
 
 TEST(ParseManifestTest, IndexAndPlatformChoice) {
-  std::string body = R"({"mediaType":")" + std::string(kDockerList) + R"(","manifests":[)" +
-                     Desc(std::string(kDockerManifest), 'a', 5, R"({"os":"linux","architecture":"arm64"})") + "," +
-                     Desc(std::string(kDockerManifest), 'b', 5, R"({"os":"linux","architecture":"amd64"})") + "]}";
+  std::string body =
+      R"({"mediaType":")" + std::string(kDockerList) + R"(","manifests":[)" +
+      Desc(std::string(kDockerManifest), 'a', 5, R"({"os":"linux","architecture":"arm64"})") + "," +
+      Desc(std::string(kDockerManifest), 'b', 5, R"({"os":"linux","architecture":"amd64"})") + "]}";
   Result<ParsedManifest> m = ParseManifest(body, "");
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   ASSERT_TRUE(m->is_index);
@@ -65,9 +67,12 @@ TEST(ParseManifestTest, RefusesHostileManifests) {
       {R"({"layers":[]})", ""},                                                         // no config
       {R"({"config":{"digest":"sha256:x","size":1},"layers":[]})", ""},
       {R"({"config":)" + Desc("x", 'c', 1) + R"(,"layers":[{"mediaType":")" + kLayer +
-           R"(","digest":")" + D('1') + R"(","size":-1}]})", ""},
-      {R"({"config":)" + Desc("x", 'c', 1) + R"(,"layers":[)" + Desc("text/html", '1', 1) + "]}", ""},
-      {R"({"mediaType":")" + std::string(kOciManifest) + R"("})", std::string(kOciIndex)},  // disagree
+           R"(","digest":")" + D('1') + R"(","size":-1}]})",
+       ""},
+      {R"({"config":)" + Desc("x", 'c', 1) + R"(,"layers":[)" + Desc("text/html", '1', 1) + "]}",
+       ""},
+      {R"({"mediaType":")" + std::string(kOciManifest) + R"("})",
+       std::string(kOciIndex)},  // disagree
       {many, ""},
   };
   for (const auto& [body, type] : bad) {
@@ -88,7 +93,8 @@ TEST(ParseImageConfigTest, ReadsTheProcessFields) {
   EXPECT_EQ(c->user, "1000:1000");
   EXPECT_FALSE(ParseImageConfig(R"({"config":{"Env":"PATH=x"}})").ok());
   EXPECT_FALSE(ParseImageConfig(R"({"config":{"User":5}})").ok());
-  EXPECT_FALSE(ParseImageConfig(R"({"config":{"Cmd":[")" + std::string(65 << 10, 'x') + R"("]}})").ok());
+  EXPECT_FALSE(
+      ParseImageConfig(R"({"config":{"Cmd":[")" + std::string(65 << 10, 'x') + R"("]}})").ok());
 }
 
 }  // namespace

@@ -70,7 +70,8 @@ bool IsTag(std::string_view s) {
 }
 
 Status Bad(std::string_view text, std::string why) {
-  return Status::InvalidArgument("image reference \"" + std::string(text.substr(0, 300)) + "\": " + why);
+  return Status::InvalidArgument("image reference \"" + std::string(text.substr(0, 300)) +
+                                 "\": " + why);
 }
 
 }  // namespace
@@ -98,7 +99,8 @@ Result<ImageReference> ParseImageReference(std::string_view text) {
   std::string_view rest = text;
   if (size_t at = rest.find('@'); at != std::string_view::npos) {
     ref.digest = std::string(rest.substr(at + 1));
-    if (!IsSha256Digest(ref.digest)) return Bad(text, "the digest is not sha256:<64 lowercase hex>");
+    if (!IsSha256Digest(ref.digest))
+      return Bad(text, "the digest is not sha256:<64 lowercase hex>");
     rest = rest.substr(0, at);
   }
   // A ':' after the last '/' starts the tag; one before it is the host's port.
@@ -127,7 +129,8 @@ Result<ImageReference> ParseImageReference(std::string_view text) {
   while (true) {
     size_t next = path.find('/', start);
     if (!IsPathComponent(path.substr(start, next - start))) {
-      return Bad(text, "a path component is not lowercase [a-z0-9] joined by '.', '_', '__' or '-'");
+      return Bad(text,
+                 "a path component is not lowercase [a-z0-9] joined by '.', '_', '__' or '-'");
     }
     if (next == std::string_view::npos) break;
     start = next + 1;

@@ -13,7 +13,8 @@ struct Good {
 
 TEST(ParseImageReferenceTest, AcceptsTheGrammar) {
   const Good cases[] = {
-      {"reg.example:5000/team/agent-python:3.12", "reg.example:5000", "team/agent-python", "3.12", ""},
+      {"reg.example:5000/team/agent-python:3.12", "reg.example:5000", "team/agent-python", "3.12",
+       ""},
       {"localhost/x", "localhost", "x", "latest", ""},
       {"localhost:5000/a/b/c", "localhost:5000", "a/b/c", "latest", ""},
       {"127.0.0.1:5000/img:v1.0-rc_1", "127.0.0.1:5000", "img", "v1.0-rc_1", ""},
@@ -41,15 +42,15 @@ TEST(ParseImageReferenceTest, RefusesWhatTheGrammarDoesNot) {
       "",
       "reg.example/",
       "reg.example//x",
-      "reg.example/X",                      // uppercase path
-      "reg.example/x/",                     // empty last component
-      "reg.example/-x",                     // separator first
-      "reg.example/x.",                     // separator last
-      "reg.example/a...b",                  // not a separator
-      "reg.example/x:",                     // empty tag
-      "reg.example/x:.t",                   // tag starting with '.'
+      "reg.example/X",      // uppercase path
+      "reg.example/x/",     // empty last component
+      "reg.example/-x",     // separator first
+      "reg.example/x.",     // separator last
+      "reg.example/a...b",  // not a separator
+      "reg.example/x:",     // empty tag
+      "reg.example/x:.t",   // tag starting with '.'
       "reg.example/x:" + std::string(129, 't'),
-      "reg.example/x:t/y",                  // ':' in a path
+      "reg.example/x:t/y",  // ':' in a path
       "reg.example/x@sha256:" + std::string(63, 'a'),
       "reg.example/x@sha256:" + std::string(64, 'A'),
       "reg.example/x@sha512:" + std::string(128, 'a'),
@@ -75,7 +76,8 @@ TEST(ParseImageReferenceTest, ANameWithoutRegistryHostAsksForOne) {
     Result<ImageReference> r = ParseImageReference(text);
     ASSERT_FALSE(r.ok()) << text;
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-    EXPECT_NE(r.status().message().find("registry host"), std::string::npos) << r.status().message();
+    EXPECT_NE(r.status().message().find("registry host"), std::string::npos)
+        << r.status().message();
   }
 }
 

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cctype>
-
 #include <nlohmann/json.hpp>
 
 #include "common/base64.h"
@@ -15,7 +14,8 @@ constexpr size_t kMaxConfigFileBytes = 1 << 20;
 
 std::string Lower(std::string_view s) {
   std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return std::tolower(c); });
+  std::transform(out.begin(), out.end(), out.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
   return out;
 }
 
@@ -43,14 +43,16 @@ Result<Challenge> ParseChallenge(std::string_view h) {
   } else if (scheme == "bearer") {
     c.scheme = Challenge::Scheme::kBearer;
   } else {
-    return Status::InvalidArgument("WWW-Authenticate: unsupported scheme \"" + scheme.substr(0, 50) + "\"");
+    return Status::InvalidArgument("WWW-Authenticate: unsupported scheme \"" +
+                                   scheme.substr(0, 50) + "\"");
   }
   std::map<std::string, std::string> params;
   while (true) {
     SkipSpace(h, i);
     if (i == h.size()) break;
     size_t eq = h.find('=', i);
-    if (eq == std::string_view::npos) return Status::InvalidArgument("WWW-Authenticate: a parameter without '='");
+    if (eq == std::string_view::npos)
+      return Status::InvalidArgument("WWW-Authenticate: a parameter without '='");
     std::string key = Lower(h.substr(i, eq - i));
     while (!key.empty() && key.back() == ' ') key.pop_back();
     i = eq + 1;
@@ -58,7 +60,8 @@ Result<Challenge> ParseChallenge(std::string_view h) {
     std::string value;
     if (i < h.size() && h[i] == '"') {
       for (++i;; ++i) {
-        if (i == h.size()) return Status::InvalidArgument("WWW-Authenticate: an unterminated quoted value");
+        if (i == h.size())
+          return Status::InvalidArgument("WWW-Authenticate: an unterminated quoted value");
         if (h[i] == '"') break;
         if (h[i] == '\\' && i + 1 < h.size()) ++i;
         value += h[i];
@@ -70,7 +73,8 @@ Result<Challenge> ParseChallenge(std::string_view h) {
     if (key.empty()) return Status::InvalidArgument("WWW-Authenticate: an empty parameter name");
     params[key] = value;
     SkipSpace(h, i);
-    if (i < h.size() && h[i] != ',') return Status::InvalidArgument("WWW-Authenticate: parameters not separated by ','");
+    if (i < h.size() && h[i] != ',')
+      return Status::InvalidArgument("WWW-Authenticate: parameters not separated by ','");
     if (i < h.size()) ++i;
   }
   c.realm = params["realm"];
@@ -85,14 +89,16 @@ Result<CredentialMap> ParseDockerConfig(std::string_view text) {
   using Json = nlohmann::json;
   if (text.size() > kMaxConfigFileBytes) return Status::InvalidArgument("docker config over 1 MiB");
   Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return Status::InvalidArgument("docker config is not a JSON object");
+  if (j.is_discarded() || !j.is_object())
+    return Status::InvalidArgument("docker config is not a JSON object");
   CredentialMap out;
   auto auths = j.find("auths");
   if (auths == j.end()) return out;
   if (!auths->is_object()) return Status::InvalidArgument("docker config: auths is not an object");
   for (const auto& [key, entry] : auths->items()) {
     const std::string host = HostOf(key);
-    if (!entry.is_object()) return Status::InvalidArgument("docker config: auths[\"" + host + "\"] is not an object");
+    if (!entry.is_object())
+      return Status::InvalidArgument("docker config: auths[\"" + host + "\"] is not an object");
     Credentials c;
     auto auth = entry.find("auth");
     if (auth != entry.end() && auth->is_string() && !auth->get_ref<const std::string&>().empty()) {
@@ -100,7 +106,8 @@ Result<CredentialMap> ParseDockerConfig(std::string_view text) {
       std::string plain = raw.ok() ? std::string(raw->begin(), raw->end()) : "";
       size_t colon = plain.find(':');
       if (!raw.ok() || colon == std::string::npos || colon == 0)
-        return Status::InvalidArgument("docker config: auths[\"" + host + "\"].auth is not base64 of user:password");
+        return Status::InvalidArgument("docker config: auths[\"" + host +
+                                       "\"].auth is not base64 of user:password");
       c.username = plain.substr(0, colon);
       c.password = plain.substr(colon + 1);
     } else {

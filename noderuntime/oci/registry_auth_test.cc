@@ -29,15 +29,16 @@ TEST(ParseChallengeTest, BasicAndBareTokens) {
 }
 
 TEST(ParseChallengeTest, RefusesMalformed) {
-  for (const char* h : {"", "Negotiate abc", "Bearer service=x", "Bearer realm=\"https://a", "Bearer realm",
-                        "Bearer realm=a service=b", "Bearer =x"}) {
+  for (const char* h : {"", "Negotiate abc", "Bearer service=x", "Bearer realm=\"https://a",
+                        "Bearer realm", "Bearer realm=a service=b", "Bearer =x"}) {
     EXPECT_FALSE(ParseChallenge(h).ok()) << h;
   }
 }
 
 TEST(ParseDockerConfigTest, AuthAndUsernamePasswordByHost) {
   std::string json = R"({"auths":{
-      "https://reg.example:5000/v1/":{"auth":")" + Base64Encode(std::string("alice:pa:ss")) + R"("},
+      "https://reg.example:5000/v1/":{"auth":")" +
+                     Base64Encode(std::string("alice:pa:ss")) + R"("},
       "other.example":{"username":"bob","password":"pw"},
       "helper.example":{}},
     "credHelpers":{"x":"y"}})";
@@ -49,9 +50,10 @@ TEST(ParseDockerConfigTest, AuthAndUsernamePasswordByHost) {
 }
 
 TEST(ParseDockerConfigTest, RefusesMalformed) {
-  for (std::string j : {std::string("nope"), std::string(R"({"auths":[]})"),
-                        std::string(R"({"auths":{"a":{"auth":"!!!"}}})"),
-                        R"({"auths":{"a":{"auth":")" + Base64Encode(std::string("nocolon")) + R"("}}})"}) {
+  for (std::string j :
+       {std::string("nope"), std::string(R"({"auths":[]})"),
+        std::string(R"({"auths":{"a":{"auth":"!!!"}}})"),
+        R"({"auths":{"a":{"auth":")" + Base64Encode(std::string("nocolon")) + R"("}}})"}) {
     EXPECT_FALSE(ParseDockerConfig(j).ok()) << j;
   }
   EXPECT_TRUE(ParseDockerConfig("{}").ok());

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <memory>
-
 #include <nlohmann/json.hpp>
 
 #include "common/query_escape.h"
@@ -50,8 +49,8 @@ class FileSink : public BodySink {
 
   Status Write(const uint8_t* p, size_t n) override {
     if (offset_ + n > limit_)
-      return Status::ResourceExhausted("the blob is bigger than its descriptor's " + std::to_string(limit_) +
-                                       " bytes");
+      return Status::ResourceExhausted("the blob is bigger than its descriptor's " +
+                                       std::to_string(limit_) + " bytes");
     for (size_t done = 0; done < n;) {
       ssize_t w = ::pwrite(fd_, p + done, n - done, static_cast<off_t>(offset_ + done));
       if (w < 0 && errno == EINTR) continue;
@@ -77,7 +76,8 @@ class FileSink : public BodySink {
 Status HashPrefix(int fd, uint64_t n, Sha256& hash) {
   std::vector<uint8_t> buf(1 << 20);
   for (uint64_t off = 0; off < n;) {
-    ssize_t r = ::pread(fd, buf.data(), std::min<uint64_t>(buf.size(), n - off), static_cast<off_t>(off));
+    ssize_t r =
+        ::pread(fd, buf.data(), std::min<uint64_t>(buf.size(), n - off), static_cast<off_t>(off));
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) return Status::FromErrno("reading the partial blob", r == 0 ? EIO : errno);
     hash.Update({buf.data(), static_cast<size_t>(r)});
@@ -111,21 +111,23 @@ std::string RegistryClient::BaseUrl(const ImageReference& image) const {
          image.repository + "/";
 }
 
-Result<std::string> RegistryClient::Authorize(const ImageReference& image, const std::string& header,
-                                              Deadline deadline) {
+Result<std::string> RegistryClient::Authorize(const ImageReference& image,
+                                              const std::string& header, Deadline deadline) {
   ASSIGN_OR_RETURN(Challenge c, ParseChallenge(header));
   auto cred = options_.credentials.find(image.registry);
   const Credentials* creds = cred == options_.credentials.end() ? nullptr : &cred->second;
   if (c.scheme == Challenge::Scheme::kBasic) {
     if (!creds)
-      return Status::PermissionDenied("registry " + image.registry +
-                                      " asks for basic auth and the docker config has no credentials for it");
+      return Status::PermissionDenied(
+          "registry " + image.registry +
+          " asks for basic auth and the docker config has no credentials for it");
     return BasicAuthorization(*creds);
   }
   const bool realm_https = c.realm.rfind("https://", 0) == 0;
   if (!realm_https && !(c.realm.rfind("http://", 0) == 0 && Insecure(image.registry)))
     return Status::PermissionDenied("registry " + image.registry + ": refusing token realm \"" +
-                                    c.realm.substr(0, 200) + "\" (https only, unless the registry is insecure)");
+                                    c.realm.substr(0, 200) +
+                                    "\" (https only, unless the registry is insecure)");
   std::string scope = c.scope.empty() ? "repository:" + image.repository + ":pull" : c.scope;
   std::string url = c.realm + (c.realm.find('?') == std::string::npos ? "?" : "&") +
                     "scope=" + QueryEscape(scope);
@@ -141,8 +143,8 @@ Result<std::string> RegistryClient::Authorize(const ImageReference& image, const
 }
 
 Result<HttpGetResponse> RegistryClient::Get(const ImageReference& image, const std::string& path,
-                                            HttpHeaders headers, uint64_t max_body, Deadline deadline,
-                                            BodySink& sink) {
+                                            HttpHeaders headers, uint64_t max_body,
+                                            Deadline deadline, BodySink& sink) {
   const std::string key = image.registry + "/" + image.repository;
   const std::string url = BaseUrl(image) + path;
   HttpGetOptions o{deadline, max_body, options_.max_redirects, options_.ca_file};
@@ -165,8 +167,8 @@ Result<HttpGetResponse> RegistryClient::Get(const ImageReference& image, const s
   }
 }
 
-Result<FetchedManifest> RegistryClient::GetManifest(const ImageReference& image, const std::string& ref,
-                                                    Deadline deadline) {
+Result<FetchedManifest> RegistryClient::GetManifest(const ImageReference& image,
+                                                    const std::string& ref, Deadline deadline) {
   StringSink sink;
   ASSIGN_OR_RETURN(HttpGetResponse r, Get(image, "manifests/" + ref, {{"Accept", ManifestAccept()}},
                                           kMaxManifestBytes, deadline, sink));
@@ -186,17 +188,19 @@ Result<FetchedManifest> RegistryClient::GetManifest(const ImageReference& image,
   return m;
 }
 
-Result<std::string> RegistryClient::GetBlobToString(const ImageReference& image, const Descriptor& blob,
-                                                    uint64_t max_bytes, Deadline deadline) {
+Result<std::string> RegistryClient::GetBlobToString(const ImageReference& image,
+                                                    const Descriptor& blob, uint64_t max_bytes,
+                                                    Deadline deadline) {
   if (blob.size > max_bytes)
     return Status::ResourceExhausted("blob " + blob.digest + " is " + std::to_string(blob.size) +
                                      " bytes, more than the limit of " + std::to_string(max_bytes));
   StringSink sink;
-  ASSIGN_OR_RETURN(HttpGetResponse r, Get(image, "blobs/" + blob.digest, {}, blob.size, deadline, sink));
+  ASSIGN_OR_RETURN(HttpGetResponse r,
+                   Get(image, "blobs/" + blob.digest, {}, blob.size, deadline, sink));
   (void)r;
   if (sink.body().size() != blob.size)
-    return Status::Unavailable("blob " + blob.digest + ": " + std::to_string(sink.body().size()) + " of " +
-                               std::to_string(blob.size) + " bytes");
+    return Status::Unavailable("blob " + blob.digest + ": " + std::to_string(sink.body().size()) +
+                               " of " + std::to_string(blob.size) + " bytes");
   if ("sha256:" + Sha256Hex(sink.body()) != blob.digest)
     return Status::DataLoss("blob " + blob.digest + ": the bytes have another digest");
   return sink.body();
@@ -221,7 +225,8 @@ Result<uint64_t> RegistryClient::FetchBlob(const ImageReference& image, const De
   if (have < blob.size) {
     HttpHeaders headers;
     if (have > 0) headers.emplace_back("Range", "bytes=" + std::to_string(have) + "-");
-    Result<HttpGetResponse> r = Get(image, "blobs/" + blob.digest, headers, blob.size, deadline, sink);
+    Result<HttpGetResponse> r =
+        Get(image, "blobs/" + blob.digest, headers, blob.size, deadline, sink);
     if (!r.ok()) {
       if (r.status().code() == StatusCode::kResourceExhausted) ::unlink(partial_path.c_str());
       return r.status().WithContext("blob " + blob.digest);
@@ -229,8 +234,9 @@ Result<uint64_t> RegistryClient::FetchBlob(const ImageReference& image, const De
     received = r->body_bytes;
   }
   if (sink.offset() != blob.size)
-    return Status::Unavailable("blob " + blob.digest + ": the body ended after " + std::to_string(sink.offset()) +
-                               " of " + std::to_string(blob.size) + " bytes");
+    return Status::Unavailable("blob " + blob.digest + ": the body ended after " +
+                               std::to_string(sink.offset()) + " of " + std::to_string(blob.size) +
+                               " bytes");
   if ("sha256:" + hash.FinalHex() != blob.digest) {
     ::unlink(partial_path.c_str());
     return Status::DataLoss("blob " + blob.digest + ": the bytes received have another digest");

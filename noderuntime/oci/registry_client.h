@@ -68,10 +68,11 @@ class RegistryClient {
 
   explicit RegistryClient(RegistryClientOptions options) : options_(std::move(options)) {}
 
-  [[nodiscard]] Result<FetchedManifest> GetManifest(const ImageReference& image, const std::string& ref,
+  [[nodiscard]] Result<FetchedManifest> GetManifest(const ImageReference& image,
+                                                    const std::string& ref, Deadline deadline);
+  [[nodiscard]] Result<std::string> GetBlobToString(const ImageReference& image,
+                                                    const Descriptor& blob, uint64_t max_bytes,
                                                     Deadline deadline);
-  [[nodiscard]] Result<std::string> GetBlobToString(const ImageReference& image, const Descriptor& blob,
-                                                    uint64_t max_bytes, Deadline deadline);
   [[nodiscard]] Result<uint64_t> FetchBlob(const ImageReference& image, const Descriptor& blob,
                                            const std::string& partial_path, Deadline deadline,
                                            const BlobProgressFn& progress);
@@ -79,8 +80,9 @@ class RegistryClient {
  private:
   // GET <base>/<path> with auth; a 2xx body to `sink`. Returns the final
   // response, non-2xx statuses turned into errors.
-  Result<HttpGetResponse> Get(const ImageReference& image, const std::string& path, HttpHeaders headers,
-                              uint64_t max_body, Deadline deadline, BodySink& sink);
+  Result<HttpGetResponse> Get(const ImageReference& image, const std::string& path,
+                              HttpHeaders headers, uint64_t max_body, Deadline deadline,
+                              BodySink& sink);
   Result<std::string> Authorize(const ImageReference& image, const std::string& challenge,
                                 Deadline deadline);
   std::string BaseUrl(const ImageReference& image) const;

@@ -1,17 +1,17 @@
 #include "noderuntime/oci/registry_http.h"
 
+#include <cpprest/astreambuf.h>
+#include <cpprest/http_client.h>
+#include <cpprest/streams.h>
+
 #include <algorithm>
 #include <atomic>
+#include <boost/asio/ssl.hpp>
 #include <future>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
-
-#include <boost/asio/ssl.hpp>
-#include <cpprest/astreambuf.h>
-#include <cpprest/http_client.h>
-#include <cpprest/streams.h>
 
 namespace kubicle::noderuntime::oci {
 namespace {
@@ -47,7 +47,9 @@ class GateBuf : public streams::details::streambuf_state_manager<uint8_t> {
   size_t in_avail() const override { return 0; }
   pos_type getpos(std::ios_base::openmode) const override { return NoPos(); }
   pos_type seekpos(pos_type, std::ios_base::openmode) override { return NoPos(); }
-  pos_type seekoff(off_type, std::ios_base::seekdir, std::ios_base::openmode) override { return NoPos(); }
+  pos_type seekoff(off_type, std::ios_base::seekdir, std::ios_base::openmode) override {
+    return NoPos();
+  }
   bool acquire(uint8_t*& ptr, size_t& count) override {
     ptr = nullptr;
     count = 0;
@@ -92,7 +94,8 @@ class GateBuf : public streams::details::streambuf_state_manager<uint8_t> {
     std::lock_guard<std::mutex> l(mu_);
     if (error_) throw std::runtime_error(error_->message());
     if (bytes_ + n > max_) {
-      error_ = Status::ResourceExhausted("the body is more than the limit of " + std::to_string(max_) + " bytes");
+      error_ = Status::ResourceExhausted("the body is more than the limit of " +
+                                         std::to_string(max_) + " bytes");
       throw std::runtime_error(error_->message());
     }
     Status s = sink_.Write(p, n);
@@ -200,7 +203,8 @@ class Fetch {
     if (IsRedirect(r.status)) {
       auto loc = r.headers.find("location");
       if (loc == r.headers.end())
-        return Status::Unavailable("GET " + url_ + ": HTTP " + std::to_string(r.status) + " without a Location");
+        return Status::Unavailable("GET " + url_ + ": HTTP " + std::to_string(r.status) +
+                                   " without a Location");
       hop.redirect = uri.resolve_uri(loc->second);
       return hop;
     }
@@ -210,7 +214,8 @@ class Fetch {
     const bool sized = resp.headers().match(http::header_names::content_length, total);
     if (sized && total > o_.max_body) {
       return Status::ResourceExhausted("GET " + url_ + ": the body is " + std::to_string(total) +
-                                       " bytes, more than the limit of " + std::to_string(o_.max_body) + " bytes");
+                                       " bytes, more than the limit of " +
+                                       std::to_string(o_.max_body) + " bytes");
     }
     RETURN_IF_ERROR(sink_.Begin(r.status, r.headers));
     buf_->Open();
@@ -223,8 +228,9 @@ class Fetch {
       return Status::Unavailable("GET " + url_ + ": reading the body: " + e.what());
     }
     if (sized && buf_->bytes() != total) {
-      return Status::Unavailable("GET " + url_ + ": the body ended after " + std::to_string(buf_->bytes()) +
-                                 " of " + std::to_string(total) + " bytes");
+      return Status::Unavailable("GET " + url_ + ": the body ended after " +
+                                 std::to_string(buf_->bytes()) + " of " + std::to_string(total) +
+                                 " bytes");
     }
     r.body_bytes = buf_->bytes();
     return hop;
@@ -247,9 +253,11 @@ class Fetch {
 Status CheckRedirect(const std::string& from, const std::string& to) {
   std::string to_scheme = Lower(to.substr(0, to.find(':')));
   if (to_scheme != "http" && to_scheme != "https")
-    return Status::Unavailable("GET " + from + ": redirect to unsupported URL " + to.substr(0, 300));
+    return Status::Unavailable("GET " + from + ": redirect to unsupported URL " +
+                               to.substr(0, 300));
   if (Lower(from.substr(0, 6)) == "https:" && to_scheme == "http")
-    return Status::Unavailable("GET " + from + ": refusing a redirect from https to http (" + to.substr(0, 300) + ")");
+    return Status::Unavailable("GET " + from + ": refusing a redirect from https to http (" +
+                               to.substr(0, 300) + ")");
   return Status::Ok();
 }
 
@@ -274,7 +282,8 @@ Result<HttpGetResponse> HttpGet(const std::string& url, const HttpHeaders& heade
     if (!hop.ok()) return hop.status();
     if (!hop->redirect) return std::move(hop->response);
     if (hops == options.max_redirects)
-      return Status::Unavailable("GET " + url + ": more than " + std::to_string(options.max_redirects) + " redirects");
+      return Status::Unavailable("GET " + url + ": more than " +
+                                 std::to_string(options.max_redirects) + " redirects");
     RETURN_IF_ERROR(CheckRedirect(current, *hop->redirect));
     current = *hop->redirect;
   }
