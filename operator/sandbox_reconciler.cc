@@ -68,11 +68,13 @@ std::string TokenSecretName(const std::string& sandbox_name) {
 Result<Outcome> SandboxReconciler::Reconcile(const std::string& key) {
   std::optional<Json> got = ctx_.lister->Get(SandboxResource(), key);
   if (!got) {
+    recent_.Forget(key);
     ctx_.scheduler->Forget(key);
     if (ctx_.workspace_claims) ctx_.workspace_claims->Release(key);
     return Outcome{};
   }
   SandboxView sbx = SandboxView::Parse(std::move(*got));
+  recent_.CaughtUp(key, sbx.meta.uid, kube::At(sbx.object, {"status"}));
   if (sbx.meta.deleting) return Finalize(sbx);
 
   SandboxFacts facts;
@@ -88,7 +90,14 @@ Result<Outcome> SandboxReconciler::Reconcile(const std::string& key) {
   RETURN_IF_ERROR(EnsureToken(sbx, &facts, &out));
   CheckNode(sbx, &facts, &out);
   Json desired = ComputeSandboxStatus(sbx, facts, ctx_.clock->Now());
-  ASSIGN_OR_RETURN(bool wrote, WriteStatusIfChanged(ctx_, SandboxResource(), sbx.object, desired));
+  bool wrote = false;
+  // A copy from before our own last write would only write it again (and
+  // be refused 409 on its resourceVersion): the update event brings the
+  // newer copy.
+  if (!recent_.Repeats(key, sbx.meta.uid, kube::At(sbx.object, {"status"}), desired)) {
+    ASSIGN_OR_RETURN(wrote, WriteStatusIfChanged(ctx_, SandboxResource(), sbx.object, desired));
+    if (wrote) recent_.Status(key, sbx.meta.uid, desired);
+  }
   const std::string phase = desired["phase"].get<std::string>();  // ours: always a string
   if (wrote && sbx.status.phase != phase) {
     log::Info("sandbox phase", {{"sandbox", key}, {"phase", phase}, {"node", facts.node},
@@ -284,6 +293,9 @@ Status SandboxReconciler::EnsureToken(const SandboxView& sbx, SandboxFacts* fact
   facts->token_secret = TokenSecretName(sbx.meta.name);
   facts->token_sha256 = sbx.status.token_sha256;
   if (!facts->token_sha256.empty()) return Status::Ok();
+  // Made by an earlier pass whose status write this copy does not show yet.
+  facts->token_sha256 = recent_.TokenOf(sbx.meta.Key(), sbx.meta.uid);
+  if (!facts->token_sha256.empty()) return Status::Ok();
   ASSIGN_OR_RETURN(std::string token, NewToken());
   Json labels = Json::object();
   for (std::string_view l : {kLabelRun, kLabelAgent}) {
@@ -296,6 +308,7 @@ Status SandboxReconciler::EnsureToken(const SandboxView& sbx, SandboxFacts* fact
   auto created = ctx_.client->Create(kube::SecretResource(), sbx.meta.ns, secret);
   if (created.ok()) {
     facts->token_sha256 = Sha256Hex(token);
+    recent_.Token(sbx.meta.Key(), sbx.meta.uid, facts->token_sha256);
     return Status::Ok();
   }
   if (!kube::IsAlreadyExists(created.status())) return created.status();
@@ -321,6 +334,7 @@ Status SandboxReconciler::AdoptTokenSecret(const SandboxView& sbx, SandboxFacts*
   const TokenSecretCheck check = CheckTokenSecret(*got, sbx.meta.name, sbx.meta.uid);
   if (check.problem.empty()) {
     facts->token_sha256 = Sha256Hex(check.token);
+    recent_.Token(sbx.meta.Key(), sbx.meta.uid, facts->token_sha256);
     log::Info("sandbox token recovered", {{"sandbox", sbx.meta.Key()}, {"secret", name}});
     return Status::Ok();
   }

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "operator/context.h"
+#include "operator/recent_writes.h"
 #include "operator/sandbox_status.h"
 
 namespace kubicle::op {
@@ -45,6 +46,7 @@ class SandboxReconciler final : public Reconciler {
   int64_t TemplateMemory(const std::string& template_key, std::map<std::string, int64_t>* memo);
 
   Context ctx_;
+  RecentWrites recent_;  // shared by the workers' passes
 };
 
 // Name of a Sandbox's token Secret.

@@ -264,6 +264,72 @@ TEST_F(SandboxReconcilerTest, AStaleCacheDoesNotReplaceARecordedToken) {
   (void)before;
 }
 
+// Serves the real objects, or for Sandbox "s" a copy the test sets (an
+// informer cache that has not seen the operator's own last write).
+class SettableLister final : public ObjectLister {
+ public:
+  explicit SettableLister(ObjectLister* real) : real_(real) {}
+  std::optional<Json> Get(const kube::Resource& r, const std::string& key) override {
+    if (stale && r.plural == "sandboxes" && key == kube::ObjectKey(kNs, "s")) return stale;
+    return real_->Get(r, key);
+  }
+  std::vector<Json> List(const kube::Resource& r) override { return real_->List(r); }
+  std::optional<Json> stale;
+
+ private:
+  ObjectLister* real_;
+};
+
+// The operator's reconciler (one, shared by its workers) reading a copy
+// from before its own status write creates no second Secret and repeats no
+// status write (each would be a request refused 409); news in the copy (the
+// node's report) is still written.
+TEST_F(SandboxReconcilerTest, ACopyBehindItsOwnWriteCostsNoWrite) {
+  ASSERT_TRUE(w.client.Create(kube::SandboxResource(), kNs, NewSandbox("s", "py")).ok());
+  SettableLister lister(&w.lister);
+  Context ctx = w.ctx;
+  ctx.lister = &lister;
+  SandboxReconciler r(ctx);
+  const std::string key = kube::ObjectKey(kNs, "s");
+  ASSERT_TRUE(r.Reconcile(key).ok());
+  const Json written = w.Sandbox("s");
+  ASSERT_EQ(written["status"]["phase"], "Scheduled");
+  Json behind = written;  // placed and finalized, but without the status write
+  behind.erase("status");
+  lister.stale = behind;
+  w.client.ClearActions();
+  ASSERT_TRUE(r.Reconcile(key).ok());
+  EXPECT_TRUE(w.client.Actions().empty()) << w.client.Actions()[0];
+  EXPECT_EQ(w.Sandbox("s")["status"], written["status"]);
+
+  // The node's report, seen on a copy that is still behind on the token.
+  w.ReportVm("s", "Running");
+  behind = w.Sandbox("s");
+  behind["status"].erase("tokenSha256");
+  lister.stale = behind;
+  ASSERT_TRUE(r.Reconcile(key).ok());
+  const Json ready = w.Sandbox("s");
+  EXPECT_EQ(ready["status"]["phase"], "Running");
+  EXPECT_EQ(ready["status"]["tokenSha256"], written["status"]["tokenSha256"]);
+  EXPECT_EQ(FindCondition(ready, "Ready")->value("status", ""), "True");
+  EXPECT_EQ(w.client.List(kube::SecretResource(), kNs, {})->at("items").size(), 1u);
+}
+
+TEST(RecentWrites, AnotherObjectOfTheSameNameGetsNothingOfTheOld) {
+  RecentWrites r;
+  r.Token("ns/s", "uid-1", "aa");
+  r.Status("ns/s", "uid-1", Json{{"phase", "Scheduled"}});
+  EXPECT_EQ(r.TokenOf("ns/s", "uid-1"), "aa");
+  EXPECT_EQ(r.TokenOf("ns/s", "uid-2"), "");
+  EXPECT_TRUE(r.Repeats("ns/s", "uid-1", Json::object(), Json{{"phase", "Scheduled"}}));
+  EXPECT_FALSE(r.Repeats("ns/s", "uid-2", Json::object(), Json{{"phase", "Scheduled"}}));
+  EXPECT_FALSE(r.Repeats("ns/s", "uid-1", Json::object(), Json{{"phase", "Running"}}));
+  // Caught up: the cache shows it all, so nothing is remembered any more.
+  r.CaughtUp("ns/s", "uid-1", Json{{"phase", "Scheduled"}, {"tokenSha256", "aa"}});
+  EXPECT_EQ(r.TokenOf("ns/s", "uid-1"), "");
+  EXPECT_FALSE(r.Repeats("ns/s", "uid-1", Json::object(), Json{{"phase", "Scheduled"}}));
+}
+
 // A token Secret as the apiserver stores it: data base64.
 Json TokenSecret(const std::string& name, const std::string& token_b64, const Json& owner_refs) {
   Json s = {{"metadata", {{"name", name}}}, {"type", "kubicle.dev/sandbox-token"},
