@@ -127,6 +127,24 @@ TEST_F(TemplateSyncImageTest, AnImageTemplateBakesItsBuiltRootfsReadOnlyAndRepor
   EXPECT_EQ(puller_->pulls(), 2);
 }
 
+TEST_F(TemplateSyncImageTest, ARestartedAgentReportsTheDigestItBakedWithoutPullingAgain) {
+  Start();
+  Create("py", {{"image", kImage}});
+  ASSERT_TRUE(Eventually([&] { return EntryIs("py", "Ready"); }));
+  EXPECT_EQ(puller_->pulls(), 1);
+  sync_.reset();
+  // The entry gone (as after an apiserver restore); the tag moved meanwhile.
+  ASSERT_TRUE(kube_.Patch(kube::SandboxTemplateResource(), kNs, "py", kube::PatchType::kMerge,
+                          Json{{"status", {{"nodes", Json::array()}}}}, "status").ok());
+  ASSERT_FALSE(Entry("py"));
+  puller_->Set(kImage, FakeDigest('b'));
+  Start();
+  ASSERT_TRUE(Eventually([&] { return EntryIs("py", "Ready"); }));
+  EXPECT_EQ(Entry("py")->image_digest, FakeDigest('a')) << "what generation 1 baked, read from its disk";
+  EXPECT_EQ(puller_->pulls(), 1);
+  EXPECT_TRUE(fs::exists(BuiltPath('a'))) << "in use: the start's collection kept it";
+}
+
 TEST_F(TemplateSyncImageTest, HandBuiltRootfsTemplatesReportNoImageDigest) {
   Start();
   Create("hand", {{"kernel", (dir_ / "images" / "kernel").string()}, {"rootfs", (dir_ / "images" / "rootfs").string()}});
