@@ -284,15 +284,34 @@ TEST_F(RootfsBuilderTest, LaterLayersReplaceWhiteoutAndHide) {
   for (const auto& n : img.List("/")) EXPECT_EQ(n.rfind(".wh.", 0), std::string::npos) << n;
 }
 
+// Names are written a block at a time, not one ext2fs_link each (which is
+// quadratic in a directory's size).
 TEST_F(RootfsBuilderTest, ManyEntriesInOneDirectoryGrowIt) {
   TarTestWriter w;
-  for (int i = 0; i < 3000; ++i) w.File("many/file-with-a-longish-name-" + std::to_string(i), std::to_string(i));
+  for (int i = 0; i < 20000; ++i) w.File("many/file-with-a-longish-name-" + std::to_string(i), std::to_string(i));
   auto r = Build({GzLayer(w)});
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   ExpectFsck();
   Image img(out_);
-  EXPECT_EQ(img.List("/many").size(), 3000u);
+  EXPECT_EQ(img.List("/many").size(), 20000u);
   EXPECT_EQ(img.Read("/many/file-with-a-longish-name-2999"), "2999");
+}
+
+TEST_F(RootfsBuilderTest, LostAndFoundIsMke2fsOrTheImages) {
+  ASSERT_TRUE(Build({GzLayer(TarTestWriter().File("a", "1"))}).ok());
+  {
+    Image img(out_);
+    EXPECT_EQ(img.List("/"), (std::vector<std::string>{".kubicle", "a", "dev", "lost+found", "proc", "run", "sys", "tmp"}));
+  }
+  ExpectFsck();
+  fs::remove(out_);
+  TarTestWriter own;
+  own.Dir("lost+found/", 0700).File("lost+found/kept", "image's");
+  ASSERT_TRUE(Build({GzLayer(own)}).ok());
+  ExpectFsck();  // mke2fs's lost+found freed, not left unattached
+  Image img(out_);
+  EXPECT_EQ(img.Read("/lost+found/kept"), "image's");
+  EXPECT_EQ(img.Inode("/lost+found").i_mode, LINUX_S_IFDIR | 0700);
 }
 
 void ExpectNames(const Status& s, StatusCode code, const std::vector<std::string>& parts) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/unique_fd.h"
+#include "noderuntime/oci/rootfs_ext4_dir.h"
 
 extern char** environ;
 
@@ -142,16 +143,6 @@ Result<uint32_t> RootfsImage::NewInode(uint32_t dir, uint16_t mode, const std::s
   return ino;
 }
 
-Status RootfsImage::Link(uint32_t dir, const std::string& name, uint32_t ino, int filetype) {
-  errcode_t err = ext2fs_link(fs_, dir, name.c_str(), ino, filetype);
-  if (err == EXT2_ET_DIR_NO_SPACE) {
-    err = ext2fs_expand_dir(fs_, dir);
-    if (!err) err = ext2fs_link(fs_, dir, name.c_str(), ino, filetype);
-  }
-  if (err) return Ext2Error(err, "linking " + name);
-  return Status::Ok();
-}
-
 Status RootfsImage::SetAttrs(uint32_t ino, const TreeInode& n, uint16_t type_bits, const std::string& path) {
   ext2_inode_large in{};
   errcode_t err = ext2fs_read_inode_full(fs_, ino, reinterpret_cast<ext2_inode*>(&in), sizeof(in));
@@ -192,22 +183,57 @@ Status RootfsImage::SetXattrs(uint32_t ino, const TreeInode& n, const std::strin
 
 Status RootfsImage::WriteTree(const RootfsTree& tree) {
   RETURN_IF_ERROR(SetAttrs(EXT2_ROOT_INO, tree.root(), LINUX_S_IFDIR, "/"));
-  return WriteDir(EXT2_ROOT_INO, tree.root(), "", 0);
+  // mke2fs's lost+found stays, unless the image brings its own.
+  std::vector<DirEntryOut> entries;
+  ext2_ino_t lost = 0;
+  if (ext2fs_lookup(fs_, EXT2_ROOT_INO, "lost+found", 10, nullptr, &lost) == 0) {
+    if (tree.root().children.count("lost+found")) {
+      RETURN_IF_ERROR(DropDir(lost, "/lost+found"));
+    } else {
+      entries.push_back({"lost+found", lost, EXT2_FT_DIR});
+    }
+  }
+  return WriteDir(EXT2_ROOT_INO, EXT2_ROOT_INO, tree.root(), "", 0, std::move(entries));
 }
 
-Status RootfsImage::WriteDir(uint32_t self, const TreeInode& dir, const std::string& path, int depth) {
-  if (depth > kMaxDepth) return Status::InvalidArgument(path + ": directories nest too deep");
-  for (const auto& [name, child] : dir.children)
-    RETURN_IF_ERROR(WriteChild(self, name, *child.inode, path + "/" + name, depth));
+Status RootfsImage::DropDir(uint32_t ino, const std::string& path) {
+  ext2_inode in{};
+  errcode_t err = ext2fs_read_inode(fs_, ino, &in);
+  if (!err) err = ext2fs_punch(fs_, ino, &in, nullptr, 0, ~0ULL);
+  if (!err) {
+    in.i_links_count = 0;
+    in.i_dtime = 1;
+    err = ext2fs_write_inode(fs_, ino, &in);
+  }
+  if (err) return Ext2Error(err, "removing " + path);
+  ext2fs_inode_alloc_stats2(fs_, ino, -1, 1);
+  ext2_inode root{};
+  err = ext2fs_read_inode(fs_, EXT2_ROOT_INO, &root);
+  if (!err) {
+    --root.i_links_count;  // its ".." was a link to the root
+    err = ext2fs_write_inode(fs_, EXT2_ROOT_INO, &root);
+  }
+  if (err) return Ext2Error(err, "removing " + path);
   return Status::Ok();
 }
 
-Status RootfsImage::WriteChild(uint32_t dir, const std::string& name, const TreeInode& n,
-                               const std::string& path, int depth) {
-  const int ft = FileTypeOf(n.type);
+Status RootfsImage::WriteDir(uint32_t self, uint32_t parent, const TreeInode& dir, const std::string& path,
+                             int depth, std::vector<DirEntryOut> entries) {
+  if (depth > kMaxDepth) return Status::InvalidArgument(path + ": directories nest too deep");
+  entries.reserve(entries.size() + dir.children.size());
+  for (const auto& [name, child] : dir.children) {
+    ASSIGN_OR_RETURN(uint32_t ino, WriteChild(self, *child.inode, path + "/" + name, depth));
+    entries.push_back({name, ino, FileTypeOf(child.inode->type)});
+  }
+  // Names are written last, all at once (rootfs_ext4_dir.h says why).
+  errcode_t err = WriteDirectory(fs_, self, parent, entries);
+  if (err) return Ext2Error(err, "writing directory " + (path.empty() ? "/" : path));
+  return Status::Ok();
+}
+
+Result<uint32_t> RootfsImage::WriteChild(uint32_t dir, const TreeInode& n, const std::string& path, int depth) {
   if (auto it = inos_.find(&n); it != inos_.end()) {
     // A second name of an inode already written: a hard link.
-    RETURN_IF_ERROR(Link(dir, name, it->second, ft));
     ext2_inode in{};
     errcode_t err = ext2fs_read_inode(fs_, it->second, &in);
     if (!err) {
@@ -215,34 +241,28 @@ Status RootfsImage::WriteChild(uint32_t dir, const std::string& name, const Tree
       err = ext2fs_write_inode(fs_, it->second, &in);
     }
     if (err) return Ext2Error(err, "counting the links of " + path);
-    return Status::Ok();
+    return it->second;
   }
   errcode_t err = 0;
   switch (n.type) {
     case TarType::kDirectory: {
+      // Made unnamed (the parent's names are written at its end); mkdir
+      // counts the parent's link for "..".
       ASSIGN_OR_RETURN(uint32_t ino, NewInode(dir, LINUX_S_IFDIR | 0755, path));
-      err = ext2fs_mkdir(fs_, dir, ino, name.c_str());
-      if (err == EXT2_ET_DIR_NO_SPACE) {
-        // Nothing of the new directory is marked in use until it is linked:
-        // grow the parent and make it again (as e2fsprogs' populate_fs does).
-        err = ext2fs_expand_dir(fs_, dir);
-        if (!err) err = ext2fs_mkdir(fs_, dir, ino, name.c_str());
-      }
+      err = ext2fs_mkdir(fs_, dir, ino, nullptr);
       if (err) return Ext2Error(err, "making directory " + path);
       inos_[&n] = ino;
       RETURN_IF_ERROR(SetAttrs(ino, n, LINUX_S_IFDIR, path));
-      return WriteDir(ino, n, path, depth + 1);
+      RETURN_IF_ERROR(WriteDir(ino, dir, n, path, depth + 1, {}));
+      return ino;
     }
     case TarType::kSymlink: {
       ASSIGN_OR_RETURN(uint32_t ino, NewInode(dir, LINUX_S_IFLNK | 0777, path));
-      err = ext2fs_symlink(fs_, dir, ino, name.c_str(), n.symlink_target.c_str());
-      if (err == EXT2_ET_DIR_NO_SPACE) {
-        err = ext2fs_expand_dir(fs_, dir);
-        if (!err) err = ext2fs_symlink(fs_, dir, ino, name.c_str(), n.symlink_target.c_str());
-      }
+      err = ext2fs_symlink(fs_, dir, ino, nullptr, n.symlink_target.c_str());
       if (err) return Ext2Error(err, "making symlink " + path);
       inos_[&n] = ino;
-      return SetAttrs(ino, n, LINUX_S_IFLNK, path);
+      RETURN_IF_ERROR(SetAttrs(ino, n, LINUX_S_IFLNK, path));
+      return ino;
     }
     case TarType::kFile:
     case TarType::kFifo: {
@@ -260,20 +280,19 @@ Status RootfsImage::WriteChild(uint32_t dir, const std::string& name, const Tree
       }
       err = ext2fs_write_new_inode(fs_, ino, &in);
       if (err) return Ext2Error(err, "writing the inode of " + path);
-      RETURN_IF_ERROR(Link(dir, name, ino, ft));
       ext2fs_inode_alloc_stats2(fs_, ino, +1, 0);
       inos_[&n] = ino;
       RETURN_IF_ERROR(SetAttrs(ino, n, type_bits, path));
       if (n.inline_content) {
         size_t at = 0;
-        return WriteFileData(n, [&](char* buf, size_t max) -> Result<size_t> {
+        RETURN_IF_ERROR(WriteFileData(n, [&](char* buf, size_t max) -> Result<size_t> {
           const size_t k = std::min(max, n.content.size() - at);
           std::copy_n(n.content.data() + at, k, buf);
           at += k;
           return k;
-        });
+        }));
       }
-      return Status::Ok();
+      return ino;
     }
     default:
       return Status::InvalidArgument(path + ": a type the image cannot hold");

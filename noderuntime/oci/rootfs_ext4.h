@@ -14,7 +14,9 @@
 // Contracts:
 //  - Create() runs `mke2fs` (ext4, 4 KiB blocks, 256-byte inodes, no
 //    journal: the guest mounts it read-only) on a new sparse file of the
-//    given size. The image keeps mke2fs's lost+found.
+//    given size. The image keeps mke2fs's lost+found unless the tree has
+//    its own. A directory's names are written all at once, after its
+//    children (rootfs_ext4_dir.h: O(n), not ext2fs_link's O(n^2)).
 //  - xattr names must be in the user., trusted., security. namespaces or be
 //    system.posix_acl_access / _default; others are InvalidArgument.
 //  - An out-of-space error is ResourceExhausted (the caller sized the
@@ -27,6 +29,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "common/status.h"
 #include "noderuntime/oci/rootfs_tree.h"
@@ -36,6 +39,8 @@
 struct struct_ext2_filsys;
 
 namespace kubicle::noderuntime::oci {
+
+struct DirEntryOut;  // rootfs_ext4_dir.h
 
 class RootfsImage {
  public:
@@ -51,10 +56,12 @@ class RootfsImage {
 
  private:
   explicit RootfsImage(struct_ext2_filsys* fs) : fs_(fs) {}
-  Status WriteDir(uint32_t self, const TreeInode& dir, const std::string& path, int depth);
-  Status WriteChild(uint32_t dir, const std::string& name, const TreeInode& n, const std::string& path,
-                    int depth);
-  Status Link(uint32_t dir, const std::string& name, uint32_t ino, int filetype);
+  Status WriteDir(uint32_t self, uint32_t parent, const TreeInode& dir, const std::string& path, int depth,
+                  std::vector<DirEntryOut> entries);
+  // Writes the inode of `n` (and, for a directory, its subtree); its name
+  // is the caller's to write. An inode met again is a hard link.
+  Result<uint32_t> WriteChild(uint32_t dir, const TreeInode& n, const std::string& path, int depth);
+  Status DropDir(uint32_t ino, const std::string& path);
   Status SetAttrs(uint32_t ino, const TreeInode& n, uint16_t type_bits, const std::string& path);
   Status SetXattrs(uint32_t ino, const TreeInode& n, const std::string& path);
   Result<uint32_t> NewInode(uint32_t dir, uint16_t mode, const std::string& path);
