@@ -137,14 +137,6 @@ std::string Lower(std::string s) {
 
 bool IsRedirect(int c) { return c == 301 || c == 302 || c == 303 || c == 307 || c == 308; }
 
-// scheme://host[:port] of a URL, lowercased: what an Authorization belongs to.
-std::string Origin(const std::string& url) {
-  size_t p = url.find("://");
-  if (p == std::string::npos) return Lower(url);
-  size_t end = url.find_first_of("/?#", p + 3);
-  return Lower(url.substr(0, end));
-}
-
 struct Hop {
   std::optional<std::string> redirect;
   HttpGetResponse response;
@@ -250,6 +242,15 @@ class Fetch {
   std::optional<pplx::task<http::http_response>> body_;
 };
 
+}  // namespace
+
+std::string UrlOrigin(const std::string& url) {
+  size_t p = url.find("://");
+  if (p == std::string::npos) return Lower(url);
+  size_t end = url.find_first_of("/?#", p + 3);
+  return Lower(url.substr(0, end));
+}
+
 Status CheckRedirect(const std::string& from, const std::string& to) {
   std::string to_scheme = Lower(to.substr(0, to.find(':')));
   if (to_scheme != "http" && to_scheme != "https")
@@ -261,16 +262,14 @@ Status CheckRedirect(const std::string& from, const std::string& to) {
   return Status::Ok();
 }
 
-}  // namespace
-
 Result<HttpGetResponse> HttpGet(const std::string& url, const HttpHeaders& headers,
                                 const HttpGetOptions& options, BodySink& sink) {
-  const std::string origin = Origin(url);
+  const std::string origin = UrlOrigin(url);
   std::string current = url;
   for (int hops = 0;; ++hops) {
     HttpHeaders sent;
     for (const auto& h : headers) {
-      if (Lower(h.first) == "authorization" && Origin(current) != origin) continue;
+      if (Lower(h.first) == "authorization" && UrlOrigin(current) != origin) continue;
       sent.push_back(h);
     }
     Result<Hop> hop = Status::Internal("unreachable");

@@ -66,6 +66,14 @@ using HttpHeaders = std::vector<std::pair<std::string, std::string>>;
 [[nodiscard]] Result<HttpGetResponse> HttpGet(const std::string& url, const HttpHeaders& headers,
                                               const HttpGetOptions& options, BodySink& sink);
 
+// "scheme://host[:port]" of a URL, lowercased: whom an Authorization header
+// is for (only requests to the same origin carry it).
+std::string UrlOrigin(const std::string& url);
+
+// OK when a GET of `from` may follow a redirect to `to`: http or https only,
+// never from https to http (Unavailable otherwise).
+[[nodiscard]] Status CheckRedirect(const std::string& from, const std::string& to);
+
 // A sink that keeps the body in memory (for manifests, configs, tokens,
 // whose size the caller caps through max_body).
 class StringSink : public BodySink {
