@@ -159,11 +159,12 @@ Result<std::string> ImageStore::EnsureBlob(const ImageReference& ref, const Desc
                                       [&state](uint64_t bytes) { state.Report(bytes); }));
   ++blobs_fetched_;
   bytes_fetched_ += received;
-  // Read-only from here on: a stored blob is immutable (its name is its digest).
-  if (::chmod((partial + ".partial").c_str(), 0444) != 0)
-    return Status::FromErrno("chmod blob " + blob.digest);
   if (::rename((partial + ".partial").c_str(), path.c_str()) != 0)
     return Status::FromErrno("storing blob " + blob.digest);
+  // Read-only from here on: a stored blob is immutable (its name is its
+  // digest). After the rename, so a crash never leaves a .partial the next
+  // attempt cannot open for writing.
+  if (::chmod(path.c_str(), 0444) != 0) return Status::FromErrno("chmod blob " + blob.digest);
   RETURN_IF_ERROR(FsyncDir(options_.dir + "/blobs/sha256"));
   return path;
 }
