@@ -339,6 +339,8 @@ TEST_F(RootfsBuilderTest, PathRefusals) {
   dev.path = "dev/mem";
   dev.flag = '3';
   ExpectNames(Refused({GzLayer(TarTestWriter().Add(dev))}), StatusCode::kInvalidArgument, {"dev/mem", "device"});
+  ExpectNames(Refused({GzLayer(TarTestWriter().Symlink("s", std::string(4096, 't')))}),
+              StatusCode::kInvalidArgument, {"entry 's'", "symlink target"});
   TestEntry x;
   x.path = "f";
   x.xattrs = {{"system.evil", "1"}};
@@ -365,6 +367,13 @@ TEST_F(RootfsBuilderTest, SizeRefusals) {
   l.max_path_bytes = 64;
   ExpectNames(Refused({GzLayer(TarTestWriter().File(std::string(80, 'p'), ""))}, l),
               StatusCode::kInvalidArgument, {"longer than 64"});
+}
+
+TEST_F(RootfsBuilderTest, HardLinksStopAtExt4sLimit) {
+  TarTestWriter w;
+  w.File("target", "t");
+  for (int i = 0; i < 65000; ++i) w.HardLink("l" + std::to_string(i), "target");
+  ExpectNames(Refused({GzLayer(w)}), StatusCode::kInvalidArgument, {"65000 hard links"});
 }
 
 TEST_F(RootfsBuilderTest, DecompressionBombIsRefusedWhileInflating) {

@@ -22,6 +22,7 @@ namespace kubicle::noderuntime::oci {
 namespace {
 
 constexpr int kMaxDepth = 2048;  // a 4096-byte path has at most 2048 levels
+constexpr uint16_t kMaxLinks = 65000;  // ext4's EXT4_LINK_MAX
 
 Status Ext2Error(errcode_t err, const std::string& what) {
   const std::string m = what + ": " + error_message(err);
@@ -236,6 +237,9 @@ Result<uint32_t> RootfsImage::WriteChild(uint32_t dir, const TreeInode& n, const
     // A second name of an inode already written: a hard link.
     ext2_inode in{};
     errcode_t err = ext2fs_read_inode(fs_, it->second, &in);
+    if (!err && in.i_links_count >= kMaxLinks)
+      return Status::InvalidArgument(path + ": more than " + std::to_string(kMaxLinks) +
+                                     " hard links to one file (ext4's limit)");
     if (!err) {
       ++in.i_links_count;
       err = ext2fs_write_inode(fs_, it->second, &in);

@@ -6,6 +6,8 @@ namespace kubicle::noderuntime::oci {
 
 namespace {
 
+constexpr uint64_t kMaxDirLinks = 65000;  // EXT4_LINK_MAX
+
 class BlockFiller {
  public:
   BlockFiller(ext2_filsys fs, ext2_ino_t dir)
@@ -82,6 +84,13 @@ errcode_t WriteDirectory(ext2_filsys fs, ext2_ino_t dir, ext2_ino_t parent,
   if ((err = f.Flush())) return err;
   if ((err = ext2fs_read_inode(fs, dir, &inode))) return err;
   if ((err = ext2fs_inode_size_set(fs, &inode, f.blocks() * fs->blocksize))) return err;
+  // The link count from the names themselves ("." and each child's ".."),
+  // not from mkdir's increments, which wrap at 65,536 subdirectories; past
+  // ext4's limit it is 1, which dir_nlink reads as "many".
+  uint64_t links = 2;
+  for (const DirEntryOut& e : entries) links += e.file_type == EXT2_FT_DIR ? 1 : 0;
+  if (links > kMaxDirLinks && !ext2fs_has_feature_dir_nlink(fs->super)) return EXT2_ET_TOO_MANY_REFS;
+  inode.i_links_count = static_cast<__u16>(links > kMaxDirLinks ? 1 : links);
   return ext2fs_write_inode(fs, dir, &inode);
 }
 

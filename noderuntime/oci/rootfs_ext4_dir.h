@@ -8,7 +8,8 @@
 // one block; its content is replaced by ".", ".." (= `parent`) and
 // `entries` in order, as many blocks as they take (the first reused, the
 // rest allocated through the inode's extents), each with its checksum tail
-// when the file system has metadata_csum; i_size follows. Names are 1..255
+// when the file system has metadata_csum; i_size and the link count (2 +
+// subdirectories, or 1 past 65,000 with dir_nlink) follow. Names are 1..255
 // bytes (the caller checked). The directory is not indexed: the guest
 // mounts it read-only and the kernel reads linear directories.
 #pragma once

@@ -9,6 +9,7 @@ namespace {
 
 constexpr size_t kMaxName = 255;  // ext4's limit for one name
 constexpr uint64_t kBlock = 4096;
+constexpr size_t kMaxSymlink = 4096;  // one block, as the kernel's PATH_MAX
 const std::string kWhiteout = ".wh.";
 const std::string kOpaque = ".wh..wh..opq";
 
@@ -134,8 +135,9 @@ Status RootfsTree::Apply(uint32_t layer, uint64_t ordinal, const TarEntry& e) {
       return Status::ResourceExhausted("the image's files add up to more than " +
                                        std::to_string(limits_.max_total_bytes) + " bytes");
   }
-  if (e.type == TarType::kSymlink && e.link_target.empty())
-    return Status::InvalidArgument("a symlink with an empty target");
+  if (e.type == TarType::kSymlink && (e.link_target.empty() || e.link_target.size() >= kMaxSymlink))
+    return Status::InvalidArgument("a symlink target must be 1 to " + std::to_string(kMaxSymlink - 1) +
+                                   " bytes");
 
   auto it = dir->children.find(name);
   if (e.type == TarType::kDirectory && it != dir->children.end() &&
