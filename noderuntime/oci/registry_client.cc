@@ -188,24 +188,6 @@ Result<FetchedManifest> RegistryClient::GetManifest(const ImageReference& image,
   return m;
 }
 
-Result<std::string> RegistryClient::GetBlobToString(const ImageReference& image,
-                                                    const Descriptor& blob, uint64_t max_bytes,
-                                                    Deadline deadline) {
-  if (blob.size > max_bytes)
-    return Status::ResourceExhausted("blob " + blob.digest + " is " + std::to_string(blob.size) +
-                                     " bytes, more than the limit of " + std::to_string(max_bytes));
-  StringSink sink;
-  ASSIGN_OR_RETURN(HttpGetResponse r,
-                   Get(image, "blobs/" + blob.digest, {}, blob.size, deadline, sink));
-  (void)r;
-  if (sink.body().size() != blob.size)
-    return Status::Unavailable("blob " + blob.digest + ": " + std::to_string(sink.body().size()) +
-                               " of " + std::to_string(blob.size) + " bytes");
-  if ("sha256:" + Sha256Hex(sink.body()) != blob.digest)
-    return Status::DataLoss("blob " + blob.digest + ": the bytes have another digest");
-  return sink.body();
-}
-
 Result<uint64_t> RegistryClient::FetchBlob(const ImageReference& image, const Descriptor& blob,
                                            const std::string& partial_path, Deadline deadline,
                                            const BlobProgressFn& progress) {

@@ -17,7 +17,6 @@
 //   reading); its sha256 is the manifest's digest, and must equal the
 //   reference when a digest was asked for, and the Docker-Content-Digest
 //   header when the registry sent one (DataLoss otherwise).
-// - GetBlobToString: bodies capped at `max_bytes`, sha256 verified.
 // - FetchBlob: streams the blob into `partial_path`, appending to what a
 //   previous attempt left there (Range request; a 200 reply restarts from
 //   zero), hashing on the fly. More bytes than the descriptor's size:
@@ -70,9 +69,6 @@ class RegistryClient {
 
   [[nodiscard]] Result<FetchedManifest> GetManifest(const ImageReference& image,
                                                     const std::string& ref, Deadline deadline);
-  [[nodiscard]] Result<std::string> GetBlobToString(const ImageReference& image,
-                                                    const Descriptor& blob, uint64_t max_bytes,
-                                                    Deadline deadline);
   [[nodiscard]] Result<uint64_t> FetchBlob(const ImageReference& image, const Descriptor& blob,
                                            const std::string& partial_path, Deadline deadline,
                                            const BlobProgressFn& progress);
