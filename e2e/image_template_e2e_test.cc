@@ -4,11 +4,11 @@
 // pulls it over plain HTTP (--insecure-registry), builds the ext4 root
 // filesystem and bakes it with its default guest kernel (the test guest,
 // which ignores the disk: the node's records show it attached), the real
-// operator, a Sandbox from it running commands; then the template removed
-// and the node collecting its image. And a private registry over TLS with
-// basic auth (--registry-config, --registry-ca), a moved tag baked at the
-// next generation, an image over --max-image-bytes refused. Skips without
-// the control plane, KVM or docker-registry.
+// operator, a Sandbox from it and a fork of that running commands; then the
+// template removed and the node collecting its image. And a private
+// registry over TLS with basic auth (--registry-config, --registry-ca), a
+// moved tag baked at the next generation, an image over --max-image-bytes
+// refused. Skips without the control plane, KVM or docker-registry.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -151,6 +151,21 @@ TEST_F(ImageTemplateE2E, AnImageInALoopbackRegistryBakesAndItsSandboxesRun) {
   auto echo = ExecInSandbox(c.get(), ns, "s1", {"echo", "from", "an", "image"});
   ASSERT_TRUE(echo.ok()) << echo.status().ToString();
   EXPECT_EQ((*echo)["stdout"], "from an image\n");
+  // And a fork of it, on the same node, with the image's disk as its own.
+  Json fork = {{"metadata", {{"name", "f"}}}, {"spec", {{"sourceRef", {{"name", "s1"}}}, {"replicas", 1}}}};
+  ASSERT_TRUE(c->Create(kube::SandboxForkResource(), ns, fork).ok());
+  ASSERT_TRUE(Eventually([&] {
+    auto f = c->Get(kube::SandboxForkResource(), ns, "f");
+    return f.ok() && (*f).value("status", Json::object()).value("readyReplicas", 0) == 1;
+  }, 180s));
+  auto child = ExecInSandbox(c.get(), ns, "f-0", {"echo", "from", "a", "fork"});
+  ASSERT_TRUE(child.ok()) << child.status().ToString();
+  EXPECT_EQ((*child)["stdout"], "from a fork\n");
+  auto child_on_node = node->Admin("GET", "/v1/sandboxes/" + VmId(*c->Get(kube::SandboxResource(), ns, "f-0")));
+  ASSERT_TRUE(child_on_node.ok()) << child_on_node.status().ToString();
+  EXPECT_EQ((*child_on_node)["template"], entry["nodeTemplate"]) << child_on_node->dump();
+  ASSERT_TRUE(c->Delete(kube::SandboxForkResource(), ns, "f").ok());
+  ASSERT_TRUE(Eventually([&] { return !c->Get(kube::SandboxResource(), ns, "f-0").ok(); }, 120s));
 
   // Gone with its template: the built rootfs and every blob of the image.
   const fs::path store = node->state_dir() + "/image-store";
