@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <mutex>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "common/file_io.h"
@@ -50,6 +51,8 @@ Status WriteAtomically(const std::string& path, const std::string& data) {
   if (::rename(tmp.c_str(), path.c_str()) != 0) return Status::FromErrno("renaming " + tmp);
   return FsyncDir(fs::path(path).parent_path());
 }
+
+constexpr int kFetchAttempts = 3;
 
 // A verified blob of the expected size is present under its final name.
 bool HaveBlob(const std::string& path, uint64_t size) {
@@ -154,9 +157,20 @@ Result<std::string> ImageStore::EnsureBlob(const ImageReference& ref, const Desc
   const std::string partial = options_.dir + "/partial/" + Hex(blob.digest);
   ASSIGN_OR_RETURN(BlobLock lock, BlobLock::Acquire(partial + ".lock", state.deadline));
   if (HaveBlob(path, blob.size)) return path;  // another Pull fetched it meanwhile
-  ASSIGN_OR_RETURN(uint64_t received,
-                   client_->FetchBlob(ref, blob, partial + ".partial", state.deadline,
-                                      [&state](uint64_t bytes) { state.Report(bytes); }));
+  // A transfer cut short (Unavailable) keeps its .partial: the next attempt
+  // asks only for the rest. A few attempts, so one dropped connection does
+  // not fail a long pull; other errors (digest, size, auth) are final.
+  Result<uint64_t> fetched = Status::Internal("no attempt");
+  for (int attempt = 0; attempt < kFetchAttempts; ++attempt) {
+    if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(250) * attempt);
+    fetched = client_->FetchBlob(ref, blob, partial + ".partial", state.deadline,
+                                 [&state](uint64_t bytes) { state.Report(bytes); });
+    if (fetched.ok() || fetched.status().code() != StatusCode::kUnavailable ||
+        Clock::now() >= state.deadline)
+      break;
+  }
+  if (!fetched.ok()) return fetched.status();
+  const uint64_t received = *fetched;
   ++blobs_fetched_;
   bytes_fetched_ += received;
   if (::rename((partial + ".partial").c_str(), path.c_str()) != 0)

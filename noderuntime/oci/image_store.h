@@ -17,7 +17,8 @@
 //   max_image_bytes is ResourceExhausted before any layer is fetched. Blobs
 //   already in blobs/ are not fetched again; a blob being fetched by another
 //   Pull (this process or another, through the .lock flock) is waited for,
-//   not fetched twice. The whole Pull is bounded by `timeout`.
+//   not fetched twice. A transfer cut short is resumed (Range) up to 3
+//   times within the Pull. The whole Pull is bounded by `timeout`.
 // - A crash leaves at most a .partial file, never a half-written blob under
 //   its final name; the next Pull resumes it with a Range request.
 // - `progress` is called about once a second from the pulling thread (and
@@ -76,8 +77,9 @@ class ImageStore {
   Result<uint64_t> CollectGarbage(const std::set<std::string>& keep_manifest_digests);
 
   // Blobs (layers and configs) fetched from registries since Open, and the
-  // body bytes received for them (a resumed download counts only its
-  // remainder): what tests and benchmarks check a cached Pull against.
+  // body bytes the completing attempt received for them (a resumed download
+  // counts only its remainder): what tests and benchmarks check a cached
+  // Pull against.
   struct FetchStats {
     uint64_t blobs = 0;
     uint64_t bytes = 0;
