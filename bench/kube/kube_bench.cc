@@ -126,11 +126,14 @@ Clock::time_point CreateAll(kube::KubeClient* c, const std::vector<std::string>&
 void DeleteRun(kube::KubeClient* c, SandboxWatch* w) {
   (void)c->DeleteCollection(kube::SandboxForkResource(), kNs, "kubicle.dev/run=bench");
   (void)c->DeleteCollection(kube::SandboxResource(), kNs, "kubicle.dev/run=bench");
+  // The token Secrets too: their deletes by the garbage collector would
+  // otherwise land in the next phase's write count.
   for (int i = 0; i < 600; ++i) {
     kube::ListOptions o;
     o.label_selector = "kubicle.dev/run=bench";
     auto l = c->List(kube::SandboxResource(), kNs, o);
-    if (l.ok() && (*l)["items"].empty()) return;
+    auto secrets = c->List(kube::SecretResource(), kNs, o);
+    if (l.ok() && (*l)["items"].empty() && secrets.ok() && (*secrets)["items"].empty()) return;
     std::this_thread::sleep_for(100ms);
   }
 }
