@@ -233,74 +233,83 @@ Status RootfsImage::WriteDir(uint32_t self, uint32_t parent, const TreeInode& di
 }
 
 Result<uint32_t> RootfsImage::WriteChild(uint32_t dir, const TreeInode& n, const std::string& path, int depth) {
-  if (auto it = inos_.find(&n); it != inos_.end()) {
-    // A second name of an inode already written: a hard link.
-    ext2_inode in{};
-    errcode_t err = ext2fs_read_inode(fs_, it->second, &in);
-    if (!err && in.i_links_count >= kMaxLinks)
-      return Status::InvalidArgument(path + ": more than " + std::to_string(kMaxLinks) +
-                                     " hard links to one file (ext4's limit)");
-    if (!err) {
-      ++in.i_links_count;
-      err = ext2fs_write_inode(fs_, it->second, &in);
-    }
-    if (err) return Ext2Error(err, "counting the links of " + path);
-    return it->second;
-  }
-  errcode_t err = 0;
+  if (auto it = inos_.find(&n); it != inos_.end()) return AddLink(it->second, path);
   switch (n.type) {
-    case TarType::kDirectory: {
-      // Made unnamed (the parent's names are written at its end); mkdir
-      // counts the parent's link for "..".
-      ASSIGN_OR_RETURN(uint32_t ino, NewInode(dir, LINUX_S_IFDIR | 0755, path));
-      err = ext2fs_mkdir(fs_, dir, ino, nullptr);
-      if (err) return Ext2Error(err, "making directory " + path);
-      inos_[&n] = ino;
-      RETURN_IF_ERROR(SetAttrs(ino, n, LINUX_S_IFDIR, path));
-      RETURN_IF_ERROR(WriteDir(ino, dir, n, path, depth + 1, {}));
-      return ino;
-    }
-    case TarType::kSymlink: {
-      ASSIGN_OR_RETURN(uint32_t ino, NewInode(dir, LINUX_S_IFLNK | 0777, path));
-      err = ext2fs_symlink(fs_, dir, ino, nullptr, n.symlink_target.c_str());
-      if (err) return Ext2Error(err, "making symlink " + path);
-      inos_[&n] = ino;
-      RETURN_IF_ERROR(SetAttrs(ino, n, LINUX_S_IFLNK, path));
-      return ino;
-    }
+    case TarType::kDirectory:
+      return MakeDir(dir, n, path, depth);
+    case TarType::kSymlink:
+      return MakeSymlink(dir, n, path);
     case TarType::kFile:
-    case TarType::kFifo: {
-      const uint16_t type_bits = n.type == TarType::kFile ? LINUX_S_IFREG : LINUX_S_IFIFO;
-      ASSIGN_OR_RETURN(uint32_t ino, NewInode(dir, type_bits | 0644, path));
-      ext2_inode in{};
-      in.i_mode = type_bits | 0644;
-      in.i_links_count = 1;
-      if (n.type == TarType::kFile && ext2fs_has_feature_extents(fs_->super)) {
-        // An empty extent tree, as the kernel expects of a file with extents.
-        ext2_extent_handle_t eh = nullptr;
-        err = ext2fs_extent_open2(fs_, ino, &in, &eh);
-        if (err) return Ext2Error(err, "initialising " + path);
-        ext2fs_extent_free(eh);
-      }
-      err = ext2fs_write_new_inode(fs_, ino, &in);
-      if (err) return Ext2Error(err, "writing the inode of " + path);
-      ext2fs_inode_alloc_stats2(fs_, ino, +1, 0);
-      inos_[&n] = ino;
-      RETURN_IF_ERROR(SetAttrs(ino, n, type_bits, path));
-      if (n.inline_content) {
-        size_t at = 0;
-        RETURN_IF_ERROR(WriteFileData(n, [&](char* buf, size_t max) -> Result<size_t> {
-          const size_t k = std::min(max, n.content.size() - at);
-          std::copy_n(n.content.data() + at, k, buf);
-          at += k;
-          return k;
-        }));
-      }
-      return ino;
-    }
+    case TarType::kFifo:
+      return MakeFile(dir, n, path);
     default:
       return Status::InvalidArgument(path + ": a type the image cannot hold");
   }
+}
+
+Result<uint32_t> RootfsImage::AddLink(uint32_t ino, const std::string& path) {
+  ext2_inode in{};
+  errcode_t err = ext2fs_read_inode(fs_, ino, &in);
+  if (!err && in.i_links_count >= kMaxLinks)
+    return Status::InvalidArgument(path + ": more than " + std::to_string(kMaxLinks) +
+                                   " hard links to one file (ext4's limit)");
+  if (!err) {
+    ++in.i_links_count;
+    err = ext2fs_write_inode(fs_, ino, &in);
+  }
+  if (err) return Ext2Error(err, "counting the links of " + path);
+  return ino;
+}
+
+Result<uint32_t> RootfsImage::MakeDir(uint32_t dir, const TreeInode& n, const std::string& path, int depth) {
+  // Made unnamed: the parent's names are written at its end.
+  ASSIGN_OR_RETURN(uint32_t ino, NewInode(dir, LINUX_S_IFDIR | 0755, path));
+  errcode_t err = ext2fs_mkdir(fs_, dir, ino, nullptr);
+  if (err) return Ext2Error(err, "making directory " + path);
+  inos_[&n] = ino;
+  RETURN_IF_ERROR(SetAttrs(ino, n, LINUX_S_IFDIR, path));
+  RETURN_IF_ERROR(WriteDir(ino, dir, n, path, depth + 1, {}));
+  return ino;
+}
+
+Result<uint32_t> RootfsImage::MakeSymlink(uint32_t dir, const TreeInode& n, const std::string& path) {
+  ASSIGN_OR_RETURN(uint32_t ino, NewInode(dir, LINUX_S_IFLNK | 0777, path));
+  errcode_t err = ext2fs_symlink(fs_, dir, ino, nullptr, n.symlink_target.c_str());
+  if (err) return Ext2Error(err, "making symlink " + path);
+  inos_[&n] = ino;
+  RETURN_IF_ERROR(SetAttrs(ino, n, LINUX_S_IFLNK, path));
+  return ino;
+}
+
+Result<uint32_t> RootfsImage::MakeFile(uint32_t dir, const TreeInode& n, const std::string& path) {
+  const uint16_t type_bits = n.type == TarType::kFile ? LINUX_S_IFREG : LINUX_S_IFIFO;
+  ASSIGN_OR_RETURN(uint32_t ino, NewInode(dir, type_bits | 0644, path));
+  ext2_inode in{};
+  in.i_mode = type_bits | 0644;
+  in.i_links_count = 1;
+  errcode_t err = 0;
+  if (n.type == TarType::kFile && ext2fs_has_feature_extents(fs_->super)) {
+    // An empty extent tree, as the kernel expects of a file with extents.
+    ext2_extent_handle_t eh = nullptr;
+    err = ext2fs_extent_open2(fs_, ino, &in, &eh);
+    if (err) return Ext2Error(err, "initialising " + path);
+    ext2fs_extent_free(eh);
+  }
+  err = ext2fs_write_new_inode(fs_, ino, &in);
+  if (err) return Ext2Error(err, "writing the inode of " + path);
+  ext2fs_inode_alloc_stats2(fs_, ino, +1, 0);
+  inos_[&n] = ino;
+  RETURN_IF_ERROR(SetAttrs(ino, n, type_bits, path));
+  if (n.inline_content) {
+    size_t at = 0;
+    RETURN_IF_ERROR(WriteFileData(n, [&](char* buf, size_t max) -> Result<size_t> {
+      const size_t k = std::min(max, n.content.size() - at);
+      std::copy_n(n.content.data() + at, k, buf);
+      at += k;
+      return k;
+    }));
+  }
+  return ino;
 }
 
 Status RootfsImage::WriteFileData(const TreeInode& file, const std::function<Result<size_t>(char*, size_t)>& next) {

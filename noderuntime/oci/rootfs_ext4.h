@@ -61,6 +61,10 @@ class RootfsImage {
   // Writes the inode of `n` (and, for a directory, its subtree); its name
   // is the caller's to write. An inode met again is a hard link.
   Result<uint32_t> WriteChild(uint32_t dir, const TreeInode& n, const std::string& path, int depth);
+  Result<uint32_t> AddLink(uint32_t ino, const std::string& path);
+  Result<uint32_t> MakeDir(uint32_t dir, const TreeInode& n, const std::string& path, int depth);
+  Result<uint32_t> MakeSymlink(uint32_t dir, const TreeInode& n, const std::string& path);
+  Result<uint32_t> MakeFile(uint32_t dir, const TreeInode& n, const std::string& path);
   Status DropDir(uint32_t ino, const std::string& path);
   Status SetAttrs(uint32_t ino, const TreeInode& n, uint16_t type_bits, const std::string& path);
   Status SetXattrs(uint32_t ino, const TreeInode& n, const std::string& path);

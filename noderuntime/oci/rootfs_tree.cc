@@ -89,77 +89,79 @@ Status RootfsTree::Whiteout(TreeInode* dir, const std::string& name, uint32_t la
   return Status::Ok();
 }
 
-Status RootfsTree::Apply(uint32_t layer, uint64_t ordinal, const TarEntry& e) {
-  if (++entries_ > limits_.max_entries)
-    return Status::ResourceExhausted("the image has more than " + std::to_string(limits_.max_entries) +
-                                     " entries");
-  ASSIGN_OR_RETURN(std::vector<std::string> parts, SplitImagePath(e.path));
-  if (e.type == TarType::kCharDevice || e.type == TarType::kBlockDevice)
-    return Status::InvalidArgument("device nodes are refused");
-  if (parts.empty()) {
-    // The root itself: only its metadata can change.
-    if (e.type != TarType::kDirectory) return Status::InvalidArgument("the image root must be a directory");
-    root_->mode = e.mode;
-    root_->uid = e.uid;
-    root_->gid = e.gid;
-    root_->mtime_sec = e.mtime_sec;
-    root_->mtime_nsec = e.mtime_nsec;
-    root_->xattrs = e.xattrs;
-    return Status::Ok();
-  }
-  ASSIGN_OR_RETURN(TreeInode * dir, Parent(parts, layer));
-  const std::string& name = parts.back();
-  if (name.rfind(kWhiteout, 0) == 0) return Whiteout(dir, name, layer);
+namespace {
 
-  if (e.type == TarType::kHardLink) {
-    ASSIGN_OR_RETURN(std::vector<std::string> tparts, SplitImagePath(e.link_target));
-    const TreeInode* target = tparts.empty() ? root_.get() : Find(e.link_target);
-    if (target == nullptr)
-      return Status::InvalidArgument("hard link to '" + e.link_target + "', which is not in the image");
-    if (target->type == TarType::kDirectory)
-      return Status::InvalidArgument("hard link to the directory '" + e.link_target + "'");
-    // Find() returns the tree's own node: share it by the owning pointer.
-    TreeInode* tdir = root_.get();
-    for (size_t i = 0; i + 1 < tparts.size(); ++i) tdir = tdir->children.at(tparts[i]).inode.get();
-    std::shared_ptr<TreeInode> shared = tdir->children.at(tparts.back()).inode;
-    dir->children[name] = TreeChild{std::move(shared), layer};
-    return Status::Ok();
-  }
-
-  if (e.type == TarType::kFile) {
-    if (e.size > limits_.max_file_bytes)
-      return Status::ResourceExhausted("a file of " + std::to_string(e.size) + " bytes is over the limit of " +
-                                       std::to_string(limits_.max_file_bytes));
-    total_bytes_ += e.size;
-    if (total_bytes_ > limits_.max_total_bytes)
-      return Status::ResourceExhausted("the image's files add up to more than " +
-                                       std::to_string(limits_.max_total_bytes) + " bytes");
-  }
-  if (e.type == TarType::kSymlink && (e.link_target.empty() || e.link_target.size() >= kMaxSymlink))
-    return Status::InvalidArgument("a symlink target must be 1 to " + std::to_string(kMaxSymlink - 1) +
-                                   " bytes");
-
-  auto it = dir->children.find(name);
-  if (e.type == TarType::kDirectory && it != dir->children.end() &&
-      it->second.inode->type == TarType::kDirectory) {
-    TreeInode& d = *it->second.inode;
-    d.mode = e.mode;
-    d.uid = e.uid;
-    d.gid = e.gid;
-    d.mtime_sec = e.mtime_sec;
-    d.mtime_nsec = e.mtime_nsec;
-    d.xattrs = e.xattrs;
-    it->second.layer = layer;
-    return Status::Ok();
-  }
-  auto n = std::make_shared<TreeInode>();
-  n->type = e.type;
+// What an entry says of its inode's metadata.
+void SetMeta(TreeInode* n, const TarEntry& e) {
   n->mode = e.mode;
   n->uid = e.uid;
   n->gid = e.gid;
   n->mtime_sec = e.mtime_sec;
   n->mtime_nsec = e.mtime_nsec;
   n->xattrs = e.xattrs;
+}
+
+}  // namespace
+
+Status RootfsTree::Admit(const TarEntry& e) {
+  if (++entries_ > limits_.max_entries)
+    return Status::ResourceExhausted("the image has more than " + std::to_string(limits_.max_entries) +
+                                     " entries");
+  if (e.type == TarType::kCharDevice || e.type == TarType::kBlockDevice)
+    return Status::InvalidArgument("device nodes are refused");
+  if (e.type == TarType::kSymlink && (e.link_target.empty() || e.link_target.size() >= kMaxSymlink))
+    return Status::InvalidArgument("a symlink target must be 1 to " + std::to_string(kMaxSymlink - 1) +
+                                   " bytes");
+  if (e.type != TarType::kFile) return Status::Ok();
+  if (e.size > limits_.max_file_bytes)
+    return Status::ResourceExhausted("a file of " + std::to_string(e.size) + " bytes is over the limit of " +
+                                     std::to_string(limits_.max_file_bytes));
+  total_bytes_ += e.size;
+  if (total_bytes_ > limits_.max_total_bytes)
+    return Status::ResourceExhausted("the image's files add up to more than " +
+                                     std::to_string(limits_.max_total_bytes) + " bytes");
+  return Status::Ok();
+}
+
+Status RootfsTree::HardLink(TreeInode* dir, const std::string& name, const TarEntry& e, uint32_t layer) {
+  ASSIGN_OR_RETURN(std::vector<std::string> tparts, SplitImagePath(e.link_target));
+  const TreeInode* target = tparts.empty() ? root_.get() : Find(e.link_target);
+  if (target == nullptr)
+    return Status::InvalidArgument("hard link to '" + e.link_target + "', which is not in the image");
+  if (target->type == TarType::kDirectory)
+    return Status::InvalidArgument("hard link to the directory '" + e.link_target + "'");
+  // Find() found it through directories only: share it by its owning pointer.
+  TreeInode* tdir = root_.get();
+  for (size_t i = 0; i + 1 < tparts.size(); ++i) tdir = tdir->children.at(tparts[i]).inode.get();
+  std::shared_ptr<TreeInode> shared = tdir->children.at(tparts.back()).inode;
+  dir->children[name] = TreeChild{std::move(shared), layer};
+  return Status::Ok();
+}
+
+Status RootfsTree::Apply(uint32_t layer, uint64_t ordinal, const TarEntry& e) {
+  RETURN_IF_ERROR(Admit(e));
+  ASSIGN_OR_RETURN(std::vector<std::string> parts, SplitImagePath(e.path));
+  if (parts.empty()) {
+    // The root itself: only its metadata can change.
+    if (e.type != TarType::kDirectory) return Status::InvalidArgument("the image root must be a directory");
+    SetMeta(root_.get(), e);
+    return Status::Ok();
+  }
+  ASSIGN_OR_RETURN(TreeInode * dir, Parent(parts, layer));
+  const std::string& name = parts.back();
+  if (name.rfind(kWhiteout, 0) == 0) return Whiteout(dir, name, layer);
+  if (e.type == TarType::kHardLink) return HardLink(dir, name, e, layer);
+
+  auto it = dir->children.find(name);
+  if (e.type == TarType::kDirectory && it != dir->children.end() &&
+      it->second.inode->type == TarType::kDirectory) {
+    SetMeta(it->second.inode.get(), e);  // directory over directory: merged
+    it->second.layer = layer;
+    return Status::Ok();
+  }
+  auto n = std::make_shared<TreeInode>();
+  n->type = e.type;
+  SetMeta(n.get(), e);
   if (e.type == TarType::kFile) {
     n->size = e.size;
     n->layer = layer;

@@ -108,6 +108,9 @@ class RootfsTree {
  private:
   Result<TreeInode*> Parent(const std::vector<std::string>& parts, uint32_t layer);
   Status Whiteout(TreeInode* dir, const std::string& name, uint32_t layer);
+  Status HardLink(TreeInode* dir, const std::string& name, const TarEntry& e, uint32_t layer);
+  // Counts the entry and checks the limits and refusals that need no tree.
+  Status Admit(const TarEntry& e);
 
   TreeLimits limits_;
   std::shared_ptr<TreeInode> root_;

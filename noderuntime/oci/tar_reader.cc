@@ -209,107 +209,103 @@ Result<std::string> TarReader::ReadBlob(uint64_t size, uint64_t limit, const std
   return out;
 }
 
+Result<bool> TarReader::ReadHeader(char* h, PendingMeta* meta) {
+  for (int n = 0;; ++n) {
+    if (n > kMaxMetaHeaders) return Status::InvalidArgument("too many metadata headers before one entry");
+    // The stream may end cleanly only where an entry could start.
+    ASSIGN_OR_RETURN(size_t first, src_->Read(h, kBlock));
+    if (first == 0) {
+      if (n > 0) return Status::DataLoss("truncated tar stream: it ends after a metadata header");
+      return false;
+    }
+    offset_ += first;
+    if (first < kBlock) RETURN_IF_ERROR(ReadFull(h + first, kBlock - first, "a header"));
+    if (AllZero(h)) return false;  // the second zero block and any record padding are not read
+    if (!ChecksumOk(h))
+      return Status::DataLoss("corrupt tar header at offset " + std::to_string(offset_ - kBlock) +
+                              " (bad checksum)");
+    const char flag = h[156];
+    ASSIGN_OR_RETURN(uint64_t size, Number(h, 124, 12, "size"));
+    if (flag == 'x' || flag == 'g') {
+      ASSIGN_OR_RETURN(std::string recs, ReadBlob(size, limits_.max_pax_bytes, "a PAX header"));
+      if (flag == 'x') {
+        RETURN_IF_ERROR(ApplyPaxRecords(recs, limits_, &meta->pax, &meta->seen));
+        meta->have_pax = true;
+      }
+    } else if (flag == 'L' || flag == 'K') {
+      ASSIGN_OR_RETURN(std::string s, ReadBlob(size, limits_.max_path_bytes + 1, "a GNU long name"));
+      s.resize(strnlen(s.data(), s.size()));
+      (flag == 'L' ? meta->long_name : meta->long_link) = std::move(s);
+    } else {
+      return true;  // an entry's own header
+    }
+  }
+}
+
+Status TarReader::FillEntry(const char* h, PendingMeta& meta, TarEntry* e) {
+  const bool ustar = memcmp(h + 257, "ustar\0", 6) == 0;
+  std::string name = Field(h, 0, 100);
+  if (ustar) {
+    const std::string prefix = Field(h, 345, 155);
+    if (!prefix.empty()) name = prefix + "/" + name;
+  }
+  if (!meta.long_name.empty()) name = meta.long_name;
+  if (meta.have_pax && !meta.pax.path.empty()) name = meta.pax.path;
+  current_ = name;
+  if (name.empty()) return Status::InvalidArgument("a tar entry without a name");
+  if (name.size() > limits_.max_path_bytes)
+    return Status::InvalidArgument("path longer than " + std::to_string(limits_.max_path_bytes) +
+                                   " bytes: " + name.substr(0, 64) + "...");
+  ASSIGN_OR_RETURN(e->type, TypeOf(h[156], name));
+  e->path = name;
+  ASSIGN_OR_RETURN(uint64_t mode, Number(h, 100, 8, "mode"));
+  ASSIGN_OR_RETURN(uint64_t uid, Number(h, 108, 8, "uid"));
+  ASSIGN_OR_RETURN(uint64_t gid, Number(h, 116, 8, "gid"));
+  ASSIGN_OR_RETURN(e->size, Number(h, 124, 12, "size"));
+  ASSIGN_OR_RETURN(uint64_t mtime, Number(h, 136, 12, "mtime"));
+  if (uid > std::numeric_limits<uint32_t>::max() || gid > std::numeric_limits<uint32_t>::max())
+    return Status::InvalidArgument("uid or gid out of range");
+  if (mtime > static_cast<uint64_t>(std::numeric_limits<int64_t>::max() / 2))
+    return Status::InvalidArgument("mtime out of range");
+  e->mode = static_cast<uint32_t>(mode & 07777);
+  e->uid = static_cast<uint32_t>(uid);
+  e->gid = static_cast<uint32_t>(gid);
+  e->mtime_sec = static_cast<int64_t>(mtime);
+  e->link_target = Field(h, 157, 100);
+  if (!meta.long_link.empty()) e->link_target = meta.long_link;
+  if (meta.have_pax) {
+    if (!meta.pax.link_target.empty()) e->link_target = meta.pax.link_target;
+    if (meta.seen.size) e->size = meta.pax.size;
+    if (meta.seen.uid) e->uid = meta.pax.uid;
+    if (meta.seen.gid) e->gid = meta.pax.gid;
+    if (meta.seen.mtime) {
+      e->mtime_sec = meta.pax.mtime_sec;
+      e->mtime_nsec = meta.pax.mtime_nsec;
+    }
+    e->xattrs = std::move(meta.pax.xattrs);
+  }
+  if (e->link_target.size() > limits_.max_path_bytes)
+    return Status::InvalidArgument("link target longer than " + std::to_string(limits_.max_path_bytes) + " bytes");
+  // As Go's archive/tar (what image builders use): only regular files carry
+  // data; a size on any other type is not data.
+  if (e->type != TarType::kFile) e->size = 0;
+  return Status::Ok();
+}
+
 Result<bool> TarReader::Next(TarEntry* e) {
   if (done_) return false;
   RETURN_IF_ERROR(Skip(data_left_ + pad_left_, "the data of " + current_));
   data_left_ = pad_left_ = 0;
   *e = TarEntry{};
-  TarEntry pax;  // what PAX headers said, applied over the ustar fields
-  bool have_pax = false;
-  PaxSeen seen;
-  std::string long_name, long_link;
+  PendingMeta meta;
   std::array<char, kBlock> h;
-  for (int meta = 0;; ++meta) {
-    if (meta > kMaxMetaHeaders) return Status::InvalidArgument("too many metadata headers before one entry");
-    // The stream may end cleanly only where an entry could start.
-    ASSIGN_OR_RETURN(size_t first, src_->Read(h.data(), kBlock));
-    if (first == 0) {
-      if (meta > 0) return Status::DataLoss("truncated tar stream: it ends after a metadata header");
-      done_ = true;
-      return false;
-    }
-    offset_ += first;
-    if (first < kBlock) RETURN_IF_ERROR(ReadFull(h.data() + first, kBlock - first, "a header"));
-    if (AllZero(h.data())) {
-      done_ = true;
-      return false;  // the second zero block and any record padding are not read
-    }
-    if (!ChecksumOk(h.data()))
-      return Status::DataLoss("corrupt tar header at offset " + std::to_string(offset_ - kBlock) +
-                              " (bad checksum)");
-    const char flag = h[156];
-    ASSIGN_OR_RETURN(uint64_t size, Number(h.data(), 124, 12, "size"));
-    if (flag == 'x' || flag == 'g') {
-      ASSIGN_OR_RETURN(std::string recs, ReadBlob(size, limits_.max_pax_bytes, "a PAX header"));
-      if (flag == 'x') {
-        RETURN_IF_ERROR(ApplyPaxRecords(recs, limits_, &pax, &seen));
-        have_pax = true;
-      }
-      continue;
-    }
-    if (flag == 'L' || flag == 'K') {
-      ASSIGN_OR_RETURN(std::string s, ReadBlob(size, limits_.max_path_bytes + 1, "a GNU long name"));
-      s.resize(strnlen(s.data(), s.size()));
-      (flag == 'L' ? long_name : long_link) = std::move(s);
-      continue;
-    }
-    break;
+  ASSIGN_OR_RETURN(bool more, ReadHeader(h.data(), &meta));
+  if (!more) {
+    done_ = true;
+    return false;
   }
-  // The entry's own header.
-  const bool ustar = memcmp(h.data() + 257, "ustar\0", 6) == 0;
-  std::string name = Field(h.data(), 0, 100);
-  if (ustar) {
-    const std::string prefix = Field(h.data(), 345, 155);
-    if (!prefix.empty()) name = prefix + "/" + name;
-  }
-  if (!long_name.empty()) name = long_name;
-  if (have_pax && !pax.path.empty()) name = pax.path;
-  current_ = name;
-  auto fail = [&](const Status& s) { return Status(s.code(), s.message() + " (entry " + name + ")"); };
-  if (name.empty()) return Status::InvalidArgument("a tar entry without a name");
-  if (name.size() > limits_.max_path_bytes)
-    return Status::InvalidArgument("path longer than " + std::to_string(limits_.max_path_bytes) +
-                                   " bytes: " + name.substr(0, 64) + "...");
-  const char flag = h[156];
-  auto type = TypeOf(flag, name);
-  if (!type.ok()) return type.status();
-  e->path = name;
-  e->type = *type;
-  auto mode = Number(h.data(), 100, 8, "mode");
-  auto uid = Number(h.data(), 108, 8, "uid");
-  auto gid = Number(h.data(), 116, 8, "gid");
-  auto size = Number(h.data(), 124, 12, "size");
-  auto mtime = Number(h.data(), 136, 12, "mtime");
-  for (const Status* s : {&mode.status(), &uid.status(), &gid.status(), &size.status(), &mtime.status()})
-    if (!s->ok()) return fail(*s);
-  if (*uid > std::numeric_limits<uint32_t>::max() || *gid > std::numeric_limits<uint32_t>::max())
-    return fail(Status::InvalidArgument("uid or gid out of range"));
-  if (*mtime > static_cast<uint64_t>(std::numeric_limits<int64_t>::max() / 2))
-    return fail(Status::InvalidArgument("mtime out of range"));
-  e->mode = static_cast<uint32_t>(*mode & 07777);
-  e->uid = static_cast<uint32_t>(*uid);
-  e->gid = static_cast<uint32_t>(*gid);
-  e->mtime_sec = static_cast<int64_t>(*mtime);
-  e->size = *size;
-  e->link_target = Field(h.data(), 157, 100);
-  if (!long_link.empty()) e->link_target = long_link;
-  if (have_pax) {
-    if (!pax.link_target.empty()) e->link_target = pax.link_target;
-    if (seen.size) e->size = pax.size;
-    if (seen.uid) e->uid = pax.uid;
-    if (seen.gid) e->gid = pax.gid;
-    if (seen.mtime) {
-      e->mtime_sec = pax.mtime_sec;
-      e->mtime_nsec = pax.mtime_nsec;
-    }
-    e->xattrs = std::move(pax.xattrs);
-  }
-  if (e->link_target.size() > limits_.max_path_bytes)
-    return fail(Status::InvalidArgument("link target longer than " + std::to_string(limits_.max_path_bytes) +
-                                        " bytes"));
-  // As Go's archive/tar (what image builders use): only regular files carry
-  // data; a size on any other type is not data.
-  if (e->type != TarType::kFile) e->size = 0;
+  if (Status st = FillEntry(h.data(), meta, e); !st.ok())
+    return current_.empty() ? st : Status(st.code(), st.message() + " (entry " + current_ + ")");
   data_left_ = e->size;
   pad_left_ = PadOf(e->size);
   return true;

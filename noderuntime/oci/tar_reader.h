@@ -59,6 +59,11 @@ struct TarLimits {
   uint64_t max_xattr_bytes = 64 << 10;  // names and values, per entry
 };
 
+// Which numeric fields a PAX header set (they override the ustar header's).
+struct PaxSeen {
+  bool size = false, uid = false, gid = false, mtime = false;
+};
+
 class TarReader {
  public:
   // `src` must outlive the reader.
@@ -73,6 +78,18 @@ class TarReader {
   uint64_t offset() const { return offset_; }
 
  private:
+  // What metadata headers said about the entry that follows them.
+  struct PendingMeta {
+    TarEntry pax;
+    PaxSeen seen;
+    bool have_pax = false;
+    std::string long_name, long_link;
+  };
+  // Reads metadata headers into *meta up to an entry's header (into h,
+  // 512 bytes); false at the archive's end.
+  Result<bool> ReadHeader(char* h, PendingMeta* meta);
+  // The entry from its header and the metadata before it.
+  Status FillEntry(const char* h, PendingMeta& meta, TarEntry* e);
   Status ReadFull(char* buf, size_t n, const std::string& what);
   Status Skip(uint64_t n, const std::string& what);
   Result<std::string> ReadBlob(uint64_t size, uint64_t limit, const std::string& what);
@@ -86,10 +103,6 @@ class TarReader {
   bool done_ = false;
 };
 
-// Which numeric fields a PAX header set (they override the ustar header's).
-struct PaxSeen {
-  bool size = false, uid = false, gid = false, mtime = false;
-};
 
 // PAX records ("<len> <key>=<value>\n" ...) applied onto *e; pure, for the
 // reader and its fuzzer. Unknown keys are ignored; malformed records are
