@@ -54,6 +54,12 @@ Status WriteAtomically(const std::string& path, const std::string& data) {
 
 constexpr int kFetchAttempts = 3;
 
+// The size of a file, 0 when it is absent.
+uint64_t FileBytes(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+}
+
 // A verified blob of the expected size is present under its final name.
 bool HaveBlob(const std::string& path, uint64_t size) {
   struct stat st {};
@@ -157,16 +163,18 @@ Result<std::string> ImageStore::EnsureBlob(const ImageReference& ref, const Desc
   const std::string partial = options_.dir + "/partial/" + Hex(blob.digest);
   ASSIGN_OR_RETURN(BlobLock lock, BlobLock::Acquire(partial + ".lock", state.deadline));
   if (HaveBlob(path, blob.size)) return path;  // another Pull fetched it meanwhile
-  // A transfer cut short (Unavailable) keeps its .partial: the next attempt
-  // asks only for the rest. A few attempts, so one dropped connection does
-  // not fail a long pull; other errors (digest, size, auth) are final.
+  // A transfer cut short (Unavailable) keeps what it received in .partial:
+  // the next attempt asks only for the rest. It is retried while attempts
+  // make progress, so one dropped connection does not fail a long pull, but
+  // a registry that fails the same way each time (a redirect loop, a refused
+  // connection) is not asked again here; other errors are final.
   Result<uint64_t> fetched = Status::Internal("no attempt");
   for (int attempt = 0; attempt < kFetchAttempts; ++attempt) {
-    if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(250) * attempt);
+    const uint64_t before = FileBytes(partial + ".partial");
     fetched = client_->FetchBlob(ref, blob, partial + ".partial", state.deadline,
                                  [&state](uint64_t bytes) { state.Report(bytes); });
     if (fetched.ok() || fetched.status().code() != StatusCode::kUnavailable ||
-        Clock::now() >= state.deadline)
+        FileBytes(partial + ".partial") <= before || Clock::now() >= state.deadline)
       break;
   }
   if (!fetched.ok()) return fetched.status();

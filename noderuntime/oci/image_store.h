@@ -17,8 +17,9 @@
 //   max_image_bytes is ResourceExhausted before any layer is fetched. Blobs
 //   already in blobs/ are not fetched again; a blob being fetched by another
 //   Pull (this process or another, through the .lock flock) is waited for,
-//   not fetched twice. A transfer cut short is resumed (Range) up to 3
-//   times within the Pull. The whole Pull is bounded by `timeout`.
+//   not fetched twice. A transfer cut short is resumed (Range) within the
+//   Pull, up to 3 attempts while each makes progress. The whole Pull is
+//   bounded by `timeout`.
 // - A crash leaves at most a .partial file, never a half-written blob under
 //   its final name; the next Pull resumes it with a Range request.
 // - `progress` is called about once a second from the pulling thread (and
