@@ -76,7 +76,8 @@ bool MeasureBuild(const PulledImage& image, const std::string& out, Figures& fig
     return false;
   }
   struct stat st {};
-  if (::stat(out.c_str(), &st) == 0) fig.image_disk_bytes = static_cast<uint64_t>(st.st_blocks) * 512;
+  if (::stat(out.c_str(), &st) == 0)
+    fig.image_disk_bytes = static_cast<uint64_t>(st.st_blocks) * 512;
   fig.image_bytes = built->image_bytes;
   fig.file_bytes = built->file_bytes;
   fs::remove(out);
@@ -108,7 +109,8 @@ bool Measure(const e2e::LoopbackRegistry& reg, const std::string& ref, const Ima
       std::fprintf(stderr, "cached pull fetched again or failed\n");
       return false;
     }
-    if (!MeasureBuild(*cached, scratch + "/rootfs" + std::to_string(r) + ".ext4", fig)) return false;
+    const std::string rootfs = scratch + "/rootfs" + std::to_string(r) + ".ext4";
+    if (!MeasureBuild(*cached, rootfs, fig)) return false;
     fs::remove_all(o.dir);
   }
   return true;
@@ -122,8 +124,8 @@ void Print(const char* name, const Figures& f) {
   PrintPercentiles(std::string(name) + ", cached", f.cached_ms, "ms");
   PrintPercentiles("rootfs build (unpack + ext4)", f.build_ms, "ms");
   constexpr double kMiB = 1 << 20;
-  std::printf("%-44s %.1f MiB of files -> %.1f MiB image, %.1f MiB on disk\n", "", f.file_bytes / kMiB,
-              f.image_bytes / kMiB, f.image_disk_bytes / kMiB);
+  std::printf("%-44s %.1f MiB of files -> %.1f MiB image, %.1f MiB on disk\n", "",
+              f.file_bytes / kMiB, f.image_bytes / kMiB, f.image_disk_bytes / kMiB);
   std::printf("%-44s pull + build p50: cold %.0f ms, every layer cached %.0f ms\n", "",
               Percentile(f.cold_ms, 50) + Percentile(f.build_ms, 50),
               Percentile(f.cached_ms, 50) + Percentile(f.build_ms, 50));

@@ -31,13 +31,16 @@ TEST(ImageDefaultsTest, ParsesTheOciConfigSubsetAndSkipsTheRest) {
 }
 
 TEST(ImageDefaultsTest, MalformedFilesAreErrors) {
-  for (const char* bad : {"", "[]", "{", R"({"Env":"A=1"})", R"({"Env":["NOEQUALS"]})", R"({"Env":["=x"]})",
-                          R"({"WorkingDir":"relative"})", R"({"User":5})", R"({"Env":["A=1"]} trailing)",
-                          R"({"User":"\ud800"})", R"({"User":"a)", "{\"User\":\"tab\there\"}",
-                          R"({"X":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]})"}) {
+  for (
+      const char* bad :
+      {"", "[]", "{", R"({"Env":"A=1"})", R"({"Env":["NOEQUALS"]})", R"({"Env":["=x"]})",
+       R"({"WorkingDir":"relative"})", R"({"User":5})", R"({"Env":["A=1"]} trailing)",
+       R"({"User":"\ud800"})", R"({"User":"a)", "{\"User\":\"tab\there\"}",
+       R"({"X":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]})"}) {
     EXPECT_FALSE(ParseImageDefaults(bad).ok()) << bad;
   }
-  EXPECT_EQ(ParseImageDefaults(std::string(2 << 20, ' ')).status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(ParseImageDefaults(std::string(2 << 20, ' ')).status().code(),
+            StatusCode::kResourceExhausted);
 }
 
 class ResolveUserTest : public ::testing::Test {
@@ -48,10 +51,13 @@ class ResolveUserTest : public ::testing::Test {
     dir_ = tmpl;
     std::ofstream(dir_ + "/passwd") << "root:x:0:0:root:/root:/bin/sh\n# comment\n"
                                        "app:x:1000:1000:App:/home/app:/bin/sh\nbroken:x:zz:1::/:\n";
-    std::ofstream(dir_ + "/group") << "root:x:0:\napp:x:1000:\nstaff:x:50:app,other\ndocker:x:999:other,app\n";
+    std::ofstream(dir_ + "/group")
+        << "root:x:0:\napp:x:1000:\nstaff:x:50:app,other\ndocker:x:999:other,app\n";
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
-  Result<Credentials> Resolve(const std::string& u) { return ResolveUser(u, dir_ + "/passwd", dir_ + "/group"); }
+  Result<Credentials> Resolve(const std::string& u) {
+    return ResolveUser(u, dir_ + "/passwd", dir_ + "/group");
+  }
   std::string dir_;
 };
 
@@ -105,7 +111,8 @@ class ImageAgentTest : public ::testing::Test {
     agent_.reset();
     if (!conf_dir_.empty()) std::filesystem::remove_all(conf_dir_);
   }
-  client::ExecResult Run(const std::string& cmd, std::vector<std::string> env = {}, std::string cwd = "") {
+  client::ExecResult Run(const std::string& cmd, std::vector<std::string> env = {},
+                         std::string cwd = "") {
     ExecStartRequest req;
     req.shell_command = cmd;
     req.env = std::move(env);

@@ -13,7 +13,7 @@ namespace kubicle::guest::agent {
 
 namespace {
 
-constexpr size_t kMaxBytes = 1 << 20;        // image.json
+constexpr size_t kMaxBytes = 1 << 20;         // image.json
 constexpr size_t kMaxAccountBytes = 4 << 20;  // /etc/passwd, /etc/group
 constexpr int kMaxDepth = 32;
 constexpr size_t kMaxEnv = 4096;
@@ -26,7 +26,8 @@ class JsonReader {
   explicit JsonReader(std::string_view s) : s_(s) {}
 
   void Ws() {
-    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\n' || s_[i_] == '\r' || s_[i_] == '\t')) ++i_;
+    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\n' || s_[i_] == '\r' || s_[i_] == '\t'))
+      ++i_;
   }
   bool Eat(char c) {
     Ws();
@@ -61,12 +62,26 @@ class JsonReader {
       if (i_ >= s_.size()) break;
       const char e = s_[i_++];
       switch (e) {
-        case '"': case '\\': case '/': out += e; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
+        case '"':
+        case '\\':
+        case '/':
+          out += e;
+          break;
+        case 'b':
+          out += '\b';
+          break;
+        case 'f':
+          out += '\f';
+          break;
+        case 'n':
+          out += '\n';
+          break;
+        case 'r':
+          out += '\r';
+          break;
+        case 't':
+          out += '\t';
+          break;
         case 'u': {
           ASSIGN_OR_RETURN(uint32_t cp, Hex4());
           if (cp >= 0xd800 && cp < 0xdc00) {
@@ -147,10 +162,14 @@ class JsonReader {
     for (int k = 0; k < 4; ++k) {
       const char h = s_[i_++];
       v <<= 4;
-      if (h >= '0' && h <= '9') v |= static_cast<uint32_t>(h - '0');
-      else if (h >= 'a' && h <= 'f') v |= static_cast<uint32_t>(h - 'a' + 10);
-      else if (h >= 'A' && h <= 'F') v |= static_cast<uint32_t>(h - 'A' + 10);
-      else return Bad("4 hex digits");
+      if (h >= '0' && h <= '9')
+        v |= static_cast<uint32_t>(h - '0');
+      else if (h >= 'a' && h <= 'f')
+        v |= static_cast<uint32_t>(h - 'a' + 10);
+      else if (h >= 'A' && h <= 'F')
+        v |= static_cast<uint32_t>(h - 'A' + 10);
+      else
+        return Bad("4 hex digits");
     }
     return v;
   }
@@ -257,7 +276,8 @@ Result<ImageDefaults> ParseImageDefaults(std::string_view json) {
   }
   if (!r.AtEnd()) return r.Bad("the end");
   for (const std::string* s : {&d.working_dir, &d.user})
-    if (s->find('\0') != std::string::npos) return Status::InvalidArgument("NUL in WorkingDir or User");
+    if (s->find('\0') != std::string::npos)
+      return Status::InvalidArgument("NUL in WorkingDir or User");
   return d;
 }
 
@@ -265,7 +285,8 @@ ImageDefaults LoadImageDefaults(const std::string& path) {
   auto text = ReadSmallFile(path, kMaxBytes);
   if (!text.ok()) {
     if (text.status().code() != StatusCode::kNotFound)
-      LogWarn("image config ignored", "path=" + path + " error=\"" + text.status().ToString() + "\"");
+      LogWarn("image config ignored",
+              "path=" + path + " error=\"" + text.status().ToString() + "\"");
     return {};
   }
   auto d = ParseImageDefaults(*text);
@@ -278,7 +299,8 @@ ImageDefaults LoadImageDefaults(const std::string& path) {
   return *std::move(d);
 }
 
-Result<Credentials> ResolveUser(const std::string& user, const std::string& passwd, const std::string& group) {
+Result<Credentials> ResolveUser(const std::string& user, const std::string& passwd,
+                                const std::string& group) {
   const size_t colon = user.find(':');
   const std::string u = user.substr(0, colon);
   const std::string g = colon == std::string::npos ? "" : user.substr(colon + 1);
@@ -302,7 +324,8 @@ Result<Credentials> ResolveUser(const std::string& user, const std::string& pass
       break;
     }
   }
-  if (!numeric && entry == nullptr) return Status::NotFound("image user '" + u + "' is not in " + passwd);
+  if (!numeric && entry == nullptr)
+    return Status::NotFound("image user '" + u + "' is not in " + passwd);
   if (entry != nullptr) {
     uint32_t pid = 0, pgid = 0;
     if (!ParseId((*entry)[2], &pid) || !ParseId((*entry)[3], &pgid))
@@ -332,7 +355,8 @@ Result<Credentials> ResolveUser(const std::string& user, const std::string& pass
     for (const auto& f : gr) {
       for (const std::string& member : Split(f[3], ',')) {
         uint32_t gid = 0;
-        if (member == (*entry)[0] && ParseId(f[2], &gid) && c.groups.size() < kMaxGroups) c.groups.push_back(gid);
+        if (member == (*entry)[0] && ParseId(f[2], &gid) && c.groups.size() < kMaxGroups)
+          c.groups.push_back(gid);
       }
     }
   }

@@ -92,8 +92,8 @@ Status SetNonBlocking(int fd) {
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
   // Groups, then gid, then uid: each needs the privilege the next drops.
-  if (ids.set_ids && (::setgroups(ids.groups.size(), ids.groups.data()) < 0 || ::setgid(ids.gid) < 0 ||
-                      ::setuid(ids.uid) < 0))
+  if (ids.set_ids && (::setgroups(ids.groups.size(), ids.groups.data()) < 0 ||
+                      ::setgid(ids.gid) < 0 || ::setuid(ids.uid) < 0))
     fail(errno);
   if (cwd != nullptr && ::chdir(cwd) < 0) fail(errno);
   ::execve(path, argv, envp);

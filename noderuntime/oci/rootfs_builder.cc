@@ -22,7 +22,8 @@ struct GuestDir {
   const char* name;
   uint32_t mode;
 };
-constexpr GuestDir kGuestDirs[] = {{"proc", 0555}, {"sys", 0555}, {"dev", 0755}, {"tmp", 01777}, {"run", 0755}};
+constexpr GuestDir kGuestDirs[] = {
+    {"proc", 0555}, {"sys", 0555}, {"dev", 0755}, {"tmp", 01777}, {"run", 0755}};
 
 // Calls progress at most about once a second.
 class Ticker {
@@ -42,7 +43,8 @@ class Ticker {
 };
 
 std::string LayerName(size_t i, size_t n, const LayerBlob& l) {
-  return "layer " + std::to_string(i + 1) + " of " + std::to_string(n) + " (" + l.digest.substr(0, 19) + ")";
+  return "layer " + std::to_string(i + 1) + " of " + std::to_string(n) + " (" +
+         l.digest.substr(0, 19) + ")";
 }
 
 Status InLayer(const Status& s, const std::string& layer, const std::string& entry = "") {
@@ -79,8 +81,8 @@ Result<std::unique_ptr<LayerStream>> OpenLayer(const LayerBlob& layer, const Roo
 }
 
 // Pass 1: every layer's entries into the tree.
-Status ReadLayers(const std::vector<LayerBlob>& layers, const RootfsLimits& limits, RootfsTree* tree,
-                  Ticker* ticker) {
+Status ReadLayers(const std::vector<LayerBlob>& layers, const RootfsLimits& limits,
+                  RootfsTree* tree, Ticker* ticker) {
   for (size_t i = 0; i < layers.size(); ++i) {
     const std::string name = LayerName(i, layers.size(), layers[i]);
     auto stream = OpenLayer(layers[i], limits);
@@ -94,8 +96,8 @@ Status ReadLayers(const std::vector<LayerBlob>& layers, const RootfsLimits& limi
       Status st = tree->Apply(static_cast<uint32_t>(i), ordinal, e);
       if (!st.ok()) return InLayer(st, name, e.path);
       ticker->Tick([&] {
-        return "unpacking layer " + std::to_string(i + 1) + " of " + std::to_string(layers.size()) + ": " +
-               std::to_string((*stream)->uncompressed_bytes() / kMiB) + " MiB";
+        return "unpacking layer " + std::to_string(i + 1) + " of " + std::to_string(layers.size()) +
+               ": " + std::to_string((*stream)->uncompressed_bytes() / kMiB) + " MiB";
       });
     }
     Status st = (*stream)->Finish();
@@ -122,22 +124,25 @@ Status WriteLayerFiles(size_t i, const std::vector<LayerBlob>& layers, const Roo
     if (it == files.end()) continue;
     if (e.type != TarType::kFile || e.size != it->second->size)
       return InLayer(Status::DataLoss("the layer changed while the image was built"), name, e.path);
-    Status st = image->WriteFileData(*it->second, [&](char* buf, size_t max) { return reader.ReadData(buf, max); });
+    Status st = image->WriteFileData(
+        *it->second, [&](char* buf, size_t max) { return reader.ReadData(buf, max); });
     if (!st.ok()) return InLayer(st, name, e.path);
     files.erase(it);
     ticker->Tick([&] {
-      return "writing layer " + std::to_string(i + 1) + " of " + std::to_string(layers.size()) + ": " +
-             std::to_string((*stream)->uncompressed_bytes() / kMiB) + " MiB";
+      return "writing layer " + std::to_string(i + 1) + " of " + std::to_string(layers.size()) +
+             ": " + std::to_string((*stream)->uncompressed_bytes() / kMiB) + " MiB";
     });
   }
-  if (!files.empty()) return InLayer(Status::DataLoss("the layer changed while the image was built"), name);
+  if (!files.empty())
+    return InLayer(Status::DataLoss("the layer changed while the image was built"), name);
   Status st = (*stream)->Finish();
   if (!st.ok()) return InLayer(st, name);
   return Status::Ok();
 }
 
-Status WriteImage(const std::vector<LayerBlob>& layers, const RootfsLimits& limits, const RootfsTree& tree,
-                  const std::string& path, uint64_t bytes, uint64_t inodes, Ticker* ticker) {
+Status WriteImage(const std::vector<LayerBlob>& layers, const RootfsLimits& limits,
+                  const RootfsTree& tree, const std::string& path, uint64_t bytes, uint64_t inodes,
+                  Ticker* ticker) {
   ASSIGN_OR_RETURN(auto image, RootfsImage::Create(path, bytes, inodes, limits.mke2fs));
   RETURN_IF_ERROR(image->WriteTree(tree));
   for (size_t i = 0; i < layers.size(); ++i)

@@ -65,7 +65,8 @@ struct RootfsInfo {
   uint64_t entries = 0;      // distinct inodes in the result
 };
 
-using RootfsProgressFn = std::function<void(const std::string& message)>;  // "unpacking layer 2 of 5: 40 MiB"
+using RootfsProgressFn =
+    std::function<void(const std::string& message)>;  // "unpacking layer 2 of 5: 40 MiB"
 
 // Writes out_path (created; removed again on any error) as an ext4 image
 // holding the layers applied bottom first, plus /.kubicle/image.json (the

@@ -6,9 +6,8 @@
 // leaving no image behind.
 #include "noderuntime/oci/rootfs_builder.h"
 
-// ext2fs.h first: it includes com_err.h inside its extern "C".
+// Not <et/com_err.h> on its own: ext2fs.h includes it inside extern "C".
 #include <ext2fs/ext2fs.h>
-#include <et/com_err.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -17,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "common/sha256.h"
 #include "noderuntime/oci/tar_test_writer.h"
@@ -71,7 +71,8 @@ class Image {
     ext2_inode_large in = Inode(path);
     if (!LINUX_S_ISLNK(in.i_mode)) return "<not a symlink>";
     const size_t size = EXT2_I_SIZE(&in);
-    if (size < sizeof(in.i_block)) return std::string(reinterpret_cast<const char*>(in.i_block), size);
+    if (size < sizeof(in.i_block))
+      return std::string(reinterpret_cast<const char*>(in.i_block), size);
     return Read(path);
   }
   std::string Xattr(const std::string& path, const std::string& name) {
@@ -125,7 +126,8 @@ class RootfsBuilderTest : public ::testing::Test {
 
   Result<RootfsInfo> Build(const std::vector<LayerBlob>& layers, RootfsLimits limits = {},
                            ImageConfig config = {}) {
-    return BuildRootfs(layers, config, out_, limits, [&](const std::string& m) { progress_.push_back(m); });
+    return BuildRootfs(layers, config, out_, limits,
+                       [&](const std::string& m) { progress_.push_back(m); });
   }
   // The refusal's status; and no image left behind.
   Status Refused(const std::vector<LayerBlob>& layers, RootfsLimits limits = {}) {
@@ -230,7 +232,8 @@ TEST_F(RootfsBuilderTest, PlainLayersWithModesOwnersLinksAndXattrs) {
   EXPECT_EQ(img.Read("/" + long_name), "long");
   EXPECT_EQ(img.Read("/" + long_name + "-gnu"), "long");
   EXPECT_EQ(img.Read("/var/zeros"), std::string(64 << 10, '\0') + "z");
-  EXPECT_LT(img.Inode("/var/zeros").i_blocks, 64u * 2) << "zero blocks were written, not left as holes";
+  EXPECT_LT(img.Inode("/var/zeros").i_blocks, 64u * 2)
+      << "zero blocks were written, not left as holes";
   // The guest's mount points, /tmp sticky.
   for (const char* d : {"/proc", "/sys", "/dev", "/tmp", "/run"})
     EXPECT_TRUE(LINUX_S_ISDIR(img.Inode(d).i_mode)) << d;
@@ -241,7 +244,8 @@ TEST_F(RootfsBuilderTest, PlainLayersWithModesOwnersLinksAndXattrs) {
   EXPECT_EQ(j["WorkingDir"], "/home/app");
   EXPECT_EQ(j["User"], "1000:1000");
   EXPECT_EQ(j["Cmd"], nlohmann::json({"python3"}));
-  EXPECT_EQ(r->file_bytes, 5u + 12 + 4 + 3 + 4 + 4 + (64 << 10) + 1 + img.Read("/.kubicle/image.json").size());
+  EXPECT_EQ(r->file_bytes,
+            5u + 12 + 4 + 3 + 4 + 4 + (64 << 10) + 1 + img.Read("/.kubicle/image.json").size());
 }
 
 TEST_F(RootfsBuilderTest, LaterLayersReplaceWhiteoutAndHide) {
@@ -288,7 +292,8 @@ TEST_F(RootfsBuilderTest, LaterLayersReplaceWhiteoutAndHide) {
 // quadratic in a directory's size).
 TEST_F(RootfsBuilderTest, ManyEntriesInOneDirectoryGrowIt) {
   TarTestWriter w;
-  for (int i = 0; i < 20000; ++i) w.File("many/file-with-a-longish-name-" + std::to_string(i), std::to_string(i));
+  for (int i = 0; i < 20000; ++i)
+    w.File("many/file-with-a-longish-name-" + std::to_string(i), std::to_string(i));
   auto r = Build({GzLayer(w)});
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   ExpectFsck();
@@ -301,7 +306,8 @@ TEST_F(RootfsBuilderTest, LostAndFoundIsMke2fsOrTheImages) {
   ASSERT_TRUE(Build({GzLayer(TarTestWriter().File("a", "1"))}).ok());
   {
     Image img(out_);
-    EXPECT_EQ(img.List("/"), (std::vector<std::string>{".kubicle", "a", "dev", "lost+found", "proc", "run", "sys", "tmp"}));
+    EXPECT_EQ(img.List("/"), (std::vector<std::string>{".kubicle", "a", "dev", "lost+found", "proc",
+                                                       "run", "sys", "tmp"}));
   }
   ExpectFsck();
   fs::remove(out_);
@@ -314,9 +320,66 @@ TEST_F(RootfsBuilderTest, LostAndFoundIsMke2fsOrTheImages) {
   EXPECT_EQ(img.Inode("/lost+found").i_mode, LINUX_S_IFDIR | 0700);
 }
 
+// A layer written by GNU tar (PAX, xattrs) from a real directory, checked
+// entry by entry against that directory: an independent writer, not ours.
+TEST_F(RootfsBuilderTest, GnuTarLayerMatchesItsDirectory) {
+  const std::string src = dir_ + "/src";
+  fs::create_directories(src + "/usr/bin");
+  fs::create_directories(src + "/" + std::string(120, 'd') + "/" + std::string(100, 'e'));
+  std::ofstream(src + "/usr/bin/tool") << "#!/bin/sh\necho tool\n";
+  ::chmod((src + "/usr/bin/tool").c_str(), 04755);
+  std::ofstream(src + "/" + std::string(120, 'd') + "/" + std::string(100, 'e') + "/deep.txt")
+      << "deep";
+  std::ofstream(src + "/big.bin") << std::string(300000, 'x') + std::string(8192, '\0') + "end";
+  fs::create_symlink("usr/bin/tool", src + "/link");
+  fs::create_symlink("/etc/absolute/elsewhere", src + "/dangling");
+  fs::create_hard_link(src + "/usr/bin/tool", src + "/usr/bin/tool-again");
+  if (::geteuid() == 0) {
+    ASSERT_EQ(::lchown((src + "/big.bin").c_str(), 1234, 5678), 0);
+    ASSERT_EQ(::lchown((src + "/link").c_str(), 42, 43), 0);
+  }
+  const std::string layer = dir_ + "/layer.tar.gz";
+  const std::string cmd =
+      "tar --format=pax --xattrs --numeric-owner -C " + src + " -cf - . | gzip -n >" + layer;
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::ifstream in(layer, std::ios::binary);
+  std::stringstream bytes;
+  bytes << in.rdbuf();
+  auto r = Build({Layer(bytes.str(), kGzip)});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ExpectFsck();
+  Image img(out_);
+  int checked = 0;
+  for (const auto& entry : fs::recursive_directory_iterator(src)) {
+    const std::string rel =
+        "/" +
+        entry.path().lexically_relative(src).string();  // not fs::relative: it follows symlinks
+    struct stat st {};
+    ASSERT_EQ(::lstat(entry.path().c_str(), &st), 0);
+    const auto in_image = img.Inode(rel);
+    EXPECT_EQ(in_image.i_mode, st.st_mode) << rel;
+    EXPECT_EQ(inode_uid(in_image), st.st_uid) << rel;
+    EXPECT_EQ(inode_gid(in_image), st.st_gid) << rel;
+    EXPECT_EQ(static_cast<int64_t>(in_image.i_mtime), st.st_mtim.tv_sec) << rel;
+    if (S_ISREG(st.st_mode)) {
+      std::ifstream f(entry.path(), std::ios::binary);
+      std::stringstream want;
+      want << f.rdbuf();
+      EXPECT_EQ(img.Read(rel), want.str()) << rel;
+      EXPECT_EQ(in_image.i_links_count, st.st_nlink) << rel;
+    } else if (S_ISLNK(st.st_mode)) {
+      EXPECT_EQ(img.SymlinkTarget(rel), fs::read_symlink(entry.path()).string()) << rel;
+    }
+    ++checked;
+  }
+  EXPECT_GE(checked, 10);
+  EXPECT_EQ(img.Ino("/usr/bin/tool"), img.Ino("/usr/bin/tool-again"));
+}
+
 void ExpectNames(const Status& s, StatusCode code, const std::vector<std::string>& parts) {
   EXPECT_EQ(s.code(), code) << s.ToString();
-  for (const auto& p : parts) EXPECT_NE(s.message().find(p), std::string::npos) << "'" << p << "' not in: " << s.message();
+  for (const auto& p : parts)
+    EXPECT_NE(s.message().find(p), std::string::npos) << "'" << p << "' not in: " << s.message();
 }
 
 TEST_F(RootfsBuilderTest, PathRefusals) {
@@ -324,27 +387,31 @@ TEST_F(RootfsBuilderTest, PathRefusals) {
   ok.File("fine", "1");
   ExpectNames(Refused({GzLayer(ok), GzLayer(TarTestWriter().File("a/../../etc/passwd", "x"))}),
               StatusCode::kInvalidArgument, {"layer 2 of 2", "a/../../etc/passwd", ".."});
-  ExpectNames(Refused({GzLayer(TarTestWriter().Symlink("lib", "/usr/lib").File("lib/evil.so", "x"))}),
-              StatusCode::kInvalidArgument, {"layer 1 of 1", "lib/evil.so", "symlink"});
+  ExpectNames(
+      Refused({GzLayer(TarTestWriter().Symlink("lib", "/usr/lib").File("lib/evil.so", "x"))}),
+      StatusCode::kInvalidArgument, {"layer 1 of 1", "lib/evil.so", "symlink"});
   ExpectNames(Refused({GzLayer(TarTestWriter().File("f", "x").File("f/child", "x"))}),
               StatusCode::kInvalidArgument, {"f/child", "not a directory"});
-  ExpectNames(Refused({GzLayer(TarTestWriter().HardLink("h", "/etc/shadow"))}), StatusCode::kInvalidArgument,
-              {"entry 'h'", "/etc/shadow", "not in the image"});
-  ExpectNames(Refused({GzLayer(TarTestWriter().Dir("d/").HardLink("h", "d"))}), StatusCode::kInvalidArgument,
-              {"entry 'h'", "directory"});
+  ExpectNames(Refused({GzLayer(TarTestWriter().HardLink("h", "/etc/shadow"))}),
+              StatusCode::kInvalidArgument, {"entry 'h'", "/etc/shadow", "not in the image"});
+  ExpectNames(Refused({GzLayer(TarTestWriter().Dir("d/").HardLink("h", "d"))}),
+              StatusCode::kInvalidArgument, {"entry 'h'", "directory"});
   TestEntry dev;
   dev.path = "dev/sda";
   dev.flag = '4';
-  ExpectNames(Refused({GzLayer(TarTestWriter().Add(dev))}), StatusCode::kInvalidArgument, {"dev/sda", "device"});
+  ExpectNames(Refused({GzLayer(TarTestWriter().Add(dev))}), StatusCode::kInvalidArgument,
+              {"dev/sda", "device"});
   dev.path = "dev/mem";
   dev.flag = '3';
-  ExpectNames(Refused({GzLayer(TarTestWriter().Add(dev))}), StatusCode::kInvalidArgument, {"dev/mem", "device"});
+  ExpectNames(Refused({GzLayer(TarTestWriter().Add(dev))}), StatusCode::kInvalidArgument,
+              {"dev/mem", "device"});
   ExpectNames(Refused({GzLayer(TarTestWriter().Symlink("s", std::string(4096, 't')))}),
               StatusCode::kInvalidArgument, {"entry 's'", "symlink target"});
   TestEntry x;
   x.path = "f";
   x.xattrs = {{"system.evil", "1"}};
-  ExpectNames(Refused({GzLayer(TarTestWriter().Add(x))}), StatusCode::kInvalidArgument, {"system.evil"});
+  ExpectNames(Refused({GzLayer(TarTestWriter().Add(x))}), StatusCode::kInvalidArgument,
+              {"system.evil"});
 }
 
 TEST_F(RootfsBuilderTest, SizeRefusals) {
@@ -362,7 +429,8 @@ TEST_F(RootfsBuilderTest, SizeRefusals) {
   l.max_entries = 10;
   TarTestWriter many;
   for (int i = 0; i < 11; ++i) many.File("f" + std::to_string(i), "");
-  ExpectNames(Refused({GzLayer(many)}, l), StatusCode::kResourceExhausted, {"entry 'f10'", "10 entries"});
+  ExpectNames(Refused({GzLayer(many)}, l), StatusCode::kResourceExhausted,
+              {"entry 'f10'", "10 entries"});
   l = {};
   l.max_path_bytes = 64;
   ExpectNames(Refused({GzLayer(TarTestWriter().File(std::string(80, 'p'), ""))}, l),
@@ -379,7 +447,8 @@ TEST_F(RootfsBuilderTest, HardLinksStopAtExt4sLimit) {
 TEST_F(RootfsBuilderTest, DecompressionBombIsRefusedWhileInflating) {
   // 32 MiB of zeros gzip to ~32 KiB: a ratio near 1000.
   const LayerBlob bomb = GzLayer(TarTestWriter().File("zeros", std::string(32 << 20, '\0')));
-  ExpectNames(Refused({bomb}), StatusCode::kResourceExhausted, {"layer 1 of 1", "decompression bomb"});
+  ExpectNames(Refused({bomb}), StatusCode::kResourceExhausted,
+              {"layer 1 of 1", "decompression bomb"});
   RootfsLimits lenient;
   lenient.max_expansion_ratio = 5000;
   auto r = Build({bomb}, lenient);
@@ -390,13 +459,15 @@ TEST_F(RootfsBuilderTest, CorruptAndLyingLayers) {
   TarTestWriter w;
   w.File("a", std::string(5000, 'a')).File("b", "b");
   const std::string gz = Gzip(w.Finish());
-  ExpectNames(Refused({Layer(gz.substr(0, gz.size() / 2))}), StatusCode::kDataLoss, {"layer 1 of 1", "truncated"});
+  ExpectNames(Refused({Layer(gz.substr(0, gz.size() / 2))}), StatusCode::kDataLoss,
+              {"layer 1 of 1", "truncated"});
   std::string corrupt = gz;
   corrupt[corrupt.size() / 2] ^= 0x55;
   corrupt[corrupt.size() / 2 + 1] ^= 0x55;
   EXPECT_EQ(Refused({Layer(corrupt)}).code(), StatusCode::kDataLoss);
   // A plain tar cut inside a file's data.
-  ExpectNames(Refused({Layer(w.bytes().substr(0, 2000), kTar)}), StatusCode::kDataLoss, {"truncated", "a"});
+  ExpectNames(Refused({Layer(w.bytes().substr(0, 2000), kTar)}), StatusCode::kDataLoss,
+              {"truncated", "a"});
   // A blob whose bytes are not its digest.
   LayerBlob lie = Layer(gz);
   lie.digest = "sha256:" + std::string(64, '0');
@@ -407,7 +478,8 @@ TEST_F(RootfsBuilderTest, CorruptAndLyingLayers) {
   // Garbage after the gzip stream.
   EXPECT_EQ(Refused({Layer(gz + "garbage!")}).code(), StatusCode::kDataLoss);
   // Media types.
-  EXPECT_EQ(Refused({Layer(gz, "application/vnd.oci.image.layer.v1.tar+zstd")}).code(), StatusCode::kUnimplemented);
+  EXPECT_EQ(Refused({Layer(gz, "application/vnd.oci.image.layer.v1.tar+zstd")}).code(),
+            StatusCode::kUnimplemented);
   EXPECT_EQ(Refused({Layer(gz, "text/plain")}).code(), StatusCode::kInvalidArgument);
   // gzip data under a plain tar type: not a tar.
   EXPECT_FALSE(Build({Layer(gz, kTar)}).ok());

@@ -1,8 +1,7 @@
 #include "noderuntime/oci/rootfs_ext4.h"
 
-// ext2fs.h first: it includes com_err.h inside its extern "C".
+// Not <et/com_err.h> on its own: ext2fs.h includes it inside extern "C".
 #include <ext2fs/ext2fs.h>
-#include <et/com_err.h>
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -21,7 +20,7 @@ namespace kubicle::noderuntime::oci {
 
 namespace {
 
-constexpr int kMaxDepth = 2048;  // a 4096-byte path has at most 2048 levels
+constexpr int kMaxDepth = 2048;        // a 4096-byte path has at most 2048 levels
 constexpr uint16_t kMaxLinks = 65000;  // ext4's EXT4_LINK_MAX
 
 Status Ext2Error(errcode_t err, const std::string& what) {
@@ -92,26 +91,49 @@ void SetTime(uint32_t* base, uint32_t* extra, int64_t sec, uint32_t nsec) {
 
 int FileTypeOf(TarType t) {
   switch (t) {
-    case TarType::kDirectory: return EXT2_FT_DIR;
-    case TarType::kSymlink: return EXT2_FT_SYMLINK;
-    case TarType::kFifo: return EXT2_FT_FIFO;
-    default: return EXT2_FT_REG_FILE;
+    case TarType::kDirectory:
+      return EXT2_FT_DIR;
+    case TarType::kSymlink:
+      return EXT2_FT_SYMLINK;
+    case TarType::kFifo:
+      return EXT2_FT_FIFO;
+    default:
+      return EXT2_FT_REG_FILE;
   }
 }
 
 }  // namespace
 
 Result<std::unique_ptr<RootfsImage>> RootfsImage::Create(const std::string& path, uint64_t bytes,
-                                                         uint64_t inodes, const std::string& mke2fs) {
+                                                         uint64_t inodes,
+                                                         const std::string& mke2fs) {
   initialize_ext2_error_table();
   {
     UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644));
     if (!fd) return Status::FromErrno("creating " + path);
-    if (::ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0) return Status::FromErrno("sizing " + path);
+    if (::ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0)
+      return Status::FromErrno("sizing " + path);
   }
-  RETURN_IF_ERROR(RunTool({mke2fs, "-q", "-F", "-t", "ext4", "-b", "4096", "-I", "256", "-N",
-                           std::to_string(inodes), "-m", "0", "-O", "^has_journal", "-E",
-                           "root_owner=0:0,lazy_itable_init=1,nodiscard", "-L", "kubicle-rootfs", path},
+  RETURN_IF_ERROR(RunTool({mke2fs,
+                           "-q",
+                           "-F",
+                           "-t",
+                           "ext4",
+                           "-b",
+                           "4096",
+                           "-I",
+                           "256",
+                           "-N",
+                           std::to_string(inodes),
+                           "-m",
+                           "0",
+                           "-O",
+                           "^has_journal",
+                           "-E",
+                           "root_owner=0:0,lazy_itable_init=1,nodiscard",
+                           "-L",
+                           "kubicle-rootfs",
+                           path},
                           path + ".mke2fs.log"));
   ext2_filsys fs = nullptr;
   errcode_t err = ext2fs_open2(path.c_str(), nullptr, EXT2_FLAG_RW | EXT2_FLAG_64BITS, 0, 0,
@@ -144,7 +166,8 @@ Result<uint32_t> RootfsImage::NewInode(uint32_t dir, uint16_t mode, const std::s
   return ino;
 }
 
-Status RootfsImage::SetAttrs(uint32_t ino, const TreeInode& n, uint16_t type_bits, const std::string& path) {
+Status RootfsImage::SetAttrs(uint32_t ino, const TreeInode& n, uint16_t type_bits,
+                             const std::string& path) {
   ext2_inode_large in{};
   errcode_t err = ext2fs_read_inode_full(fs_, ino, reinterpret_cast<ext2_inode*>(&in), sizeof(in));
   if (err) return Ext2Error(err, "reading the inode of " + path);
@@ -169,13 +192,15 @@ Status RootfsImage::SetXattrs(uint32_t ino, const TreeInode& n, const std::strin
   if (n.xattrs.empty()) return Status::Ok();
   for (const auto& [name, value] : n.xattrs)
     if (!XattrNameAllowed(name))
-      return Status::InvalidArgument("xattr '" + name.substr(0, 64) + "' of " + path +
-                                     " is outside the user., trusted., security. and POSIX ACL names");
+      return Status::InvalidArgument(
+          "xattr '" + name.substr(0, 64) + "' of " + path +
+          " is outside the user., trusted., security. and POSIX ACL names");
   ext2_xattr_handle* h = nullptr;
   errcode_t err = ext2fs_xattrs_open(fs_, ino, &h);
   if (!err) err = ext2fs_xattrs_read(h);
   for (size_t i = 0; !err && i < n.xattrs.size(); ++i)
-    err = ext2fs_xattr_set(h, n.xattrs[i].first.c_str(), n.xattrs[i].second.data(), n.xattrs[i].second.size());
+    err = ext2fs_xattr_set(h, n.xattrs[i].first.c_str(), n.xattrs[i].second.data(),
+                           n.xattrs[i].second.size());
   const errcode_t close_err = h ? ext2fs_xattrs_close(&h) : 0;
   if (!err) err = close_err;
   if (err) return Ext2Error(err, "writing the xattrs of " + path);
@@ -218,8 +243,8 @@ Status RootfsImage::DropDir(uint32_t ino, const std::string& path) {
   return Status::Ok();
 }
 
-Status RootfsImage::WriteDir(uint32_t self, uint32_t parent, const TreeInode& dir, const std::string& path,
-                             int depth, std::vector<DirEntryOut> entries) {
+Status RootfsImage::WriteDir(uint32_t self, uint32_t parent, const TreeInode& dir,
+                             const std::string& path, int depth, std::vector<DirEntryOut> entries) {
   if (depth > kMaxDepth) return Status::InvalidArgument(path + ": directories nest too deep");
   entries.reserve(entries.size() + dir.children.size());
   for (const auto& [name, child] : dir.children) {
@@ -232,7 +257,8 @@ Status RootfsImage::WriteDir(uint32_t self, uint32_t parent, const TreeInode& di
   return Status::Ok();
 }
 
-Result<uint32_t> RootfsImage::WriteChild(uint32_t dir, const TreeInode& n, const std::string& path, int depth) {
+Result<uint32_t> RootfsImage::WriteChild(uint32_t dir, const TreeInode& n, const std::string& path,
+                                         int depth) {
   if (auto it = inos_.find(&n); it != inos_.end()) return AddLink(it->second, path);
   switch (n.type) {
     case TarType::kDirectory:
@@ -261,7 +287,8 @@ Result<uint32_t> RootfsImage::AddLink(uint32_t ino, const std::string& path) {
   return ino;
 }
 
-Result<uint32_t> RootfsImage::MakeDir(uint32_t dir, const TreeInode& n, const std::string& path, int depth) {
+Result<uint32_t> RootfsImage::MakeDir(uint32_t dir, const TreeInode& n, const std::string& path,
+                                      int depth) {
   // Made unnamed: the parent's names are written at its end.
   ASSIGN_OR_RETURN(uint32_t ino, NewInode(dir, LINUX_S_IFDIR | 0755, path));
   errcode_t err = ext2fs_mkdir(fs_, dir, ino, nullptr);
@@ -272,7 +299,8 @@ Result<uint32_t> RootfsImage::MakeDir(uint32_t dir, const TreeInode& n, const st
   return ino;
 }
 
-Result<uint32_t> RootfsImage::MakeSymlink(uint32_t dir, const TreeInode& n, const std::string& path) {
+Result<uint32_t> RootfsImage::MakeSymlink(uint32_t dir, const TreeInode& n,
+                                          const std::string& path) {
   ASSIGN_OR_RETURN(uint32_t ino, NewInode(dir, LINUX_S_IFLNK | 0777, path));
   errcode_t err = ext2fs_symlink(fs_, dir, ino, nullptr, n.symlink_target.c_str());
   if (err) return Ext2Error(err, "making symlink " + path);
@@ -312,7 +340,8 @@ Result<uint32_t> RootfsImage::MakeFile(uint32_t dir, const TreeInode& n, const s
   return ino;
 }
 
-Status RootfsImage::WriteFileData(const TreeInode& file, const std::function<Result<size_t>(char*, size_t)>& next) {
+Status RootfsImage::WriteFileData(const TreeInode& file,
+                                  const std::function<Result<size_t>(char*, size_t)>& next) {
   auto it = inos_.find(&file);
   if (it == inos_.end()) return Status::Internal("a file the tree did not write");
   if (file.size == 0) return Status::Ok();
@@ -324,7 +353,8 @@ Status RootfsImage::WriteFileData(const TreeInode& file, const std::function<Res
   uint64_t done = 0;
   Status st;
   while (st.ok() && done < file.size) {
-    auto n = next(buf.data(), static_cast<size_t>(std::min<uint64_t>(buf.size(), file.size - done)));
+    auto n =
+        next(buf.data(), static_cast<size_t>(std::min<uint64_t>(buf.size(), file.size - done)));
     if (!n.ok()) {
       st = n.status();
       break;

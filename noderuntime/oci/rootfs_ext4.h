@@ -51,13 +51,14 @@ class RootfsImage {
   Status WriteTree(const RootfsTree& tree);
   // Fills `file` (a regular file of the tree written by WriteTree) from
   // `next` (bytes read into buf, 0 at the end); exactly file.size bytes.
-  Status WriteFileData(const TreeInode& file, const std::function<Result<size_t>(char*, size_t)>& next);
+  Status WriteFileData(const TreeInode& file,
+                       const std::function<Result<size_t>(char*, size_t)>& next);
   Status Close();
 
  private:
   explicit RootfsImage(struct_ext2_filsys* fs) : fs_(fs) {}
-  Status WriteDir(uint32_t self, uint32_t parent, const TreeInode& dir, const std::string& path, int depth,
-                  std::vector<DirEntryOut> entries);
+  Status WriteDir(uint32_t self, uint32_t parent, const TreeInode& dir, const std::string& path,
+                  int depth, std::vector<DirEntryOut> entries);
   // Writes the inode of `n` (and, for a directory, its subtree); its name
   // is the caller's to write. An inode met again is a hard link.
   Result<uint32_t> WriteChild(uint32_t dir, const TreeInode& n, const std::string& path, int depth);

@@ -43,7 +43,8 @@ class BlockFiller {
     blk64_t pblk = 0;
     // Block 0 is the one mkdir made; BMAP_ALLOC maps a new one (and
     // counts it in i_blocks) for the others.
-    errcode_t err = ext2fs_bmap2(fs_, dir_, &inode, nullptr, lblk_ == 0 ? 0 : BMAP_ALLOC, lblk_, nullptr, &pblk);
+    errcode_t err = ext2fs_bmap2(fs_, dir_, &inode, nullptr, lblk_ == 0 ? 0 : BMAP_ALLOC, lblk_,
+                                 nullptr, &pblk);
     if (err) return err;
     if (pblk == 0) return EXT2_ET_DIR_CORRUPTED;
     if ((err = ext2fs_write_dir_block4(fs_, pblk, buf_.data(), 0, dir_))) return err;
@@ -73,7 +74,8 @@ errcode_t WriteDirectory(ext2_filsys fs, ext2_ino_t dir, ext2_ino_t parent,
   ext2_inode inode{};
   errcode_t err = ext2fs_read_inode(fs, dir, &inode);
   if (err) return err;
-  if (!LINUX_S_ISDIR(inode.i_mode) || EXT2_I_SIZE(&inode) != fs->blocksize) return EXT2_ET_DIR_CORRUPTED;
+  if (!LINUX_S_ISDIR(inode.i_mode) || EXT2_I_SIZE(&inode) != fs->blocksize)
+    return EXT2_ET_DIR_CORRUPTED;
   BlockFiller f(fs, dir);
   if ((err = f.Add(".", dir, EXT2_FT_DIR))) return err;
   if ((err = f.Add("..", parent, EXT2_FT_DIR))) return err;
@@ -89,7 +91,8 @@ errcode_t WriteDirectory(ext2_filsys fs, ext2_ino_t dir, ext2_ino_t parent,
   // ext4's limit it is 1, which dir_nlink reads as "many".
   uint64_t links = 2;
   for (const DirEntryOut& e : entries) links += e.file_type == EXT2_FT_DIR ? 1 : 0;
-  if (links > kMaxDirLinks && !ext2fs_has_feature_dir_nlink(fs->super)) return EXT2_ET_TOO_MANY_REFS;
+  if (links > kMaxDirLinks && !ext2fs_has_feature_dir_nlink(fs->super))
+    return EXT2_ET_TOO_MANY_REFS;
   inode.i_links_count = static_cast<__u16>(links > kMaxDirLinks ? 1 : links);
   return ext2fs_write_inode(fs, dir, &inode);
 }

@@ -63,12 +63,14 @@ Result<std::unique_ptr<LayerStream>> LayerStream::Open(const LayerBlob& layer, O
   impl->options = options;
   ASSIGN_OR_RETURN(impl->compression, CompressionOf(layer.media_type));
   if (layer.digest.rfind("sha256:", 0) != 0 || !IsSha256Hex(layer.digest.substr(7)))
-    return Status::InvalidArgument("layer digest '" + layer.digest.substr(0, 80) + "' is not sha256:<hex>");
+    return Status::InvalidArgument("layer digest '" + layer.digest.substr(0, 80) +
+                                   "' is not sha256:<hex>");
   impl->fd.reset(::open(layer.path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
   if (!impl->fd) return Status::FromErrno("opening layer " + layer.digest + " at " + layer.path);
   struct stat st {};
   if (::fstat(impl->fd.get(), &st) != 0) return Status::FromErrno("stat of layer " + layer.digest);
-  if (!S_ISREG(st.st_mode)) return Status::InvalidArgument("layer " + layer.digest + " is not a regular file");
+  if (!S_ISREG(st.st_mode))
+    return Status::InvalidArgument("layer " + layer.digest + " is not a regular file");
   impl->file_size = static_cast<uint64_t>(st.st_size);
   if (layer.size != 0 && impl->file_size != layer.size)
     return Status::DataLoss("layer " + layer.digest + " has " + std::to_string(impl->file_size) +
@@ -116,7 +118,8 @@ Result<size_t> LayerStream::Inflate(char* buf, size_t max) {
     if (rc == Z_STREAM_END) {
       impl_->member_done = true;
     } else if (rc != Z_OK && rc != Z_BUF_ERROR) {
-      return Status::DataLoss("corrupt gzip stream in layer " + impl_->layer.digest + " at compressed byte " +
+      return Status::DataLoss("corrupt gzip stream in layer " + impl_->layer.digest +
+                              " at compressed byte " +
                               std::to_string(impl_->in_total - zs.avail_in) + ": " +
                               (zs.msg ? zs.msg : "inflate error " + std::to_string(rc)));
     }
@@ -135,12 +138,14 @@ Result<size_t> LayerStream::Read(char* buf, size_t max) {
     ASSIGN_OR_RETURN(n, Inflate(buf, max));
   }
   out_total_ += n;
-  if (impl_->compression != LayerCompression::kNone && out_total_ > impl_->options.ratio_allowance &&
-      static_cast<double>(out_total_) > impl_->options.max_ratio * static_cast<double>(impl_->file_size))
-    return Status::ResourceExhausted("layer " + impl_->layer.digest + " inflates to more than " +
-                                     std::to_string(static_cast<uint64_t>(impl_->options.max_ratio)) +
-                                     " times its " + std::to_string(impl_->file_size) +
-                                     " compressed bytes: refused as a decompression bomb");
+  if (impl_->compression != LayerCompression::kNone &&
+      out_total_ > impl_->options.ratio_allowance &&
+      static_cast<double>(out_total_) >
+          impl_->options.max_ratio * static_cast<double>(impl_->file_size))
+    return Status::ResourceExhausted(
+        "layer " + impl_->layer.digest + " inflates to more than " +
+        std::to_string(static_cast<uint64_t>(impl_->options.max_ratio)) + " times its " +
+        std::to_string(impl_->file_size) + " compressed bytes: refused as a decompression bomb");
   return n;
 }
 
@@ -163,8 +168,8 @@ Status LayerStream::Finish() {
     return Status::DataLoss("layer " + impl_->layer.digest + " changed size while it was read");
   const std::string got = "sha256:" + impl_->hash.FinalHex();
   if (got != impl_->layer.digest)
-    return Status::DataLoss("layer " + impl_->layer.digest + " does not match its digest (its bytes hash to " +
-                            got + ")");
+    return Status::DataLoss("layer " + impl_->layer.digest +
+                            " does not match its digest (its bytes hash to " + got + ")");
   return Status::Ok();
 }
 

@@ -47,7 +47,8 @@ Result<std::vector<std::string>> SplitImagePath(const std::string& path) {
     if (c.empty() || c == ".") continue;
     if (c == "..") return Status::InvalidArgument("path '" + path + "' has a '..' component");
     if (c.size() > kMaxName)
-      return Status::InvalidArgument("path '" + path.substr(0, 64) + "...' has a name over 255 bytes");
+      return Status::InvalidArgument("path '" + path.substr(0, 64) +
+                                     "...' has a name over 255 bytes");
     if (c.find('\0') != std::string::npos) return Status::InvalidArgument("path holds NUL");
     parts.push_back(std::move(c));
   }
@@ -66,8 +67,9 @@ Result<TreeInode*> RootfsTree::Parent(const std::vector<std::string>& parts, uin
     }
     const TreeInode& n = *it->second.inode;
     if (n.type == TarType::kSymlink)
-      return Status::InvalidArgument("its parent '" + Join(parts, i + 1) +
-                                     "' is a symlink in the image; entries under symlinks are refused");
+      return Status::InvalidArgument(
+          "its parent '" + Join(parts, i + 1) +
+          "' is a symlink in the image; entries under symlinks are refused");
     if (n.type != TarType::kDirectory)
       return Status::InvalidArgument("its parent '" + Join(parts, i + 1) + "' is not a directory");
     dir = it->second.inode.get();
@@ -105,16 +107,17 @@ void SetMeta(TreeInode* n, const TarEntry& e) {
 
 Status RootfsTree::Admit(const TarEntry& e) {
   if (++entries_ > limits_.max_entries)
-    return Status::ResourceExhausted("the image has more than " + std::to_string(limits_.max_entries) +
-                                     " entries");
+    return Status::ResourceExhausted("the image has more than " +
+                                     std::to_string(limits_.max_entries) + " entries");
   if (e.type == TarType::kCharDevice || e.type == TarType::kBlockDevice)
     return Status::InvalidArgument("device nodes are refused");
   if (e.type == TarType::kSymlink && (e.link_target.empty() || e.link_target.size() >= kMaxSymlink))
-    return Status::InvalidArgument("a symlink target must be 1 to " + std::to_string(kMaxSymlink - 1) +
-                                   " bytes");
+    return Status::InvalidArgument("a symlink target must be 1 to " +
+                                   std::to_string(kMaxSymlink - 1) + " bytes");
   if (e.type != TarType::kFile) return Status::Ok();
   if (e.size > limits_.max_file_bytes)
-    return Status::ResourceExhausted("a file of " + std::to_string(e.size) + " bytes is over the limit of " +
+    return Status::ResourceExhausted("a file of " + std::to_string(e.size) +
+                                     " bytes is over the limit of " +
                                      std::to_string(limits_.max_file_bytes));
   total_bytes_ += e.size;
   if (total_bytes_ > limits_.max_total_bytes)
@@ -123,11 +126,13 @@ Status RootfsTree::Admit(const TarEntry& e) {
   return Status::Ok();
 }
 
-Status RootfsTree::HardLink(TreeInode* dir, const std::string& name, const TarEntry& e, uint32_t layer) {
+Status RootfsTree::HardLink(TreeInode* dir, const std::string& name, const TarEntry& e,
+                            uint32_t layer) {
   ASSIGN_OR_RETURN(std::vector<std::string> tparts, SplitImagePath(e.link_target));
   const TreeInode* target = tparts.empty() ? root_.get() : Find(e.link_target);
   if (target == nullptr)
-    return Status::InvalidArgument("hard link to '" + e.link_target + "', which is not in the image");
+    return Status::InvalidArgument("hard link to '" + e.link_target +
+                                   "', which is not in the image");
   if (target->type == TarType::kDirectory)
     return Status::InvalidArgument("hard link to the directory '" + e.link_target + "'");
   // Find() found it through directories only: share it by its owning pointer.
@@ -143,7 +148,8 @@ Status RootfsTree::Apply(uint32_t layer, uint64_t ordinal, const TarEntry& e) {
   ASSIGN_OR_RETURN(std::vector<std::string> parts, SplitImagePath(e.path));
   if (parts.empty()) {
     // The root itself: only its metadata can change.
-    if (e.type != TarType::kDirectory) return Status::InvalidArgument("the image root must be a directory");
+    if (e.type != TarType::kDirectory)
+      return Status::InvalidArgument("the image root must be a directory");
     SetMeta(root_.get(), e);
     return Status::Ok();
   }
@@ -255,8 +261,10 @@ std::map<uint64_t, TreeInode*> RootfsTree::FilesOfLayer(uint32_t layer) const {
   std::function<void(TreeInode&)> walk = [&](TreeInode& n) {
     for (auto& [name, c] : n.children) {
       TreeInode& k = *c.inode;
-      if (k.type == TarType::kDirectory) walk(k);
-      else if (k.type == TarType::kFile && !k.inline_content && k.layer == layer) out[k.ordinal] = &k;
+      if (k.type == TarType::kDirectory)
+        walk(k);
+      else if (k.type == TarType::kFile && !k.inline_content && k.layer == layer)
+        out[k.ordinal] = &k;
     }
   };
   walk(*root_);

@@ -24,10 +24,10 @@
 // component over 255 bytes; char and block devices (a rootfs for a VM
 // whose /dev is the guest kernel's devtmpfs needs none, and a device node is
 // a way out of a read-only root); a hard link to a directory or to a path
-// not in the image; an empty symlink target or one of 4096 bytes or more; a regular file over max_file_bytes, file bytes over
-// max_total_bytes, more than max_entries entries (ResourceExhausted).
-// FIFOs are kept. A leading `/` or `./` is dropped (tar's absolute names
-// mean the image's root).
+// not in the image; an empty symlink target or one of 4096 bytes or more; a regular file over
+// max_file_bytes, file bytes over max_total_bytes, more than max_entries entries
+// (ResourceExhausted). FIFOs are kept. A leading `/` or `./` is dropped (tar's absolute names mean
+// the image's root).
 //
 // Memory: about 300 bytes per entry plus paths; max_entries bounds it.
 #pragma once

@@ -67,7 +67,8 @@ bool AllZero(const char* h) {
 uint64_t PadOf(uint64_t size) { return (kBlock - size % kBlock) % kBlock; }
 
 Result<uint64_t> ParseDecimal(const std::string& s, const char* what) {
-  if (s.empty() || s.size() > 19) return Status::InvalidArgument(std::string("malformed PAX ") + what);
+  if (s.empty() || s.size() > 19)
+    return Status::InvalidArgument(std::string("malformed PAX ") + what);
   uint64_t v = 0;
   for (char c : s) {
     if (c < '0' || c > '9') return Status::InvalidArgument(std::string("malformed PAX ") + what);
@@ -112,17 +113,24 @@ Result<TarType> TypeOf(char flag, const std::string& name) {
     case '7':
       // A pre-POSIX archive marks a directory only by its trailing slash.
       return !name.empty() && name.back() == '/' ? TarType::kDirectory : TarType::kFile;
-    case '1': return TarType::kHardLink;
-    case '2': return TarType::kSymlink;
-    case '3': return TarType::kCharDevice;
-    case '4': return TarType::kBlockDevice;
-    case '5': return TarType::kDirectory;
-    case '6': return TarType::kFifo;
+    case '1':
+      return TarType::kHardLink;
+    case '2':
+      return TarType::kSymlink;
+    case '3':
+      return TarType::kCharDevice;
+    case '4':
+      return TarType::kBlockDevice;
+    case '5':
+      return TarType::kDirectory;
+    case '6':
+      return TarType::kFifo;
     default: {
       const unsigned c = static_cast<unsigned char>(flag);
-      return Status::Unimplemented("entry type " + (c >= 0x20 && c < 0x7f ? "'" + std::string(1, flag) + "'"
-                                                                           : std::to_string(c)) +
-                                   " is not supported (" + name + ")");
+      return Status::Unimplemented(
+          "entry type " +
+          (c >= 0x20 && c < 0x7f ? "'" + std::string(1, flag) + "'" : std::to_string(c)) +
+          " is not supported (" + name + ")");
     }
   }
 }
@@ -149,7 +157,8 @@ Status ApplyPaxRecords(const std::string& records, const TarLimits& limits, TarE
     if (key == "path" || key == "linkpath") {
       if (value.size() > limits.max_path_bytes || value.find('\0') != std::string::npos)
         return Status::InvalidArgument("PAX " + key + " is longer than " +
-                                       std::to_string(limits.max_path_bytes) + " bytes or holds NUL");
+                                       std::to_string(limits.max_path_bytes) +
+                                       " bytes or holds NUL");
       (key == "path" ? e->path : e->link_target) = std::move(value);
     } else if (key == "size") {
       ASSIGN_OR_RETURN(e->size, ParseDecimal(value, "size"));
@@ -168,8 +177,9 @@ Status ApplyPaxRecords(const std::string& records, const TarLimits& limits, TarE
       if (name.empty()) return Status::InvalidArgument("PAX xattr without a name");
       xattr_bytes += name.size() + value.size();
       if (e->xattrs.size() >= limits.max_xattr_count || xattr_bytes > limits.max_xattr_bytes)
-        return Status::ResourceExhausted("more xattrs than " + std::to_string(limits.max_xattr_count) +
-                                         " or " + std::to_string(limits.max_xattr_bytes) + " bytes");
+        return Status::ResourceExhausted("more xattrs than " +
+                                         std::to_string(limits.max_xattr_count) + " or " +
+                                         std::to_string(limits.max_xattr_bytes) + " bytes");
       e->xattrs.emplace_back(std::move(name), std::move(value));
     }
     // Others (atime, ctime, uname, gname, comment, LIBARCHIVE.*) do not
@@ -201,8 +211,8 @@ Status TarReader::Skip(uint64_t n, const std::string& what) {
 
 Result<std::string> TarReader::ReadBlob(uint64_t size, uint64_t limit, const std::string& what) {
   if (size > limit)
-    return Status::ResourceExhausted(what + " of " + std::to_string(size) + " bytes is over the limit of " +
-                                     std::to_string(limit));
+    return Status::ResourceExhausted(what + " of " + std::to_string(size) +
+                                     " bytes is over the limit of " + std::to_string(limit));
   std::string out(static_cast<size_t>(size), '\0');
   RETURN_IF_ERROR(ReadFull(out.data(), out.size(), what));
   RETURN_IF_ERROR(Skip(PadOf(size), what));
@@ -211,7 +221,8 @@ Result<std::string> TarReader::ReadBlob(uint64_t size, uint64_t limit, const std
 
 Result<bool> TarReader::ReadHeader(char* h, PendingMeta* meta) {
   for (int n = 0;; ++n) {
-    if (n > kMaxMetaHeaders) return Status::InvalidArgument("too many metadata headers before one entry");
+    if (n > kMaxMetaHeaders)
+      return Status::InvalidArgument("too many metadata headers before one entry");
     // The stream may end cleanly only where an entry could start.
     ASSIGN_OR_RETURN(size_t first, src_->Read(h, kBlock));
     if (first == 0) {
@@ -233,7 +244,8 @@ Result<bool> TarReader::ReadHeader(char* h, PendingMeta* meta) {
         meta->have_pax = true;
       }
     } else if (flag == 'L' || flag == 'K') {
-      ASSIGN_OR_RETURN(std::string s, ReadBlob(size, limits_.max_path_bytes + 1, "a GNU long name"));
+      ASSIGN_OR_RETURN(std::string s,
+                       ReadBlob(size, limits_.max_path_bytes + 1, "a GNU long name"));
       s.resize(strnlen(s.data(), s.size()));
       (flag == 'L' ? meta->long_name : meta->long_link) = std::move(s);
     } else {
@@ -285,7 +297,8 @@ Status TarReader::FillEntry(const char* h, PendingMeta& meta, TarEntry* e) {
     e->xattrs = std::move(meta.pax.xattrs);
   }
   if (e->link_target.size() > limits_.max_path_bytes)
-    return Status::InvalidArgument("link target longer than " + std::to_string(limits_.max_path_bytes) + " bytes");
+    return Status::InvalidArgument("link target longer than " +
+                                   std::to_string(limits_.max_path_bytes) + " bytes");
   // As Go's archive/tar (what image builders use): only regular files carry
   // data; a size on any other type is not data.
   if (e->type != TarType::kFile) e->size = 0;

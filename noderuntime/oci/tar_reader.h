@@ -103,7 +103,6 @@ class TarReader {
   bool done_ = false;
 };
 
-
 // PAX records ("<len> <key>=<value>\n" ...) applied onto *e; pure, for the
 // reader and its fuzzer. Unknown keys are ignored; malformed records are
 // InvalidArgument.

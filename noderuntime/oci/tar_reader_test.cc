@@ -66,7 +66,10 @@ Read ReadAll(const std::string& archive, TarLimits limits = {}) {
 
 TEST(TarReaderTest, ReadsUstarEntriesAndTheirData) {
   TarTestWriter w;
-  w.Dir("etc/", 0755).File("etc/hostname", "box\n", 0644).Symlink("bin", "usr/bin").HardLink("etc/h2", "etc/hostname");
+  w.Dir("etc/", 0755)
+      .File("etc/hostname", "box\n", 0644)
+      .Symlink("bin", "usr/bin")
+      .HardLink("etc/h2", "etc/hostname");
   TestEntry dev;
   dev.path = "dev/null";
   dev.flag = '3';
@@ -192,7 +195,8 @@ TEST(TarReaderTest, EndlessMetadataHeadersAreRefused) {
 }
 
 TEST(TarReaderTest, MalformedPaxRecords) {
-  for (const std::string recs : {"5 a=b\n", "99 path=x\n", "x path=y\n", "9 =value\n", "12 mtime=1.x\n"}) {
+  for (const std::string recs :
+       {"5 a=b\n", "99 path=x\n", "x path=y\n", "9 =value\n", "12 mtime=1.x\n"}) {
     TarEntry e;
     PaxSeen seen;
     EXPECT_FALSE(ApplyPaxRecords(recs, TarLimits{}, &e, &seen).ok()) << recs;

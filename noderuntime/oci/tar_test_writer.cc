@@ -34,7 +34,8 @@ std::string PaxRecord(const std::string& key, const std::string& value) {
 
 }  // namespace
 
-std::string TarHeader(const std::string& name, char flag, uint32_t mode, uint64_t size, const std::string& link) {
+std::string TarHeader(const std::string& name, char flag, uint32_t mode, uint64_t size,
+                      const std::string& link) {
   std::string h(512, '\0');
   std::memcpy(h.data(), name.data(), std::min<size_t>(name.size(), 100));
   Octal(h.data() + 100, 8, mode);
@@ -44,7 +45,10 @@ std::string TarHeader(const std::string& name, char flag, uint32_t mode, uint64_
   Octal(h.data() + 136, 12, 1700000000);
   h[156] = flag;
   std::memcpy(h.data() + 157, link.data(), std::min<size_t>(link.size(), 100));
-  std::memcpy(h.data() + 257, "ustar\0" "00", 8);
+  std::memcpy(h.data() + 257,
+              "ustar\0"
+              "00",
+              8);
   Checksum(h);
   return h;
 }
@@ -93,7 +97,8 @@ TarTestWriter& TarTestWriter::Add(const TestEntry& e) {
   return *this;
 }
 
-TarTestWriter& TarTestWriter::File(const std::string& path, const std::string& content, uint32_t mode) {
+TarTestWriter& TarTestWriter::File(const std::string& path, const std::string& content,
+                                   uint32_t mode) {
   TestEntry e;
   e.path = path;
   e.content = content;

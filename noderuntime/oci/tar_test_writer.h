@@ -13,7 +13,8 @@ namespace kubicle::noderuntime::oci {
 
 struct TestEntry {
   std::string path;
-  char flag = '0';  // tar typeflag: '0' file, '1' hard link, '2' symlink, '3' char, '5' dir, '6' fifo
+  char flag =
+      '0';  // tar typeflag: '0' file, '1' hard link, '2' symlink, '3' char, '5' dir, '6' fifo
   uint32_t mode = 0644;
   uint32_t uid = 0;
   uint32_t gid = 0;
