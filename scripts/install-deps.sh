@@ -15,8 +15,8 @@ PACKAGES=(
   # guest images and the nested test host
   busybox-static e2fsprogs cpio qemu-system-x86
   # workspaces: the confined ext4 helper kubicle-ext4 (noderuntime/ext4);
-  # image layers to ext4 (noderuntime/oci/rootfs_*: libext2fs, zlib's inflate)
-  libext2fs-dev zlib1g-dev
+  # image layers to ext4 (noderuntime/oci/rootfs_*: libext2fs, zlib, libzstd)
+  libext2fs-dev zlib1g-dev libzstd-dev
   # the Linux guest kernel, rootfs and test host (guest/linux, e2e/nested)
   linux-source-6.1 bc bison flex libelf-dev debootstrap fakeroot xz-utils
   # tools used by tests and benchmarks

@@ -3,7 +3,7 @@
 // a root file system").
 //
 // How: two passes over the layers, never a host directory.
-//  1. Each layer is streamed (LayerStream: gzip inflated on the fly, digest
+//  1. Each layer is streamed (LayerStream: gzip or zstd decoded on the fly, digest
 //     re-checked at its end, bombs refused while inflating) through
 //     TarReader into a RootfsTree: metadata only, the OCI layer rules
 //     applied (rootfs_tree.h lists them and every refusal). Then the guest's
@@ -16,7 +16,7 @@
 //
 // Why in the node's process and not a confined helper like kubicle-ext4:
 // the only parser of hostile bytes is TarReader (bounded, fuzzed:
-// fuzz/noderuntime/tar_reader_fuzzer.cc) and zlib; nothing hostile is
+// fuzz/noderuntime/tar_reader_fuzzer.cc), zlib and libzstd; nothing hostile is
 // handed to libext2fs, which only writes an image this call made; and no
 // host path is created from an image name. Names under a symlink of the
 // image are refused, not resolved (rootfs_tree.h says why).

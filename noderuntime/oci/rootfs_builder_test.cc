@@ -29,6 +29,7 @@ namespace fs = std::filesystem;
 constexpr char kGzip[] = "application/vnd.oci.image.layer.v1.tar+gzip";
 constexpr char kTar[] = "application/vnd.oci.image.layer.v1.tar";
 constexpr char kDockerGzip[] = "application/vnd.docker.image.rootfs.diff.tar.gzip";
+constexpr char kZstdType[] = "application/vnd.oci.image.layer.v1.tar+zstd";
 
 // The built image, read back through libext2fs.
 class Image {
@@ -478,12 +479,36 @@ TEST_F(RootfsBuilderTest, CorruptAndLyingLayers) {
   // Garbage after the gzip stream.
   EXPECT_EQ(Refused({Layer(gz + "garbage!")}).code(), StatusCode::kDataLoss);
   // Media types.
-  EXPECT_EQ(Refused({Layer(gz, "application/vnd.oci.image.layer.v1.tar+zstd")}).code(),
-            StatusCode::kUnimplemented);
+  EXPECT_EQ(Refused({Layer(gz, kZstdType)}).code(), StatusCode::kDataLoss);  // gzip is not zstd
   EXPECT_EQ(Refused({Layer(gz, "text/plain")}).code(), StatusCode::kInvalidArgument);
   // gzip data under a plain tar type: not a tar.
   EXPECT_FALSE(Build({Layer(gz, kTar)}).ok());
   EXPECT_FALSE(fs::exists(out_));
+}
+
+TEST_F(RootfsBuilderTest, ZstdLayers) {
+  TarTestWriter w;
+  w.File("a", "first").File("b", std::string(100000, 'b'));
+  const std::string tar = w.Finish();
+  // Two frames, as a parallel compressor writes them.
+  auto r = Build({Layer(Zstd(tar.substr(0, 1024)) + Zstd(tar.substr(1024)), kZstdType)});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  {
+    Image img(out_);
+    EXPECT_EQ(img.Read("/a"), "first");
+    EXPECT_EQ(img.Read("/b"), std::string(100000, 'b'));
+  }
+  fs::remove(out_);
+  const std::string z = Zstd(tar);
+  ExpectNames(Refused({Layer(z.substr(0, z.size() - 6), kZstdType)}), StatusCode::kDataLoss,
+              {"layer 1 of 1", "zstd"});
+  std::string corrupt = z;
+  corrupt[corrupt.size() / 2] ^= 0x5a;
+  EXPECT_EQ(Refused({Layer(corrupt, kZstdType)}).code(), StatusCode::kDataLoss);
+  EXPECT_EQ(Refused({Layer(z + "trailing", kZstdType)}).code(), StatusCode::kDataLoss);
+  const LayerBlob bomb =
+      Layer(Zstd(TarTestWriter().File("zeros", std::string(32 << 20, '\0')).Finish()), kZstdType);
+  ExpectNames(Refused({bomb}), StatusCode::kResourceExhausted, {"decompression bomb"});
 }
 
 TEST_F(RootfsBuilderTest, ConcatenatedGzipMembersAreOneLayer) {

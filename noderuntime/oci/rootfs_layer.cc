@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
+#include <zstd.h>
 
 #include <vector>
 
@@ -14,6 +15,9 @@ namespace kubicle::noderuntime::oci {
 
 namespace {
 constexpr size_t kInChunk = 256 << 10;
+// zstd's default limit too (ZSTD_WINDOWLOG_LIMIT_DEFAULT), set explicitly:
+// a frame's window is memory the decoder allocates.
+constexpr int kZstdWindowLogMax = 27;
 
 }  // namespace
 
@@ -24,9 +28,7 @@ Result<LayerCompression> CompressionOf(const std::string& media_type) {
     const std::string prefix = p;
     if (media_type == prefix) return LayerCompression::kNone;
     if (media_type == prefix + "+gzip") return LayerCompression::kGzip;
-    if (media_type == prefix + "+zstd")
-      return Status::Unimplemented("zstd-compressed layers (" + media_type +
-                                   ") are not supported yet; push the image with gzip layers");
+    if (media_type == prefix + "+zstd") return LayerCompression::kZstd;
   }
   if (media_type == "application/vnd.docker.image.rootfs.diff.tar.gzip" ||
       media_type == "application/vnd.docker.image.rootfs.foreign.diff.tar.gzip")
@@ -48,9 +50,13 @@ struct LayerStream::Impl {
   z_stream zs{};
   bool z_open = false;
   bool member_done = false;  // a gzip member ended; another may follow
+  ZSTD_DStream* zd = nullptr;
+  ZSTD_inBuffer zin{nullptr, 0, 0};
+  size_t zstd_hint = 1;  // ZSTD_decompressStream's last result: 0 = frame complete
 
   ~Impl() {
     if (z_open) inflateEnd(&zs);
+    if (zd) ZSTD_freeDStream(zd);
   }
 };
 
@@ -81,6 +87,11 @@ Result<std::unique_ptr<LayerStream>> LayerStream::Open(const LayerBlob& layer, O
     if (inflateInit2(&impl->zs, 16 + MAX_WBITS) != Z_OK)
       return Status::ResourceExhausted("zlib could not start an inflate stream");
     impl->z_open = true;
+  } else if (impl->compression == LayerCompression::kZstd) {
+    impl->zd = ZSTD_createDStream();
+    if (!impl->zd ||
+        ZSTD_isError(ZSTD_DCtx_setParameter(impl->zd, ZSTD_d_windowLogMax, kZstdWindowLogMax)))
+      return Status::ResourceExhausted("libzstd could not start a decoder");
   }
   return std::unique_ptr<LayerStream>(new LayerStream(std::move(impl)));
 }
@@ -129,13 +140,44 @@ Result<size_t> LayerStream::Inflate(char* buf, size_t max) {
   }
 }
 
+Result<size_t> LayerStream::Unzstd(char* buf, size_t max) {
+  ZSTD_inBuffer& in = impl_->zin;
+  for (;;) {
+    if (in.pos == in.size && !impl_->raw_eof) {
+      ASSIGN_OR_RETURN(size_t n, ReadRaw(impl_->in.data(), impl_->in.size()));
+      in = ZSTD_inBuffer{impl_->in.data(), n, 0};
+    }
+    if (in.pos == in.size && impl_->raw_eof) {
+      if (impl_->zstd_hint == 0) return size_t{0};
+      return Status::DataLoss("truncated zstd stream in layer " + impl_->layer.digest);
+    }
+    ZSTD_outBuffer out{buf, max, 0};
+    const size_t rc = ZSTD_decompressStream(impl_->zd, &out, &in);
+    if (ZSTD_isError(rc))
+      return Status::DataLoss(
+          "corrupt zstd stream in layer " + impl_->layer.digest + " at compressed byte " +
+          std::to_string(impl_->in_total - (in.size - in.pos)) + ": " + ZSTD_getErrorName(rc));
+    impl_->zstd_hint = rc;
+    if (out.pos > 0) return out.pos;
+  }
+}
+
 Result<size_t> LayerStream::Read(char* buf, size_t max) {
   if (max == 0) return size_t{0};
   size_t n = 0;
-  if (impl_->compression == LayerCompression::kNone) {
-    ASSIGN_OR_RETURN(n, ReadRaw(buf, max));
-  } else {
-    ASSIGN_OR_RETURN(n, Inflate(buf, max));
+  switch (impl_->compression) {
+    case LayerCompression::kNone: {
+      ASSIGN_OR_RETURN(n, ReadRaw(buf, max));
+      break;
+    }
+    case LayerCompression::kGzip: {
+      ASSIGN_OR_RETURN(n, Inflate(buf, max));
+      break;
+    }
+    case LayerCompression::kZstd: {
+      ASSIGN_OR_RETURN(n, Unzstd(buf, max));
+      break;
+    }
   }
   out_total_ += n;
   if (impl_->compression != LayerCompression::kNone &&
@@ -150,10 +192,11 @@ Result<size_t> LayerStream::Read(char* buf, size_t max) {
 }
 
 Status LayerStream::Finish() {
-  if (impl_->compression == LayerCompression::kGzip) {
-    // Inflate what follows the tar's end too (its padding, in practice):
-    // gzip's CRC is checked only at a member's end, and corruption must not
-    // pass because the tar ended first.
+  if (impl_->compression != LayerCompression::kNone) {
+    // Decompress what follows the tar's end too (its padding, in
+    // practice): gzip's CRC and zstd's checksum are checked only at the end
+    // of a member or frame, and corruption must not pass because the tar
+    // ended first.
     std::vector<char> scratch(64 << 10);
     for (;;) {
       ASSIGN_OR_RETURN(size_t n, Read(scratch.data(), scratch.size()));

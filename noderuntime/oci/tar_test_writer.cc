@@ -1,6 +1,7 @@
 #include "noderuntime/oci/tar_test_writer.h"
 
 #include <zlib.h>
+#include <zstd.h>
 
 #include <cstdio>
 #include <cstring>
@@ -153,6 +154,18 @@ std::string Gzip(const std::string& data) {
   out.resize(zs.total_out);
   deflateEnd(&zs);
   if (rc != Z_STREAM_END) throw std::runtime_error("deflate");
+  return out;
+}
+
+std::string Zstd(const std::string& data) {
+  ZSTD_CCtx* cx = ZSTD_createCCtx();
+  if (!cx) throw std::runtime_error("ZSTD_createCCtx");
+  ZSTD_CCtx_setParameter(cx, ZSTD_c_checksumFlag, 1);
+  std::string out(ZSTD_compressBound(data.size()), '\0');
+  const size_t n = ZSTD_compress2(cx, out.data(), out.size(), data.data(), data.size());
+  ZSTD_freeCCtx(cx);
+  if (ZSTD_isError(n)) throw std::runtime_error("ZSTD_compress2");
+  out.resize(n);
   return out;
 }
 

@@ -53,5 +53,7 @@ std::string TarHeader(const std::string& name, char flag, uint32_t mode, uint64_
 void SetTarChecksum(std::string& header);
 // gzip of `data` (one member).
 std::string Gzip(const std::string& data);
+// zstd of `data` (one frame, with its checksum).
+std::string Zstd(const std::string& data);
 
 }  // namespace kubicle::noderuntime::oci
