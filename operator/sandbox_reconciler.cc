@@ -18,6 +18,13 @@ using kube::SandboxResource;
 
 namespace {
 
+bool IsLowerHex64(const std::string& s) {
+  if (s.size() != 64) return false;
+  for (char c : s)
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  return true;
+}
+
 Json WithFinalizer(const ObjectMeta& meta) {
   Json finalizers = meta.finalizers;
   finalizers.push_back(kFinalizer);
@@ -290,6 +297,18 @@ Status SandboxReconciler::EnsurePlacement(SandboxView* sbx, SandboxFacts* facts)
 }
 
 Status SandboxReconciler::EnsureToken(const SandboxView& sbx, SandboxFacts* facts, Outcome* out) {
+  if (const auto& given = sbx.spec.token_sha256) {
+    // The client's own token (spec.tokenSha256): no Secret to make or read.
+    // The CRD refuses a malformed hash; one that got past it (an older
+    // CRD) fails the Sandbox instead of reaching a node.
+    if (IsLowerHex64(*given)) {
+      facts->token_sha256 = *given;
+      return Status::Ok();
+    }
+    facts->token_problem_reason = "TokenHashInvalid";
+    facts->token_problem = "spec.tokenSha256 is not the hex SHA-256 of a token (64 lowercase hex digits)";
+    return Status::Ok();
+  }
   facts->token_secret = TokenSecretName(sbx.meta.name);
   facts->token_sha256 = sbx.status.token_sha256;
   if (!facts->token_sha256.empty()) return Status::Ok();

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/sha256.h"
 #include "operator/test_world.h"
 
 namespace kubicle::op {
@@ -46,6 +47,29 @@ TEST_F(SandboxReconcilerTest, SchedulesLabelsTokensAndStatus) {
   // Default TTL 1 h: requeued for expiry.
   ASSERT_TRUE(out->requeue_after.has_value());
   EXPECT_EQ(*out->requeue_after, std::chrono::hours(1));
+}
+
+// spec.tokenSha256: the client brings its own token (the SDK sends only
+// the hash), so no Secret is made and the node gets the client's hash; one
+// that is not 64 lowercase hex (past an older CRD) fails the Sandbox.
+TEST_F(SandboxReconcilerTest, AClientsOwnTokenHashNeedsNoSecret) {
+  Json mine = NewSandbox("s1", "py");
+  mine["spec"]["tokenSha256"] = Sha256Hex("the client's token");
+  ASSERT_TRUE(w.client.Create(kube::SandboxResource(), kNs, mine).ok());
+  Json bad = NewSandbox("s2", "py");
+  bad["spec"]["tokenSha256"] = std::string(64, 'A');
+  ASSERT_TRUE(w.client.Create(kube::SandboxResource(), kNs, bad).ok());
+  ASSERT_TRUE(Reconcile("s1").ok());
+  ASSERT_TRUE(Reconcile("s2").ok());
+  const Json s1 = w.Sandbox("s1");
+  EXPECT_EQ(s1["status"]["phase"], "Scheduled");
+  EXPECT_EQ(s1["status"]["tokenSha256"], Sha256Hex("the client's token"));
+  EXPECT_FALSE(s1["status"].contains("tokenSecretName"));
+  const Json s2 = w.Sandbox("s2");
+  EXPECT_EQ(s2["status"]["phase"], "Failed");
+  EXPECT_EQ(FindCondition(s2, "Ready")->value("reason", ""), "TokenHashInvalid");
+  EXPECT_FALSE(s2["status"].contains("tokenSha256"));
+  EXPECT_TRUE(w.client.List(kube::SecretResource(), kNs, {})->at("items").empty());
 }
 
 TEST_F(SandboxReconcilerTest, SecondPassWritesNothing) {

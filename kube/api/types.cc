@@ -203,6 +203,7 @@ SandboxSpec ParseSandboxSpec(const Fields& root) {
   s.memory_mib = resources.Int("memoryMiB", 1, kMaxMib);
   s.vcpus = resources.Int("vcpus", 1, 1024);
   s.workspace = spec.Object("workspaceRef").String("name");
+  s.token_sha256 = spec.String("tokenSha256");
   const Json& env = spec.Array("env");
   const Fields none = spec.Item(EmptyObject(), spec.Path("env[]")).Quiet();
   (void)none.String("name"), (void)none.String("value");  // the reads below, recorded

@@ -65,6 +65,10 @@ struct SandboxSpec {
   std::optional<int64_t> vcpus;            // resources.vcpus
   bool suspend = false;                    // spec.suspend (the node acts on it)
   std::optional<std::string> workspace;    // workspaceRef.name
+  // spec.tokenSha256: the client's own token, as its hash (no Secret). As
+  // written: the CRD refuses anything but 64 lowercase hex, and the
+  // operator checks again.
+  std::optional<std::string> token_sha256;
   // env[]: entries that are not objects are dropped; a name or value that
   // is not a string reads as "". Its shape is not a problem of the spec
   // (fork children copy env verbatim from the object: DesiredForkChild).
