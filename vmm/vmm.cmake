@@ -22,7 +22,8 @@ target_link_libraries(kubicle-vmm PRIVATE kubicle_vmm_monitor)
 # Runs kubicle-vmm processes for kvm tests and benchmarks.
 add_library(kubicle_vmm_testing testing/vm_process.cc testing/test_netns.cc)
 target_compile_options(kubicle_vmm_testing PRIVATE ${KUBICLE_HOST_WARNINGS})
-target_link_libraries(kubicle_vmm_testing PUBLIC kubicle_vmm_protocol kubicle_agent_client kubicle_common)
+target_link_libraries(kubicle_vmm_testing PUBLIC kubicle_vmm_protocol kubicle_agent_client kubicle_common
+                      PRIVATE kubicle_vmm_launch)
 
 # kvm tests: real kubicle-vmm processes booting the test guest.
 kubicle_test(vmm_process_kvm_test kvm vmm_process_kvm_test.cc)

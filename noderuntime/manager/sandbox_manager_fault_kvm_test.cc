@@ -11,10 +11,11 @@
 #include <future>
 #include <thread>
 
-#include "noderuntime/node_util.h"
 #include "noderuntime/manager/sandbox_manager_test_util.h"
+#include "noderuntime/node_util.h"
 #include "noderuntime/testing/eventually.h"
 #include "noderuntime/vmmhost/vmm_process.h"
+#include "vmm/launch_spec.h"
 
 namespace kubicle::noderuntime {
 namespace {
@@ -27,6 +28,18 @@ namespace fs = std::filesystem;
 
 Bytes B(const std::string& s) { return Bytes(s.begin(), s.end()); }
 std::string S(const Bytes& b) { return std::string(b.begin(), b.end()); }
+
+// A pool VMM under the state directory that no record owns, started as the
+// node would start it but outside any launcher (an orphan of a crash).
+Result<VmmHandle> SpawnStray(const std::string& state_dir) {
+  vmm::LaunchSpec spec;
+  spec.mode = vmm::LaunchMode::kPool;
+  spec.mem_bytes = 64ull << 20;
+  spec.control_path = state_dir + "/sock/stray.ctl";
+  std::vector<std::string> argv = spec.ToArgv();
+  argv.insert(argv.begin(), KUBICLE_VMM_BIN);
+  return SpawnDetached(argv, state_dir + "/pool/stray.log");
+}
 
 using SandboxManagerFaultKvmTest = ManagerTest;
 
@@ -115,9 +128,7 @@ TEST_F(SandboxManagerFaultKvmTest, RestartMarksVanishedVmsFailedAndKillsOrphans)
     ReapIfChild(ha->pidfd.get());
   }
   // An orphan: a VMM under our state dir that no record owns.
-  auto orphan = SpawnDetached({KUBICLE_VMM_BIN, "pool", "--mem", "64M", "--control",
-                               state_dir_ + "/sock/stray.ctl"},
-                              state_dir_ + "/pool/stray.log");
+  auto orphan = SpawnStray(state_dir_);
   ASSERT_TRUE(orphan.ok());
   ASSERT_TRUE(WaitForControl(state_dir_ + "/sock/stray.ctl", orphan->pidfd.get(), 20s).ok());
   ASSERT_TRUE(Reopen().ok());
@@ -137,9 +148,7 @@ TEST_F(SandboxManagerFaultKvmTest, RunningSweepKillsOnlyOrphans) {
   ForkRequest f;
   f.source_id = "a";
   ASSERT_TRUE(m_->ForkSandbox(f).ok());
-  auto orphan = SpawnDetached({KUBICLE_VMM_BIN, "pool", "--mem", "64M", "--control",
-                               state_dir_ + "/sock/stray.ctl"},
-                              state_dir_ + "/pool/stray.log");
+  auto orphan = SpawnStray(state_dir_);
   ASSERT_TRUE(orphan.ok());
   ASSERT_TRUE(WaitForControl(state_dir_ + "/sock/stray.ctl", orphan->pidfd.get(), 20s).ok());
   EXPECT_EQ(m_->SweepOrphans(3600s), 0u);  // too young to judge

@@ -1,7 +1,7 @@
 #include "vmm/testing/vm_process.h"
 
-#include <signal.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,6 +12,8 @@
 #include <fstream>
 #include <sstream>
 #include <thread>
+
+#include "vmm/launch_spec.h"
 
 extern char** environ;
 
@@ -25,19 +27,32 @@ Result<std::unique_ptr<VmProcess>> VmProcess::Start(const VmProcessOptions& o) {
   if (::mkdtemp(tmpl) == nullptr) return Status::FromErrno("mkdtemp");
   vm->dir_ = tmpl;
 
-  std::vector<std::string> args = {o.vmm_binary, "run", "--kernel", o.kernel, "--mem", o.mem,
-                                   "--vcpus", std::to_string(o.vcpus), "--cmdline", o.cmdline};
-  if (!o.restore_from.empty()) args = {o.vmm_binary, "restore", "--snapshot", o.restore_from};
-  if (o.pool) args = {o.vmm_binary, "pool", "--mem", o.mem, "--vcpus", std::to_string(o.vcpus)};
-  std::vector<std::string> common = {
-      "--cid", std::to_string(o.cid), "--serial", vm->serial_path(),
-      "--vsock-uds", vm->vsock_path(), "--control", vm->control_path(),
-      "--id", std::filesystem::path(vm->dir_).filename().string()};
-  args.insert(args.end(), common.begin(), common.end());
-  for (const std::string& d : o.disks) {
-    args.push_back("--disk");
-    args.push_back(d);
+  // The argv is the node's: a LaunchSpec written by ToArgv, then the
+  // caller's extra flags verbatim (some tests give flags the VMM refuses).
+  LaunchSpec spec;
+  spec.mode = o.pool ? LaunchMode::kPool
+                     : (o.restore_from.empty() ? LaunchMode::kRun : LaunchMode::kRestore);
+  if (spec.mode == LaunchMode::kRestore) {
+    spec.snapshot_path = o.restore_from;
+  } else {
+    ASSIGN_OR_RETURN(spec.mem_bytes, ParseSize(o.mem));
+    spec.vcpus = o.vcpus;
   }
+  if (spec.mode == LaunchMode::kRun) {
+    spec.kernel_path = o.kernel;
+    spec.cmdline = o.cmdline;
+  }
+  spec.guest_cid = o.cid;
+  spec.serial_path = vm->serial_path();
+  spec.vsock_uds = vm->vsock_path();
+  spec.control_path = vm->control_path();
+  spec.vm_id = std::filesystem::path(vm->dir_).filename().string();
+  for (const std::string& d : o.disks) {
+    ASSIGN_OR_RETURN(DiskConfig disk, ParseDiskFlag(d));
+    spec.disks.push_back(std::move(disk));
+  }
+  std::vector<std::string> args = spec.ToArgv();
+  args.insert(args.begin(), o.vmm_binary);
   args.insert(args.end(), o.extra_args.begin(), o.extra_args.end());
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
