@@ -39,8 +39,7 @@ Status SetTokenAndUrl(const std::string& what, const std::string& endpoint, cons
   if (b64.empty() || !token.ok() || token->empty())
     return Status::FailedPrecondition("the token Secret of " + what + " has no data.token");
   dp->token.assign(token->begin(), token->end());
-  const Json& annotations = At(lease, {"metadata", "annotations"});
-  dp->ca_pem = annotations.is_object() ? StrAt(annotations, {kServingCaAnnotation}) : "";
+  dp->ca_pem = kube::api::NodeLeaseServingCa(lease);
   dp->url = (dp->ca_pem.empty() ? "http://" : "https://") + endpoint;
   return Status::Ok();
 }
@@ -48,11 +47,12 @@ Status SetTokenAndUrl(const std::string& what, const std::string& endpoint, cons
 // The node's Lease, or FailedPrecondition saying the node is gone.
 Result<Json> NodeLease(kube::KubeClient& kube, const std::string& lease_ns, const std::string& node,
                        const std::string& what) {
-  auto lease = kube.Get(kube::LeaseResource(), lease_ns, "kubicle-node-" + node);
+  const std::string name = kube::api::NodeLeaseName(node);
+  auto lease = kube.Get(kube::LeaseResource(), lease_ns, name);
   if (lease.ok()) return lease;
   if (kube::IsNotFound(lease.status()))
     return Status::FailedPrecondition("node " + node + " of " + what + " has no Lease " + lease_ns +
-                                      "/kubicle-node-" + node + ": the node is gone or not yet up");
+                                      "/" + name + ": the node is gone or not yet up");
   return lease.status().WithContext("the Lease of node " + node);
 }
 

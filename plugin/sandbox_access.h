@@ -36,8 +36,6 @@ struct DataPlane {
   }
 };
 
-inline constexpr std::string_view kServingCaAnnotation = kube::api::kAnnotationServingCa;
-
 // Pure: from the Sandbox, its token Secret and its node's Lease.
 // FailedPrecondition (saying what is missing) for a Sandbox without an
 // endpoint, a token Secret or a node yet, or a Secret without data.token.

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <thread>
 
+#include "kube/api/types.h"
 #include "kube/json_fields.h"
 #include "kube/resource.h"
 #include "noderuntime/api/codec.h"
@@ -248,7 +249,8 @@ int RunTop(const Invocation& inv, Env& env) {
     const Json& items = kube::At(*list, {"items"});
     if (items.is_array()) {
       for (const Json& s : items) {
-        if (StrAt(s, {"status", "phase"}) == "Running") names.push_back(StrAt(s, {"metadata", "name"}));
+        if (kube::api::ParseSandboxStatus(s).phase == "Running")
+          names.push_back(kube::api::ParseObjectMeta(s).name);
       }
     }
     std::sort(names.begin(), names.end());

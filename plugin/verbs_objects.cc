@@ -4,6 +4,8 @@
 #include <iostream>
 #include <random>
 
+#include "kube/api/names.h"
+#include "kube/api/types.h"
 #include "kube/json_fields.h"
 #include "kube/resource.h"
 #include "noderuntime/client/node_client.h"
@@ -13,7 +15,8 @@
 namespace kubicle::plugin {
 
 using kube::Json;
-using kube::StrAt;
+using kube::api::FindCondition;
+using kube::api::SandboxView;
 
 namespace {
 
@@ -43,22 +46,27 @@ std::string RandomSuffix() {
   return s;
 }
 
+// The Ready condition of a Sandbox, empty when it has none.
+kube::api::Condition ReadyOf(const SandboxView& sbx) {
+  return FindCondition(sbx.status.conditions, kube::api::kCondReady)
+      .value_or(kube::api::Condition{});
+}
+
 // Why a Sandbox will not become Ready, or nullopt while it still may.
-std::optional<Status> Hopeless(const Json& sbx) {
-  const std::string name = StrAt(sbx, {"metadata", "name"});
-  std::string reason, message;
-  ConditionStatus(sbx, "Ready", &reason, &message);
-  if (StrAt(sbx, {"status", "phase"}) == "Failed") {
-    return Status::FailedPrecondition("Sandbox " + name + " failed: " + reason +
-                                      (message.empty() ? "" : ": " + message));
+std::optional<Status> Hopeless(const Json& object) {
+  const SandboxView sbx = SandboxView::Parse(object);
+  const kube::api::Condition ready = ReadyOf(sbx);
+  if (sbx.status.phase == "Failed") {
+    return Status::FailedPrecondition("Sandbox " + sbx.meta.name + " failed: " + ready.reason +
+                                      (ready.message.empty() ? "" : ": " + ready.message));
   }
-  if (!StrAt(sbx, {"metadata", "deletionTimestamp"}).empty()) {
-    return Status::FailedPrecondition("Sandbox " + name + " is being deleted");
+  if (sbx.meta.deleting) {
+    return Status::FailedPrecondition("Sandbox " + sbx.meta.name + " is being deleted");
   }
   return std::nullopt;
 }
 
-bool Ready(const Json& sbx) { return ConditionStatus(sbx, "Ready") == "True"; }
+bool Ready(const Json& object) { return ReadyOf(SandboxView::Parse(object)).status == "True"; }
 
 }  // namespace
 
@@ -93,9 +101,9 @@ int RunWait(const Invocation& inv, Env& env) {
       [&](const ObjectSet& objs) {
         auto it = objs.find(name);
         if (it == objs.end()) return std::string("Sandbox " + name + " still exists");
-        std::string reason;
-        ConditionStatus(it->second, "Ready", &reason);
-        return "Sandbox " + name + " is " + StrAt(it->second, {"status", "phase"}) +
+        const SandboxView sbx = SandboxView::Parse(it->second);
+        const std::string reason = ReadyOf(sbx).reason;
+        return "Sandbox " + name + " is " + sbx.status.phase +
                (reason.empty() ? "" : " (" + reason + ")");
       });
   if (!st.ok()) return Fail(env, "wait", st);
@@ -125,26 +133,26 @@ int RunFork(const Invocation& inv, Env& env) {
   }
   // The source's run and agent labels go on the fork itself, so a sweep of
   // the run deletes it (its children carry them anyway).
-  Json fork_labels = Json::object();
-  const Json& src_labels = kube::At(*src, {"metadata", "labels"});
-  for (const char* k : {"kubicle.dev/run", "kubicle.dev/agent"}) {
-    if (src_labels.is_object() && src_labels.contains(k) && src_labels[k].is_string()) {
-      fork_labels[k] = src_labels[k];
-    }
+  const kube::api::ObjectMeta src_meta = kube::api::ParseObjectMeta(*src);
+  std::map<std::string, std::string> fork_labels;
+  for (std::string_view k : {kube::api::kLabelRun, kube::api::kLabelAgent}) {
+    if (auto it = src_meta.labels.find(std::string(k)); it != src_meta.labels.end())
+      fork_labels.insert(*it);
   }
   const std::string name = inv.Has("name") ? inv.Get("name") : source + "-f" + RandomSuffix();
-  Json fork{{"apiVersion", std::string(kube::kGroup) + "/" + std::string(kube::kVersion)},
-            {"kind", "SandboxFork"},
-            {"metadata", {{"name", name}, {"labels", fork_labels}}},
-            {"spec", {{"sourceRef", {{"name", source}}}, {"replicas", replicas}}}};
-  if (!labels->empty()) fork["spec"]["childMetadata"] = {{"labels", *labels}};
-  auto created = env.kube->Create(kube::SandboxForkResource(), env.ns, fork);
+  kube::api::SandboxForkSpec spec;
+  spec.source_name = source;
+  spec.replicas = replicas;
+  for (const auto& [k, v] : labels->items()) spec.child_labels[k] = v.get<std::string>();
+  auto created = env.kube->Create(kube::SandboxForkResource(), env.ns,
+                                  kube::api::NewSandboxFork(name, fork_labels, spec));
   if (!created.ok()) return Fail(env, "fork", created.status());
   *env.out << "sandboxfork.kubicle.dev/" << name << " created\n";
   if (!inv.Bool("wait")) return 0;
   std::vector<std::string> ready;
   Status st = WatchUntil(
-      *env.kube, kube::SandboxResource(), env.ns, {"kubicle.dev/fork-of=" + name, ""}, *timeout,
+      *env.kube, kube::SandboxResource(), env.ns,
+      {std::string(kube::api::kLabelForkOf) + "=" + name, ""}, *timeout,
       [&](const ObjectSet& children) -> std::optional<Status> {
         ready.clear();
         for (const auto& [n, c] : children) {
@@ -172,7 +180,7 @@ int RunSweep(const Invocation& inv, Env& env) {
   }
   auto timeout = Timeout(inv);
   if (!timeout.ok()) return Usage(env, "sweep", timeout.status().message());
-  const std::string selector = "kubicle.dev/run=" + run;
+  const std::string selector = std::string(kube::api::kLabelRun) + "=" + run;
   kube::ListOptions lo;
   lo.label_selector = selector;
   auto before = env.kube->List(kube::SandboxResource(), env.ns, lo);
@@ -195,7 +203,8 @@ int RunSweep(const Invocation& inv, Env& env) {
             names += ", ...";
             break;
           }
-          names += (names.empty() ? "" : ", ") + n + " (" + StrAt(o, {"status", "vm", "state"}) + ")";
+          names += (names.empty() ? "" : ", ") + n + " (" +
+                   kube::api::ParseSandboxStatus(o).vm.state + ")";
         }
         return std::to_string(left.size()) + " Sandboxes still there: " + names;
       });
@@ -217,7 +226,7 @@ int RunSuspend(const Invocation& inv, Env& env) {
   if (!timeout.ok()) return Usage(env, verb, timeout.status().message());
   const std::string name = inv.positional[0];
   auto patched = env.kube->Patch(kube::SandboxResource(), env.ns, name, kube::PatchType::kMerge,
-                                 Json{{"spec", {{"suspend", suspend}}}});
+                                 kube::api::SandboxSuspendPatch(suspend));
   if (!patched.ok()) {
     return Fail(env, verb, kube::IsNotFound(patched.status())
                                ? Status::NotFound("Sandbox \"" + name + "\" not found in namespace " + env.ns)
@@ -232,7 +241,7 @@ int RunSuspend(const Invocation& inv, Env& env) {
       [&](const ObjectSet& objs) -> std::optional<Status> {
         auto it = objs.find(name);
         if (it == objs.end()) return Status::NotFound("Sandbox " + name + " was deleted");
-        const std::string phase = StrAt(it->second, {"status", "phase"});
+        const std::string phase = kube::api::ParseSandboxStatus(it->second).phase;
         if (suspend && phase == "Suspended") return Status::Ok();
         if (!suspend && phase == "Running" && Ready(it->second)) return Status::Ok();
         return Hopeless(it->second);
@@ -240,9 +249,9 @@ int RunSuspend(const Invocation& inv, Env& env) {
       [&](const ObjectSet& objs) {
         auto it = objs.find(name);
         if (it == objs.end()) return std::string("Sandbox " + name + " is gone");
-        const std::string why = StrAt(it->second, {"status", "vm", "message"});
-        return "Sandbox " + name + " is " + StrAt(it->second, {"status", "phase"}) +
-               (why.empty() ? "" : " (" + why + ")");
+        const kube::api::SandboxStatus status = kube::api::ParseSandboxStatus(it->second);
+        const std::string& why = status.vm.message;
+        return "Sandbox " + name + " is " + status.phase + (why.empty() ? "" : " (" + why + ")");
       });
   if (!st.ok()) return Fail(env, verb, st);
   *env.out << "sandbox.kubicle.dev/" << name << (suspend ? " suspended\n" : " resumed\n");

@@ -7,6 +7,8 @@
 #include <iterator>
 #include <utility>
 
+#include "kube/api/names.h"
+#include "kube/api/types.h"
 #include "kube/json_fields.h"
 #include "kube/resource.h"
 #include "noderuntime/api/codec.h"
@@ -28,25 +30,24 @@ struct RunTarget {
 
 // Pure: where a SandboxTemplate object says its runs go; `only_node`
 // non-empty: that node or none (a workspace's).
-Result<RunTarget> RunTargetOf(const Json& tmpl, const std::string& only_node) {
-  const std::string name = StrAt(tmpl, {"metadata", "name"});
-  const int64_t gen = kube::IntAt(tmpl, {"metadata", "generation"}, 1);
+Result<RunTarget> RunTargetOf(const Json& object, const std::string& only_node) {
+  const kube::api::SandboxTemplateView tmpl = kube::api::SandboxTemplateView::Parse(object);
+  const std::string& name = tmpl.meta.name;
+  const int64_t gen = tmpl.meta.generation > 0 ? tmpl.meta.generation : 1;
   RunTarget t;
-  t.secret = StrAt(tmpl, {"status", "runTokenSecretName"});
-  if (t.secret.empty() || StrAt(tmpl, {"status", "runTokenSha256"}).empty())
+  t.secret = tmpl.status.run_token_secret_name;
+  if (t.secret.empty() || tmpl.status.run_token_sha256.empty())
     return Status::FailedPrecondition("SandboxTemplate " + name +
                                       " has no run token published yet (see its RunToken condition)");
-  const Json& nodes = At(tmpl, {"status", "nodes"});
-  if (nodes.is_array()) {
-    for (const Json& e : nodes) {
-      if (StrAt(e, {"phase"}) != "Ready" || kube::IntAt(e, {"observedGeneration"}) != gen) continue;
-      if (!only_node.empty() && StrAt(e, {"nodeName"}) != only_node) continue;
-      t.endpoint = StrAt(e, {"endpoint"});
-      t.node_template = StrAt(e, {"nodeTemplate"});
-      t.node = StrAt(e, {"nodeName"});
-      if (!t.endpoint.empty() && !t.node_template.empty() && t.endpoint.find('/') == std::string::npos)
-        return t;
-    }
+  for (const kube::api::TemplateNodeEntry& e : tmpl.status.nodes) {
+    if (e.phase != "Ready" || e.observed_generation != gen) continue;
+    if (!only_node.empty() && e.node_name != only_node) continue;
+    t.endpoint = e.endpoint;
+    t.node_template = e.node_template;
+    t.node = e.node_name;
+    if (!t.endpoint.empty() && !t.node_template.empty() &&
+        t.endpoint.find('/') == std::string::npos)
+      return t;
   }
   if (!only_node.empty())
     return Status::FailedPrecondition("SandboxTemplate " + name + " is not Ready on node " + only_node +
@@ -56,13 +57,11 @@ Result<RunTarget> RunTargetOf(const Json& tmpl, const std::string& only_node) {
 
 // Pure: a Workspace object's node and that node's name for its disk
 // (status.disk.id: object names repeat across namespaces, the node's not).
-Result<std::pair<std::string, std::string>> WorkspaceDiskOf(const Json& ws) {
-  const std::string node = StrAt(ws, {"status", "nodeName"});
-  const std::string disk = StrAt(ws, {"status", "disk", "id"});
-  if (node.empty() || disk.empty())
-    return Status::FailedPrecondition("Workspace " + StrAt(ws, {"metadata", "name"}) +
-                                      " has no disk on a node yet");
-  return std::make_pair(node, disk);
+Result<std::pair<std::string, std::string>> WorkspaceDiskOf(const Json& object) {
+  const kube::api::WorkspaceView ws = kube::api::WorkspaceView::Parse(object);
+  if (ws.status.node_name.empty() || ws.status.disk.id.empty())
+    return Status::FailedPrecondition("Workspace " + ws.meta.name + " has no disk on a node yet");
+  return std::make_pair(ws.status.node_name, ws.status.disk.id);
 }
 
 // Where the run goes; with a workspace, sets *node_workspace to the
@@ -96,9 +95,8 @@ Result<DataPlane> ResolveRun(Env& env, const std::string& name, const std::strin
   dp.node = t.node;
   dp.vm_id = t.node_template;
   dp.token.assign(token->begin(), token->end());
-  auto lease = env.kube->Get(kube::LeaseResource(), env.lease_ns, "kubicle-node-" + t.node);
-  const Json& annotations = lease.ok() ? At(*lease, {"metadata", "annotations"}) : Json();
-  dp.ca_pem = annotations.is_object() ? StrAt(annotations, {kServingCaAnnotation}) : "";
+  auto lease = env.kube->Get(kube::LeaseResource(), env.lease_ns, kube::api::NodeLeaseName(t.node));
+  dp.ca_pem = lease.ok() ? kube::api::NodeLeaseServingCa(*lease) : "";
   dp.url = (dp.ca_pem.empty() ? "http://" : "https://") + t.endpoint;
   return dp;
 }

@@ -2,6 +2,7 @@
 
 #include <thread>
 
+#include "kube/api/types.h"
 #include "kube/json_fields.h"
 
 namespace kubicle::plugin {
@@ -10,26 +11,13 @@ using kube::Json;
 using kube::StrAt;
 using Clock = std::chrono::steady_clock;
 
-std::string ConditionStatus(const Json& obj, const std::string& type, std::string* reason,
-                            std::string* message) {
-  const Json& conds = kube::At(obj, {"status", "conditions"});
-  if (!conds.is_array()) return "";
-  for (const Json& c : conds) {
-    if (StrAt(c, {"type"}) != type) continue;
-    if (reason) *reason = StrAt(c, {"reason"});
-    if (message) *message = StrAt(c, {"message"});
-    return StrAt(c, {"status"});
-  }
-  return "";
-}
-
 Status WatchUntil(kube::KubeClient& kube, const kube::Resource& resource, const std::string& ns,
                   const Selection& sel, std::chrono::milliseconds timeout, const Predicate& done,
                   const std::function<std::string(const ObjectSet&)>& describe) {
   const auto deadline = Clock::now() + timeout;
   const std::string field = sel.name.empty() ? "" : "metadata.name=" + sel.name;
   auto wanted = [&](const Json& o) {
-    return sel.name.empty() || StrAt(o, {"metadata", "name"}) == sel.name;
+    return sel.name.empty() || kube::api::ParseObjectMeta(o).name == sel.name;
   };
   ObjectSet objects;
   std::string rv;
@@ -60,7 +48,7 @@ Status WatchUntil(kube::KubeClient& kube, const kube::Resource& resource, const 
       const Json& items = kube::At(*list, {"items"});
       if (items.is_array()) {
         for (const Json& o : items) {
-          if (wanted(o)) objects[StrAt(o, {"metadata", "name"})] = o;
+          if (wanted(o)) objects[kube::api::ParseObjectMeta(o).name] = o;
         }
       }
       rv = StrAt(*list, {"metadata", "resourceVersion"});
@@ -74,19 +62,22 @@ Status WatchUntil(kube::KubeClient& kube, const kube::Resource& resource, const 
     wo.timeout_seconds = static_cast<int>(std::max<int64_t>(1, left.count() + 1));
     std::optional<Status> result;
     kube::CancelToken cancel;
-    Status st = kube.Watch(resource, ns, wo, [&](const kube::WatchEvent& ev) {
-      const std::string v = StrAt(ev.object, {"metadata", "resourceVersion"});
-      if (!v.empty()) rv = v;
-      if (ev.type == kube::WatchEventType::kBookmark || !wanted(ev.object)) return true;
-      const std::string name = StrAt(ev.object, {"metadata", "name"});
-      if (ev.type == kube::WatchEventType::kDeleted) {
-        objects.erase(name);
-      } else {
-        objects[name] = ev.object;
-      }
-      result = done(objects);
-      return !result.has_value() && Clock::now() < deadline;
-    }, cancel);
+    Status st = kube.Watch(
+        resource, ns, wo,
+        [&](const kube::WatchEvent& ev) {
+          const std::string v = kube::api::ParseObjectMeta(ev.object).resource_version;
+          if (!v.empty()) rv = v;
+          if (ev.type == kube::WatchEventType::kBookmark || !wanted(ev.object)) return true;
+          const std::string name = kube::api::ParseObjectMeta(ev.object).name;
+          if (ev.type == kube::WatchEventType::kDeleted) {
+            objects.erase(name);
+          } else {
+            objects[name] = ev.object;
+          }
+          result = done(objects);
+          return !result.has_value() && Clock::now() < deadline;
+        },
+        cancel);
     if (result) return *result;
     if (!st.ok()) {
       last_error = st;

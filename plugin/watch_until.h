@@ -34,9 +34,4 @@ Status WatchUntil(kube::KubeClient& kube, const kube::Resource& resource, const 
                   const Predicate& done,
                   const std::function<std::string(const ObjectSet&)>& describe = {});
 
-// The status of condition `type` ("True", "False", "Unknown"), "" if absent;
-// *reason and *message are filled when given.
-std::string ConditionStatus(const kube::Json& obj, const std::string& type,
-                            std::string* reason = nullptr, std::string* message = nullptr);
-
 }  // namespace kubicle::plugin

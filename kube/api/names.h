@@ -46,6 +46,11 @@ inline std::string NodeSelector(std::string_view node) {
   return std::string(kLabelNode) + "=" + std::string(node);
 }
 
+// "kubicle-node-<node>": the name of a node's heartbeat Lease.
+inline std::string NodeLeaseName(std::string_view node) {
+  return "kubicle-node-" + std::string(node);
+}
+
 // "k-<uid>": the node's id of the VM of the Sandbox with this metadata.uid,
 // under which clients address it on the node's data plane. Derived from the
 // UID, never the name: unique, stable across node restarts, never reused.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "kube/api/names.h"
 #include "kube/json_fields.h"
 #include "kube/time_format.h"
 
@@ -187,6 +188,16 @@ ObjectMeta ParseObjectMeta(const Json& obj) {
   return m;
 }
 
+std::optional<Condition> FindCondition(const Json& conditions, std::string_view type) {
+  if (!conditions.is_array()) return std::nullopt;
+  for (const Json& c : conditions) {
+    if (!c.is_object() || StrAt(c, {"type"}) != type) continue;
+    return Condition{StrAt(c, {"type"}), StrAt(c, {"status"}), StrAt(c, {"reason"}),
+                     StrAt(c, {"message"})};
+  }
+  return std::nullopt;
+}
+
 // --- Sandbox -------------------------------------------------------------
 
 namespace {
@@ -258,6 +269,8 @@ Json SandboxVmStatusPatch(const SandboxVm& r, TimePoint now) {
              {"restoreMillis", r.restore_millis > 0 ? Json(r.restore_millis) : Json()}};
   return {{"status", {{"vm", vm}}}};
 }
+
+Json SandboxSuspendPatch(bool suspend) { return {{"spec", {{"suspend", suspend}}}}; }
 
 // --- SandboxTemplate -----------------------------------------------------
 
@@ -331,6 +344,7 @@ SandboxTemplateView ParseSandboxTemplate(Json object, std::vector<FieldRead>* re
     if (i < nodes.size() && !entry.node_name.empty()) v.status.nodes.push_back(std::move(entry));
   }
   v.status.run_token_sha256 = st.String("runTokenSha256").value_or("");
+  v.status.run_token_secret_name = st.String("runTokenSecretName").value_or("");
   v.status.conditions = Conditions(st);
   v.object = std::move(object);
   return v;
@@ -427,6 +441,21 @@ SandboxForkSpec ParseSandboxForkSpec(const Json& fork, std::vector<std::string>*
   return ParseSandboxForkSpec(Fields(fork, "", problems));
 }
 
+Json NewSandboxFork(std::string_view name, const std::map<std::string, std::string>& labels,
+                    const SandboxForkSpec& spec) {
+  Json s = {{"sourceRef", {{"name", spec.source_name}}}, {"replicas", spec.replicas}};
+  if (spec.ttl_seconds) s["ttlSeconds"] = *spec.ttl_seconds;
+  if (spec.expires_at) s["expiresAt"] = *spec.expires_at;
+  Json child = Json::object();
+  if (!spec.child_labels.empty()) child["labels"] = spec.child_labels;
+  if (!spec.child_annotations.empty()) child["annotations"] = spec.child_annotations;
+  if (!child.empty()) s["childMetadata"] = std::move(child);
+  return {{"apiVersion", kGroupVersion},
+          {"kind", "SandboxFork"},
+          {"metadata", {{"name", name}, {"labels", labels}}},
+          {"spec", std::move(s)}};
+}
+
 SandboxForkView SandboxForkView::Parse(Json object) { return ParseSandboxFork(std::move(object), nullptr); }
 
 WorkspaceView WorkspaceView::Parse(Json object) { return ParseWorkspace(std::move(object), nullptr); }
@@ -438,6 +467,10 @@ Json WorkspaceDiskStatusPatch(const WorkspaceDisk& d, TimePoint now) {
                {"attachedTo", or_null(d.attached_to)}, {"message", or_null(d.message)},
                {"bytesUsed", d.bytes_used ? Json(*d.bytes_used) : Json()}};
   return {{"status", {{"disk", disk}}}};
+}
+
+std::string NodeLeaseServingCa(const Json& lease) {
+  return StrAt(At(lease, {"metadata", "annotations"}), {kAnnotationServingCa});
 }
 
 std::string JoinProblems(const std::vector<std::string>& problems) {

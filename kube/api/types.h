@@ -54,6 +54,13 @@ struct ObjectMeta {
 };
 ObjectMeta ParseObjectMeta(const Json& obj);
 
+// One entry of status.conditions, as every kind has them.
+struct Condition {
+  std::string type, status, reason, message;  // "" when absent
+};
+// The entry of `type` in `conditions` (a status's parsed list), if any.
+std::optional<Condition> FindCondition(const Json& conditions, std::string_view type);
+
 // --- Sandbox -------------------------------------------------------------
 
 struct SandboxSpec {
@@ -91,6 +98,8 @@ struct SandboxVm {
 // The merge patch of status.vm the node writes: null removes what a
 // previous state set; lastUpdateTime is `now`.
 Json SandboxVmStatusPatch(const SandboxVm& vm, TimePoint now);
+// The merge patch of spec.suspend a client writes to suspend or resume.
+Json SandboxSuspendPatch(bool suspend);
 
 struct SandboxStatus {
   std::string phase, node_name, expires_at, token_secret_name, token_sha256;
@@ -156,7 +165,7 @@ Json TemplateNodeEntryJson(std::string_view node, const TemplateNodeReport& repo
 
 struct SandboxTemplateStatus {
   std::vector<TemplateNodeEntry> nodes;  // entries without a nodeName dropped
-  std::string run_token_sha256;
+  std::string run_token_sha256, run_token_secret_name;
   Json conditions = Json::array();
 
   // The entry of `node`, if any.
@@ -189,6 +198,11 @@ struct SandboxForkStatus {
 
 // `problems` may be null (not recorded).
 SandboxForkSpec ParseSandboxForkSpec(const Json& fork, std::vector<std::string>* problems);
+// A new SandboxFork object named `name` with `labels`: every field of
+// `spec` that is set (childMetadata only when it has entries), so that
+// ParseSandboxForkSpec reads `spec` back.
+Json NewSandboxFork(std::string_view name, const std::map<std::string, std::string>& labels,
+                    const SandboxForkSpec& spec);
 
 struct SandboxForkView {
   Json object;
@@ -233,6 +247,12 @@ struct WorkspaceView {
 
   static WorkspaceView Parse(Json object);
 };
+
+// --- Node Leases (docs/operator.md, "Node protocol") ---------------------
+
+// The CA (PEM) a node's heartbeat Lease publishes for its data plane's
+// serving certificate; "" when it publishes none (plain HTTP).
+std::string NodeLeaseServingCa(const Json& lease);
 
 // "a; b; c" for status messages.
 std::string JoinProblems(const std::vector<std::string>& problems);

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "kube/api/names.h"
+
 namespace kubicle::kube::api {
 namespace {
 
@@ -178,6 +180,59 @@ TEST(ViewsTest, ForkSpecAndChildMetadata) {
   EXPECT_EQ(f.spec.replicas, 1);
   EXPECT_EQ(f.spec.child_labels, (std::map<std::string, std::string>{{"ok", "y"}}));
   EXPECT_TRUE(f.spec.child_annotations.empty());
+}
+
+TEST(ViewsTest, NewSandboxForkReadsBack) {
+  SandboxForkSpec spec;
+  spec.source_name = "src";
+  spec.replicas = 4;
+  spec.child_labels = {{"team", "x"}};
+  const Json fork = NewSandboxFork("f1", {{"kubicle.dev/run", "r1"}}, spec);
+  EXPECT_EQ(fork["apiVersion"], "kubicle.dev/v1alpha1");
+  EXPECT_EQ(fork["kind"], "SandboxFork");
+  SandboxForkView f = SandboxForkView::Parse(fork);
+  EXPECT_TRUE(f.problems.empty()) << JoinProblems(f.problems);
+  EXPECT_EQ(f.meta.name, "f1");
+  EXPECT_EQ(f.meta.Label("kubicle.dev/run"), "r1");
+  EXPECT_EQ(f.spec.source_name, "src");
+  EXPECT_EQ(f.spec.replicas, 4);
+  EXPECT_EQ(f.spec.child_labels, spec.child_labels);
+  EXPECT_FALSE(f.spec.ttl_seconds);
+  EXPECT_FALSE(fork["spec"].contains("ttlSeconds"));
+  EXPECT_FALSE(NewSandboxFork("f2", {}, SandboxForkSpec{})["spec"].contains("childMetadata"))
+      << "childMetadata only when it has entries";
+  spec.ttl_seconds = 60;
+  spec.child_annotations = {{"a", "1"}};
+  f = SandboxForkView::Parse(NewSandboxFork("f3", {}, spec));
+  EXPECT_EQ(f.spec.ttl_seconds, 60);
+  EXPECT_EQ(f.spec.child_annotations, spec.child_annotations);
+}
+
+TEST(ViewsTest, ConditionsSuspendAndLeases) {
+  SandboxView v = SandboxView::Parse(Json::parse(R"({"status": {"conditions": [
+    "junk", {"type": "Ready", "status": "False", "reason": "Starting", "message": "m"}]}})"));
+  std::optional<Condition> ready = FindCondition(v.status.conditions, kCondReady);
+  ASSERT_TRUE(ready);
+  EXPECT_EQ(ready->status, "False");
+  EXPECT_EQ(ready->reason, "Starting");
+  EXPECT_EQ(ready->message, "m");
+  EXPECT_FALSE(FindCondition(v.status.conditions, kCondExpired));
+  EXPECT_FALSE(FindCondition(Json(), kCondReady));
+
+  EXPECT_EQ(SandboxSuspendPatch(true), Json::parse(R"({"spec": {"suspend": true}})"));
+  EXPECT_EQ(SandboxSuspendPatch(false), Json::parse(R"({"spec": {"suspend": false}})"));
+
+  EXPECT_EQ(NodeLeaseName("n1"), "kubicle-node-n1");
+  EXPECT_EQ(NodeLeaseServingCa(
+                Json::parse(R"({"metadata": {"annotations": {"kubicle.dev/serving-ca": "PEM"}}})")),
+            "PEM");
+  EXPECT_EQ(NodeLeaseServingCa(Json::parse(R"({"metadata": {"annotations": ["x"]}})")), "");
+  EXPECT_EQ(NodeLeaseServingCa(Json()), "");
+
+  SandboxTemplateView t = SandboxTemplateView::Parse(
+      Json::parse(R"({"status": {"runTokenSha256": "ab", "runTokenSecretName": "t-run-token"}})"));
+  EXPECT_EQ(t.status.run_token_sha256, "ab");
+  EXPECT_EQ(t.status.run_token_secret_name, "t-run-token");
 }
 
 }  // namespace

@@ -14,13 +14,15 @@ kube::Json LeaseHeartbeat::LeaseFor(const AgentConfig& c, kube::TimePoint now) {
   if (!c.serving_ca_pem.empty()) annotations[kAnnotationServingCa] = c.serving_ca_pem;
   return {{"apiVersion", "coordination.k8s.io/v1"},
           {"kind", "Lease"},
-          {"metadata", {{"name", "kubicle-node-" + c.node_name},
-                        {"namespace", c.lease_namespace},
-                        {"labels", {{kLabelNode, c.node_name}}},
-                        {"annotations", annotations}}},
-          {"spec", {{"holderIdentity", c.node_name},
-                    {"leaseDurationSeconds", c.lease_duration.count()},
-                    {"renewTime", kube::FormatMicroTime(now)}}}};
+          {"metadata",
+           {{"name", NodeLeaseName(c.node_name)},
+            {"namespace", c.lease_namespace},
+            {"labels", {{kLabelNode, c.node_name}}},
+            {"annotations", annotations}}},
+          {"spec",
+           {{"holderIdentity", c.node_name},
+            {"leaseDurationSeconds", c.lease_duration.count()},
+            {"renewTime", kube::FormatMicroTime(now)}}}};
 }
 
 Status LeaseHeartbeat::RenewOnce() {

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <thread>
 
+#include "kube/api/names.h"
 #include "kube/clock.h"
 #include "kube/kube_client.h"
 #include "noderuntime/nodeagent/agent_config.h"
@@ -31,7 +32,7 @@ class LeaseHeartbeat {
   Status RenewOnce();
   // The Lease object RenewOnce applies (pure; for tests).
   static kube::Json LeaseFor(const AgentConfig& config, kube::TimePoint now);
-  std::string LeaseName() const { return "kubicle-node-" + config_.node_name; }
+  std::string LeaseName() const { return kube::api::NodeLeaseName(config_.node_name); }
 
  private:
   void Run();
