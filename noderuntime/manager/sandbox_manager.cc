@@ -11,7 +11,7 @@
 
 #include "common/log.h"
 #include "noderuntime/node_util.h"
-#include "noderuntime/manager/sandbox_manager_internal.h"
+#include "noderuntime/manager/managed_sandbox.h"
 #include "vmm/control_client.h"
 #include "kube/label_selector.h"
 
@@ -28,7 +28,7 @@ SandboxManager::SandboxManager(NodeConfig config, metrics::Registry* metrics)
       suspend_disk_(std::make_unique<SuspendDisk>(
           (config_.capacity_suspend_disk_mib ? config_.capacity_suspend_disk_mib : config_.capacity_mem_mib)
           << 20)),
-      table_(std::make_unique<Table>()) {
+      table_(std::make_unique<SandboxTable>()) {
   if (metrics_ == nullptr) {
     own_metrics_ = std::make_unique<metrics::Registry>();
     metrics_ = own_metrics_.get();

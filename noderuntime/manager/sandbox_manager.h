@@ -112,6 +112,13 @@ struct NodeConfig {
   std::string mke2fs = "mke2fs";  // found on PATH
 };
 
+// managed_sandbox.h: what the manager and its collaborators share.
+struct ManagedSandbox;
+struct ManagedTemplate;
+class Capacity;
+class SuspendDisk;
+class SandboxTable;
+
 // What every kubicle-vmm this node starts gets: the console's limits and
 // the seccomp mode; the baker and the pool fill in the rest.
 vmm::LaunchSpec VmmBase(const NodeConfig& config);
@@ -209,10 +216,8 @@ class SandboxManager final : public SandboxService, private SweepTarget {
   network::SandboxNetwork* sandbox_network() { return network_.get(); }
 
  private:
-  struct Sandbox;
-  struct Template;
-  class Capacity;
-  class Table;  // sandbox_manager_internal.h
+  using Sandbox = ManagedSandbox;
+  using Template = ManagedTemplate;
 
   SandboxManager(NodeConfig config, metrics::Registry* metrics);
   Status Init();
@@ -259,7 +264,6 @@ class SandboxManager final : public SandboxService, private SweepTarget {
                             const vmm::control::ForkReply& reply);
   Result<SandboxInfo> ForkChild(const std::shared_ptr<Sandbox>& child, const std::string& hostname);
   // Suspend and resume (sandbox_manager_suspend.cc).
-  class SuspendDisk;
   // The budget's hold on what a snapshot of `sb` may take (its guest RAM);
   // ResourceExhausted when neither the budget nor the filesystem has it.
   Result<uint64_t> ReserveSuspendDisk(const Sandbox& sb);
@@ -360,7 +364,7 @@ class SandboxManager final : public SandboxService, private SweepTarget {
   Cgroups cgroups_;
   std::unique_ptr<Capacity> capacity_;
   std::unique_ptr<SuspendDisk> suspend_disk_;
-  std::unique_ptr<Table> table_;
+  std::unique_ptr<SandboxTable> table_;
   ProcessWatcher watcher_;
   // TTL, orphans and busy cgroups. Made before and destroyed after pool_,
   // whose discarded VMs' groups it removes.

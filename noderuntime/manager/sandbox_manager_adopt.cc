@@ -11,7 +11,7 @@
 #include "common/log.h"
 #include "noderuntime/node_util.h"
 #include "noderuntime/manager/sandbox_manager.h"
-#include "noderuntime/manager/sandbox_manager_internal.h"
+#include "noderuntime/manager/managed_sandbox.h"
 #include "vmm/control_client.h"
 
 namespace kubicle::noderuntime {

@@ -10,7 +10,7 @@
 #include "noderuntime/network/host_share.h"
 #include "noderuntime/node_util.h"
 #include "noderuntime/manager/sandbox_manager.h"
-#include "noderuntime/manager/sandbox_manager_internal.h"
+#include "noderuntime/manager/managed_sandbox.h"
 
 namespace kubicle::noderuntime {
 

@@ -9,7 +9,7 @@
 #include "common/file_io.h"
 #include "common/unique_fd.h"
 #include "noderuntime/manager/sandbox_manager.h"
-#include "noderuntime/manager/sandbox_manager_internal.h"
+#include "noderuntime/manager/managed_sandbox.h"
 #include "noderuntime/network/guest_network.h"
 #include "noderuntime/network/netns_connect.h"
 #include "noderuntime/vmmhost/vm_stats.h"

@@ -1,7 +1,7 @@
 // SandboxManager: per-call runs. A run restores a VM from the template
 // through the same path as a sandbox create (warm-pool VMM, restore, agent,
 // POST_RESTORE), runs one command, and hands the VM to the teardown queue.
-// The VM is an ephemeral Sandbox (sandbox_manager_internal.h): in the table
+// The VM is an ephemeral Sandbox (managed_sandbox.h): in the table
 // so the orphan sweeps know it is owned, but with no record, hidden from
 // Get/List/Find, and killed at any Shutdown.
 #include <cctype>
@@ -9,7 +9,7 @@
 #include "common/log.h"
 #include "noderuntime/node_util.h"
 #include "noderuntime/manager/sandbox_manager.h"
-#include "noderuntime/manager/sandbox_manager_internal.h"
+#include "noderuntime/manager/managed_sandbox.h"
 #include "noderuntime/vmmhost/vmm_process.h"
 #include "vmm/control_client.h"
 

@@ -13,7 +13,7 @@
 #include "common/log.h"
 #include "noderuntime/node_util.h"
 #include "noderuntime/manager/sandbox_manager.h"
-#include "noderuntime/manager/sandbox_manager_internal.h"
+#include "noderuntime/manager/managed_sandbox.h"
 
 namespace kubicle::noderuntime {
 

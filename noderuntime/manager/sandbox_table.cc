@@ -1,9 +1,9 @@
-// SandboxManager::Table (sandbox_manager_internal.h): the sandbox table.
-#include "noderuntime/manager/sandbox_manager_internal.h"
+// SandboxTable (managed_sandbox.h): the sandbox table.
+#include "noderuntime/manager/managed_sandbox.h"
 
 namespace kubicle::noderuntime {
 
-Status SandboxManager::Table::Add(const std::shared_ptr<Sandbox>& sb) {
+Status SandboxTable::Add(const std::shared_ptr<ManagedSandbox>& sb) {
   std::lock_guard l(mu_);
   SandboxInfo& info = sb->rec.info;
   if (sandboxes_.count(info.id)) return Status::AlreadyExists("sandbox '" + info.id + "' exists");
@@ -14,49 +14,49 @@ Status SandboxManager::Table::Add(const std::shared_ptr<Sandbox>& sb) {
   return Status::Ok();
 }
 
-void SandboxManager::Table::Readopt(const std::shared_ptr<Sandbox>& sb, bool holds_cid) {
+void SandboxTable::Readopt(const std::shared_ptr<ManagedSandbox>& sb, bool holds_cid) {
   std::lock_guard l(mu_);
   if (holds_cid) cids_.insert(sb->rec.info.cid);
   sandboxes_[sb->rec.info.id] = sb;
 }
 
-void SandboxManager::Table::SkipPast(uint32_t cid, uint64_t generation) {
+void SandboxTable::SkipPast(uint32_t cid, uint64_t generation) {
   std::lock_guard l(mu_);
   next_generation_ = std::max(next_generation_, generation + 1);
   next_cid_ = std::max(next_cid_, cid + 1);
 }
 
-std::shared_ptr<SandboxManager::Sandbox> SandboxManager::Table::Find(const std::string& id) const {
+std::shared_ptr<ManagedSandbox> SandboxTable::Find(const std::string& id) const {
   std::lock_guard l(mu_);
   auto it = sandboxes_.find(id);
   return it == sandboxes_.end() ? nullptr : it->second;
 }
 
-std::vector<std::shared_ptr<SandboxManager::Sandbox>> SandboxManager::Table::All() const {
+std::vector<std::shared_ptr<ManagedSandbox>> SandboxTable::All() const {
   std::lock_guard l(mu_);
-  std::vector<std::shared_ptr<Sandbox>> out;
+  std::vector<std::shared_ptr<ManagedSandbox>> out;
   out.reserve(sandboxes_.size());
   for (const auto& [id, sb] : sandboxes_) out.push_back(sb);
   return out;
 }
 
-void SandboxManager::Table::Remove(const std::shared_ptr<Sandbox>& sb) {
+void SandboxTable::Remove(const std::shared_ptr<ManagedSandbox>& sb) {
   std::lock_guard l(mu_);
   auto it = sandboxes_.find(sb->rec.info.id);
   if (it != sandboxes_.end() && it->second == sb) sandboxes_.erase(it);
 }
 
-size_t SandboxManager::Table::size() const {
+size_t SandboxTable::size() const {
   std::lock_guard l(mu_);
   return sandboxes_.size();
 }
 
-uint32_t SandboxManager::Table::AllocateCid() {
+uint32_t SandboxTable::AllocateCid() {
   std::lock_guard l(mu_);
   return AllocateCidLocked();
 }
 
-uint32_t SandboxManager::Table::AllocateCidLocked() {
+uint32_t SandboxTable::AllocateCidLocked() {
   // CIDs 0-2 are reserved by vsock; wrap well below 2^32 - 1 (VMADDR_CID_ANY).
   for (;;) {
     uint32_t cid = next_cid_++;
@@ -65,7 +65,7 @@ uint32_t SandboxManager::Table::AllocateCidLocked() {
   }
 }
 
-void SandboxManager::Table::ReleaseCid(uint32_t cid) {
+void SandboxTable::ReleaseCid(uint32_t cid) {
   std::lock_guard l(mu_);
   cids_.erase(cid);
 }

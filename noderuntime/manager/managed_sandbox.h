@@ -1,5 +1,7 @@
-// Internal state of SandboxManager shared by its .cc files (not part of the
-// library's interface).
+// What SandboxManager and its collaborators (the rooms of manager/) share
+// about the node's sandboxes and templates: a sandbox's state and what it
+// holds, a template's, the capacity and suspend-disk budgets, and the
+// sandbox table. Not part of the library's interface.
 #pragma once
 
 #include <chrono>
@@ -14,12 +16,17 @@
 
 #include "common/unique_fd.h"
 #include "guest/client/agent_client.h"
-#include "noderuntime/manager/sandbox_manager.h"
+#include "noderuntime/network/sandbox_network.h"
+#include "noderuntime/sandbox_service.h"
+#include "noderuntime/state/records.h"
+#include "noderuntime/vmmhost/vmm_launcher.h"
 #include "noderuntime/vmmhost/vmm_process.h"
+#include "noderuntime/vmmhost/warm_pool.h"
 
 namespace kubicle::noderuntime {
 
-struct SandboxManager::Sandbox {
+// One sandbox of the node (a per-call run's VM too).
+struct ManagedSandbox {
   // Held for a whole create or delete: one lifecycle operation at a time.
   std::mutex op_mu;
   // Guards everything below; never held while waiting for a VM or agent.
@@ -43,7 +50,7 @@ struct SandboxManager::Sandbox {
   bool workspace_slot = false; // its snapshot has a workspace slot
   network::EgressPolicy template_egress;  // its template's spec.network
   // The workspace it holds (rec.info.workspace names it): its image, and
-  // whether releasing it is ours to do (sandbox_manager_workspaces.cc).
+  // whether releasing it is ours to do (sandbox_workspaces.h).
   std::string workspace_image;
   bool holds_workspace = false;
   // A per-call run's VM (sandbox_manager_run.cc): never persisted, listed
@@ -53,7 +60,8 @@ struct SandboxManager::Sandbox {
   std::shared_ptr<guest::client::AgentClient> agent;
 };
 
-struct SandboxManager::Template {
+// One template of the node.
+struct ManagedTemplate {
   std::mutex mu;
   TemplateInfo info;
   bool in_pool = false;  // its shape is registered with the warm pool
@@ -61,7 +69,7 @@ struct SandboxManager::Template {
 };
 
 // Memory and vCPUs handed out to sandboxes and pool VMs.
-class SandboxManager::Capacity {
+class Capacity {
  public:
   Capacity(uint64_t mem_mib, uint32_t vcpus) : mem_total_(mem_mib), vcpus_total_(vcpus) {}
   bool TryReserve(const VmShape& s) {
@@ -94,7 +102,7 @@ class SandboxManager::Capacity {
 };
 
 // Node disk held by suspended sandboxes' snapshots (bytes).
-class SandboxManager::SuspendDisk {
+class SuspendDisk {
  public:
   explicit SuspendDisk(uint64_t total) : total_(total) {}
   bool TryReserve(uint64_t bytes) {
@@ -129,21 +137,21 @@ class SandboxManager::SuspendDisk {
 // no other lock is taken while it is held, so callers may hold a sandbox's
 // mu or the manager's mu_ when they call it, and entries are handed out as
 // shared_ptrs that callers lock themselves.
-class SandboxManager::Table {
+class SandboxTable {
  public:
   // Adds `sb` under its id with a fresh CID (rec.info.cid, holds_cid) and
   // generation (rec.generation). AlreadyExists if the id is taken.
-  Status Add(const std::shared_ptr<Sandbox>& sb);
+  Status Add(const std::shared_ptr<ManagedSandbox>& sb);
   // Re-adoption: a recorded sandbox goes in as it is. Its CID and generation
   // are never handed out again; `holds_cid` also keeps its CID taken.
-  void Readopt(const std::shared_ptr<Sandbox>& sb, bool holds_cid);
+  void Readopt(const std::shared_ptr<ManagedSandbox>& sb, bool holds_cid);
   // Records of sandboxes that are gone still used these (their VMM may be
   // an orphan until it is killed): new ones start above.
   void SkipPast(uint32_t cid, uint64_t generation);
-  std::shared_ptr<Sandbox> Find(const std::string& id) const;
-  std::vector<std::shared_ptr<Sandbox>> All() const;
+  std::shared_ptr<ManagedSandbox> Find(const std::string& id) const;
+  std::vector<std::shared_ptr<ManagedSandbox>> All() const;
   // Removes `sb`'s id if it still names `sb` (not a newer one of the id).
-  void Remove(const std::shared_ptr<Sandbox>& sb);
+  void Remove(const std::shared_ptr<ManagedSandbox>& sb);
   size_t size() const;
   // CIDs 3 .. 2^31-2, wrapping, never one in use.
   uint32_t AllocateCid();
@@ -153,7 +161,7 @@ class SandboxManager::Table {
   uint32_t AllocateCidLocked();
 
   mutable std::mutex mu_;
-  std::map<std::string, std::shared_ptr<Sandbox>> sandboxes_;
+  std::map<std::string, std::shared_ptr<ManagedSandbox>> sandboxes_;
   std::set<uint32_t> cids_;
   uint32_t next_cid_ = 3;
   uint64_t next_generation_ = 1;
