@@ -144,11 +144,11 @@ class SandboxesCore:
     def _create(self, template: str, *, ttl_seconds: Optional[int],
                 metadata: Optional[Mapping[str, str]], env: Optional[Mapping[str, str]],
                 resources: Optional[Mapping[str, int]], timeout: float, name: Optional[str],
-                wait_pending: bool, workspace: Optional[str]) -> Op[Any]:
+                wait_pending: bool, workspace: Optional[str], token_secret: bool) -> Op[Any]:
         ref = yield from self._client._backend.create(
             template=template, name=name, labels=_labels.to_labels(metadata),
             ttl_seconds=ttl_seconds, env=env, resources=resources, timeout=timeout,
-            wait_pending=wait_pending, workspace=workspace)
+            wait_pending=wait_pending, workspace=workspace, token_secret=token_secret)
         return self._Sandbox(self._client, ref)
 
     def _get(self, name: str) -> Op[Any]:

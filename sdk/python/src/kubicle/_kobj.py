@@ -5,6 +5,7 @@ functions shared by the sync and async Kubernetes backends."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import secrets
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
@@ -61,7 +62,8 @@ def sandbox_manifest(*, namespace: str, template: str, name: Optional[str],
                      labels: Mapping[str, str], ttl_seconds: Optional[int],
                      env: Optional[Mapping[str, str]],
                      resources: Optional[Mapping[str, Any]],
-                     workspace: Optional[str] = None) -> Dict[str, Any]:
+                     workspace: Optional[str] = None,
+                     token_sha256: Optional[str] = None) -> Dict[str, Any]:
     if not template:
         raise ValueError("template is required")
     meta: Dict[str, Any] = {"namespace": namespace, "labels": dict(labels)}
@@ -80,7 +82,41 @@ def sandbox_manifest(*, namespace: str, template: str, name: Optional[str],
         spec["resources"] = res
     if workspace:
         spec["workspaceRef"] = {"name": workspace}
+    if token_sha256:
+        spec["tokenSha256"] = token_sha256
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Sandbox", "metadata": meta, "spec": spec}
+
+
+def new_token() -> str:
+    """A Sandbox's data-plane token made by the client, as the operator
+    mints one (32 random bytes in lowercase hex): the node takes any bearer
+    token whose SHA-256 is the hash it was given."""
+    return secrets.token_hex(32)
+
+
+def token_sha256(token: str) -> str:
+    """What spec.tokenSha256 carries: the hex SHA-256 of the token's bytes."""
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def holds_own_token(obj: Mapping[str, Any], sha256: str) -> bool:
+    """The Sandbox took the client's token hash: it is in its spec (an
+    apiserver whose CRD lacks the field prunes it) and the operator
+    published it (an operator from before spec.tokenSha256 mints a Secret
+    and publishes that token's hash instead)."""
+    return (_get(obj, "spec", "tokenSha256") == sha256
+            and _get(obj, "status", "tokenSha256") == sha256)
+
+
+def own_token_error(obj: Mapping[str, Any]) -> errors.AuthError:
+    """A Sandbox whose token only its creator holds, reached by another
+    client (or after its creator forgot it)."""
+    name = name_of(obj)
+    return errors.AuthError(
+        f"Sandbox {name} was created with its client's own token (spec.tokenSha256): no Secret "
+        "holds it, so only the client that created it can reach its data plane (create with "
+        "token_secret=True for a Sandbox others reach through its token Secret)",
+        reason="OwnToken", sandbox=name)
 
 
 def fork_manifest(source: Mapping[str, Any], *, count: int, labels: Mapping[str, str],
@@ -166,9 +202,12 @@ def sandbox_info(obj: Mapping[str, Any]) -> SandboxInfo:
 
 
 def is_ready(obj: Mapping[str, Any]) -> bool:
+    """Ready with an endpoint and a token: its Secret's, or (no Secret) the
+    client's own, whose hash the operator published."""
     ready = conditions(obj).get("Ready") or {}
     return (ready.get("status") == "True" and bool(_get(obj, "status", "vm", "endpoint"))
-            and bool(_get(obj, "status", "tokenSecretName")))
+            and bool(_get(obj, "status", "tokenSecretName") or
+                     _get(obj, "status", "tokenSha256")))
 
 
 def wait_state(obj: Optional[Mapping[str, Any]], *,

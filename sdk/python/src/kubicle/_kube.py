@@ -1,7 +1,9 @@
 """Kubernetes mode, once for both clients: Sandboxes and SandboxForks are
 created, then watched (the shared watch of ``_watchcache.py``, or list and
 watch from its resourceVersion, relisting on 410) until they stand where the
-caller wants them; tokens come from Secrets, node CAs from Leases.
+caller wants them; a Sandbox this client creates carries the hash of a
+token the client made (spec.tokenSha256, no Secret), others' tokens come
+from their Secrets; node CAs come from Leases.
 
 ``KubeBackend``'s calls are operations of the core (``_sansio.py``): the
 threaded client drives them on ``kubernetes``, the asyncio one on
@@ -12,7 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, TypeVar
+from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple, TypeVar
 
 from . import _http, _kobj, _run, _watchcache, _workspace_obj, errors
 from ._labels import FORK_OF
@@ -24,7 +26,9 @@ log = logging.getLogger("kubicle")
 # A Sandbox whose VM refuses its own Secret's token is replaced this often
 # before create() gives up (see REPLACED_MESSAGE). The operator no longer
 # replaces token Secrets, so this should not happen; the check is kept
-# because it costs one GET and also proves the data plane reachable.
+# because it costs one GET and also proves the data plane reachable. A
+# Sandbox with the client's own token has no Secret to race with: a VM
+# refusing that token is an error, not replaced.
 TOKEN_RETRIES = 2
 REPLACED_MESSAGE = ("kubicle: Sandbox %s refuses the token in its Secret (its VM holds another "
                     "token's hash: an operator from before the token-Secret fix, or a Secret "
@@ -108,6 +112,10 @@ class KubeBackend:
         self._lease_ns = node_lease_namespace
         self.namespace = namespace or ""
         self.started = self.closed = False
+        # The tokens of the Sandboxes this client made (spec.tokenSha256):
+        # (name, token) by metadata.uid, so a get or list of them reaches
+        # their data plane too; forgotten when this client deletes them.
+        self._own_tokens: Dict[str, Tuple[str, str]] = {}
 
     # --- connecting ---------------------------------------------------------
 
@@ -229,6 +237,8 @@ class KubeBackend:
 
     def _delete(self, plural: str, name: str, policy: str, cleanup: bool = False) -> Op[Any]:
         """The apiserver's answer (the object), None if it was gone."""
+        if plural == _kobj.SANDBOXES:
+            self._forget({name})
         try:
             return (yield self._co("delete_namespaced_custom_object", plural, name,
                                    body={"propagationPolicy": policy}, cleanup=cleanup,
@@ -241,6 +251,13 @@ class KubeBackend:
         """Deletes what this call made and must not leave behind (also when
         the caller is cancelled)."""
         return self._delete(plural, name, "Background", cleanup=True)
+
+    def _forget(self, names: Set[str]) -> None:
+        """Drops the own tokens of the Sandboxes of these names (deleted by
+        this client: any of that name now is another object)."""
+        for uid, (name, _) in list(self._own_tokens.items()):
+            if name in names:
+                self._own_tokens.pop(uid, None)
 
     def _ref(self, obj: Dict[str, Any]) -> Ref:
         return Ref(info=_kobj.sandbox_info(obj), raw=obj)
@@ -255,21 +272,34 @@ class KubeBackend:
     def create(self, *, template: str, name: Optional[str], labels: Mapping[str, str],
                ttl_seconds: Optional[int], env: Optional[Mapping[str, str]],
                resources: Optional[Mapping[str, Any]], timeout: float,
-               wait_pending: bool, workspace: Optional[str] = None) -> Op[Ref]:
+               wait_pending: bool, workspace: Optional[str] = None,
+               token_secret: bool = False) -> Op[Ref]:
+        """Creates a Sandbox and returns it Ready, its data plane checked.
+        Unless ``token_secret``, with a token made here whose hash alone
+        goes to the cluster: no Secret is made or read. An apiserver or
+        operator from before spec.tokenSha256 makes a Secret anyway: then
+        that token is used, as any Secret's."""
+        token = None if token_secret else _kobj.new_token()
         body = _kobj.sandbox_manifest(namespace=self.namespace, template=template, name=name,
                                       labels=labels, ttl_seconds=ttl_seconds, env=env,
-                                      resources=resources, workspace=workspace)
+                                      resources=resources, workspace=workspace,
+                                      token_sha256=token and _kobj.token_sha256(token))
         deadline = time.monotonic() + timeout
         for attempt in range(TOKEN_RETRIES + 1):
             ref = yield from self._create_once(body, max(0.1, deadline - time.monotonic()),
                                                wait_pending)
+            own = bool(token) and _kobj.holds_own_token(ref.raw, body["spec"]["tokenSha256"])
+            if own:
+                ref.token = token
             try:
                 yield from self._checked(ref)
+                if own:
+                    self._own_tokens[ref.info.uid] = (ref.info.name, str(token))
                 return ref
             except errors.AuthError:
                 yield from self._discard(_kobj.SANDBOXES, ref.info.name)
-                if name or attempt == TOKEN_RETRIES:
-                    raise
+                if own or name or attempt == TOKEN_RETRIES:
+                    raise  # no Secret can have raced with the client's own token
                 log.warning(REPLACED_MESSAGE, ref.info.name)
             except BaseException:
                 yield from self._discard(_kobj.SANDBOXES, ref.info.name)
@@ -300,7 +330,8 @@ class KubeBackend:
         return [self._ref(o) for _, o in sorted(objs.items())]
 
     def resolve(self, ref: Ref) -> Op[None]:
-        """Fills the data-plane URL and token (the Sandbox's token Secret)."""
+        """Fills the data-plane URL and token: this client's own for a
+        Sandbox it made, else its token Secret's."""
         if ref.base and ref.token:
             return
         obj = ref.raw
@@ -309,8 +340,13 @@ class KubeBackend:
             ref.raw, ref.info = obj, _kobj.sandbox_info(obj)
         transport = yield from self._node_transport(_kobj.node_of(obj), ref.info.name)
         base = _kobj.data_plane_url(transport.scheme, obj)
-        ref.token = yield from self._secret_token(obj["status"]["tokenSecretName"], "token",
-                                                  sandbox=ref.info.name)
+        if not ref.token:
+            ref.token = self._own_tokens.get(ref.info.uid, ("", None))[1]
+        if not ref.token:
+            secret = (obj.get("status") or {}).get("tokenSecretName")
+            if not secret:
+                raise _kobj.own_token_error(obj)
+            ref.token = yield from self._secret_token(secret, "token", sandbox=ref.info.name)
         ref.http, ref.ssl = transport.http, transport.ssl
         ref.base = base
 
@@ -384,6 +420,7 @@ class KubeBackend:
 
     def sweep(self, selector: str, *, timeout: float) -> Op[List[str]]:
         objs, _ = yield from self._list(_kobj.SANDBOXES, label_selector=selector)
+        self._forget(set(objs))
         for plural in (_kobj.FORKS, _kobj.SANDBOXES):
             yield self._co("delete_collection_namespaced_custom_object", plural,
                            label_selector=selector, propagation_policy="Background",

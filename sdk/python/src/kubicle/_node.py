@@ -94,7 +94,9 @@ class NodeBackend:
     def create(self, *, template: str, name: Optional[str], labels: Mapping[str, str],
                ttl_seconds: Optional[int], env: Optional[Mapping[str, str]],
                resources: Optional[Mapping[str, Any]], timeout: float,
-               wait_pending: bool, workspace: Optional[str] = None) -> Op[Ref]:
+               wait_pending: bool, workspace: Optional[str] = None,
+               token_secret: bool = False) -> Op[Ref]:
+        # token_secret is Kubernetes' (the node's answer carries the token).
         body = create_body(template=template, name=name, labels=labels,
                            ttl_seconds=ttl_seconds, resources=resources, workspace=workspace)
         j = yield from self.call("POST", "/v1/sandboxes", op="create", json=body, timeout=timeout)

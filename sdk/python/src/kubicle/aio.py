@@ -116,10 +116,12 @@ class AsyncSandboxes(SandboxesCore):
                      env: Optional[Mapping[str, str]] = None,
                      resources: Optional[Mapping[str, int]] = None,
                      timeout: float = DEFAULT_CREATE_TIMEOUT, name: Optional[str] = None,
-                     wait_pending: bool = False, workspace: Optional[str] = None) -> AsyncSandbox:
+                     wait_pending: bool = False, workspace: Optional[str] = None,
+                     token_secret: bool = False) -> AsyncSandbox:
         return await self._client._run(self._create(
             template, ttl_seconds=ttl_seconds, metadata=metadata, env=env, resources=resources,
-            timeout=timeout, name=name, wait_pending=wait_pending, workspace=workspace))
+            timeout=timeout, name=name, wait_pending=wait_pending, workspace=workspace,
+            token_secret=token_secret))
 
     async def get(self, name: str) -> AsyncSandbox:
         return await self._client._run(self._get(name))

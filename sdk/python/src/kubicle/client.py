@@ -157,7 +157,8 @@ class Sandboxes(SandboxesCore):
                env: Optional[Mapping[str, str]] = None,
                resources: Optional[Mapping[str, int]] = None,
                timeout: float = DEFAULT_CREATE_TIMEOUT, name: Optional[str] = None,
-               wait_pending: bool = False, workspace: Optional[str] = None) -> Sandbox:
+               wait_pending: bool = False, workspace: Optional[str] = None,
+               token_secret: bool = False) -> Sandbox:
         """Creates a sandbox of ``template`` and returns it once Ready.
 
         Raises TemplateNotFoundError, TemplateNotReadyError or CapacityError
@@ -166,10 +167,16 @@ class Sandboxes(SandboxesCore):
         fails, SandboxTimeoutError after ``timeout`` seconds. On any error
         the half-made sandbox is deleted. ``workspace`` attaches that
         workspace (mounted at /workspace; WorkspaceInUseError while another
-        sandbox or run holds it) until the sandbox is deleted."""
+        sandbox or run holds it) until the sandbox is deleted.
+
+        Kubernetes: the data-plane token is made here and only its SHA-256
+        sent (spec.tokenSha256; no Secret), so only this client reaches the
+        sandbox; ``token_secret=True`` has the operator mint it into a
+        Secret instead, for others with get on it (``kubectl kubicle``)."""
         return self._client._run(self._create(
             template, ttl_seconds=ttl_seconds, metadata=metadata, env=env, resources=resources,
-            timeout=timeout, name=name, wait_pending=wait_pending, workspace=workspace))
+            timeout=timeout, name=name, wait_pending=wait_pending, workspace=workspace,
+            token_secret=token_secret))
 
     def get(self, name: str) -> Sandbox:
         """By name (standalone: the node id); SandboxNotFoundError."""

@@ -4,6 +4,7 @@ printenv, hostname, sha256sum; no shell)."""
 
 import asyncio
 import base64
+import hashlib
 import os
 import subprocess
 import sys
@@ -39,12 +40,15 @@ def test_create_exec_files_delete(stack, kube):
     assert obj["metadata"]["labels"]["kubicle.dev/agent"] == "a0"
     assert sb.id == "k-" + obj["metadata"]["uid"]
     assert sb.info.endpoint == stack.node_url.split("://", 1)[1]
-    # The token is the Secret's, base64-decoded.
-    secret = client.CoreV1Api(stack.api).read_namespaced_secret(
-        obj["status"]["tokenSecretName"], "default")
-    token = base64.b64decode(secret.data["token"]).decode()
+    # The token is the client's own: only its hash went to the cluster
+    # (spec.tokenSha256, published as is), and no Secret was made.
+    own = hashlib.sha256(sb._ref.token.encode()).hexdigest()
+    assert obj["spec"]["tokenSha256"] == own == obj["status"]["tokenSha256"]
+    assert "tokenSecretName" not in obj["status"]
+    core = client.CoreV1Api(stack.api)
+    assert not [s for s in core.list_namespaced_secret("default").items
+                if s.metadata.name == f"{sb.name}-token"]
     assert sb.exec(["echo", "hi"]).stdout == "hi\n"
-    assert sb._ref.token == token
     assert sb.exec(["printenv", "GREETING"]).stdout == "hello\n"   # spec.env, applied by the node
     assert sb.exec(["printenv", "GREETING"], env={"GREETING": "own"}).stdout == "own\n"
     assert sb.exec("hostname").stdout.strip() == sb.name   # a shell string, sent as argv
@@ -117,6 +121,32 @@ def check_stat_list_remove(sb, blob_size):
     assert not fs.exists("/work") and not fs.exists("/work/sub/x")
     with pytest.raises(errors.PathNotFoundError):
         fs.list("/work")
+
+
+def test_own_token_and_a_token_secret_from_another_client(stack, kube):
+    """Another client finds a Sandbox made with its creator's own token but
+    cannot reach it (no Secret: AuthError OwnToken, and the node refuses
+    every other token); one made with token_secret=True it reaches through
+    the Secret the operator minted."""
+    from kubernetes import client
+
+    run = run_id()
+    mine = kube.sandboxes.create(TEMPLATE, metadata={"run": run})
+    shared = kube.sandboxes.create(TEMPLATE, metadata={"run": run}, token_secret=True)
+    obj = client.CustomObjectsApi(stack.api).get_namespaced_custom_object(
+        "kubicle.dev", "v1alpha1", "default", "sandboxes", shared.name)
+    assert "tokenSha256" not in obj["spec"]
+    secret = client.CoreV1Api(stack.api).read_namespaced_secret(
+        obj["status"]["tokenSecretName"], "default")
+    assert shared._ref.token == base64.b64decode(secret.data["token"]).decode()
+    with kubicle.Kubicle(kubeconfig=stack.kubeconfig) as other:
+        theirs = other.sandboxes.get(mine.name)
+        with pytest.raises(errors.AuthError) as e:
+            theirs.exec(["echo"])
+        assert e.value.reason == "OwnToken"
+        assert other.sandboxes.get(shared.name).exec(["echo", "s"]).stdout == "s\n"
+    assert kube.sandboxes.get(mine.name).exec(["echo", "m"]).stdout == "m\n"
+    assert sorted(kube.sandboxes.delete({"run": run})) == sorted([mine.name, shared.name])
 
 
 def test_wrong_token_is_refused_by_the_node(kube):

@@ -8,7 +8,8 @@ timeoutSeconds; chunked JSON lines), delete with propagationPolicy
 (Background deletes dependents, Orphan strips their ownerReferences),
 deletecollection, finalizers, and Secrets. The "operator" moves each new
 Sandbox through Scheduled to Running as docs/api.md describes, with a token
-Secret and a VM on a FakeNode (``k-<uid>``), or sets the condition a
+Secret (none for a client's own token, ``spec.tokenSha256``, whose hash it
+publishes) and a VM on a FakeNode (``k-<uid>``), or sets the condition a
 template, capacity or VM problem would; SandboxForks get children
 ``<fork>-<i>`` forked from their source's files. A new Workspace is placed
 on n1 with a token Secret ``<name>-workspace-token``, then its disk
@@ -73,6 +74,7 @@ class FakeCluster:
         # (HTTP method, plural) pairs answered 403, as RBAC would.
         self.forbid: set = set()
         self.auth_headers: List[str] = []   # each request's Authorization header, in order
+        self.requests: List[Tuple[str, str]] = []   # each request's (method, path), in order
         self.ca_pem = ca_pem                # the serving CA, for kubeconfig() under tls
         # Template name -> "ready", "notready", "vmfail" or "nodefull" (the node
         # refuses the VM for want of vCPUs); absent: TemplateNotFound.
@@ -84,6 +86,9 @@ class FakeCluster:
         # The next this many VMs start with a token hash other than their
         # Secret's (the operator's token-replacement race, docs/sdk.md).
         self.wrong_vm_tokens = 0
+        # An apiserver whose Sandbox CRD predates spec.tokenSha256: it
+        # prunes the field, as a structural schema does an unknown one.
+        self.prunes_token_sha256 = False
         self.objects: Dict[Key, Dict[str, Any]] = {}
         self.events: List[Tuple[int, Key, str, Dict[str, Any]]] = []
         self.rv = 100
@@ -189,6 +194,8 @@ users:
                 meta["name"] = meta.pop("generateName", "x-") + "".join(
                     random.choices(string.ascii_lowercase + string.digits, k=5))
             meta.pop("generateName", None)
+            if plural == "sandboxes" and self.prunes_token_sha256:
+                obj.get("spec", {}).pop("tokenSha256", None)
             key = (plural, ns, meta["name"])
             if key in self.objects:
                 raise _ApiFail(409, "AlreadyExists", f"{plural} \"{meta['name']}\" already exists")
@@ -325,11 +332,20 @@ users:
         if refused:
             return self._set(key, "Pending", sched=("False", refused[0], refused[1]),
                              ready=("False", "Unscheduled", refused[1]))
+        env = {e["name"]: e["value"] for e in spec.get("env") or []}
+        labels = meta.get("labels") or {}
+        own = spec.get("tokenSha256") or ""
+        if own:
+            # The client's own token: no Secret; the node gets its hash.
+            self.node.add("k-" + meta["uid"], "", template=template, labels=labels, env=env,
+                          token_sha256=own)
+            return self._set(key, "Running", sched=("True", "Scheduled", ""),
+                             ready=("True", "Running", ""), token_sha256=own,
+                             vm={"state": "Running", "endpoint": self.node.address,
+                                 "restoreMillis": 4.2})
         token = secrets.token_hex(16)
         secret = f"{meta['name']}-token"
         self._create_token_secret(key[1], secret, "Sandbox", meta, token)
-        env = {e["name"]: e["value"] for e in spec.get("env") or []}
-        labels = meta.get("labels") or {}
         if self.wrong_vm_tokens > 0:
             self.wrong_vm_tokens -= 1
             token = "not-the-secrets-token"
@@ -494,7 +510,8 @@ users:
         return None
 
     def _set(self, key: Key, phase: str, *, sched: Tuple[str, str, str], ready: Tuple[str, str, str],
-             vm: Optional[Dict[str, Any]] = None, secret: str = "") -> None:
+             vm: Optional[Dict[str, Any]] = None, secret: str = "",
+             token_sha256: str = "") -> None:
         def fn(o: Dict[str, Any]) -> None:
             st = o.setdefault("status", {})
             st["phase"] = phase
@@ -504,6 +521,8 @@ users:
             if secret:
                 st["tokenSecretName"] = secret
                 st["tokenSha256"] = "0" * 64
+            if token_sha256:
+                st["tokenSha256"] = token_sha256
         self.update(key, fn)
 
     def _fork(self, key: Key, fork: Dict[str, Any]) -> None:
@@ -539,6 +558,7 @@ users:
         p = [x for x in u.path.split("/") if x]
         auth = h.headers.get("Authorization", "")
         self.auth_headers.append(auth)
+        self.requests.append((method, u.path))
         try:
             scheme, _, token = auth.partition(" ")
             if self.token is not None and (scheme.lower() != "bearer" or token != self.token):

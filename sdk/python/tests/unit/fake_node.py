@@ -10,6 +10,7 @@ under them, "/" always one."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import itertools
 import json
 import select
@@ -39,8 +40,12 @@ def _selector_match(labels: Dict[str, str], selector: str) -> bool:
 
 class FakeSandbox:
     def __init__(self, sid: str, template: str, labels: Dict[str, str], token: str,
-                 env: Optional[Dict[str, str]] = None, fork_of: str = "") -> None:
+                 env: Optional[Dict[str, str]] = None, fork_of: str = "",
+                 token_sha256: str = "") -> None:
         self.id, self.template, self.labels, self.token = sid, template, labels, token
+        # The hash a client's own token must have (spec.tokenSha256); the
+        # node knows only that, not the token.
+        self.token_sha256 = token_sha256
         self.env = dict(env or {})
         self.files: Dict[str, bytes] = {}
         self.meta: Dict[str, Tuple[int, Optional[str]]] = {}   # path -> (mode, mtime)
@@ -51,6 +56,12 @@ class FakeSandbox:
         self.ports: Dict[int, int] = {}   # guest port -> a listener's port on 127.0.0.1
         self.suspended_at: Optional[str] = None
         self.workspace: Optional[str] = None
+
+    def takes(self, token: str) -> bool:
+        """The node's check of a bearer token: its SHA-256 is the one held."""
+        if self.token_sha256:
+            return hashlib.sha256(token.encode()).hexdigest() == self.token_sha256
+        return bool(token) and token == self.token
 
     def json(self, with_token: bool = False) -> Dict[str, Any]:
         j: Dict[str, Any] = {
@@ -145,9 +156,10 @@ class FakeNode:
         self.server.server_close()
 
     def add(self, sid: str, token: str, *, template: str = "tg", labels: Optional[Dict[str, str]] = None,
-            env: Optional[Dict[str, str]] = None, fork_of: str = "") -> FakeSandbox:
+            env: Optional[Dict[str, str]] = None, fork_of: str = "",
+            token_sha256: str = "") -> FakeSandbox:
         with self.lock:
-            sb = FakeSandbox(sid, template, dict(labels or {}), token, env, fork_of)
+            sb = FakeSandbox(sid, template, dict(labels or {}), token, env, fork_of, token_sha256)
             self.sandboxes[sid] = sb
             return sb
 
@@ -204,7 +216,7 @@ class FakeNode:
                                f"{method} is not allowed on {u.path} (allowed: {allowed})")
         admin = token == self.admin_token
         sb = self.sandboxes.get(sid) if sid else None
-        own = sb is not None and token == sb.token
+        own = sb is not None and sb.takes(token)
         if not admin and not own:
             return self._error(h, 401, "Unauthenticated", "a valid bearer token is required")
         if not admin and (sub in ("fork",) or (sub is None and method == "DELETE")):

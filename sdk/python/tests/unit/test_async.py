@@ -130,8 +130,23 @@ async def test_standalone_list_stat_remove(astandalone, node):
     await sb.delete()
 
 
+async def test_async_own_token_needs_no_secret(akube, cluster, node):
+    """AsyncKubicle's create sends only its token's hash, as Kubicle's."""
+    import hashlib
+
+    sb = await akube.sandboxes.create("tg", metadata={"run": "aown"})
+    obj = cluster.get("sandboxes", "team-a", sb.name)
+    assert obj["spec"]["tokenSha256"] == hashlib.sha256(sb._ref.token.encode()).hexdigest()
+    assert "tokenSecretName" not in obj["status"] and cluster.list("secrets", "team-a") == []
+    assert not any("/secrets/" in p for _, p in cluster.requests)
+    got = await akube.sandboxes.get(sb.name)
+    assert (await got.exec(["echo", "aown"])).stdout == "aown\n"
+    await akube.sandboxes.delete({"run": "aown"})
+
+
 async def test_async_vm_refusing_its_token_is_replaced(akube, cluster):
     cluster.wrong_vm_tokens = 1
+    cluster.prunes_token_sha256 = True   # the replacement race needs a Secret
     sb = await akube.sandboxes.create("tg", metadata={"run": "atok"})
     assert (await sb.exec(["echo", "ok"])).stdout == "ok\n"
     cluster.wrong_vm_tokens = 2

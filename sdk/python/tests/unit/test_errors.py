@@ -111,10 +111,14 @@ def test_kube_rbac_forbidding_create_and_the_token_secret(kube, cluster):
            'create Sandbox: sandboxes.kubicle.dev is forbidden: User '
            '"system:serviceaccount:team-a:agent" cannot create resource "sandboxes" in API '
            'group "kubicle.dev" in the namespace "team-a"', status=403)
-    # Allowed to create, not to read Secrets: the Sandbox is deleted again.
+    # Allowed to create, not to read Secrets: the client's own token needs
+    # none; one in a Secret (token_secret=True) is refused and the Sandbox
+    # deleted again.
     cluster.forbid = {("GET", "secrets")}
+    with kube.sandboxes.create("tg", timeout=10) as sb:
+        assert sb.exec(["echo", "own"]).stdout == "own\n"
     with pytest.raises(errors.AuthError) as e:
-        kube.sandboxes.create("tg", timeout=10)
+        kube.sandboxes.create("tg", timeout=10, token_secret=True)
     assert e.value.reason == "Forbidden" and e.value.status_code == 403
     assert e.value.message.startswith("read token Secret tg-") and "cannot get" in e.value.message
     assert e.value.sandbox.startswith("tg-")

@@ -1,6 +1,7 @@
 """Kubicle() against the fake apiserver (and the fake node behind it)."""
 
 import base64
+import hashlib
 import threading
 import time
 
@@ -18,15 +19,16 @@ def test_create_waits_for_ready_by_watching(kube, cluster, node):
     obj = cluster.get("sandboxes", "team-a", sb.name)
     assert obj["metadata"]["labels"]["kubicle.dev/run"] == "r1"
     assert obj["metadata"]["labels"]["kubicle.dev/agent"] == "a0"
+    own = hashlib.sha256(sb._ref.token.encode()).hexdigest()
     assert obj["spec"] == {"templateRef": {"name": "tg"}, "ttlSeconds": 300,
                            "env": [{"name": "GREETING", "value": "hi"}],
-                           "resources": {"vcpus": 2, "memoryMiB": 128}}
+                           "resources": {"vcpus": 2, "memoryMiB": 128}, "tokenSha256": own}
     assert sb.name.startswith("tg-") and sb.id == "k-" + obj["metadata"]["uid"]
     assert sb.info.phase == "Running" and sb.info.node == "n1"
     assert sb.info.endpoint == node.address and sb.info.restore_ms == 4.2
     assert sb.metadata == {"run": "r1", "agent": "a0", "node": "n1", "template": "tg"}
     assert kube.namespace == "team-a" and kube.mode == "kubernetes"
-    # The data plane: k-<uid> on the node, with the token from the Secret.
+    # The data plane: k-<uid> on the node, with the client's own token.
     assert sb.exec(["printenv", "GREETING"]).stdout == "hi\n"
     path = node.requests[-1][1]
     assert path == f"/v1/sandboxes/{sb.id}/exec"
@@ -179,16 +181,72 @@ def test_threads_fan_out(kube, cluster):
 
 
 def test_secret_token_is_base64_decoded(kube, cluster, node):
-    sb = kube.sandboxes.create("tg")
+    sb = kube.sandboxes.create("tg", token_secret=True)
     sb._dp()
+    assert "tokenSha256" not in cluster.get("sandboxes", "team-a", sb.name)["spec"]
     secret = cluster.get("secrets", "team-a", f"{sb.name}-token")
     assert sb._ref.token == base64.b64decode(secret["data"]["token"]).decode()
     assert sb._ref.token == node.sandboxes[sb.id].token
     sb.delete()
 
 
+def _secret_reads(cluster):
+    return sum(1 for h in cluster.requests if h[0] == "GET" and "/secrets/" in h[1])
+
+
+def test_own_token_needs_no_secret(kube, kubeconfig, cluster, node):
+    """create makes the token (64 hex, as the operator would), sends only
+    its SHA-256 in spec.tokenSha256 and keeps it: no Secret is made or
+    read. A get or list by the same client reaches the Sandbox with it;
+    another client cannot (no Secret holds it), unless it was created with
+    token_secret=True."""
+    reads = _secret_reads(cluster)
+    sb = kube.sandboxes.create("tg", metadata={"run": "own"})
+    token = sb._ref.token
+    assert len(token) == 64 and all(c in "0123456789abcdef" for c in token)
+    obj = cluster.get("sandboxes", "team-a", sb.name)
+    assert obj["spec"]["tokenSha256"] == hashlib.sha256(token.encode()).hexdigest()
+    assert obj["status"]["tokenSha256"] == obj["spec"]["tokenSha256"]
+    assert "tokenSecretName" not in obj["status"]
+    assert node.sandboxes[sb.id].token_sha256 == obj["spec"]["tokenSha256"]
+    assert cluster.list("secrets", "team-a") == []
+    assert sb.exec(["echo", "own"]).stdout == "own\n"
+    again = kube.sandboxes.get(sb.name)
+    assert again.exec(["echo", "got"]).stdout == "got\n" and again._ref.token == token
+    listed, = kube.sandboxes.list({"run": "own"})
+    assert listed.exec(["echo", "listed"]).stdout == "listed\n"
+    shared = kube.sandboxes.create("tg", metadata={"run": "own"}, token_secret=True)
+    assert _secret_reads(cluster) == reads + 1   # the shared one's only
+    with kubicle.Kubicle(kubeconfig=kubeconfig) as other:
+        theirs = other.sandboxes.get(sb.name)
+        with pytest.raises(errors.AuthError) as e:
+            theirs.exec(["echo"])
+        assert e.value.reason == "OwnToken" and e.value.sandbox == sb.name
+        assert "spec.tokenSha256" in e.value.message
+        assert other.sandboxes.get(shared.name).exec(["echo", "s"]).stdout == "s\n"
+    sb.delete()
+    assert kube._backend._own_tokens == {}   # forgotten with the Sandbox
+    # A Sandbox made again under the same name is another object: its
+    # token is its own.
+    kube.sandboxes.create("tg", name=sb.name).delete()
+    kube.sandboxes.delete({"run": "own"})
+
+
+def test_an_apiserver_that_prunes_the_hash_gets_the_secrets_token(kube, cluster, node):
+    """A Sandbox CRD from before spec.tokenSha256 drops the field: the
+    operator then mints a Secret, and create uses (and checks) its token."""
+    cluster.prunes_token_sha256 = True
+    sb = kube.sandboxes.create("tg")
+    secret = cluster.get("secrets", "team-a", f"{sb.name}-token")
+    assert sb._ref.token == base64.b64decode(secret["data"]["token"]).decode()
+    assert sb.exec(["echo", "old"]).stdout == "old\n"
+    assert kube._backend._own_tokens == {}
+    sb.delete()
+
+
 def test_vm_refusing_its_secret_token_is_replaced(kube, cluster, caplog):
     cluster.wrong_vm_tokens = 1
+    cluster.prunes_token_sha256 = True   # the replacement race needs a Secret
     sb = kube.sandboxes.create("tg", metadata={"run": "tok"})
     assert sb.exec(["echo", "ok"]).stdout == "ok\n"
     assert "refuses the token in its Secret" in caplog.text

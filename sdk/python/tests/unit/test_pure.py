@@ -185,6 +185,10 @@ def test_manifest():
       "conditions": [_c("Ready", "False", "VMFailed")]}, _kobj.FAILED, errors.SandboxFailedError),
     ({"phase": "Running", "tokenSecretName": "s-token", "vm": {"endpoint": "h:1"},
       "conditions": [_c("Ready", "True", "Running")]}, _kobj.READY, type(None)),
+    ({"phase": "Running", "tokenSha256": "ab" * 32, "vm": {"endpoint": "h:1"},
+      "conditions": [_c("Ready", "True", "Running")]}, _kobj.READY, type(None)),  # own token
+    ({"phase": "Running", "vm": {"endpoint": "h:1"},
+      "conditions": [_c("Ready", "True", "Running")]}, _kobj.PENDING, type(None)),  # no token
     ({"phase": "Running", "conditions": [_c("Ready", "True", "Running")]}, _kobj.PENDING,
      type(None)),  # Ready without an endpoint yet: keep waiting
 ])
@@ -212,6 +216,27 @@ def test_wait_state_vm_message_and_pending_mode():
     assert st == _kobj.PENDING and isinstance(err, errors.TemplateNotReadyError)
     assert err.message == "m"
     assert _kobj.wait_state(None, wait_pending=False)[0] == _kobj.GONE
+
+
+def test_own_token_and_its_hash():
+    """The token as the operator mints one (32 random bytes, hex), its
+    SHA-256 as the node computes it, in the manifest only when given."""
+    import hashlib
+
+    t = _kobj.new_token()
+    assert len(t) == 64 and int(t, 16) >= 0 and t == t.lower() and t != _kobj.new_token()
+    h = _kobj.token_sha256(t)
+    assert h == hashlib.sha256(t.encode()).hexdigest()
+    m = _kobj.sandbox_manifest(namespace="ns", template="tg", name="n", labels={},
+                               ttl_seconds=None, env=None, resources=None, token_sha256=h)
+    assert m["spec"] == {"templateRef": {"name": "tg"}, "tokenSha256": h}
+    mine = {"spec": {"tokenSha256": h}, "status": {"tokenSha256": h}}
+    assert _kobj.holds_own_token(mine, h)
+    assert not _kobj.holds_own_token({"spec": {}, "status": {"tokenSha256": h}}, h)  # pruned
+    assert not _kobj.holds_own_token({"spec": {"tokenSha256": h},
+                                      "status": {"tokenSha256": "0" * 64}}, h)  # an old operator
+    e = _kobj.own_token_error({"metadata": {"name": "s"}})
+    assert e.reason == "OwnToken" and e.sandbox == "s" and "token_secret=True" in e.message
 
 
 def test_data_plane_url_and_token():

@@ -244,6 +244,52 @@ def test_create_replaces_a_sandbox_whose_vm_refuses_its_token(asynchronous):
     assert [d[1][6] for d in deletes] == ["tg-1"]
 
 
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_create_with_its_own_token_reads_no_secret_and_is_not_replaced(asynchronous):
+    """The client's own token: the create carries its hash, the Ready
+    object echoes it (spec and status), no Secret is read and the token is
+    checked at the node; a VM refusing it is no Secret race, so the
+    Sandbox is deleted and the AuthError raised, not another made."""
+    made = []
+
+    def kube(api, method, *args, **kw):
+        if method == "create_namespaced_custom_object":
+            body = args[4]
+            obj = _sbx(f"tg-{len(made) + 1}", 20 + len(made))
+            obj["spec"] = dict(body["spec"])
+            made.append(obj)
+            return obj
+        if method == "delete_namespaced_custom_object":
+            return None
+        if method == "read_namespaced_lease":
+            return errors.SandboxNotFoundError("no lease", status_code=404)
+        raise AssertionError(method)   # never read_namespaced_secret
+
+    def wait(namespace, step, select, min_rv, timeout):
+        obj = _sbx(step.name, min_rv + 1, ready=True)
+        obj["spec"] = made[-1]["spec"]
+        del obj["status"]["tokenSecretName"]
+        obj["status"]["tokenSha256"] = obj["spec"]["tokenSha256"]
+        return obj, {}
+
+    answers = iter([Resp(200), Resp(401, b'{"error": {"code": "Unauthenticated", "message": "no"}}')])
+    io = Script({"kube": kube, "wait": wait, "request": lambda *a, **kw: next(answers)},
+                asynchronous)
+    b = _backend()
+    kw = dict(template="tg", name=None, labels={}, ttl_seconds=None, env=None, resources=None,
+              timeout=30, wait_pending=False)
+    ref = drive(b.create(**kw), io)
+    assert _kobj.token_sha256(ref.token) == made[0]["spec"]["tokenSha256"]
+    assert ref.base == "http://h:1/v1/sandboxes/k-u-tg-1"
+    assert b._own_tokens == {"u-tg-1": ("tg-1", ref.token)}
+    with pytest.raises(errors.AuthError):
+        drive(b.create(**kw), io)
+    assert len(made) == 2   # not replaced
+    deletes = [c for c in io.calls if c[0] == "kube" and c[1][1].startswith("delete")]
+    assert [d[1][6] for d in deletes] == ["tg-2"]
+    assert list(b._own_tokens) == ["u-tg-1"]
+
+
 def test_a_closed_backend_refuses_new_calls():
     b = _backend()
     io = Script({"close_kube": None, "close_http": None})
