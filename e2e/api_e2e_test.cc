@@ -5,6 +5,8 @@
 // RBAC and node admission policy keep each identity to its own writes.
 #include <gtest/gtest.h>
 
+#include <cctype>
+
 #include "e2e/e2e_env.h"
 #include "kube/leader_election.h"
 #include "kube/resource.h"
@@ -97,6 +99,69 @@ TEST(ApiE2E, InvalidManifestsAreRefusedWithClearMessages) {
   auto f = c->Get(kube::SandboxForkResource(), ns, "f");
   ASSERT_TRUE(f.ok());
   EXPECT_EQ((*f)["spec"]["replicas"], 1);
+}
+
+// spec.tokenSha256, a client's own token as its hash (docs/api.md): the
+// apiserver refuses anything but 64 lowercase hex digits with the CRD's
+// CEL message, keeps a valid one as written, and refuses changing, adding
+// or removing it after the create.
+TEST(ApiE2E, AClientsTokenHashIsValidatedAndImmutable) {
+  KUBICLE_REQUIRE_CLUSTER();
+  auto c = NewClient();
+  std::string ns = TestNamespace(c.get());
+  const std::string kHex = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+  const std::string kMalformed =
+      "spec.tokenSha256 must be the hex SHA-256 of the client's token: exactly 64 lowercase hex "
+      "digits";
+  auto sandbox = [](const std::string& name, const std::string& hash) {
+    return "apiVersion: kubicle.dev/v1alpha1\nkind: Sandbox\nmetadata: {name: " + name +
+           "}\nspec: {templateRef: {name: t}, tokenSha256: '" + hash + "'}";
+  };
+  std::string upper = kHex;
+  for (char& ch : upper) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  for (const std::string& bad : {upper, kHex.substr(0, 63), kHex.substr(0, 32),
+                                 std::string(64, 'g'), kHex.substr(0, 62) + " a", std::string()}) {
+    auto r = Cluster()->Kubectl({"apply", "-n", ns, "-f", "-"}, sandbox("bad", bad));
+    ASSERT_TRUE(r.ok());
+    EXPECT_NE(r->exit_code, 0) << bad;
+    EXPECT_NE(r->output.find(kMalformed), std::string::npos) << bad << " got: " << r->output;
+  }
+  // Over 64 characters: the schema's maxLength (which bounds the CEL
+  // rule's cost) refuses it.
+  auto r = Cluster()->Kubectl({"apply", "-n", ns, "-f", "-"}, sandbox("bad", kHex + "0"));
+  ASSERT_TRUE(r.ok());
+  EXPECT_NE(r->exit_code, 0);
+  EXPECT_NE(r->output.find("spec.tokenSha256: Too long: may not be more than 64"),
+            std::string::npos)
+      << r->output;
+  EXPECT_FALSE(c->Get(kube::SandboxResource(), ns, "bad").ok());
+
+  ASSERT_EQ(Cluster()->Kubectl({"apply", "-n", ns, "-f", "-"}, sandbox("own", kHex))->exit_code, 0);
+  auto own = c->Get(kube::SandboxResource(), ns, "own");
+  ASSERT_TRUE(own.ok());
+  EXPECT_EQ((*own)["spec"]["tokenSha256"], kHex);
+  std::string other = kHex;
+  other[0] = 'f';
+  r = Cluster()->Kubectl({"patch", "-n", ns, "sbx", "own", "--type=merge", "-p",
+                          R"({"spec":{"tokenSha256":")" + other + R"("}})"});
+  EXPECT_NE(r->exit_code, 0);
+  EXPECT_NE(r->output.find("spec.tokenSha256 is immutable"), std::string::npos) << r->output;
+  r = Cluster()->Kubectl(
+      {"patch", "-n", ns, "sbx", "own", "--type=merge", "-p", R"({"spec":{"tokenSha256":null}})"});
+  EXPECT_NE(r->exit_code, 0);
+  EXPECT_NE(r->output.find("spec.tokenSha256 cannot be added or removed"), std::string::npos)
+      << r->output;
+  const std::string minted =
+      "apiVersion: kubicle.dev/v1alpha1\nkind: Sandbox\nmetadata: {name: minted}\n"
+      "spec: {templateRef: {name: t}}";
+  ASSERT_EQ(Cluster()->Kubectl({"apply", "-n", ns, "-f", "-"}, minted)->exit_code, 0);
+  r = Cluster()->Kubectl({"patch", "-n", ns, "sbx", "minted", "--type=merge", "-p",
+                          R"({"spec":{"tokenSha256":")" + kHex + R"("}})"});
+  EXPECT_NE(r->exit_code, 0);
+  EXPECT_NE(r->output.find("spec.tokenSha256 cannot be added or removed"), std::string::npos)
+      << r->output;
+  EXPECT_EQ((*c->Get(kube::SandboxResource(), ns, "own"))["spec"]["tokenSha256"], kHex);
+  EXPECT_FALSE((*c->Get(kube::SandboxResource(), ns, "minted"))["spec"].contains("tokenSha256"));
 }
 
 // The examples (examples/README.md) are accepted by the CRDs as written,
