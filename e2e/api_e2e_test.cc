@@ -162,6 +162,29 @@ TEST(ApiE2E, AClientsTokenHashIsValidatedAndImmutable) {
       << r->output;
   EXPECT_EQ((*c->Get(kube::SandboxResource(), ns, "own"))["spec"]["tokenSha256"], kHex);
   EXPECT_FALSE((*c->Get(kube::SandboxResource(), ns, "minted"))["spec"].contains("tokenSha256"));
+
+  // A SandboxFork's children's hashes (spec.childTokenSha256): each item
+  // as strict, the list immutable.
+  auto fork = [](const std::string& hashes) {
+    return "apiVersion: kubicle.dev/v1alpha1\nkind: SandboxFork\nmetadata: {name: f}\n"
+           "spec: {sourceRef: {name: own}, replicas: 2, childTokenSha256: [" +
+           hashes + "]}";
+  };
+  r = Cluster()->Kubectl({"apply", "-n", ns, "-f", "-"}, fork("'" + kHex + "', '" + upper + "'"));
+  ASSERT_TRUE(r.ok());
+  EXPECT_NE(r->exit_code, 0);
+  EXPECT_NE(r->output.find("spec.childTokenSha256 items must be the hex SHA-256 of a child's "
+                           "token: exactly 64 lowercase hex digits"),
+            std::string::npos)
+      << r->output;
+  ASSERT_EQ(Cluster()
+                ->Kubectl({"apply", "-n", ns, "-f", "-"}, fork("'" + kHex + "', '" + other + "'"))
+                ->exit_code,
+            0);
+  r = Cluster()->Kubectl({"patch", "-n", ns, "sbxf", "f", "--type=merge", "-p",
+                          R"({"spec":{"childTokenSha256":[")" + other + R"("]}})"});
+  EXPECT_NE(r->exit_code, 0);
+  EXPECT_NE(r->output.find("spec.childTokenSha256 is immutable"), std::string::npos) << r->output;
 }
 
 // The examples (examples/README.md) are accepted by the CRDs as written,

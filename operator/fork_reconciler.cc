@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "common/sha256.h"
 #include "kube/json_fields.h"
 
 namespace kubicle::op {
@@ -69,6 +70,13 @@ Json DesiredForkChild(const SandboxForkView& fork, const SandboxView& source,
   // network too: a child never gets a wider egress than its source had.
   for (const char* f : {"env", "resources", "network"}) {
     if (const Json& v = kube::At(source.object, {"spec", f}); !v.is_null()) spec[f] = v;
+  }
+  // The client's own token of this child (spec.childTokenSha256): no
+  // Secret for it. One the CRD should have refused is not copied: the
+  // child gets a minted token rather than failing on the Sandbox's CRD.
+  const auto& hashes = fork.spec.child_token_sha256;
+  if (index >= 0 && static_cast<size_t>(index) < hashes.size() && IsSha256Hex(hashes[index])) {
+    spec["tokenSha256"] = hashes[index];
   }
   if (fork.spec.ttl_seconds) {
     spec["ttlSeconds"] = *fork.spec.ttl_seconds;

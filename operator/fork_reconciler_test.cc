@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/sha256.h"
 #include "operator/sandbox_reconciler.h"
 #include "operator/test_world.h"
 
@@ -63,6 +64,38 @@ TEST_F(ForkReconcilerTest, ChildrenCopyTheSourcesNetwork) {
   CreateFork(2);
   ASSERT_TRUE(Reconcile().ok());
   for (const char* c : {"f-0", "f-1"}) EXPECT_EQ(w.Sandbox(c)["spec"]["network"], network) << c;
+}
+
+// spec.childTokenSha256: child i brings its client's own token as item i
+// (spec.tokenSha256), so its Sandbox pass makes no Secret; a child past
+// the list, or of an item the CRD should have refused, gets a minted one.
+TEST_F(ForkReconcilerTest, ChildrenTakeTheClientsOwnTokenHashes) {
+  const std::string a = Sha256Hex("child 0"), b = Sha256Hex("child 1");
+  Json f = {{"metadata", {{"name", "f"}}},
+            {"spec",
+             {{"sourceRef", {{"name", "src"}}},
+              {"replicas", 4},
+              {"childTokenSha256", {a, b, std::string(64, 'A')}}}}};
+  ASSERT_TRUE(w.client.Create(kube::SandboxForkResource(), kNs, f).ok());
+  ASSERT_TRUE(Reconcile().ok());
+  EXPECT_EQ(w.Sandbox("f-0")["spec"]["tokenSha256"], a);
+  EXPECT_EQ(w.Sandbox("f-1")["spec"]["tokenSha256"], b);
+  EXPECT_FALSE(w.Sandbox("f-2")["spec"].contains("tokenSha256"));
+  EXPECT_FALSE(w.Sandbox("f-3")["spec"].contains("tokenSha256"));
+  for (const char* c : {"f-0", "f-1", "f-2", "f-3"})
+    ASSERT_TRUE(SandboxReconciler(w.ctx).Reconcile(kube::ObjectKey(kNs, c)).ok()) << c;
+  EXPECT_EQ(w.Sandbox("f-0")["status"]["tokenSha256"], a);
+  EXPECT_FALSE(w.Sandbox("f-0")["status"].contains("tokenSecretName"));
+  EXPECT_EQ(w.Sandbox("f-1")["status"]["tokenSha256"], b);
+  for (const char* c : {"f-0", "f-1"}) {
+    EXPECT_TRUE(kube::IsNotFound(
+        w.client.Get(kube::SecretResource(), kNs, std::string(c) + "-token").status()))
+        << c;
+  }
+  for (const char* c : {"f-2", "f-3"}) {
+    EXPECT_TRUE(w.client.Get(kube::SecretResource(), kNs, std::string(c) + "-token").ok()) << c;
+    EXPECT_EQ(w.Sandbox(c)["status"]["tokenSecretName"], std::string(c) + "-token");
+  }
 }
 
 TEST_F(ForkReconcilerTest, IdempotentAcrossRestartsAndCountsReady) {

@@ -393,6 +393,15 @@ SandboxForkSpec ParseSandboxForkSpec(const Fields& root) {
   Fields child = spec.Object("childMetadata");
   s.child_labels = child.StringMap("labels");
   s.child_annotations = child.StringMap("annotations");
+  const Json& hashes = spec.Array("childTokenSha256");
+  spec.ItemsAre("childTokenSha256", "string");
+  for (size_t i = 0; i < hashes.size(); ++i) {
+    if (!hashes[i].is_string()) {
+      spec.Note(spec.Path("childTokenSha256") + "[" + std::to_string(i) +
+                "]: expected a string, got " + hashes[i].type_name());
+    }
+    s.child_token_sha256.push_back(hashes[i].is_string() ? hashes[i].get<std::string>() : "");
+  }
   return s;
 }
 

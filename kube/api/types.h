@@ -190,6 +190,9 @@ struct SandboxForkSpec {
   std::optional<int64_t> ttl_seconds;
   std::optional<std::string> expires_at;
   std::map<std::string, std::string> child_labels, child_annotations;  // childMetadata
+  // childTokenSha256[]: child i's spec.tokenSha256 (its client's own token,
+  // as its hash), as written; an item that is not a string reads as "".
+  std::vector<std::string> child_token_sha256;
 };
 
 struct SandboxForkStatus {

@@ -120,7 +120,8 @@ def own_token_error(obj: Mapping[str, Any]) -> errors.AuthError:
 
 
 def fork_manifest(source: Mapping[str, Any], *, count: int, labels: Mapping[str, str],
-                  ttl_seconds: Optional[int]) -> Dict[str, Any]:
+                  ttl_seconds: Optional[int],
+                  child_token_sha256: Optional[List[str]] = None) -> Dict[str, Any]:
     if not 1 <= count <= 100:
         raise ValueError("count must be in [1, 100] (a SandboxFork's replicas)")
     src = name_of(source)
@@ -137,6 +138,8 @@ def fork_manifest(source: Mapping[str, Any], *, count: int, labels: Mapping[str,
         spec["childMetadata"] = {"labels": dict(labels)}
     if ttl_seconds is not None:
         spec["ttlSeconds"] = int(ttl_seconds)
+    if child_token_sha256:
+        spec["childTokenSha256"] = list(child_token_sha256)
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "SandboxFork",
             "metadata": {"name": name, "namespace": _get(source, "metadata", "namespace"),
                          "labels": own},

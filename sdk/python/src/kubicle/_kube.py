@@ -458,7 +458,14 @@ class KubeBackend:
 
     def _fork_once(self, ref: Ref, count: int, labels: Mapping[str, str],
                    ttl_seconds: Optional[int], timeout: float) -> Op[List[Ref]]:
-        body = _kobj.fork_manifest(ref.raw, count=count, labels=labels, ttl_seconds=ttl_seconds)
+        """One SandboxFork of ``count``, its children Ready. Each child's
+        token is made here and only its hash sent (childTokenSha256: the
+        operator gives child i hash i, no Secret); a child that did not
+        take it (an older CRD or operator) has its Secret's."""
+        tokens = [_kobj.new_token() for _ in range(count)]
+        hashes = [_kobj.token_sha256(t) for t in tokens]
+        body = _kobj.fork_manifest(ref.raw, count=count, labels=labels, ttl_seconds=ttl_seconds,
+                                   child_token_sha256=hashes)
         fork = yield self._co("create_namespaced_custom_object", _kobj.FORKS, body,
                               what="create SandboxFork", sandbox=ref.info.name)
         fname = _kobj.name_of(fork)
@@ -472,7 +479,12 @@ class KubeBackend:
         # leaves them as plain Sandboxes, so each can be deleted on its own
         # (the fork would recreate a child deleted under it).
         yield from self._delete(_kobj.FORKS, fname, "Orphan")
-        return [self._ref(c) for c in children]
+        kids = [self._ref(c) for c in children]
+        for kid, token, sha in zip(kids, tokens, hashes):
+            if _kobj.holds_own_token(kid.raw, sha):
+                kid.token = token
+                self._own_tokens[kid.info.uid] = (kid.info.name, token)
+        return kids
 
     def _wait_children(self, fname: str, count: int, timeout: float,
                        min_rv: Optional[int]) -> Op[List[Dict[str, Any]]]:

@@ -75,6 +75,7 @@ class FakeCluster:
         self.forbid: set = set()
         self.auth_headers: List[str] = []   # each request's Authorization header, in order
         self.requests: List[Tuple[str, str]] = []   # each request's (method, path), in order
+        self.posted: List[Tuple[str, str, Any]] = []   # each POST's (method, path, body)
         self.ca_pem = ca_pem                # the serving CA, for kubeconfig() under tls
         # Template name -> "ready", "notready", "vmfail" or "nodefull" (the node
         # refuses the VM for want of vCPUs); absent: TemplateNotFound.
@@ -194,8 +195,9 @@ users:
                 meta["name"] = meta.pop("generateName", "x-") + "".join(
                     random.choices(string.ascii_lowercase + string.digits, k=5))
             meta.pop("generateName", None)
-            if plural == "sandboxes" and self.prunes_token_sha256:
+            if plural in ("sandboxes", "sandboxforks") and self.prunes_token_sha256:
                 obj.get("spec", {}).pop("tokenSha256", None)
+                obj.get("spec", {}).pop("childTokenSha256", None)
             key = (plural, ns, meta["name"])
             if key in self.objects:
                 raise _ApiFail(409, "AlreadyExists", f"{plural} \"{meta['name']}\" already exists")
@@ -337,8 +339,13 @@ users:
         own = spec.get("tokenSha256") or ""
         if own:
             # The client's own token: no Secret; the node gets its hash.
-            self.node.add("k-" + meta["uid"], "", template=template, labels=labels, env=env,
-                          token_sha256=own)
+            if source:
+                src = self.get("sandboxes", key[1], source)
+                self.node.copy("k-" + src["metadata"]["uid"], "k-" + meta["uid"], "",
+                               labels).token_sha256 = own
+            else:
+                self.node.add("k-" + meta["uid"], "", template=template, labels=labels, env=env,
+                              token_sha256=own)
             return self._set(key, "Running", sched=("True", "Scheduled", ""),
                              ready=("True", "Running", ""), token_sha256=own,
                              vm={"state": "Running", "endpoint": self.node.address,
@@ -536,7 +543,11 @@ users:
                   if k in ("kubicle.dev/run", "kubicle.dev/agent", "kubicle.dev/template")}
         labels.update((fork["spec"].get("childMetadata") or {}).get("labels") or {})
         labels["kubicle.dev/fork-of"] = fork["metadata"]["name"]
+        hashes = fork["spec"].get("childTokenSha256") or []
         for i in range(fork["spec"].get("replicas", 1)):
+            spec = {"templateRef": src["spec"]["templateRef"], "forkSource": src["metadata"]["name"]}
+            if i < len(hashes):
+                spec["tokenSha256"] = hashes[i]   # the client's own token of child i
             self.create("sandboxes", key[1], {
                 "apiVersion": "kubicle.dev/v1alpha1", "kind": "Sandbox",
                 "metadata": {"name": f"{fork['metadata']['name']}-{i}", "labels": dict(labels),
@@ -544,8 +555,7 @@ users:
                                                   "kind": "SandboxFork", "controller": True,
                                                   "name": fork["metadata"]["name"],
                                                   "uid": fork["metadata"]["uid"]}]},
-                "spec": {"templateRef": src["spec"]["templateRef"],
-                         "forkSource": src["metadata"]["name"]}})
+                "spec": spec})
         self.update(key, lambda o: o.update(status={"phase": "Forking"}))
 
     # --- HTTP ---------------------------------------------------------------------
@@ -559,6 +569,8 @@ users:
         auth = h.headers.get("Authorization", "")
         self.auth_headers.append(auth)
         self.requests.append((method, u.path))
+        if method == "POST":
+            self.posted.append((method, u.path, copy.deepcopy(body)))
         try:
             scheme, _, token = auth.partition(" ")
             if self.token is not None and (scheme.lower() != "bearer" or token != self.token):

@@ -126,6 +126,38 @@ def test_fork_children_ready_and_independent(kube, cluster, node):
     assert sorted(kube.sandboxes.delete({"run": "bo"})) == sorted([kids[0].name, kids[2].name])
 
 
+def test_fork_children_bring_their_own_tokens(kube, cluster, node):
+    """fork makes each child's token and sends the hashes in
+    spec.childTokenSha256: child i carries hash i, no Secret is made or
+    read for any of them, and each child's data plane takes its token."""
+    base = kube.sandboxes.create("tg", metadata={"run": "fown"})
+    reads = _secret_reads(cluster)
+    kids = base.fork(3)
+    fork_name = kids[0].name.rsplit("-", 1)[0]
+    created = [b for m, p, b in cluster.posted if p.endswith("/sandboxforks")]
+    assert created[-1]["spec"]["childTokenSha256"] == [
+        hashlib.sha256(k._ref.token.encode()).hexdigest() for k in kids]
+    for k in kids:
+        obj = cluster.get("sandboxes", "team-a", k.name)
+        assert obj["spec"]["tokenSha256"] == obj["status"]["tokenSha256"]
+        assert "tokenSecretName" not in obj["status"]
+        assert k.exec(["echo", k.name]).stdout == k.name + "\n"
+    assert len({k._ref.token for k in kids}) == 3 and fork_name
+    assert _secret_reads(cluster) == reads and cluster.list("secrets", "team-a") == []
+    kube.sandboxes.delete({"run": "fown"})
+
+
+def test_fork_on_an_apiserver_that_prunes_the_hashes_uses_secrets(kube, cluster):
+    cluster.prunes_token_sha256 = True
+    base = kube.sandboxes.create("tg", metadata={"run": "fold"})
+    kids = base.fork(2)
+    for k in kids:
+        secret = cluster.get("secrets", "team-a", f"{k.name}-token")
+        assert k._ref.token == base64.b64decode(secret["data"]["token"]).decode()
+        assert k.exec(["echo", "old"]).stdout == "old\n"
+    kube.sandboxes.delete({"run": "fold"})
+
+
 def test_list_and_sweep(kube, cluster):
     a = [kube.sandboxes.create("tg", metadata={"run": "r1", "agent": f"a{i}"}) for i in range(3)]
     kube.sandboxes.create("tg", metadata={"run": "r2"})

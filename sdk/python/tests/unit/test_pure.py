@@ -171,6 +171,10 @@ def test_manifest():
                          "childMetadata": {"labels": {"kubicle.dev/x": "y"}}}
     assert f["metadata"]["labels"] == {"kubicle.dev/run": "r"}
     assert f["metadata"]["name"].startswith("s-f")
+    h = ["ab" * 32, "cd" * 32]
+    f = _kobj.fork_manifest(_sbx(), count=2, labels={}, ttl_seconds=5, child_token_sha256=h)
+    assert f["spec"] == {"sourceRef": {"name": "s"}, "replicas": 2, "ttlSeconds": 5,
+                         "childTokenSha256": h}
 
 
 @pytest.mark.parametrize("status,state,cls", [
