@@ -123,6 +123,15 @@ Result<DataPlane> ResolveDataPlane(kube::KubeClient& kube, const std::string& ns
   }
   const SandboxView view = SandboxView::Parse(*sandbox);
   const std::string& secret_name = view.status.token_secret_name;
+  if (secret_name.empty() && view.spec.token_sha256) {
+    // Its client brought its own token (the Python SDK's default): only
+    // the hash is in the cluster, so no Secret will ever hold the token.
+    return Status::PermissionDenied(
+        "Sandbox " + name +
+        " was created with its client's own token (spec.tokenSha256): no "
+        "Secret holds it, so only that client can reach its data plane (the SDK's "
+        "create(token_secret=True) makes a Sandbox kubectl kubicle can reach)");
+  }
   if (secret_name.empty()) {
     return Status::FailedPrecondition("Sandbox " + name + " has no token Secret yet (phase " +
                                       view.status.phase + ")");

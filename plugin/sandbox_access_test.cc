@@ -102,5 +102,20 @@ TEST(SandboxAccess, ResolveReadsTheThreeObjects) {
   EXPECT_NE(missing.status().message().find("not found in namespace ns"), std::string::npos);
 }
 
+// A Sandbox whose client brought its own token (spec.tokenSha256) has no
+// Secret: the plugin says so instead of waiting for one.
+TEST(SandboxAccess, ASandboxWithItsClientsOwnTokenIsRefusedSayingWhy) {
+  kube::FakeKubeClient kube;
+  Json s = Sandbox();
+  s["spec"] = {{"templateRef", {{"name", "tg"}}}, {"tokenSha256", std::string(64, 'a')}};
+  s["status"].erase("tokenSecretName");
+  ASSERT_TRUE(kube.Create(kube::SandboxResource(), "ns", s).ok());
+  ASSERT_TRUE(kube.Create(kube::LeaseResource(), "leases", Lease(kCa)).ok());
+  auto dp = ResolveDataPlane(kube, "ns", "sbx", "leases");
+  EXPECT_EQ(dp.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(dp.status().message().find("client's own token (spec.tokenSha256)"), std::string::npos)
+      << dp.status().ToString();
+}
+
 }  // namespace
 }  // namespace kubicle::plugin
