@@ -8,13 +8,16 @@ nodes, whiteouts, hard links, huge files of zeros that stream from disk):
 
   push_image.py --registry 127.0.0.1:5000 --repo team/py --tag 1 \\
       [--ca ca.pem] [--user U --password P] [--insecure] \\
-      [--layer-dir DIR]... [--layer-entries entries.json]... [--gzip] \\
+      [--layer-tar FILE]... [--layer-dir DIR]... [--layer-entries entries.json]... \\
+      [--gzip] \\
       [--env K=V]... [--entrypoint '["/bin/sh"]'] [--cmd '[...]'] \\
       [--workdir /app] [--config-user 1000] \\
       [--index linux/amd64,linux/arm64] [--docker]
 
-Layers are applied in the order given. An entries file is a JSON list of
-{"path": "etc/x", "type": "file"|"dir"|"symlink"|"hardlink"|"char"|"block"
+Layers are applied in this order: tar files made elsewhere (--layer-tar,
+pushed byte for byte; gzip'd ones with --gzip, which applies to every
+layer), directories, entry files, each kind in the order given. An entries
+file is a JSON list of {"path": "etc/x", "type": "file"|"dir"|"symlink"|"hardlink"|"char"|"block"
  |"fifo", "data": "text" | "size": N (zeros), "mode": 420, "uid": 0,
  "gid": 0, "link": "target", "devmajor": 1, "devminor": 3}; paths are
 written exactly as given (nothing is cleaned). A whiteout is a file named
@@ -234,6 +237,7 @@ def main():
     ap.add_argument("--ca")
     ap.add_argument("--user")
     ap.add_argument("--password")
+    ap.add_argument("--layer-tar", action="append", default=[])
     ap.add_argument("--layer-dir", action="append", default=[])
     ap.add_argument("--layer-entries", action="append", default=[])
     ap.add_argument("--gzip", action="store_true")
@@ -246,8 +250,9 @@ def main():
     ap.add_argument("--docker", action="store_true")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="kubicle-push-") as tmp:
-        layers = []
-        # Directories first, then entry files, each in the order given.
+        # Tar files made elsewhere first, then directories, then entry files,
+        # each in the order given.
+        layers = [os.path.abspath(t) for t in a.layer_tar]
         for i, d in enumerate(a.layer_dir):
             p = os.path.join(tmp, f"dir{i}.tar")
             layer_from_dir(d, p, a.gzip)

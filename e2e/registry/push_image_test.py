@@ -10,6 +10,7 @@ unit); the registry cases skip without docker-registry.
 """
 import gzip
 import hashlib
+import io
 import json
 import os
 import subprocess
@@ -164,6 +165,26 @@ class PushTest(unittest.TestCase):
             self.assertEqual(pushed["reference"], f"{reg.address}/c/l:2")
             tag_manifest = get(reg, "/v2/c/l/manifests/2", accept=push_image.OCI_MANIFEST)
             self.assertEqual("sha256:" + hashlib.sha256(tag_manifest).hexdigest(), pushed["manifest_digest"])
+
+    def test_a_tar_made_elsewhere_is_pushed_byte_for_byte_before_directories(self):
+        with Registry() as reg:
+            d = os.path.join(self.tmp.name, "dir")
+            os.makedirs(d)
+            with open(os.path.join(d, "g"), "w") as f:
+                f.write("y")
+            out = subprocess.run([sys.executable, os.path.join(HERE, "push_image.py"), "--registry",
+                                  reg.address, "--insecure", "--repo", "c/t", "--layer-dir", d,
+                                  "--layer-tar", self.layer, "--gzip"],
+                                 check=True, capture_output=True, text=True).stdout
+            pushed = json.loads(out)
+            with open(self.layer, "rb") as f:
+                digest = "sha256:" + hashlib.sha256(f.read()).hexdigest()
+            self.assertEqual(len(pushed["layers"]), 2)
+            self.assertEqual(pushed["layers"][0]["digest"], digest)
+            self.assertEqual(pushed["layers"][0]["size"], os.path.getsize(self.layer))
+            with tarfile.open(fileobj=io.BytesIO(get(reg, f"/v2/c/t/blobs/{pushed['layers'][1]['digest']}")),
+                              mode="r:gz") as t:
+                self.assertEqual(t.getnames(), ["g"])
 
 
 if __name__ == "__main__":
