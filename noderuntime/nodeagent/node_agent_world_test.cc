@@ -348,6 +348,36 @@ TEST_F(NodeAgentWorld, AForkWaitsForItsTokenAndABadHashFailsTheSandbox) {
   ASSERT_TRUE(Eventually([&] { return VmState("kid") == "Running"; }));
 }
 
+// A client's own token (spec.tokenSha256, immutable; the operator
+// publishes it as written): the node takes it from the spec, so the VM
+// opens and is reported Running without the operator's status write, and
+// a fork's children are forked at once, each with its own. A spec hash
+// that is not 64 lowercase hex is never taken.
+TEST_F(NodeAgentWorld, AClientsOwnTokenHashOpensTheVmWithoutTheOperatorsWrite) {
+  ReadyTemplate();
+  Json mine = CreateSandbox("mine", Json{{"tokenSha256", Sha256Hex("mine")}}, /*token=*/false);
+  ASSERT_TRUE(Eventually([&] { return VmState("mine") == "Running"; }));
+  EXPECT_TRUE(svc_.CheckToken(IdOf(mine), "mine"));
+  EXPECT_FALSE(svc_.CheckToken(IdOf(mine), kToken));
+  std::vector<Json> kids;
+  for (int i = 0; i < 3; ++i) {
+    const std::string n = "kid-" + std::to_string(i);
+    kids.push_back(CreateSandbox(n, Json{{"forkSource", "mine"}, {"tokenSha256", Sha256Hex(n)}},
+                                 /*token=*/false));
+  }
+  for (int i = 0; i < 3; ++i) {
+    const std::string n = "kid-" + std::to_string(i);
+    ASSERT_TRUE(Eventually([&] { return VmState(n) == "Running"; })) << n;
+    EXPECT_TRUE(svc_.CheckToken(IdOf(kids[i]), n));
+    EXPECT_FALSE(svc_.CheckToken(IdOf(kids[i]), "mine"));
+  }
+  Json bad = CreateSandbox("bad", Json{{"tokenSha256", std::string(64, 'A')}}, /*token=*/false);
+  ASSERT_TRUE(Eventually([&] { return svc_.GetSandbox(IdOf(bad)).ok(); }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // room for a wrong report
+  EXPECT_EQ(VmState("bad"), "") << "opened with a malformed hash";
+  EXPECT_FALSE(svc_.CheckToken(IdOf(bad), ""));
+}
+
 TEST_F(NodeAgentWorld, ARestartReadoptsByUidFailsVanishedVmsAndReapsOrphans) {
   ReadyTemplate();
   Json keep = CreateSandbox("keep");

@@ -3,6 +3,7 @@
 #include <set>
 
 #include "common/log.h"
+#include "common/sha256.h"
 #include "guest/protocol/messages.h"
 #include "kube/api/names.h"
 #include "kube/time_format.h"
@@ -25,6 +26,19 @@ double Since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// The Sandbox's token hash: the operator's (status.tokenSha256) or, before
+// that write, its client's own (spec.tokenSha256, immutable), which the
+// operator publishes as written once it is 64 lowercase hex. Taken from
+// the spec, the VM opens without waiting on the operator's status write,
+// and a fork's children are all known at once. One that is not 64
+// lowercase hex is never taken (the operator fails that Sandbox).
+std::string TokenSha256Of(const kube::api::SandboxSpec& spec,
+                          const kube::api::SandboxStatus& status) {
+  if (!status.token_sha256.empty()) return status.token_sha256;
+  if (spec.token_sha256 && IsSha256Hex(*spec.token_sha256)) return *spec.token_sha256;
+  return "";
+}
+
 }  // namespace
 
 std::optional<VmReport> ReportedVm(const kube::api::SandboxStatus& status) {
@@ -45,7 +59,7 @@ Result<DesiredVm> DesiredVmOf(const SandboxView& sandbox) {
   // names are not, so those get the id.
   d.spec.hostname = guest::protocol::ValidateHostname(name).ok() && name.find('.') == std::string::npos
                         ? name : d.spec.id;
-  d.spec.token_sha256 = sandbox.status.token_sha256;
+  d.spec.token_sha256 = TokenSha256Of(sandbox.spec, sandbox.status);
   for (const auto& [k, v] : sandbox.spec.env) d.spec.env[k] = v;
   // Checked strictly here too (the CRD keeps egress free-form): a bad
   // policy fails the Sandbox with the reason instead of running wider.
@@ -190,7 +204,7 @@ void SandboxSync::Teardown(const std::string& key, const SandboxView& obj, const
 }
 
 bool SandboxSync::TokenKnown(const std::string& key, const SandboxView& obj, const std::string& id) {
-  const std::string& sha = obj.status.token_sha256;
+  const std::string sha = TokenSha256Of(obj.spec, obj.status);
   if (sha.empty()) return false;  // the operator's status write requeues
   Status st = service_->SetSandboxToken(id, sha);
   if (st.ok()) return true;
@@ -343,9 +357,10 @@ std::vector<SandboxView> SandboxSync::ClaimSiblings(const std::string& key, cons
     // Filtered on what is read without a copy; only candidates are copied.
     const kube::api::ObjectMeta meta = kube::api::ParseObjectMeta(o);
     if (meta.ns != ns || meta.deleting || meta.Key() == key) return;
-    if (kube::api::ParseSandboxSpec(o, nullptr).fork_source != source) return;
+    const kube::api::SandboxSpec spec = kube::api::ParseSandboxSpec(o, nullptr);
+    if (spec.fork_source != source) return;
     const kube::api::SandboxStatus status = kube::api::ParseSandboxStatus(o);
-    if (status.has_vm || status.token_sha256.empty()) return;
+    if (status.has_vm || TokenSha256Of(spec, status).empty()) return;
     candidates.push_back(SandboxView::Parse(o));
   });
   std::vector<SandboxView> out;
