@@ -201,4 +201,12 @@ Status RemoveTree(const std::string& path) {
   return Status::Ok();
 }
 
+std::vector<std::string> SubDirs(const std::string& dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+    if (e.is_directory(ec)) out.push_back(e.path().filename().string());
+  return out;
+}
+
 }  // namespace kubicle::noderuntime

@@ -58,5 +58,7 @@ Status MakePrivateDir(const std::string& path, mode_t mode = 0700);
 // socket a VMM bound: 0600). Refuses a symlink rather than follow it.
 Status SetExactMode(const std::string& path, mode_t mode);
 Status RemoveTree(const std::string& path);
+// The names of the directories in `dir` (none when it cannot be read).
+std::vector<std::string> SubDirs(const std::string& dir);
 
 }  // namespace kubicle::noderuntime

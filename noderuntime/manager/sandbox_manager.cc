@@ -1,9 +1,9 @@
-// SandboxManager: opening and shutting down, supervision (VMM exits),
-// teardown, and the per-sandbox calls (get, list, delete, exec, files).
-// Creation and fork are in sandbox_manager_create.cc, re-adoption in
-// sandbox_manager_adopt.cc, templates in sandbox_manager_templates.cc (the
-// bake itself: TemplateBaker, template_baker.h); the periodic sweeps (TTL,
-// orphans, busy cgroups) are the Sweeper's (sandbox_sweeper.h).
+// SandboxManager: opening (the parts wired, templates loaded, sandboxes
+// re-adopted) and shutting down, the per-sandbox calls (get, list, delete,
+// tokens, exec, files) and the workspace store's calls, metrics. Creation
+// and fork are in sandbox_manager_create.cc, per-call runs in
+// sandbox_manager_run.cc, templates in sandbox_manager_templates.cc; the
+// jobs themselves are the collaborators' (sandbox_manager.h).
 #include "noderuntime/manager/sandbox_manager.h"
 
 #include <signal.h>
@@ -79,41 +79,11 @@ Status SandboxManager::Init() {
   RETURN_IF_ERROR(MakePrivateDir(config_.state_dir + "/sock", 0700));
   RETURN_IF_ERROR(watcher_.Start());
   RegisterMetrics();
-  WarmPool::Options po;
-  po.launcher = config_.launcher.get();
-  po.dir = config_.state_dir + "/pool";
-  po.sock_dir = config_.state_dir + "/sock";
-  po.per_shape = config_.pool_size_per_shape;
-  po.vmm_base = VmmBase(config_);
-  po.reserve = [this](const VmShape& s) { return capacity_->TryReserve(s); };
-  po.release = [this](const VmShape& s) { capacity_->Release(s); };
-  po.on_change = [this] { UpdatePoolGauge(); };
-  if (cgroups_.enabled()) {
-    po.prepare = [this](const PoolVm& vm) {
-      Status s = cgroups_.Create(vm.name, LimitsFor(vm.shape));
-      if (s.ok()) s = cgroups_.AddProcess(vm.name, vm.vmm->pid());
-      if (!s.ok()) log::Warn("pool vm cgroup", {{"vm", vm.name}, {"error", s.ToString()}});
-    };
-    po.discard = [this](const PoolVm& vm) { sweeper_->RemoveCgroupSoon(vm.name); };
-  }
-  pool_ = std::make_unique<WarmPool>(std::move(po));
-  TemplateBaker::Options bo;
-  bo.launcher = config_.launcher.get();
-  bo.sock_dir = config_.state_dir + "/sock";
-  bo.vmm_base = VmmBase(config_);
-  bo.boot_timeout = config_.bake_boot_timeout;
-  bo.agent_options = AgentOptions();
-  bo.allocate_cid = [this] { return table_->AllocateCid(); };
-  bo.release_cid = [this](uint32_t cid) { table_->ReleaseCid(cid); };
-  baker_ = std::make_unique<TemplateBaker>(std::move(bo));
-
-  RETURN_IF_ERROR(OpenNetwork());
-  RETURN_IF_ERROR(OpenWorkspaces());
+  RETURN_IF_ERROR(OpenParts());
   RETURN_IF_ERROR(LoadTemplates());
-  RETURN_IF_ERROR(AdoptSandboxes());
-  KillOrphans();
+  RETURN_IF_ERROR(Readopt());
   // After adoption: what no running sandbox took back is swept.
-  RETURN_IF_ERROR(StartNetwork());
+  RETURN_IF_ERROR(networks_->Start());
   {
     std::lock_guard l(mu_);
     for (auto& [name, t] : templates_) {
@@ -133,7 +103,107 @@ Status SandboxManager::Init() {
   log::Info("node runtime started", {{"state_dir", config_.state_dir},
                                      {"sandboxes", table_->size()},
                                      {"templates", templates_.size()},
-                                     {"cgroups", !cgroups_.enabled() ? "off" : cgroups_.v2() ? "v2" : "v1"}});
+                                     {"cgroups", !cgroups_.enabled() ? "off"
+                                                 : cgroups_.v2()     ? "v2"
+                                                                     : "v1"}});
+  return Status::Ok();
+}
+
+// The pool, the baker and the collaborators, each given what it works on.
+Status SandboxManager::OpenParts() {
+  WarmPool::Options po;
+  po.launcher = config_.launcher.get();
+  po.dir = config_.state_dir + "/pool";
+  po.sock_dir = config_.state_dir + "/sock";
+  po.per_shape = config_.pool_size_per_shape;
+  po.vmm_base = VmmBase(config_);
+  po.reserve = [this](const VmShape& s) { return capacity_->TryReserve(s); };
+  po.release = [this](const VmShape& s) { capacity_->Release(s); };
+  po.on_change = [this] { UpdatePoolGauge(); };
+  if (cgroups_.enabled()) {
+    po.prepare = [this](const PoolVm& vm) {
+      Status s = cgroups_.Create(vm.name, LimitsFor(vm.shape, config_.cgroup_overhead_mib));
+      if (s.ok()) s = cgroups_.AddProcess(vm.name, vm.vmm->pid());
+      if (!s.ok()) log::Warn("pool vm cgroup", {{"vm", vm.name}, {"error", s.ToString()}});
+    };
+    po.discard = [this](const PoolVm& vm) { sweeper_->RemoveCgroupSoon(vm.name); };
+  }
+  pool_ = std::make_unique<WarmPool>(std::move(po));
+  TemplateBaker::Options bo;
+  bo.launcher = config_.launcher.get();
+  bo.sock_dir = config_.state_dir + "/sock";
+  bo.vmm_base = VmmBase(config_);
+  bo.boot_timeout = config_.bake_boot_timeout;
+  bo.agent_options = AgentOptions();
+  bo.allocate_cid = [this] { return table_->AllocateCid(); };
+  bo.release_cid = [this](uint32_t cid) { table_->ReleaseCid(cid); };
+  baker_ = std::make_unique<TemplateBaker>(std::move(bo));
+
+  SandboxNetworks::Metrics nm{slot_build_seconds_, slot_build_failures_, orphans_swept_};
+  ASSIGN_OR_RETURN(networks_, SandboxNetworks::Open(config_.network, config_.state_dir, nm));
+  RETURN_IF_ERROR(OpenWorkspaces());
+  VmSupervisor::Options vo;
+  vo.watcher = &watcher_;
+  vo.capacity = capacity_.get();
+  vo.suspend_disk = suspend_disk_.get();
+  vo.table = table_.get();
+  vo.sweeper = sweeper_.get();
+  vo.workspaces = workspaces_.get();
+  vo.network = sandbox_network();
+  vo.vmm_crashes = vmm_crashes_;
+  vo.delete_grace = config_.delete_grace;
+  supervisor_ = std::make_unique<VmSupervisor>(std::move(vo));
+  SandboxStarter::Options st;
+  st.state_dir = config_.state_dir;
+  st.launcher = config_.launcher.get();
+  st.pool = pool_.get();
+  st.capacity = capacity_.get();
+  st.capacity_mem_mib = config_.capacity_mem_mib;
+  st.capacity_vcpus = config_.capacity_vcpus;
+  st.teardowns = &teardowns_;
+  st.cgroups = &cgroups_;
+  st.cgroup_overhead_mib = config_.cgroup_overhead_mib;
+  st.sweeper = sweeper_.get();
+  st.supervisor = supervisor_.get();
+  st.workspaces = workspaces_.get();
+  st.networks = networks_.get();
+  st.clock = config_.clock;
+  st.agent_timeout = config_.agent_timeout;
+  st.agent_options = AgentOptions();
+  st.admit = [this](const std::shared_ptr<Sandbox>& k) { return AdmitForkChild(k); };
+  st.restore_seconds = restore_seconds_;
+  starter_ = std::make_unique<SandboxStarter>(std::move(st));
+  Suspender::Options so;
+  so.supervisor = supervisor_.get();
+  so.suspend_disk = suspend_disk_.get();
+  so.table = table_.get();
+  so.clock = config_.clock;
+  so.starter = starter_.get();
+  so.networks = networks_.get();
+  so.suspend_seconds = suspend_seconds_;
+  so.resume_seconds = resume_seconds_;
+  suspender_ = std::make_unique<Suspender>(std::move(so));
+  return Status::Ok();
+}
+
+// What the state directory holds of sandboxes: the Adopter's, once.
+Status SandboxManager::Readopt() {
+  Adopter::Options ao;
+  ao.state_dir = config_.state_dir;
+  ao.launcher = config_.launcher.get();
+  ao.table = table_.get();
+  ao.capacity = capacity_.get();
+  ao.cgroups = &cgroups_;
+  ao.sweeper = sweeper_.get();
+  ao.supervisor = supervisor_.get();
+  ao.suspender = suspender_.get();
+  ao.workspaces = workspaces_.get();
+  ao.networks = networks_.get();
+  ao.agent_options = AgentOptions();
+  ao.vmm_crashes = vmm_crashes_;
+  Adopter adopter(std::move(ao));
+  RETURN_IF_ERROR(adopter.AdoptSandboxes());
+  adopter.KillOrphans();
   return Status::Ok();
 }
 
@@ -159,16 +229,11 @@ void SandboxManager::Shutdown(bool stop_vms) {
   for (auto& sb : all) {
     std::lock_guard op(sb->op_mu);  // waits for creates and deletes in flight
     if (stop_vms || sb->ephemeral) {  // a run in flight fails: its VM must not outlive it
-      Status s = Teardown(sb);
+      Status s = supervisor_->Teardown(sb);
       if (!s.ok()) log::Warn("teardown at shutdown", {{"sandbox", sb->rec.info.id}, {"error", s.ToString()}});
       continue;
     }
-    uint64_t key;
-    {
-      std::lock_guard l(sb->mu);
-      key = std::exchange(sb->watch_key, 0);
-    }
-    if (key) watcher_.Unwatch(key);
+    supervisor_->Unwatch(*sb);
     std::lock_guard l(sb->mu);
     sb->agent.reset();
     sb->vmm.reset();
@@ -178,7 +243,7 @@ void SandboxManager::Shutdown(bool stop_vms) {
   // and the host's table with the last slot in use: a stop that leaves no VM
   // (an uninstall's, after its hook) leaves no table either, one that keeps
   // VMs keeps it for them and the next node.
-  if (network_) network_->Stop(/*remove_host_table=*/true);
+  if (network::SandboxNetwork* n = sandbox_network()) n->Stop(/*remove_host_table=*/true);
   if (stop_vms) {
     // Nothing of this node is left to hold its cgroup parent.
     Status s = cgroups_.RemoveParent();
@@ -202,123 +267,69 @@ std::string SandboxManager::SandboxDir(const std::string& id) const {
   return config_.state_dir + "/sandboxes/" + id;
 }
 
-std::string SandboxManager::SockPath(uint32_t cid, const char* kind) const {
-  return config_.state_dir + "/sock/" + std::to_string(cid) + "." + kind;
-}
+// ---- workspaces (docs/workspaces.md): the store's; a sandbox's attachment
+// is SandboxWorkspaces' ----
 
-Status SandboxManager::Persist(Sandbox& sb) {
-  // A run's VM has no record on purpose: after a daemon crash it is an
-  // orphan that Open() kills, never a sandbox to re-adopt.
-  if (sb.ephemeral) return Status::Ok();
-  return AtomicWriteFile(sb.dir + "/record.json", EncodeSandboxRecord(sb.rec));
-}
-
-Status SandboxManager::Watch(const std::shared_ptr<Sandbox>& sb) {
-  std::weak_ptr<Sandbox> weak = sb;
-  std::lock_guard l(sb->mu);
-  if (!sb->vmm) return Status::FailedPrecondition("no process to watch");
-  ASSIGN_OR_RETURN(sb->watch_key, watcher_.Watch(sb->vmm->exit_fd(), [this, weak](std::optional<int> code) {
-                     if (auto s = weak.lock()) OnVmmExit(s, code);
-                   }));
+Status SandboxManager::OpenWorkspaces() {
+  WorkspaceStoreOptions o;
+  o.dir = config_.state_dir + "/workspaces";
+  o.budget_mib = config_.workspace_budget_mib;
+  o.mke2fs = config_.mke2fs;
+  o.clock = config_.clock;
+  o.helper.helper = config_.ext4_helper;
+  if (o.helper.helper.empty()) {
+    const std::string& vmm = config_.vmm_binary;
+    const size_t slash = vmm.rfind('/');
+    o.helper.helper =
+        (slash == std::string::npos ? std::string(".") : vmm.substr(0, slash)) + "/kubicle-ext4";
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<WorkspaceStore> store, WorkspaceStore::Open(std::move(o)));
+  workspaces_ = std::make_unique<SandboxWorkspaces>(std::move(store));
   return Status::Ok();
 }
 
-void SandboxManager::OnVmmExit(const std::shared_ptr<Sandbox>& sb, std::optional<int> code) {
-  std::lock_guard l(sb->mu);
-  // The watcher reaps our own children; a VMM it could not reap may still
-  // tell its code through the launcher (a fake one does).
-  if (!code && sb->vmm) code = sb->vmm->Reap();
-  sb->exited = true;
-  sb->watch_key = 0;
-  sb->cv.notify_all();
-  if (sb->rec.info.state != SandboxState::kRunning || sb->delete_requested) return;
-  std::string reason = code ? "kubicle-vmm " + DescribeExit(*code) : "kubicle-vmm exited unexpectedly";
-  std::string tail = TailOfFile(sb->log_path, 400);
-  if (!tail.empty()) reason += "; vmm.log: " + tail;
-  sb->rec.info.state = SandboxState::kFailed;
-  sb->rec.info.message = reason;
-  sb->agent.reset();
-  FreeResources(*sb);
-  Status s = Persist(*sb);
-  vmm_crashes_->WithLabels({}).Inc();
-  log::Error("sandbox failed", {{"sandbox", sb->rec.info.id},
-                                {"run", sb->rec.info.labels.count("kubicle.dev/run") ? sb->rec.info.labels.at("kubicle.dev/run") : ""},
-                                {"template", sb->rec.info.template_name},
-                                {"reason", reason},
-                                {"persist", s.ok() ? "ok" : s.ToString()}});
+Result<WorkspaceInfo> SandboxManager::PutWorkspace(const WorkspaceSpec& spec) {
+  return workspaces_->store().Put(spec);
+}
+Result<WorkspaceInfo> SandboxManager::GetWorkspace(const std::string& name) {
+  return workspaces_->store().Get(name);
+}
+std::vector<WorkspaceInfo> SandboxManager::ListWorkspaces() { return workspaces_->store().List(); }
+Status SandboxManager::DeleteWorkspace(const std::string& name) {
+  return workspaces_->store().Delete(name);
+}
+bool SandboxManager::CheckWorkspaceToken(const std::string& name, const std::string& token) {
+  return workspaces_->store().CheckToken(name, token);
+}
+Status SandboxManager::ReadWorkspaceFile(const std::string& name, const std::string& path,
+                                         const guest::client::FileChunkFn& on_chunk) {
+  return workspaces_->store().ReadFile(name, path, on_chunk);
+}
+Status SandboxManager::WriteWorkspaceFile(const std::string& name, const std::string& path,
+                                          guest::protocol::ByteSpan data, uint32_t mode) {
+  return workspaces_->store().WriteFile(name, path, data, mode);
+}
+Result<guest::protocol::StatReply> SandboxManager::StatWorkspaceFile(const std::string& name,
+                                                                     const std::string& path) {
+  return workspaces_->store().StatFile(name, path);
+}
+Result<std::vector<guest::protocol::DirEntry>> SandboxManager::ListWorkspaceFiles(
+    const std::string& name, const std::string& path) {
+  return workspaces_->store().ListFiles(name, path);
+}
+Status SandboxManager::RemoveWorkspaceFile(const std::string& name, const std::string& path,
+                                           bool recursive) {
+  return workspaces_->store().RemoveFile(name, path, recursive);
 }
 
-void SandboxManager::FreeResources(Sandbox& sb) {
-  if (sb.holds_capacity) capacity_->Release(sb.shape);
-  sb.holds_capacity = false;
-  if (sb.holds_cid) table_->ReleaseCid(sb.rec.info.cid);
-  sb.holds_cid = false;
-  if (sb.holds_cgroup) sweeper_->RemoveCgroupSoon(sb.rec.info.id);
-  sb.holds_cgroup = false;
-  // The VMM is gone (or going): its TAP's namespace is torn down off this path.
-  if (sb.holds_slot && network_ && sb.rec.info.network) network_->Release(sb.rec.info.network->slot);
-  sb.holds_slot = false;
-  if (sb.holds_suspend_disk) suspend_disk_->Release(sb.rec.info.suspended_bytes);
-  sb.holds_suspend_disk = false;
-  ReleaseWorkspace(sb);
-  if (!sb.rec.control_path.empty()) ::unlink(sb.rec.control_path.c_str());
-  if (!sb.rec.vsock_path.empty()) ::unlink(sb.rec.vsock_path.c_str());
-  sb.vmm.reset();
+Result<SandboxInfo> SandboxManager::SuspendSandbox(const std::string& id) {
+  ASSIGN_OR_RETURN(auto sb, Find(id));
+  return suspender_->Suspend(sb);
 }
 
-void SandboxManager::StopVm(Sandbox& sb) {
-  VmmProcess* vmm;
-  std::string control;
-  {
-    std::lock_guard l(sb.mu);
-    if (sb.exited || !sb.vmm) return;
-    vmm = sb.vmm.get();  // stays: only Teardown/FreeResources let it go
-    control = sb.rec.control_path;
-  }
-  if (sb.ephemeral) {  // nothing in a discarded VM is worth a clean shutdown
-    (void)vmm->Signal(SIGKILL);
-    WaitExited(vmm->exit_fd(), 10s);
-    return;
-  }
-  Status r = vmm::control::ControlClient(control).Shutdown(500ms);
-  if (!r.ok() || !WaitExited(vmm->exit_fd(), config_.delete_grace)) {
-    (void)vmm->Signal(SIGKILL);
-    WaitExited(vmm->exit_fd(), 10s);
-  }
-}
-
-Status SandboxManager::Teardown(const std::shared_ptr<Sandbox>& sb) {
-  UnmountWorkspace(*sb);  // while its agent still answers: a clean file system
-  {
-    std::lock_guard l(sb->mu);
-    if (sb->removed) return Status::Ok();
-    sb->delete_requested = true;
-    sb->agent.reset();
-    if (sb->rec.info.state != SandboxState::kFailed) sb->rec.info.state = SandboxState::kDeleting;
-    // Without its record the VMM is an orphan to the next Open(), which
-    // finishes this delete if the daemon dies before we do.
-    if (!sb->dir.empty()) ::unlink((sb->dir + "/record.json").c_str());
-  }
-  StopVm(*sb);
-  uint64_t key;
-  {
-    std::lock_guard l(sb->mu);
-    key = std::exchange(sb->watch_key, 0);
-  }
-  if (key) watcher_.Unwatch(key);  // the callback is not running after this
-  {
-    std::lock_guard l(sb->mu);
-    if (sb->vmm) sb->vmm->Reap();
-    sb->exited = true;
-    FreeResources(*sb);
-    if (!sb->dir.empty()) {
-      Status s = RemoveTree(sb->dir);
-      if (!s.ok()) log::Warn("sandbox dir removal failed", {{"sandbox", sb->rec.info.id}, {"error", s.ToString()}});
-    }
-    sb->removed = true;
-  }
-  table_->Remove(sb);
-  return Status::Ok();
+Result<SandboxInfo> SandboxManager::ResumeSandbox(const std::string& id) {
+  ASSIGN_OR_RETURN(auto sb, Find(id));
+  return suspender_->Resume(sb);
 }
 
 Result<std::shared_ptr<SandboxManager::Sandbox>> SandboxManager::Find(const std::string& id) {
@@ -360,7 +371,7 @@ Status SandboxManager::DeleteSandbox(const std::string& id) {
       (void)sb->vmm->Signal(SIGKILL);
   }
   std::lock_guard op(sb->op_mu);
-  Status s = Teardown(sb);
+  Status s = supervisor_->Teardown(sb);
   log::Info("sandbox deleted", {{"sandbox", id}, {"template", sb->rec.info.template_name}});
   return s;
 }
@@ -399,7 +410,7 @@ Status SandboxManager::SetSandboxToken(const std::string& id, const std::string&
   sb->rec.token_sha256 = token_sha256;
   // A sandbox still being created is persisted with it when it is done.
   if (sb->rec.info.state == SandboxState::kCreating) return Status::Ok();
-  Status st = Persist(*sb);
+  Status st = supervisor_->Persist(*sb);
   if (!st.ok()) sb->rec.token_sha256.clear();  // memory and disk agree: the caller retries
   return st;
 }
@@ -471,6 +482,18 @@ Status SandboxManager::ReadFileStream(const std::string& id, const std::string& 
                                guest::client::DeadlineIn(config_.file_stream_timeout));
 }
 
+std::set<pid_t> SandboxManager::OwnedVmms() {
+  std::set<pid_t> owned;
+  const std::vector<std::shared_ptr<Sandbox>> all = table_->All();
+  for (pid_t p : baker_->pids()) owned.insert(p);
+  for (auto& sb : all) {
+    std::lock_guard l(sb->mu);
+    if (sb->rec.info.vmm_pid > 0) owned.insert(sb->rec.info.vmm_pid);
+  }
+  for (pid_t p : pool_->idle_pids()) owned.insert(p);
+  return owned;
+}
+
 std::vector<std::string> SandboxManager::ExpiredSandboxes(WallTime now) {
   std::vector<std::string> expired;
   for (auto& sb : table_->All()) {
@@ -492,7 +515,8 @@ SandboxManager::Usage SandboxManager::usage() const {
   u.pending_cgroups = sweeper_->pending_cgroups();
   u.suspended_bytes = suspend_disk_->used();
   u.suspend_disk_bytes = suspend_disk_->total();
-  if (network_) u.network = network_->census();
+  if (network::SandboxNetwork* n = networks_ ? networks_->network() : nullptr)
+    u.network = n->census();
   return u;
 }
 
@@ -532,6 +556,57 @@ void SandboxManager::RegisterMetrics() {
         return out;
       });
   RegisterSuspendMetrics();  // its gauge reads through scrape_link_
+}
+
+void SandboxManager::RegisterSuspendMetrics() {
+  auto lat = metrics::ExponentialBuckets(0.001, 2, 16);
+  suspend_seconds_ = &metrics_->AddHistogram(
+      "kubicle_suspend_seconds", "Sandbox suspend: request to snapshot durable and VM stopped", {},
+      lat);
+  resume_seconds_ = &metrics_->AddHistogram("kubicle_resume_seconds",
+                                            "Sandbox resume: request to agent answering", {}, lat);
+  // Read at scrape time, as the sandbox counts are.
+  metrics_->AddGaugeCallback(
+      "kubicle_suspended_bytes", "Node disk held by suspended sandboxes' snapshots", {},
+      [link = scrape_link_] {
+        std::vector<std::pair<metrics::LabelValues, double>> out;
+        std::lock_guard l(link->mu);
+        if (link->manager != nullptr)
+          out.push_back({{}, static_cast<double>(link->manager->usage().suspended_bytes)});
+        return out;
+      });
+}
+
+void SandboxManager::RegisterNetworkMetrics() {
+  slot_build_seconds_ = &metrics_->AddHistogram(
+      "kubicle_sandbox_network_slot_build_seconds",
+      "Sandbox network: one namespace built (netns, veth, TAP, nftables), for the pool or a create",
+      {}, metrics::ExponentialBuckets(0.001, 2, 14));
+  slot_build_failures_ = &metrics_->AddCounter("kubicle_sandbox_network_slot_build_failures_total",
+                                               "Sandbox network: namespace builds that failed");
+  slot_build_failures_->WithLabels({});
+  // Scrape-time views of the slots' census; all zero with the network off.
+  auto census = [link = scrape_link_]() -> std::optional<network::SandboxNetwork::Census> {
+    std::lock_guard l(link->mu);
+    if (link->manager == nullptr || link->manager->sandbox_network() == nullptr)
+      return std::nullopt;
+    return link->manager->sandbox_network()->census();
+  };
+  metrics_->AddGaugeCallback("kubicle_sandbox_network_slots",
+                             "Sandbox network: namespaces by state (free: the CIDR's unused /30s)",
+                             {"state"}, [census] {
+                               const auto c = census().value_or(network::SandboxNetwork::Census{});
+                               return std::vector<std::pair<metrics::LabelValues, double>>{
+                                   {{"in_use"}, double(c.in_use)},
+                                   {{"pooled"}, double(c.pooled)},
+                                   {{"building"}, double(c.building)},
+                                   {{"releasing"}, double(c.releasing)},
+                                   {{"free"}, double(c.free)}};
+                             });
+  orphans_swept_ =
+      &metrics_->AddCounter("kubicle_sandbox_network_orphans_swept_total",
+                            "Sandbox network: namespaces and host veths no slot held, torn down");
+  orphans_swept_->WithLabels({});
 }
 
 }  // namespace kubicle::noderuntime

@@ -1,8 +1,16 @@
-// SandboxManager: the node runtime behind SandboxService. It bakes templates
-// (cold boot, warm-up commands, snapshot), restores sandboxes into warm-pool
-// VMMs, forks them, proxies exec and file calls to each guest's agent, and
-// supervises every kubicle-vmm process it started or re-adopted. Its
-// periodic sweeps (TTL, orphans, busy cgroups) run in a Sweeper
+// SandboxManager: the node runtime behind SandboxService. It keeps the
+// node's templates (each baked once: TemplateBaker) and sandboxes (the
+// SandboxTable), decides each call's lifecycle (validation, admission,
+// records, what a failure undoes) and proxies exec and file calls to each
+// guest's agent. The jobs are its collaborators', one each:
+//   SandboxStarter   a VM under a sandbox: restore into a warm-pool VMM
+//                    (create, run, resume) or fork of a running source
+//   Suspender        suspend to a snapshot on the node's disk, resume
+//   VmSupervisor     each VMM's exit watched, stops, teardown
+//   Adopter          what Open finds in the state directory
+//   SandboxNetworks, SandboxWorkspaces  a sandbox's network slot and
+//                    workspace, attached, re-adopted, released
+// Its periodic sweeps (TTL, orphans, busy cgroups) run in a Sweeper
 // (sandbox_sweeper.h), to which it answers as the SweepTarget.
 //
 // Contracts (in addition to SandboxService's):
@@ -35,37 +43,29 @@
 #include <vector>
 
 #include "common/metrics.h"
-#include "noderuntime/vmmhost/cgroups.h"
+#include "noderuntime/manager/adopter.h"
+#include "noderuntime/manager/sandbox_networks.h"
+#include "noderuntime/manager/sandbox_starter.h"
+#include "noderuntime/manager/sandbox_sweeper.h"
+#include "noderuntime/manager/sandbox_workspaces.h"
+#include "noderuntime/manager/suspender.h"
+#include "noderuntime/manager/teardown_queue.h"
+#include "noderuntime/manager/vm_supervisor.h"
 #include "noderuntime/network/net_system.h"
 #include "noderuntime/network/sandbox_network.h"
-#include "noderuntime/vmmhost/process_watcher.h"
-#include "noderuntime/state/records.h"
 #include "noderuntime/sandbox_service.h"
-#include "noderuntime/manager/sandbox_sweeper.h"
-#include "noderuntime/manager/teardown_queue.h"
+#include "noderuntime/state/records.h"
+#include "noderuntime/state/workspace_store.h"
+#include "noderuntime/vmmhost/cgroups.h"
+#include "noderuntime/vmmhost/process_watcher.h"
 #include "noderuntime/vmmhost/template_baker.h"
 #include "noderuntime/vmmhost/vmm_launcher.h"
 #include "noderuntime/vmmhost/warm_pool.h"
-#include "noderuntime/state/workspace_store.h"
 #include "vmm/control_protocol.h"
 #include "vmm/launch_spec.h"
 #include "vmm/seccomp_mode.h"
 
 namespace kubicle::noderuntime {
-
-// The node's sandbox network (docs/network.md): one namespace per sandbox.
-struct SandboxNetworkConfig {
-  // On by default, as kubicle-node's --sandbox-network: Open fails when the
-  // host cannot give sandboxes their namespaces, never runs them without.
-  bool enabled = true;
-  std::string cidr = "10.200.0.0/16";  // cut into /30 slots; must not overlap the host's routes
-  // The guest's resolvers (kubicle.dns= on a template's kernel command line).
-  std::vector<std::string> nameservers = {"1.1.1.1", "8.8.8.8"};
-  size_t pool_size = 4;                // namespaces kept built
-  std::string netns_dir;               // empty: <state_dir>/netns
-  // How the host is changed; null: LinuxNetSystem (FakeNetSystem in tests).
-  std::shared_ptr<network::NetSystem> system;
-};
 
 struct NodeConfig {
   std::string state_dir;               // absolute; created if missing
@@ -146,7 +146,7 @@ class SandboxManager final : public SandboxService, private SweepTarget {
   Result<SandboxInfo> GetSandbox(const std::string& id) override;
   Result<std::vector<SandboxInfo>> ListSandboxes(const std::string& selector) override;
   Status DeleteSandbox(const std::string& id) override;
-  // sandbox_manager_suspend.cc.
+  // The Suspender's (suspender.h).
   Result<SandboxInfo> SuspendSandbox(const std::string& id) override;
   Result<SandboxInfo> ResumeSandbox(const std::string& id) override;
   Result<std::vector<std::string>> DeleteSandboxes(const std::string& selector) override;
@@ -174,7 +174,7 @@ class SandboxManager final : public SandboxService, private SweepTarget {
   Status SetRunToken(const std::string& template_name, const std::string& token_sha256) override;
   bool CheckRunToken(const std::string& template_name, const std::string& token) override;
 
-  // ---- workspaces (sandbox_manager_workspaces.cc; docs/workspaces.md) ----
+  // ---- workspaces (docs/workspaces.md): the store's (sandbox_manager.cc) ----
   Result<WorkspaceInfo> PutWorkspace(const WorkspaceSpec& spec) override;
   Result<WorkspaceInfo> GetWorkspace(const std::string& name) override;
   std::vector<WorkspaceInfo> ListWorkspaces() override;
@@ -213,7 +213,7 @@ class SandboxManager final : public SandboxService, private SweepTarget {
   Usage usage() const;
   const NodeConfig& config() const { return config_; }
   // The sandbox network's namespaces (null when it is off).
-  network::SandboxNetwork* sandbox_network() { return network_.get(); }
+  network::SandboxNetwork* sandbox_network() { return networks_ ? networks_->network() : nullptr; }
 
  private:
   using Sandbox = ManagedSandbox;
@@ -221,33 +221,29 @@ class SandboxManager final : public SandboxService, private SweepTarget {
 
   SandboxManager(NodeConfig config, metrics::Registry* metrics);
   Status Init();
-  // Re-adoption (sandbox_manager_adopt.cc).
+  Status OpenParts();
+  Status Readopt();
+  // The templates of the state directory, at Open (sandbox_manager_templates.cc);
+  // its sandboxes are the Adopter's (adopter.h).
   Status LoadTemplates();
-  Status AdoptSandboxes();
-  void AdoptOne(SandboxRecord record);
-  void KillOrphans();
   // What the sweeper (sandbox_sweeper.h) asks: sandbox_manager.cc, and
-  // OwnedVmms in sandbox_manager_adopt.cc beside KillOrphans.
+  // sandbox_manager.cc.
   std::vector<std::string> ExpiredSandboxes(WallTime now) override;
   Status DeleteExpired(const std::string& id) override { return DeleteSandbox(id); }
   std::set<pid_t> OwnedVmms() override;
-  size_t SweepNetworkOrphans() override { return network_ ? network_->SweepOrphans() : 0; }
-  // Creation and forking (sandbox_manager_create.cc).
+  size_t SweepNetworkOrphans() override {
+    network::SandboxNetwork* n = sandbox_network();
+    return n ? n->SweepOrphans() : 0;
+  }
+  // Creation and forking (sandbox_manager_create.cc): the new sandbox and
+  // its admission; its VM is the starter's.
   Result<std::shared_ptr<Sandbox>> NewSandbox(const SandboxSpec& spec, std::string* token);
   Status RegisterSandbox(const std::shared_ptr<Sandbox>& sb, std::string* snapshot_dir);
-  // A pool VM of this shape with its capacity: taken warm or started now.
-  Status AcquireVm(const VmShape& shape, std::optional<PoolVm>* vm);
-  // Evicts idle pool VMs of other shapes if that makes room.
-  Status ReserveCapacity(const VmShape& shape);
-  // `resume`: a suspended sandbox's own snapshot (not counted as a create).
-  Status RunCreate(const std::shared_ptr<Sandbox>& sb, const std::string& snapshot_dir,
-                   std::optional<PoolVm> vm, const std::string& hostname, class StepTimes* steps,
-                   bool resume = false);
-  // Renames `pool_group` (the pool VM's own group) to the sandbox's if it
-  // can, else creates the group and moves the VMM in.
-  Status SetUpCgroup(Sandbox& sb, const std::string& pool_group);
-  CgroupLimits LimitsFor(const VmShape& shape) const;
-  Status FinishStart(const std::shared_ptr<Sandbox>& sb, const std::string& hostname);
+  Result<std::shared_ptr<Sandbox>> NewForkChild(const ForkRequest& request,
+                                                const ForkChildSpec* spec, const Sandbox& src,
+                                                std::string* token);
+  // A fork child into the table, unless the node is shutting down.
+  Status AdmitForkChild(const std::shared_ptr<Sandbox>& child);
   // Per-call runs (sandbox_manager_run.cc).
   Result<std::shared_ptr<Sandbox>> StartRunVm(const RunOptions& options, RunTimings* timings);
   Result<guest::client::ExecResult> ExecInRunVm(Sandbox& sb, const ExecOptions& exec);
@@ -257,78 +253,16 @@ class SandboxManager final : public SandboxService, private SweepTarget {
   void DiscardRunVm(std::shared_ptr<Sandbox> sb);
   void CountRun(const char* result);
   void RegisterRunMetrics();
-  Result<std::shared_ptr<Sandbox>> NewForkChild(const ForkRequest& request, const ForkChildSpec* spec,
-                                                 const Sandbox& src, std::string* token);
-  Status ReserveForkChild(const std::shared_ptr<Sandbox>& child);
-  Status AttachForkChildren(const std::vector<std::shared_ptr<Sandbox>>& kids,
-                            const vmm::control::ForkReply& reply);
-  Result<SandboxInfo> ForkChild(const std::shared_ptr<Sandbox>& child, const std::string& hostname);
-  // Suspend and resume (sandbox_manager_suspend.cc).
-  // The budget's hold on what a snapshot of `sb` may take (its guest RAM);
-  // ResourceExhausted when neither the budget nor the filesystem has it.
-  Result<uint64_t> ReserveSuspendDisk(const Sandbox& sb);
-  // After the snapshot: the VM goes, its RAM, vCPUs and cgroup are freed.
-  void StopSuspendedVm(const std::shared_ptr<Sandbox>& sb);
-  // A resume that failed: its new VM goes and the sandbox is Suspended again.
-  void AbortResume(const std::shared_ptr<Sandbox>& sb);
-  // Removes the layer files in `sb`'s directory that its suspend snapshot
-  // does not name (earlier chains, a killed VM's overlay, flatten output),
-  // unless a fork descendant may still read them.
-  void CollectLayers(const Sandbox& sb);
-  bool MayHaveForkDescendants(const std::string& id);
-  // Re-adoption of a suspended sandbox, and of a running one whose suspend
-  // did not finish (a snapshot or a paused VM left behind).
-  Status AdoptSuspended(Sandbox& sb);
-  void CleanUpUnfinishedSuspend(Sandbox& sb);
   void RegisterSuspendMetrics();
-  // Workspaces (sandbox_manager_workspaces.cc).
+  // The workspace store, under the state directory.
   Status OpenWorkspaces();
-  // Takes workspace `name` for `sb` (sets holds_workspace): NotFound, or
-  // FailedPrecondition naming its holder or for a template without a slot.
-  Status AttachWorkspace(Sandbox& sb, const std::string& name);
-  // Requires sb.mu, and the VMM gone: syncs the image and lets it go.
-  void ReleaseWorkspace(Sandbox& sb);
-  // In a Linux guest: the slot's device at /workspace (a guest without a
-  // shell, the test guest, uses the disk raw).
-  Status MountWorkspace(guest::client::AgentClient& agent, const std::string& name);
-  // Best effort, while the agent answers: the guest unmounts it.
-  void UnmountWorkspace(Sandbox& sb);
-  // Re-adoption: a running sandbox's workspace is its again.
-  void ReadoptWorkspace(Sandbox& sb);
-  // The sandbox network (sandbox_manager_network.cc). Open checks the host
-  // and installs the host's side; Start (after adoption) sweeps orphans
-  // and builds a first slot. Their errors say what to grant, or to start
-  // with --sandbox-network=off.
-  Status OpenNetwork();
-  Status StartNetwork();
+  // The sandbox network's metrics (a census read at scrape time).
   void RegisterNetworkMetrics();
-  // A namespace for `sb` with `policy` and a fresh MAC, when its template
-  // has a NIC: sets rec.info.network and holds_slot.
-  Status AttachNetwork(Sandbox& sb, const network::EgressPolicy& policy);
-  // The VMM's view of it (nullopt: no NIC).
-  std::optional<vmm::control::NetAttachment> NetAttachmentOf(const Sandbox& sb) const;
-  // Re-adoption: takes back a running sandbox's slot.
-  Status AdoptNetwork(Sandbox& sb);
-  // What a bake adds when the network is on: a slot (released by the
-  // caller), the NIC and the guest's addresses on its command line.
-  Result<std::optional<TemplateBaker::Nic>> BakeNic(std::optional<network::NetworkSlot>* slot);
-  // The namespace file of `sb`'s network ("" when it has none); the port
-  // forwarder enters it to reach the guest. Set before the sandbox runs and
-  // never changed after, so it may be read without sb.mu once it runs.
-  std::string NetnsPathOf(const Sandbox& sb) const;
-  // Supervision and teardown (sandbox_manager.cc).
-  Status Watch(const std::shared_ptr<Sandbox>& sb);
-  void OnVmmExit(const std::shared_ptr<Sandbox>& sb, std::optional<int> code);
-  void FreeResources(Sandbox& sb);  // requires sb.mu
-  Status Persist(Sandbox& sb);      // requires sb.mu
-  void StopVm(Sandbox& sb);         // shutdown request, SIGKILL after the grace period
-  Status Teardown(const std::shared_ptr<Sandbox>& sb);
   Result<std::shared_ptr<Sandbox>> Find(const std::string& id);
   std::shared_ptr<guest::client::AgentClient> AgentOf(Sandbox& sb, Status* why);
   // Every agent connection's options: the node's caps on what guests return.
   guest::client::ClientOptions AgentOptions() const;
   std::string SandboxDir(const std::string& id) const;
-  std::string SockPath(uint32_t cid, const char* kind) const;
   // Templates (sandbox_manager_templates.cc); the bake itself is baker_'s.
   void Bake(std::shared_ptr<Template> t);
   void SetTemplateProgress(const std::shared_ptr<Template>& t, const std::string& message);
@@ -371,8 +305,13 @@ class SandboxManager final : public SandboxService, private SweepTarget {
   std::unique_ptr<Sweeper> sweeper_;
   std::unique_ptr<WarmPool> pool_;
   std::unique_ptr<TemplateBaker> baker_;
-  std::unique_ptr<network::SandboxNetwork> network_;  // null: --sandbox-network off
-  std::unique_ptr<WorkspaceStore> workspaces_;
+  std::unique_ptr<SandboxNetworks> networks_;  // its network() null: --sandbox-network off
+  std::unique_ptr<SandboxWorkspaces> workspaces_;
+  // Watches, stops and lets go of every sandbox's VMM; tears sandboxes down.
+  std::unique_ptr<VmSupervisor> supervisor_;
+  // Puts VMs under sandboxes: restores (create, run, resume) and forks.
+  std::unique_ptr<SandboxStarter> starter_;
+  std::unique_ptr<Suspender> suspender_;
   // Finished runs' VMs, torn down after their answer went out.
   TeardownQueue teardowns_;
 

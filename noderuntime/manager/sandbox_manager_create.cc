@@ -1,5 +1,7 @@
-// SandboxManager: creating sandboxes (warm-pool VMM + restore + agent +
-// POST_RESTORE) and forking running ones into N copy-on-write children.
+// SandboxManager: creating sandboxes and forking running ones into N
+// copy-on-write children — what a new sandbox is (id, labels, env, token,
+// TTL), its template's admission, its record and log lines. The VMs under
+// them are SandboxStarter's (sandbox_starter.h).
 #include <signal.h>
 #include <stdio.h>
 
@@ -22,8 +24,6 @@ using guest::client::AgentClient;
 namespace {
 
 constexpr uint32_t kMaxForkCount = 64;
-// How long a create or run waits for capacity held by VMs in teardown.
-constexpr auto kTeardownWait = 30s;
 
 Status CheckCommon(const Labels& labels, const std::optional<int64_t>& ttl) {
   RETURN_IF_ERROR(ValidateLabels(labels));
@@ -75,43 +75,6 @@ std::string RunLabel(const Labels& l) {
 }
 
 }  // namespace
-
-Status SandboxManager::AcquireVm(const VmShape& shape, std::optional<PoolVm>* vm) {
-  // A pool VM already starting is further along than one started now.
-  *vm = pool_->Take(shape, 30s);
-  if (*vm) return Status::Ok();  // its capacity reservation comes with it
-  Status reserved = ReserveCapacity(shape);
-  if (!reserved.ok()) {
-    // The capacity may be held by a pool VM of this shape that is starting.
-    *vm = pool_->Take(shape, 30s);
-    if (*vm) return Status::Ok();
-    return reserved;
-  }
-  auto started = pool_->StartNow(shape);
-  if (!started.ok()) {
-    capacity_->Release(shape);
-    return started.status().WithContext("starting a VMM");
-  }
-  *vm = std::move(started).value();
-  return Status::Ok();
-}
-
-Status SandboxManager::ReserveCapacity(const VmShape& shape) {
-  const auto deadline = std::chrono::steady_clock::now() + kTeardownWait;
-  while (!capacity_->TryReserve(shape)) {
-    if (pool_->EvictOne(shape)) continue;
-    // Runs' VMs being torn down hold capacity that comes back within
-    // milliseconds: a burst of runs waits for it rather than fail.
-    if (teardowns_.WaitForProgress(deadline)) continue;
-    auto [mem, vcpus] = capacity_->used();
-    return Status::ResourceExhausted(
-        "node is full: " + std::to_string(mem) + " of " + std::to_string(config_.capacity_mem_mib) +
-        " MiB and " + std::to_string(vcpus) + " of " + std::to_string(config_.capacity_vcpus) +
-        " vCPUs in use; this sandbox needs " + std::to_string(shape.mem_mib) + " MiB and " +
-        std::to_string(shape.vcpus) + " vCPUs");
-  }
-  return Status::Ok();
-}
 
 Result<std::shared_ptr<SandboxManager::Sandbox>> SandboxManager::NewSandbox(const SandboxSpec& spec,
                                                                              std::string* token) {
@@ -165,27 +128,13 @@ Result<SandboxInfo> SandboxManager::CreateSandbox(const SandboxSpec& spec) {
   RETURN_IF_ERROR(RegisterSandbox(sb, &snapshot_dir));
   info.mem_mib = sb->shape.mem_mib;
   info.vcpus = sb->shape.vcpus;
-  std::optional<PoolVm> vm;
   StepTimes steps;
-  // The namespace first: a pooled one is a list pop, and a refusal (no
-  // slot, a policy nft will not load) then costs no VM.
-  // The workspace first of all: a refusal (attached elsewhere) costs nothing.
-  Status st = spec.workspace.empty() ? Status::Ok() : AttachWorkspace(*sb, spec.workspace);
-  if (st.ok()) st = AttachNetwork(*sb, spec.network.value_or(sb->template_egress));
-  steps.Mark("net");
-  if (st.ok()) st = AcquireVm(sb->shape, &vm);
-  steps.Mark("vmm");
-  if (st.ok()) {
-    {
-      std::lock_guard l(sb->mu);
-      sb->holds_capacity = true;
-    }
-    st = RunCreate(sb, snapshot_dir, std::move(vm), hostname, &steps);
-  }
+  Status st = starter_->StartFromTemplate(sb, snapshot_dir, hostname, spec.workspace,
+                                          spec.network.value_or(sb->template_egress), &steps);
   if (st.ok()) {
     std::lock_guard l(sb->mu);
     sb->rec.info.ready_ms = SecondsSince(t0) * 1000;
-    st = Persist(*sb);
+    st = supervisor_->Persist(*sb);
     steps.Mark("record");
   }
   if (!st.ok()) {
@@ -194,7 +143,7 @@ Result<SandboxInfo> SandboxManager::CreateSandbox(const SandboxSpec& spec) {
       std::lock_guard l(sb->mu);
       deleted = sb->delete_requested;
     }
-    (void)Teardown(sb);
+    (void)supervisor_->Teardown(sb);
     log::Warn("sandbox create failed", {{"sandbox", info.id}, {"template", info.template_name},
                                         {"run", RunLabel(info.labels)}, {"error", st.ToString()}});
     if (deleted) return Status::FailedPrecondition("sandbox '" + info.id + "' was deleted while being created");
@@ -210,160 +159,6 @@ Result<SandboxInfo> SandboxManager::CreateSandbox(const SandboxSpec& spec) {
                                 {"template", out.template_name}, {"ready_ms", out.ready_ms},
                                 {"steps_ms", steps.text()}});
   return out;
-}
-
-Status SandboxManager::RunCreate(const std::shared_ptr<Sandbox>& sb, const std::string& snapshot_dir,
-                                 std::optional<PoolVm> vm, const std::string& hostname, StepTimes* steps,
-                                 bool resume) {
-  std::string id, control, vsock, serial;
-  uint32_t cid;
-  {
-    std::lock_guard l(sb->mu);
-    id = sb->rec.info.id;
-    cid = sb->rec.info.cid;
-    sb->dir = SandboxDir(id);
-    sb->log_path = sb->dir + "/vmm.log";
-    sb->rec.control_path = control = SockPath(cid, "ctl");
-    sb->rec.vsock_path = vsock = SockPath(cid, "vsock");
-    serial = sb->dir + "/serial.log";
-  }
-  Status st = MakeDirs(sb->dir);
-  // Unix sockets and open files move with rename: the VMM keeps serving the
-  // control socket and logging, under the sandbox's names.
-  if (st.ok() && ::rename(vm->control_path.c_str(), control.c_str()) != 0)
-    st = Status::FromErrno("rename control socket");
-  if (st.ok()) {
-    vm->control_path = control;
-    if (::rename(vm->log_path.c_str(), sb->log_path.c_str()) != 0) st = Status::FromErrno("rename vmm log");
-    else vm->log_path = sb->log_path;
-  }
-  if (!st.ok()) {
-    pool_->Destroy(*vm);
-    return st;
-  }
-  {
-    std::lock_guard l(sb->mu);
-    sb->rec.info.vmm_pid = vm->vmm->pid();
-    sb->rec.pid_start_time = vm->vmm->start_time();
-    sb->vmm = std::move(vm->vmm);
-    if (sb->delete_requested) return Status::FailedPrecondition("deleted");
-  }
-  steps->Mark("files");
-  RETURN_IF_ERROR(SetUpCgroup(*sb, vm->name));
-  steps->Mark("cgroup");
-  // No record until the sandbox runs (one fsync'd write per create): a VMM
-  // without a record is an orphan that the next Open() kills.
-  RETURN_IF_ERROR(Watch(sb));
-  const auto t0 = std::chrono::steady_clock::now();
-  vmm::control::RestoreRequest req;
-  req.snapshot = snapshot_dir;
-  req.vsock_uds = vsock;
-  req.cid = cid;
-  req.serial = serial;
-  req.id = id;
-  req.layer_dir = sb->dir;  // writable disks get their private overlay here, so it goes with the sandbox
-  {
-    std::lock_guard l(sb->mu);
-    req.net = NetAttachmentOf(*sb);
-    if (sb->holds_workspace) req.workspace = sb->workspace_image;
-  }
-  auto r = vmm::control::ControlClient(control).Restore(req, 30s);
-  if (!r.ok()) return r.status().WithContext("restore");
-  steps->Mark("restore");
-  RETURN_IF_ERROR(FinishStart(sb, hostname));
-  steps->Mark("agent");
-  if (!resume) restore_seconds_->WithLabels({}).Observe(SecondsSince(t0));
-  return Status::Ok();
-}
-
-CgroupLimits SandboxManager::LimitsFor(const VmShape& shape) const {
-  CgroupLimits limits;
-  limits.mem_mib = shape.mem_mib;
-  limits.vcpus = shape.vcpus;
-  limits.overhead_mib = config_.cgroup_overhead_mib;
-  return limits;
-}
-
-Status SandboxManager::SetUpCgroup(Sandbox& sb, const std::string& pool_group) {
-  if (!cgroups_.enabled()) return Status::Ok();
-  sweeper_->ForgetCgroup(sb.rec.info.id);  // a previous sandbox of this id
-  {
-    std::lock_guard l(sb.mu);
-    sb.holds_cgroup = true;  // Remove is safe on a partly created group
-  }
-  // The pool made the VM's group already (same shape, same limits): renaming
-  // it is one syscall per hierarchy instead of mkdir, writes and a move.
-  if (!pool_group.empty() && cgroups_.Rename(pool_group, sb.rec.info.id).ok()) return Status::Ok();
-  RETURN_IF_ERROR(cgroups_.Create(sb.rec.info.id, LimitsFor(sb.shape)).WithContext("cgroup"));
-  return cgroups_.AddProcess(sb.rec.info.id, sb.rec.info.vmm_pid).WithContext("cgroup");
-}
-
-Status SandboxManager::FinishStart(const std::shared_ptr<Sandbox>& sb, const std::string& hostname) {
-  const auto deadline = guest::client::DeadlineIn(config_.agent_timeout);
-  std::string vsock;
-  {
-    std::lock_guard l(sb->mu);
-    vsock = sb->rec.vsock_path;
-  }
-  std::unique_ptr<AgentClient> agent;
-  Status last = Status::Unavailable("no attempt");
-  for (;;) {
-    {
-      std::lock_guard l(sb->mu);
-      if (sb->delete_requested) return Status::FailedPrecondition("deleted");
-      if (sb->exited) {
-        std::string tail = TailOfFile(sb->log_path, 300);
-        return Status::Unavailable("kubicle-vmm exited before the agent answered" +
-                                   (tail.empty() ? "" : ": " + tail));
-      }
-    }
-    auto now = guest::client::Clock::now();
-    if (now >= deadline) return last.WithContext("agent did not answer in time");
-    auto c = AgentClient::ConnectVsock(vsock, guest::protocol::kAgentVsockPort, AgentOptions(),
-                                       std::min(deadline, now + 1s));
-    if (c.ok()) {
-      agent = std::move(c).value();
-      break;
-    }
-    last = c.status();
-    std::this_thread::sleep_for(200us);
-  }
-  // The VMM bound the vsock socket (restore, fork) and a fork child its
-  // control socket, under its umask: only the node may reach them.
-  {
-    std::string control;
-    {
-      std::lock_guard l(sb->mu);
-      control = sb->rec.control_path;
-    }
-    RETURN_IF_ERROR(SetExactMode(vsock, 0600));
-    RETURN_IF_ERROR(SetExactMode(control, 0600));
-  }
-  guest::protocol::PostRestoreRequest pr;
-  pr.entropy_seed = RandomBytes(32);
-  pr.wall_clock_ns = static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(config_.clock().time_since_epoch()).count());
-  pr.hostname = hostname;
-  {
-    std::lock_guard l(sb->mu);
-    pr.generation = sb->rec.generation;
-    // The clone's NIC has the MAC its attachment gave the VMM: the guest
-    // takes it over too, so its frames carry it.
-    if (sb->rec.info.network) pr.nic_mac = MacBytes(sb->rec.info.network->mac);
-  }
-  auto gen = agent->PostRestore(pr, deadline);
-  if (!gen.ok()) return gen.status().WithContext("post-restore");
-  std::string workspace;
-  {
-    std::lock_guard l(sb->mu);
-    if (sb->holds_workspace) workspace = sb->rec.info.workspace;
-  }
-  if (!workspace.empty()) RETURN_IF_ERROR(MountWorkspace(*agent, workspace));
-  std::lock_guard l(sb->mu);
-  if (sb->delete_requested) return Status::FailedPrecondition("deleted");
-  sb->agent = std::move(agent);
-  sb->rec.info.state = SandboxState::kRunning;
-  return Status::Ok();  // the caller persists the record
 }
 
 Result<std::shared_ptr<SandboxManager::Sandbox>> SandboxManager::NewForkChild(
@@ -392,45 +187,6 @@ Result<std::shared_ptr<SandboxManager::Sandbox>> SandboxManager::NewForkChild(
   k->dir = SandboxDir(ki.id);
   k->log_path = src.log_path;  // a fork child keeps logging to its parent's stderr
   return k;
-}
-
-// Registers a new child (id, CID, generation) and reserves what it needs.
-Status SandboxManager::ReserveForkChild(const std::shared_ptr<Sandbox>& k) {
-  SandboxInfo& ki = k->rec.info;
-  {
-    // Under mu_, so a Shutdown either refuses it or sees it in the table.
-    std::lock_guard l(mu_);
-    if (shut_down_) return Status::Unavailable("the node runtime is shutting down");
-    if (Status added = table_->Add(k); !added.ok())
-      return added.code() == StatusCode::kAlreadyExists ? Status::Internal("sandbox id collision") : added;
-  }
-  k->rec.control_path = SockPath(ki.cid, "ctl");
-  k->rec.vsock_path = SockPath(ki.cid, "vsock");
-  RETURN_IF_ERROR(ReserveCapacity(k->shape));
-  k->holds_capacity = true;
-  return MakeDirs(k->dir);
-}
-
-// Takes hold of every child before anything else, so an abort kills them all.
-Status SandboxManager::AttachForkChildren(const std::vector<std::shared_ptr<Sandbox>>& kids,
-                                          const vmm::control::ForkReply& reply) {
-  const auto& pids = reply.pids;  // each a positive pid (checked by DecodeReply)
-  if (pids.size() != kids.size())
-    return Status::DataLoss("fork response has " + std::to_string(pids.size()) + " pids for " +
-                            std::to_string(kids.size()) + " children");
-  Status attached;
-  for (size_t i = 0; i < kids.size(); ++i) {
-    auto h = config_.launcher->Attach(static_cast<pid_t>(pids[i]), std::nullopt);
-    if (!h.ok()) {
-      if (attached.ok()) attached = h.status().WithContext("fork child");
-      continue;
-    }
-    std::lock_guard l(kids[i]->mu);
-    kids[i]->rec.info.vmm_pid = (*h)->pid();
-    kids[i]->rec.pid_start_time = (*h)->start_time();
-    kids[i]->vmm = std::move(h).value();
-  }
-  return attached;
 }
 
 Result<std::vector<SandboxInfo>> SandboxManager::ForkSandbox(const ForkRequest& request) {
@@ -472,55 +228,25 @@ Result<std::vector<SandboxInfo>> SandboxManager::ForkSandbox(const ForkRequest& 
       else if (src->rec.info.network) policies[i] = src->rec.info.network->policy;
     }
   }
-  std::vector<std::unique_lock<std::mutex>> ops;  // deletes of a child wait for the fork
-  for (auto& k : kids) ops.emplace_back(k->op_mu);
-  auto abort_all = [&](Status st) -> Status {
-    ops.clear();
-    for (auto& k : kids) (void)Teardown(k);
-    log::Warn("sandbox fork failed", {{"sandbox", request.source_id}, {"error", st.ToString()}});
-    return st;
-  };
-  vmm::control::ForkRequest fork;
-  for (size_t i = 0; i < kids.size(); ++i) {
-    const std::shared_ptr<Sandbox>& k = kids[i];
-    Status st = ReserveForkChild(k);
-    if (st.ok()) st = AttachNetwork(*k, policies[i]);
-    if (!st.ok()) return abort_all(st);
-    fork.children.push_back({.control = k->rec.control_path,
-                             .cid = k->rec.info.cid,
-                             .vsock_uds = k->rec.vsock_path,
-                             .serial = k->dir + "/serial.log",
-                             .layer_dir = k->dir,
-                             .net = NetAttachmentOf(*k)});
+  auto forked = starter_->Fork(src_control, kids, policies);
+  if (!forked.ok()) {
+    log::Warn("sandbox fork failed",
+              {{"sandbox", request.source_id}, {"error", forked.status().ToString()}});
+    return forked.status();
   }
-  // A timeout here may leave children we never heard of: the running orphan sweep ends them.
-  auto r = vmm::control::ControlClient(src_control).Fork(fork, 60s);
-  if (!r.ok()) return abort_all(r.status().WithContext("fork"));
-  Status attached = AttachForkChildren(kids, *r);
-  if (!attached.ok()) return abort_all(attached);
-  std::vector<SandboxInfo> out;
-  for (size_t i = 0; i < kids.size(); ++i) {
-    auto info = ForkChild(kids[i], kids[i]->rec.info.id);
-    if (!info.ok()) return abort_all(info.status());
-    out.push_back(*info);
-    out.back().token = tokens[i];
-  }
+  std::vector<SandboxInfo> out = std::move(forked).value();
+  for (size_t i = 0; i < out.size(); ++i) out[i].token = tokens[i];
   fork_seconds_->WithLabels({}).Observe(SecondsSince(t0));
   log::Info("sandbox forked", {{"sandbox", request.source_id}, {"run", RunLabel(out[0].labels)},
                                {"template", out[0].template_name}, {"children", kids.size()}});
   return out;
 }
 
-Result<SandboxInfo> SandboxManager::ForkChild(const std::shared_ptr<Sandbox>& k,
-                                              const std::string& hostname) {
-  const auto t0 = std::chrono::steady_clock::now();
-  RETURN_IF_ERROR(SetUpCgroup(*k, ""));
-  RETURN_IF_ERROR(Watch(k));
-  RETURN_IF_ERROR(FinishStart(k, hostname));
-  std::lock_guard l(k->mu);
-  k->rec.info.ready_ms = SecondsSince(t0) * 1000;
-  RETURN_IF_ERROR(Persist(*k));
-  return k->rec.info;
+Status SandboxManager::AdmitForkChild(const std::shared_ptr<Sandbox>& k) {
+  // Under mu_, so a Shutdown either refuses it or sees it in the table.
+  std::lock_guard l(mu_);
+  if (shut_down_) return Status::Unavailable("the node runtime is shutting down");
+  return table_->Add(k);
 }
 
 }  // namespace kubicle::noderuntime

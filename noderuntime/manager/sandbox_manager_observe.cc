@@ -108,7 +108,7 @@ Result<UniqueFd> SandboxManager::ConnectGuestPort(const std::string& id, uint16_
     if (info.state != SandboxState::kRunning || sb->exited) {
       return Status::FailedPrecondition("sandbox " + id + " is " + SandboxStateName(info.state));
     }
-    netns = NetnsPathOf(*sb);
+    netns = SandboxNetworks::NetnsPathOf(*sb);
   }
   if (netns.empty()) {
     return Status::FailedPrecondition("sandbox " + id +

@@ -84,18 +84,10 @@ Result<std::shared_ptr<SandboxManager::Sandbox>> SandboxManager::StartRunVm(cons
   if (!st.ok()) return st;  // nothing taken yet
   info.mem_mib = sb->shape.mem_mib;
   info.vcpus = sb->shape.vcpus;
-  std::optional<PoolVm> vm;
   StepTimes steps;
-  st = options.workspace.empty() ? Status::Ok() : AttachWorkspace(*sb, options.workspace);
-  if (st.ok()) st = AttachNetwork(*sb, sb->template_egress);  // a pooled namespace: a list pop
-  if (st.ok()) st = AcquireVm(sb->shape, &vm);
-  if (st.ok()) {
-    {
-      std::lock_guard l(sb->mu);
-      sb->holds_capacity = true;
-    }
-    st = RunCreate(sb, snapshot_dir, std::move(vm), info.id, &steps);
-  }
+  st =
+      starter_->StartFromTemplate(sb, snapshot_dir, info.id, options.workspace, sb->template_egress,
+                                  &steps);  // its namespace a pooled one: a list pop
   if (!st.ok()) {
     op.unlock();
     DiscardRunVm(sb);  // Teardown is safe on a partly built VM
@@ -119,7 +111,7 @@ Result<guest::client::ExecResult> SandboxManager::ExecInRunVm(Sandbox& sb, const
 }
 
 void SandboxManager::ReleaseRunWorkspace(Sandbox& sb) {
-  UnmountWorkspace(sb);
+  workspaces_->Unmount(sb);
   VmmProcess* vmm = nullptr;
   std::string control;
   {
@@ -136,15 +128,16 @@ void SandboxManager::ReleaseRunWorkspace(Sandbox& sb) {
     Status r = vmm::control::ControlClient(control).Shutdown(500ms);
     if (r.ok()) (void)WaitExited(vmm->exit_fd(), 2s);
   }
-  StopVm(sb);  // SIGKILL if it is still there
+  supervisor_->StopVm(sb);  // SIGKILL if it is still there
   std::lock_guard l(sb.mu);
-  ReleaseWorkspace(sb);
+  workspaces_->Release(sb);
 }
 
 void SandboxManager::DiscardRunVm(std::shared_ptr<Sandbox> sb) {
   teardowns_.Post([this, sb = std::move(sb)] {
-    Status s = Teardown(sb);
-    if (!s.ok()) log::Warn("run vm teardown failed", {{"vm", sb->rec.info.id}, {"error", s.ToString()}});
+    Status s = supervisor_->Teardown(sb);
+    if (!s.ok())
+      log::Warn("run vm teardown failed", {{"vm", sb->rec.info.id}, {"error", s.ToString()}});
   });
 }
 

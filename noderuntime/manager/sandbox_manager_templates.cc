@@ -153,12 +153,12 @@ void SandboxManager::Bake(std::shared_ptr<Template> t) {
   // With the sandbox network on, the bake's VM has a NIC in a slot of its
   // own, so every sandbox of the template has one.
   std::optional<network::NetworkSlot> slot;
-  auto nic = BakeNic(&slot);
+  auto nic = networks_->BakeNic(&slot);
   Result<std::string> digest =
       nic.ok() ? baker_->Bake(spec, TemplateDir(spec.name), snapshot_dir,
                               [&](const std::string& step) { SetTemplateProgress(t, step); }, *nic)
                : Result<std::string>(nic.status().WithContext("bake network"));
-  if (slot) network_->Release(slot->index);
+  if (slot) networks_->network()->Release(slot->index);
   std::lock_guard l(t->mu);
   if (digest.ok()) {
     t->info.nic = nic->has_value();
@@ -181,6 +181,34 @@ void SandboxManager::Bake(std::shared_ptr<Template> t) {
                                        {"message", t->info.message},
                                        {"digest", t->info.digest},
                                        {"persist", p.ok() ? "ok" : p.ToString()}});
+}
+
+Status SandboxManager::LoadTemplates() {
+  for (const std::string& name : SubDirs(config_.state_dir + "/templates")) {
+    const std::string dir = TemplateDir(name);
+    auto text = ReadFileToString(dir + "/spec.json");
+    auto rec = text.ok() ? DecodeTemplateRecord(*text) : Result<TemplateRecord>(text.status());
+    if (!rec.ok() || rec->info.spec.name != name) {
+      // A put that died before its spec was written: nothing refers to it.
+      log::Warn(
+          "removing unreadable template",
+          {{"template", name}, {"error", rec.ok() ? "name mismatch" : rec.status().ToString()}});
+      (void)RemoveTree(dir);
+      continue;
+    }
+    auto t = std::make_shared<Template>();
+    t->info = std::move(rec->info);
+    if (t->info.state == TemplateState::kReady &&
+        ::access((t->info.snapshot_dir + "/state").c_str(), R_OK) != 0) {
+      t->info.state = TemplateState::kFailed;
+      t->info.message = "snapshot is missing from " + t->info.snapshot_dir;
+    }
+    if (t->info.state == TemplateState::kBaking)
+      t->info.message = "bake restarted after a daemon restart";
+    std::lock_guard l(mu_);
+    templates_[name] = t;
+  }
+  return Status::Ok();
 }
 
 }  // namespace kubicle::noderuntime

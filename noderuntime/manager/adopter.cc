@@ -1,7 +1,6 @@
-// SandboxManager::Open's re-adoption: templates and sandboxes from the state
-// directory, VMM processes checked by pid + start time, control socket and
-// agent; everything of ours that no record owns is killed or removed. And
-// which VMMs are owned now, for the sweeper's orphan sweep (OwnedVmms).
+// Adopter (adopter.h): sandboxes re-adopted at Open, orphans killed.
+#include "noderuntime/manager/adopter.h"
+
 #include <signal.h>
 #include <unistd.h>
 
@@ -10,8 +9,6 @@
 
 #include "common/log.h"
 #include "noderuntime/node_util.h"
-#include "noderuntime/manager/sandbox_manager.h"
-#include "noderuntime/manager/managed_sandbox.h"
 #include "vmm/control_client.h"
 
 namespace kubicle::noderuntime {
@@ -20,14 +17,6 @@ namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
 namespace {
-
-std::vector<std::string> SubDirs(const std::string& dir) {
-  std::vector<std::string> out;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec))
-    if (e.is_directory(ec)) out.push_back(e.path().filename().string());
-  return out;
-}
 
 // SIGKILL, then up to 5 s for it to go, reaped if ours.
 void KillAndWait(VmmProcess& vmm) {
@@ -38,35 +27,9 @@ void KillAndWait(VmmProcess& vmm) {
 
 }  // namespace
 
-Status SandboxManager::LoadTemplates() {
-  for (const std::string& name : SubDirs(config_.state_dir + "/templates")) {
-    const std::string dir = TemplateDir(name);
-    auto text = ReadFileToString(dir + "/spec.json");
-    auto rec = text.ok() ? DecodeTemplateRecord(*text) : Result<TemplateRecord>(text.status());
-    if (!rec.ok() || rec->info.spec.name != name) {
-      // A put that died before its spec was written: nothing refers to it.
-      log::Warn("removing unreadable template", {{"template", name},
-                                                 {"error", rec.ok() ? "name mismatch" : rec.status().ToString()}});
-      (void)RemoveTree(dir);
-      continue;
-    }
-    auto t = std::make_shared<Template>();
-    t->info = std::move(rec->info);
-    if (t->info.state == TemplateState::kReady &&
-        ::access((t->info.snapshot_dir + "/state").c_str(), R_OK) != 0) {
-      t->info.state = TemplateState::kFailed;
-      t->info.message = "snapshot is missing from " + t->info.snapshot_dir;
-    }
-    if (t->info.state == TemplateState::kBaking) t->info.message = "bake restarted after a daemon restart";
-    std::lock_guard l(mu_);
-    templates_[name] = t;
-  }
-  return Status::Ok();
-}
-
-Status SandboxManager::AdoptSandboxes() {
-  for (const std::string& id : SubDirs(config_.state_dir + "/sandboxes")) {
-    const std::string dir = SandboxDir(id);
+Status Adopter::AdoptSandboxes() {
+  for (const std::string& id : SubDirs(o_.state_dir + "/sandboxes")) {
+    const std::string dir = o_.state_dir + "/sandboxes/" + id;
     auto text = ReadFileToString(dir + "/record.json");
     auto rec = text.ok() ? DecodeSandboxRecord(*text) : Result<SandboxRecord>(text.status());
     if (!rec.ok() || rec->info.id != id) {
@@ -81,22 +44,22 @@ Status SandboxManager::AdoptSandboxes() {
   return Status::Ok();
 }
 
-void SandboxManager::AdoptOne(SandboxRecord record) {
-  auto sb = std::make_shared<Sandbox>();
+void Adopter::AdoptOne(SandboxRecord record) {
+  auto sb = std::make_shared<ManagedSandbox>();
   sb->rec = std::move(record);
   SandboxInfo& info = sb->rec.info;
-  sb->dir = SandboxDir(info.id);
+  sb->dir = o_.state_dir + "/sandboxes/" + info.id;
   sb->log_path = sb->dir + "/vmm.log";
   sb->shape = {info.mem_mib, info.vcpus};
   sb->nic = info.network.has_value();
-  table_->SkipPast(info.cid, sb->rec.generation);
+  o_.table->SkipPast(info.cid, sb->rec.generation);
   auto handle = info.vmm_pid > 0
-                    ? config_.launcher->Attach(info.vmm_pid, sb->rec.pid_start_time)
+                    ? o_.launcher->Attach(info.vmm_pid, sb->rec.pid_start_time)
                     : Result<std::unique_ptr<VmmProcess>>(Status::NotFound("no VMM was started"));
   if (info.state == SandboxState::kCreating || info.state == SandboxState::kDeleting) {
     // A create never answered (or a delete never finished): finish the job.
     if (handle.ok()) KillAndWait(**handle);
-    sweeper_->RemoveCgroupSoon(info.id);
+    o_.sweeper->RemoveCgroupSoon(info.id);
     ::unlink(sb->rec.control_path.c_str());
     ::unlink(sb->rec.vsock_path.c_str());
     (void)RemoveTree(sb->dir);
@@ -107,19 +70,19 @@ void SandboxManager::AdoptOne(SandboxRecord record) {
     // The snapshot is the sandbox: a VMM still alive died with its suspend
     // between the record and the stop.
     if (handle.ok()) KillAndWait(**handle);
-    Status st = AdoptSuspended(*sb);
+    Status st = o_.suspender->AdoptSuspended(*sb);
     if (!st.ok()) {
       info.state = SandboxState::kFailed;
       info.message = "lost while suspended: " + st.message();
       info.suspended_at.reset();
       info.suspended_bytes = 0;
-      FreeResources(*sb);
-      (void)Persist(*sb);
+      o_.supervisor->FreeResources(*sb);
+      (void)o_.supervisor->Persist(*sb);
       log::Error("sandbox failed", {{"sandbox", info.id}, {"reason", info.message}});
     } else {
       log::Info("suspended sandbox re-adopted", {{"sandbox", info.id}, {"bytes", info.suspended_bytes}});
     }
-    table_->Readopt(sb, sb->holds_cid);
+    o_.table->Readopt(sb, sb->holds_cid);
     return;
   }
   Status st = info.state == SandboxState::kFailed ? Status::Ok() : handle.status();
@@ -128,10 +91,10 @@ void SandboxManager::AdoptOne(SandboxRecord record) {
     auto status = vmm::control::ControlClient(sb->rec.control_path).GetStatus(2s);
     st = status.status();
     // Before the agent: a suspend that died after its snapshot left the VM paused.
-    if (st.ok()) CleanUpUnfinishedSuspend(*sb);
+    if (st.ok()) o_.suspender->CleanUpUnfinishedSuspend(*sb);
     if (st.ok()) {
       auto agent = guest::client::AgentClient::ConnectVsock(
-          sb->rec.vsock_path, guest::protocol::kAgentVsockPort, AgentOptions(),
+          sb->rec.vsock_path, guest::protocol::kAgentVsockPort, o_.agent_options,
           guest::client::DeadlineIn(5s));
       st = agent.status();
       if (st.ok()) sb->agent = std::move(agent).value();
@@ -139,7 +102,7 @@ void SandboxManager::AdoptOne(SandboxRecord record) {
     // Sockets a daemon before 0600 was enforced left looser.
     if (st.ok()) st = SetExactMode(sb->rec.control_path, 0600);
     if (st.ok()) st = SetExactMode(sb->rec.vsock_path, 0600);
-    if (st.ok()) st = AdoptNetwork(*sb);
+    if (st.ok()) st = o_.networks->Adopt(*sb);
     if (!st.ok()) KillAndWait(*sb->vmm);
   }
   if (info.state == SandboxState::kRunning && !st.ok()) {
@@ -147,27 +110,27 @@ void SandboxManager::AdoptOne(SandboxRecord record) {
     info.message = "lost while the node daemon was down: " + st.message();
     sb->vmm.reset();
     sb->holds_cgroup = true;  // FreeResources removes what is left
-    FreeResources(*sb);
-    (void)Persist(*sb);
-    vmm_crashes_->WithLabels({}).Inc();
+    o_.supervisor->FreeResources(*sb);
+    (void)o_.supervisor->Persist(*sb);
+    o_.vmm_crashes->WithLabels({}).Inc();
     log::Error("sandbox failed", {{"sandbox", info.id}, {"reason", info.message}});
   } else if (info.state == SandboxState::kRunning) {
-    capacity_->ForceReserve(sb->shape);
+    o_.capacity->ForceReserve(sb->shape);
     sb->holds_capacity = true;
-    sb->holds_cgroup = cgroups_.enabled();
+    sb->holds_cgroup = o_.cgroups->enabled();
     sb->holds_cid = true;
-    ReadoptWorkspace(*sb);
-    Status w = Watch(sb);
+    o_.workspaces->Readopt(*sb);
+    Status w = o_.supervisor->Watch(sb);
     if (!w.ok()) log::Error("cannot watch re-adopted VMM", {{"sandbox", info.id}, {"error", w.ToString()}});
     log::Info("sandbox re-adopted", {{"sandbox", info.id}, {"pid", info.vmm_pid}});
   }
-  table_->Readopt(sb, sb->holds_cid);
+  o_.table->Readopt(sb, sb->holds_cid);
 }
 
-void SandboxManager::KillOrphans() {
+void Adopter::KillOrphans() {
   std::set<pid_t> owned;
   std::set<std::string> sockets, groups;
-  const std::vector<std::shared_ptr<Sandbox>> all = table_->All();
+  const std::vector<std::shared_ptr<ManagedSandbox>> all = o_.table->All();
   {
     for (auto& sb : all) {
       const std::string& id = sb->rec.info.id;
@@ -179,31 +142,20 @@ void SandboxManager::KillOrphans() {
       groups.insert(id);
     }
   }
-  for (pid_t pid : config_.launcher->FindVmms(config_.state_dir)) {
+  for (pid_t pid : o_.launcher->FindVmms(o_.state_dir)) {
     if (owned.count(pid)) continue;
-    auto h = config_.launcher->Attach(pid, std::nullopt);
+    auto h = o_.launcher->Attach(pid, std::nullopt);
     if (!h.ok()) continue;
     KillAndWait(**h);
     log::Warn("killed orphan kubicle-vmm", {{"pid", pid}});
   }
   std::error_code ec;
-  for (const auto& e : fs::directory_iterator(config_.state_dir + "/sock", ec))
+  for (const auto& e : fs::directory_iterator(o_.state_dir + "/sock", ec))
     if (!sockets.count(e.path().filename().string())) fs::remove(e.path(), ec);
-  for (const auto& e : fs::directory_iterator(config_.state_dir + "/pool", ec)) fs::remove_all(e.path(), ec);
-  for (const std::string& g : cgroups_.List())
-    if (!groups.count(g)) sweeper_->RemoveCgroupSoon(g);
-}
-
-std::set<pid_t> SandboxManager::OwnedVmms() {
-  std::set<pid_t> owned;
-  const std::vector<std::shared_ptr<Sandbox>> all = table_->All();
-  for (pid_t p : baker_->pids()) owned.insert(p);
-  for (auto& sb : all) {
-    std::lock_guard l(sb->mu);
-    if (sb->rec.info.vmm_pid > 0) owned.insert(sb->rec.info.vmm_pid);
-  }
-  for (pid_t p : pool_->idle_pids()) owned.insert(p);
-  return owned;
+  for (const auto& e : fs::directory_iterator(o_.state_dir + "/pool", ec))
+    fs::remove_all(e.path(), ec);
+  for (const std::string& g : o_.cgroups->List())
+    if (!groups.count(g)) o_.sweeper->RemoveCgroupSoon(g);
 }
 
 }  // namespace kubicle::noderuntime

@@ -1,10 +1,7 @@
-// SandboxManager: workspaces (docs/workspaces.md). The store
-// (workspace_store.h) keeps the images, records and who holds each one;
-// here they meet sandboxes: a create or run attaches one (the restore
-// plugs its image into the template's workspace slot, then a Linux guest
-// mounts it at /workspace), a delete, a run's end or a VMM's exit releases
-// it (the guest unmounts it first when it still answers), and a restarted
-// node gives each re-adopted sandbox its workspace back.
+// SandboxWorkspaces (sandbox_workspaces.h): a sandbox's workspace attached,
+// mounted, unmounted, released and re-adopted.
+#include "noderuntime/manager/sandbox_workspaces.h"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -12,8 +9,6 @@
 
 #include "common/log.h"
 #include "noderuntime/node_util.h"
-#include "noderuntime/manager/sandbox_manager.h"
-#include "noderuntime/manager/managed_sandbox.h"
 
 namespace kubicle::noderuntime {
 
@@ -40,23 +35,7 @@ constexpr char kUnmountScript[] =
 
 }  // namespace
 
-Status SandboxManager::OpenWorkspaces() {
-  WorkspaceStoreOptions o;
-  o.dir = config_.state_dir + "/workspaces";
-  o.budget_mib = config_.workspace_budget_mib;
-  o.mke2fs = config_.mke2fs;
-  o.clock = config_.clock;
-  o.helper.helper = config_.ext4_helper;
-  if (o.helper.helper.empty()) {
-    const std::string& vmm = config_.vmm_binary;
-    const size_t slash = vmm.rfind('/');
-    o.helper.helper = (slash == std::string::npos ? std::string(".") : vmm.substr(0, slash)) + "/kubicle-ext4";
-  }
-  ASSIGN_OR_RETURN(workspaces_, WorkspaceStore::Open(std::move(o)));
-  return Status::Ok();
-}
-
-Status SandboxManager::AttachWorkspace(Sandbox& sb, const std::string& name) {
+Status SandboxWorkspaces::Attach(ManagedSandbox& sb, const std::string& name) {
   RETURN_IF_ERROR(ValidateId(name, "workspace name"));
   std::string id;
   {
@@ -66,7 +45,7 @@ Status SandboxManager::AttachWorkspace(Sandbox& sb, const std::string& name) {
       return Status::FailedPrecondition("template '" + sb.rec.info.template_name +
                                         "' has no workspace slot (baked before workspaces); bake it again");
   }
-  ASSIGN_OR_RETURN(std::string image, workspaces_->Attach(name, id));
+  ASSIGN_OR_RETURN(std::string image, store_->Attach(name, id));
   std::lock_guard l(sb.mu);
   sb.rec.info.workspace = name;
   sb.workspace_image = image;
@@ -76,17 +55,17 @@ Status SandboxManager::AttachWorkspace(Sandbox& sb, const std::string& name) {
 
 // Called with sb.mu held, once the VMM is gone: its writes are in the
 // host's page cache; the image is synced before anyone else may take it.
-void SandboxManager::ReleaseWorkspace(Sandbox& sb) {
+void SandboxWorkspaces::Release(ManagedSandbox& sb) {
   if (!sb.holds_workspace) return;
   sb.holds_workspace = false;
   UniqueFd fd(::open(sb.workspace_image.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd || ::fdatasync(fd.get()) != 0)
     log::Warn("workspace sync failed", {{"workspace", sb.rec.info.workspace}, {"error", std::strerror(errno)}});
-  workspaces_->Release(sb.rec.info.workspace, sb.rec.info.id);
+  store_->Release(sb.rec.info.workspace, sb.rec.info.id);
   log::Info("workspace released", {{"workspace", sb.rec.info.workspace}, {"sandbox", sb.rec.info.id}});
 }
 
-Status SandboxManager::MountWorkspace(guest::client::AgentClient& agent, const std::string& name) {
+Status SandboxWorkspaces::Mount(guest::client::AgentClient& agent, const std::string& name) {
   guest::protocol::ExecStartRequest req;
   req.shell_command = kMountScript;
   req.as_agent = true;  // mount needs root, whatever the image's User
@@ -103,7 +82,7 @@ Status SandboxManager::MountWorkspace(guest::client::AgentClient& agent, const s
   return Status::Ok();
 }
 
-void SandboxManager::UnmountWorkspace(Sandbox& sb) {
+void SandboxWorkspaces::Unmount(ManagedSandbox& sb) {
   std::shared_ptr<guest::client::AgentClient> agent;
   {
     std::lock_guard l(sb.mu);
@@ -120,9 +99,9 @@ void SandboxManager::UnmountWorkspace(Sandbox& sb) {
                                            {"exit", r->exit_code.value_or(-1)}});
 }
 
-void SandboxManager::ReadoptWorkspace(Sandbox& sb) {
+void SandboxWorkspaces::Readopt(ManagedSandbox& sb) {
   if (sb.rec.info.workspace.empty()) return;
-  auto image = workspaces_->Attach(sb.rec.info.workspace, sb.rec.info.id);
+  auto image = store_->Attach(sb.rec.info.workspace, sb.rec.info.id);
   if (!image.ok()) {
     log::Error("re-adopted sandbox lost its workspace", {{"sandbox", sb.rec.info.id},
                                                           {"error", image.status().ToString()}});
@@ -130,34 +109,6 @@ void SandboxManager::ReadoptWorkspace(Sandbox& sb) {
   }
   sb.workspace_image = *image;
   sb.holds_workspace = true;
-}
-
-Result<WorkspaceInfo> SandboxManager::PutWorkspace(const WorkspaceSpec& spec) { return workspaces_->Put(spec); }
-Result<WorkspaceInfo> SandboxManager::GetWorkspace(const std::string& name) { return workspaces_->Get(name); }
-std::vector<WorkspaceInfo> SandboxManager::ListWorkspaces() { return workspaces_->List(); }
-Status SandboxManager::DeleteWorkspace(const std::string& name) { return workspaces_->Delete(name); }
-bool SandboxManager::CheckWorkspaceToken(const std::string& name, const std::string& token) {
-  return workspaces_->CheckToken(name, token);
-}
-Status SandboxManager::ReadWorkspaceFile(const std::string& name, const std::string& path,
-                                         const guest::client::FileChunkFn& on_chunk) {
-  return workspaces_->ReadFile(name, path, on_chunk);
-}
-Status SandboxManager::WriteWorkspaceFile(const std::string& name, const std::string& path,
-                                          guest::protocol::ByteSpan data, uint32_t mode) {
-  return workspaces_->WriteFile(name, path, data, mode);
-}
-Result<guest::protocol::StatReply> SandboxManager::StatWorkspaceFile(const std::string& name,
-                                                                     const std::string& path) {
-  return workspaces_->StatFile(name, path);
-}
-Result<std::vector<guest::protocol::DirEntry>> SandboxManager::ListWorkspaceFiles(
-    const std::string& name, const std::string& path) {
-  return workspaces_->ListFiles(name, path);
-}
-Status SandboxManager::RemoveWorkspaceFile(const std::string& name, const std::string& path,
-                                           bool recursive) {
-  return workspaces_->RemoveFile(name, path, recursive);
 }
 
 }  // namespace kubicle::noderuntime

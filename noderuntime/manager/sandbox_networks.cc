@@ -1,7 +1,7 @@
-// SandboxManager and the sandbox network (docs/network.md): the namespace
-// and MAC each create and fork child gets, the attachment the VMM opens,
-// re-adoption of a running sandbox's slot, and a bake's NIC. The slots
-// themselves are SandboxNetwork's (noderuntime/network/sandbox_network.h).
+// SandboxNetworks (sandbox_networks.h): a sandbox's network slot taken,
+// re-adopted and described to its VMM, and a bake's NIC.
+#include "noderuntime/manager/sandbox_networks.h"
+
 #include <cstdio>
 #include <optional>
 
@@ -9,8 +9,6 @@
 #include "noderuntime/network/guest_network.h"
 #include "noderuntime/network/host_share.h"
 #include "noderuntime/node_util.h"
-#include "noderuntime/manager/sandbox_manager.h"
-#include "noderuntime/manager/managed_sandbox.h"
 
 namespace kubicle::noderuntime {
 
@@ -61,65 +59,40 @@ Status NetworkSetupError(const Status& why) {
 
 }  // namespace
 
-Status SandboxManager::OpenNetwork() {
-  const SandboxNetworkConfig& c = config_.network;
-  if (!c.enabled) return Status::Ok();
+Result<std::unique_ptr<SandboxNetworks>> SandboxNetworks::Open(SandboxNetworkConfig c,
+                                                               const std::string& state_dir,
+                                                               Metrics metrics) {
+  if (!c.enabled)
+    return std::unique_ptr<SandboxNetworks>(new SandboxNetworks(std::move(c), nullptr));
   if (c.nameservers.empty() || c.nameservers.size() > 3)
     return Status::InvalidArgument("sandbox network: 1..3 nameservers");
   for (const std::string& ns : c.nameservers)
     RETURN_IF_ERROR(network::ParseIpv4(ns).status().WithContext("sandbox nameserver"));
-  if (!config_.network.system) config_.network.system = std::make_shared<network::LinuxNetSystem>();
+  if (!c.system) c.system = std::make_shared<network::LinuxNetSystem>();
   network::SandboxNetwork::Options o;
-  o.system = config_.network.system.get();
+  o.system = c.system.get();  // c, and so the system, live as long as the network
   ASSIGN_OR_RETURN(o.cidr, network::ParseCidr(c.cidr));
-  o.netns_dir = c.netns_dir.empty() ? config_.state_dir + "/netns" : c.netns_dir;
+  o.netns_dir = c.netns_dir.empty() ? state_dir + "/netns" : c.netns_dir;
   // Two nodes on one host (e2e) never touch each other's veths or table.
-  o.tag = network::SandboxNetworkTag(config_.state_dir);
+  o.tag = network::SandboxNetworkTag(state_dir);
   o.pool_size = c.pool_size;
-  o.on_built = [h = slot_build_seconds_](double seconds) { h->WithLabels({}).Observe(seconds); };
-  o.on_build_failed = [c = slot_build_failures_] { c->WithLabels({}).Inc(); };
-  o.on_orphans_swept = [c = orphans_swept_](size_t n) { c->WithLabels({}).Inc(double(n)); };
+  o.on_built = [h = metrics.slot_build_seconds](double seconds) {
+    h->WithLabels({}).Observe(seconds);
+  };
+  o.on_build_failed = [f = metrics.slot_build_failures] { f->WithLabels({}).Inc(); };
+  o.on_orphans_swept = [f = metrics.orphans_swept](size_t n) { f->WithLabels({}).Inc(double(n)); };
   auto n = network::SandboxNetwork::Open(std::move(o));
   if (!n.ok()) return NetworkSetupError(n.status());
-  network_ = std::move(n).value();
-  return Status::Ok();
+  return std::unique_ptr<SandboxNetworks>(new SandboxNetworks(std::move(c), std::move(n).value()));
 }
 
-Status SandboxManager::StartNetwork() {
+Status SandboxNetworks::Start() {
   if (!network_) return Status::Ok();
   Status st = network_->Start();
   return st.ok() ? st : NetworkSetupError(st);
 }
 
-void SandboxManager::RegisterNetworkMetrics() {
-  slot_build_seconds_ = &metrics_->AddHistogram(
-      "kubicle_sandbox_network_slot_build_seconds",
-      "Sandbox network: one namespace built (netns, veth, TAP, nftables), for the pool or a create", {},
-      metrics::ExponentialBuckets(0.001, 2, 14));
-  slot_build_failures_ = &metrics_->AddCounter("kubicle_sandbox_network_slot_build_failures_total",
-                                               "Sandbox network: namespace builds that failed");
-  slot_build_failures_->WithLabels({});
-  // Scrape-time views of the slots' census; all zero with the network off.
-  auto census = [link = scrape_link_]() -> std::optional<network::SandboxNetwork::Census> {
-    std::lock_guard l(link->mu);
-    if (link->manager == nullptr || !link->manager->network_) return std::nullopt;
-    return link->manager->network_->census();
-  };
-  metrics_->AddGaugeCallback(
-      "kubicle_sandbox_network_slots", "Sandbox network: namespaces by state (free: the CIDR's unused /30s)",
-      {"state"}, [census] {
-        const auto c = census().value_or(network::SandboxNetwork::Census{});
-        return std::vector<std::pair<metrics::LabelValues, double>>{
-            {{"in_use"}, double(c.in_use)},     {{"pooled"}, double(c.pooled)},
-            {{"building"}, double(c.building)}, {{"releasing"}, double(c.releasing)},
-            {{"free"}, double(c.free)}};
-      });
-  orphans_swept_ = &metrics_->AddCounter("kubicle_sandbox_network_orphans_swept_total",
-                                         "Sandbox network: namespaces and host veths no slot held, torn down");
-  orphans_swept_->WithLabels({});
-}
-
-Status SandboxManager::AttachNetwork(Sandbox& sb, const network::EgressPolicy& policy) {
+Status SandboxNetworks::Attach(ManagedSandbox& sb, const network::EgressPolicy& policy) {
   if (!sb.nic) return Status::Ok();  // a snapshot without a NIC: no network at all
   if (!network_)
     return Status::FailedPrecondition("template '" + sb.rec.info.template_name +
@@ -132,12 +105,12 @@ Status SandboxManager::AttachNetwork(Sandbox& sb, const network::EgressPolicy& p
   return Status::Ok();
 }
 
-std::optional<vmm::control::NetAttachment> SandboxManager::NetAttachmentOf(const Sandbox& sb) const {
+std::optional<vmm::control::NetAttachment> SandboxNetworks::AttachmentOf(const ManagedSandbox& sb) {
   if (!sb.rec.info.network) return std::nullopt;
   return vmm::control::NetAttachment{network::kTapName, sb.rec.info.network->mac, sb.rec.info.network->netns};
 }
 
-Status SandboxManager::AdoptNetwork(Sandbox& sb) {
+Status SandboxNetworks::Adopt(ManagedSandbox& sb) {
   if (!sb.rec.info.network) return Status::Ok();
   if (!network_) {
     // Its namespace lives on with the VMM; nothing here sweeps it.
@@ -153,13 +126,13 @@ Status SandboxManager::AdoptNetwork(Sandbox& sb) {
   return Status::Ok();
 }
 
-Result<std::optional<TemplateBaker::Nic>> SandboxManager::BakeNic(
+Result<std::optional<TemplateBaker::Nic>> SandboxNetworks::BakeNic(
     std::optional<network::NetworkSlot>* slot) {
   if (!network_) return std::optional<TemplateBaker::Nic>();
   // Warm-up commands may fetch packages: the default policy.
   ASSIGN_OR_RETURN(*slot, network_->Acquire({}));
   std::string dns;
-  for (const std::string& ns : config_.network.nameservers) dns += (dns.empty() ? "" : ",") + ns;
+  for (const std::string& ns : config_.nameservers) dns += (dns.empty() ? "" : ",") + ns;
   TemplateBaker::Nic nic;
   nic.tap = network::kTapName;
   nic.mac = RandomMac();
@@ -170,7 +143,7 @@ Result<std::optional<TemplateBaker::Nic>> SandboxManager::BakeNic(
   return std::optional<TemplateBaker::Nic>(std::move(nic));
 }
 
-std::string SandboxManager::NetnsPathOf(const Sandbox& sb) const {
+std::string SandboxNetworks::NetnsPathOf(const ManagedSandbox& sb) {
   return sb.rec.info.network ? sb.rec.info.network->netns : "";
 }
 

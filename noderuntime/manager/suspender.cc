@@ -1,21 +1,7 @@
-// SandboxManager: suspend and resume (docs/node.md, "Suspend and resume").
-//
-// Suspend: the VM is paused and snapshotted into <sandbox>/suspend (the
-// VMM's SnapshotDir::Write: a temporary directory, fsync'd, renamed into
-// place, parent fsync'd; disk overlays are frozen into layers of the
-// sandbox's own directory), the record then says Suspended, and only then
-// does the VMM go. A crash at any point leaves either the running VM (the
-// record says Running: an unfinished snapshot is discarded at re-adoption
-// and a paused VM resumed) or a complete snapshot (the record says
-// Suspended: a VMM still alive is killed). The sandbox keeps its id, token,
-// CID, vsock and control socket paths and its network namespace (slot, TAP,
-// MAC, egress rules), so resume needs no new identity and the guest's
-// peers see the same addresses.
-//
-// Resume: a pool VMM of the sandbox's shape restores the snapshot with the
-// sandbox's own layer directory, CID, vsock socket and network attachment,
-// the agent's post-restore hook sets the clock and reseeds, the record says
-// Running, and the snapshot is removed.
+// Suspender (suspender.h): suspend and resume of a sandbox, and their
+// re-adoption.
+#include "noderuntime/manager/suspender.h"
+
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -26,8 +12,6 @@
 
 #include "common/log.h"
 #include "noderuntime/node_util.h"
-#include "noderuntime/manager/sandbox_manager.h"
-#include "noderuntime/manager/managed_sandbox.h"
 #include "snapshot/meta.h"
 #include "vmm/control_client.h"
 
@@ -82,7 +66,7 @@ std::string NotSuspendable(const SandboxInfo& info, const char* verb) {
 
 }  // namespace
 
-Result<uint64_t> SandboxManager::ReserveSuspendDisk(const Sandbox& sb) {
+Result<uint64_t> Suspender::ReserveSuspendDisk(const ManagedSandbox& sb) {
   // The memory file holds at most the guest's RAM (it is sparse: often far
   // less); the exact size replaces this once it is written.
   const uint64_t need = (sb.shape.mem_mib << 20) + kSnapshotOverheadBytes;
@@ -94,16 +78,17 @@ Result<uint64_t> SandboxManager::ReserveSuspendDisk(const Sandbox& sb) {
                                        std::to_string(free >> 20) + " MiB free in " + sb.dir + ", " +
                                        std::to_string(need >> 20) + " MiB needed");
   }
-  if (!suspend_disk_->TryReserve(need))
+  if (!o_.suspend_disk->TryReserve(need))
     return Status::ResourceExhausted(
-        "node suspend disk is full: " + std::to_string(suspend_disk_->used() >> 20) + " of " +
-        std::to_string(suspend_disk_->total() >> 20) + " MiB held by suspended sandboxes; this one needs up to " +
-        std::to_string(need >> 20) + " MiB (--capacity-suspend-disk-mib)");
+        "node suspend disk is full: " + std::to_string(o_.suspend_disk->used() >> 20) + " of " +
+        std::to_string(o_.suspend_disk->total() >> 20) +
+        " MiB held by suspended sandboxes; this one needs up to " + std::to_string(need >> 20) +
+        " MiB (--capacity-suspend-disk-mib)");
   return need;
 }
 
-Result<SandboxInfo> SandboxManager::SuspendSandbox(const std::string& id) {
-  ASSIGN_OR_RETURN(auto sb, Find(id));
+Result<SandboxInfo> Suspender::Suspend(const std::shared_ptr<ManagedSandbox>& sb) {
+  const std::string id = sb->rec.info.id;  // never changes
   std::lock_guard op(sb->op_mu);  // one lifecycle operation at a time
   std::string control;
   {
@@ -125,23 +110,23 @@ Result<SandboxInfo> SandboxManager::SuspendSandbox(const std::string& id) {
     // its snapshot is discarded.
     (void)ctl.Resume(300s);
     (void)RemoveTree(snap);
-    suspend_disk_->Release(reserved);
+    o_.suspend_disk->Release(reserved);
     log::Warn("sandbox suspend failed", {{"sandbox", id}, {"error", written.status().ToString()}});
     return written.status().WithContext("suspend");
   }
   const uint64_t bytes = DiskBytes(snap);
-  suspend_disk_->Release(reserved);
-  suspend_disk_->ForceReserve(bytes);
+  o_.suspend_disk->Release(reserved);
+  o_.suspend_disk->ForceReserve(bytes);
   Status st;
   {
     std::lock_guard l(sb->mu);
     SandboxInfo& info = sb->rec.info;
     info.state = SandboxState::kSuspended;
-    info.suspended_at = config_.clock();
+    info.suspended_at = o_.clock();
     info.suspended_bytes = bytes;
     sb->holds_suspend_disk = true;
     // The commit point: from this record on, the snapshot is the sandbox.
-    st = Persist(*sb);
+    st = o_.supervisor->Persist(*sb);
     if (!st.ok()) {
       info.state = SandboxState::kRunning;
       info.suspended_at.reset();
@@ -152,12 +137,12 @@ Result<SandboxInfo> SandboxManager::SuspendSandbox(const std::string& id) {
   if (!st.ok()) {
     (void)ctl.Resume(30s);
     (void)RemoveTree(snap);
-    suspend_disk_->Release(bytes);
+    o_.suspend_disk->Release(bytes);
     return st.WithContext("suspend: record");
   }
-  StopSuspendedVm(sb);
+  o_.supervisor->LetGoOfVm(*sb, VmSupervisor::Stop::kGraceful);
   CollectLayers(*sb);
-  suspend_seconds_->WithLabels({}).Observe(SecondsSince(t0));
+  o_.suspend_seconds->WithLabels({}).Observe(SecondsSince(t0));
   std::lock_guard l(sb->mu);
   log::Info("sandbox suspended", {{"sandbox", id},
                                   {"template", sb->rec.info.template_name},
@@ -166,32 +151,8 @@ Result<SandboxInfo> SandboxManager::SuspendSandbox(const std::string& id) {
   return sb->rec.info;
 }
 
-void SandboxManager::StopSuspendedVm(const std::shared_ptr<Sandbox>& sb) {
-  StopVm(*sb);  // shutdown (the VMM removes its fresh, empty overlay), SIGKILL after the grace
-  uint64_t key;
-  {
-    std::lock_guard l(sb->mu);
-    key = std::exchange(sb->watch_key, 0);
-  }
-  if (key) watcher_.Unwatch(key);  // OnVmmExit ignores a Suspended sandbox anyway
-  std::lock_guard l(sb->mu);
-  if (sb->vmm) sb->vmm->Reap();
-  sb->exited = true;
-  sb->agent.reset();
-  if (sb->holds_capacity) capacity_->Release(sb->shape);
-  sb->holds_capacity = false;
-  if (sb->holds_cgroup) sweeper_->RemoveCgroupSoon(sb->rec.info.id);
-  sb->holds_cgroup = false;
-  // A pool VMM binds these again at resume. The CID and the namespace stay.
-  ::unlink(sb->rec.control_path.c_str());
-  ::unlink(sb->rec.vsock_path.c_str());
-  sb->vmm.reset();
-  sb->rec.info.vmm_pid = 0;
-  sb->rec.pid_start_time = 0;
-}
-
-Result<SandboxInfo> SandboxManager::ResumeSandbox(const std::string& id) {
-  ASSIGN_OR_RETURN(auto sb, Find(id));
+Result<SandboxInfo> Suspender::Resume(const std::shared_ptr<ManagedSandbox>& sb) {
+  const std::string id = sb->rec.info.id;  // never changes
   std::lock_guard op(sb->op_mu);
   {
     std::lock_guard l(sb->mu);
@@ -201,17 +162,9 @@ Result<SandboxInfo> SandboxManager::ResumeSandbox(const std::string& id) {
       return Status::FailedPrecondition(NotSuspendable(sb->rec.info, "resumed"));
   }
   const auto t0 = std::chrono::steady_clock::now();
-  std::optional<PoolVm> vm;
-  RETURN_IF_ERROR(AcquireVm(sb->shape, &vm));
-  {
-    std::lock_guard l(sb->mu);
-    sb->holds_capacity = true;
-    sb->exited = false;
-  }
   StepTimes steps;
   const std::string snap = SuspendPath(sb->dir);
-  // An empty hostname keeps the guest's: a resume is the same machine.
-  Status st = RunCreate(sb, snap, std::move(vm), "", &steps, /*resume=*/true);
+  Status st = o_.starter->StartFromSuspend(sb, snap, &steps);
   uint64_t freed = 0;
   if (st.ok()) {
     std::lock_guard l(sb->mu);
@@ -219,10 +172,10 @@ Result<SandboxInfo> SandboxManager::ResumeSandbox(const std::string& id) {
     freed = info.suspended_bytes;
     info.suspended_at.reset();
     info.suspended_bytes = 0;
-    st = Persist(*sb);
+    st = o_.supervisor->Persist(*sb);
     if (!st.ok()) {
       info.suspended_bytes = freed;
-      info.suspended_at = config_.clock();
+      info.suspended_at = o_.clock();
     }
   }
   if (!st.ok()) {
@@ -237,10 +190,10 @@ Result<SandboxInfo> SandboxManager::ResumeSandbox(const std::string& id) {
   if (!rm.ok()) log::Warn("suspend snapshot removal failed", {{"sandbox", id}, {"error", rm.ToString()}});
   {
     std::lock_guard l(sb->mu);
-    if (sb->holds_suspend_disk) suspend_disk_->Release(freed);
+    if (sb->holds_suspend_disk) o_.suspend_disk->Release(freed);
     sb->holds_suspend_disk = false;
   }
-  resume_seconds_->WithLabels({}).Observe(SecondsSince(t0));
+  o_.resume_seconds->WithLabels({}).Observe(SecondsSince(t0));
   std::lock_guard l(sb->mu);
   log::Info("sandbox resumed", {{"sandbox", id},
                                 {"template", sb->rec.info.template_name},
@@ -249,37 +202,16 @@ Result<SandboxInfo> SandboxManager::ResumeSandbox(const std::string& id) {
   return sb->rec.info;
 }
 
-void SandboxManager::AbortResume(const std::shared_ptr<Sandbox>& sb) {
-  uint64_t key;
-  {
-    std::lock_guard l(sb->mu);
-    key = std::exchange(sb->watch_key, 0);
-  }
-  if (key) watcher_.Unwatch(key);
+void Suspender::AbortResume(const std::shared_ptr<ManagedSandbox>& sb) {
+  o_.supervisor->LetGoOfVm(*sb, VmSupervisor::Stop::kKill);
   std::lock_guard l(sb->mu);
-  if (sb->vmm) {
-    (void)sb->vmm->Signal(SIGKILL);
-    WaitExited(sb->vmm->exit_fd(), 10s);
-    sb->vmm->Reap();
-    sb->vmm.reset();
-  }
-  sb->exited = true;
-  sb->agent.reset();
-  if (sb->holds_capacity) capacity_->Release(sb->shape);
-  sb->holds_capacity = false;
-  if (sb->holds_cgroup) sweeper_->RemoveCgroupSoon(sb->rec.info.id);
-  sb->holds_cgroup = false;
-  ::unlink(sb->rec.control_path.c_str());
-  ::unlink(sb->rec.vsock_path.c_str());
-  sb->rec.info.vmm_pid = 0;
-  sb->rec.pid_start_time = 0;
   // The record on disk still says Suspended: nothing was committed.
   sb->rec.info.state = SandboxState::kSuspended;
 }
 
-bool SandboxManager::MayHaveForkDescendants(const std::string& id) {
+bool Suspender::MayHaveForkDescendants(const std::string& id) {
   std::map<std::string, std::string> parent;  // id -> fork_of
-  for (const auto& s : table_->All()) {
+  for (const auto& s : o_.table->All()) {
     std::lock_guard l(s->mu);
     if (!s->removed) parent[s->rec.info.id] = s->rec.info.fork_of;
   }
@@ -297,7 +229,7 @@ bool SandboxManager::MayHaveForkDescendants(const std::string& id) {
   return false;
 }
 
-void SandboxManager::CollectLayers(const Sandbox& sb) {
+void Suspender::CollectLayers(const ManagedSandbox& sb) {
   const std::string snap = SuspendPath(sb.dir);
   auto text = ReadFileToString(snap + "/disk");
   if (!text.ok()) return;  // no snapshot, nothing to keep by: keep everything
@@ -322,7 +254,7 @@ void SandboxManager::CollectLayers(const Sandbox& sb) {
   if (removed > 0) log::Info("disk layers collected", {{"sandbox", sb.rec.info.id}, {"removed", removed}});
 }
 
-void SandboxManager::CleanUpUnfinishedSuspend(Sandbox& sb) {
+void Suspender::CleanUpUnfinishedSuspend(ManagedSandbox& sb) {
   RemoveSnapshotTemps(sb.dir);
   const std::string snap = SuspendPath(sb.dir);
   if (::access(snap.c_str(), F_OK) != 0) return;
@@ -336,38 +268,21 @@ void SandboxManager::CleanUpUnfinishedSuspend(Sandbox& sb) {
   log::Info("discarded an unfinished suspend snapshot", {{"sandbox", sb.rec.info.id}});
 }
 
-Status SandboxManager::AdoptSuspended(Sandbox& sb) {
+Status Suspender::AdoptSuspended(ManagedSandbox& sb) {
   RemoveSnapshotTemps(sb.dir);
   ::unlink(sb.rec.control_path.c_str());
   ::unlink(sb.rec.vsock_path.c_str());
   if (::access((SuspendPath(sb.dir) + "/state").c_str(), R_OK) != 0)
     return Status::DataLoss("its suspend snapshot is missing from " + SuspendPath(sb.dir));
-  RETURN_IF_ERROR(AdoptNetwork(sb));
+  RETURN_IF_ERROR(o_.networks->Adopt(sb));
   sb.rec.info.vmm_pid = 0;
   sb.rec.pid_start_time = 0;
   sb.holds_cid = true;
-  suspend_disk_->ForceReserve(sb.rec.info.suspended_bytes);
+  o_.suspend_disk->ForceReserve(sb.rec.info.suspended_bytes);
   sb.holds_suspend_disk = true;
   sb.exited = true;
   CollectLayers(sb);  // a resume that died mid-way left its VM's overlay
   return Status::Ok();
-}
-
-void SandboxManager::RegisterSuspendMetrics() {
-  auto lat = metrics::ExponentialBuckets(0.001, 2, 16);
-  suspend_seconds_ = &metrics_->AddHistogram("kubicle_suspend_seconds",
-                                             "Sandbox suspend: request to snapshot durable and VM stopped", {}, lat);
-  resume_seconds_ = &metrics_->AddHistogram("kubicle_resume_seconds",
-                                            "Sandbox resume: request to agent answering", {}, lat);
-  // Read at scrape time, as the sandbox counts are.
-  metrics_->AddGaugeCallback("kubicle_suspended_bytes", "Node disk held by suspended sandboxes' snapshots", {},
-                             [link = scrape_link_] {
-                               std::vector<std::pair<metrics::LabelValues, double>> out;
-                               std::lock_guard l(link->mu);
-                               if (link->manager != nullptr)
-                                 out.push_back({{}, static_cast<double>(link->manager->usage().suspended_bytes)});
-                               return out;
-                             });
 }
 
 }  // namespace kubicle::noderuntime
