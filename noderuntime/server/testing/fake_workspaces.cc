@@ -1,8 +1,8 @@
-// FakeSandboxService's workspaces: RAM file tables with the manager's
-// one-writer rule (fake_sandbox_service.h).
+// FakeWorkspaces (fake_workspaces.h): RAM file tables with the manager's
+// one-writer rule.
 #include <random>
 
-#include "noderuntime/server/testing/fake_sandbox_service.h"
+#include "noderuntime/server/testing/fake_workspaces.h"
 #include "noderuntime/server/testing/ram_files.h"
 #include "noderuntime/node_util.h"
 
@@ -29,7 +29,7 @@ std::string MintToken() {
 
 }  // namespace
 
-Result<FakeSandboxService::Workspace*> FakeSandboxService::DetachedWorkspaceLocked(
+Result<FakeWorkspaces::Workspace*> FakeWorkspaces::DetachedLocked(
     const std::string& name) {
   auto it = workspaces_.find(name);
   if (it == workspaces_.end()) return Status::NotFound("no workspace " + name);
@@ -39,19 +39,21 @@ Result<FakeSandboxService::Workspace*> FakeSandboxService::DetachedWorkspaceLock
   return &it->second;
 }
 
-Status FakeSandboxService::AttachWorkspaceLocked(const std::string& name, const std::string& holder) {
+Status FakeWorkspaces::Attach(const std::string& name, const std::string& holder) {
   if (name.empty()) return Status::Ok();
-  ASSIGN_OR_RETURN(Workspace * ws, DetachedWorkspaceLocked(name));
+  std::lock_guard l(mu_);
+  ASSIGN_OR_RETURN(Workspace * ws, DetachedLocked(name));
   ws->info.attached_to = holder;
   return Status::Ok();
 }
 
-void FakeSandboxService::ReleaseWorkspacesOfLocked(const std::string& holder) {
+void FakeWorkspaces::Release(const std::string& holder) {
+  std::lock_guard l(mu_);
   for (auto& [_, ws] : workspaces_)
     if (ws.info.attached_to == holder) ws.info.attached_to.clear();
 }
 
-Result<WorkspaceInfo> FakeSandboxService::PutWorkspace(const WorkspaceSpec& spec) {
+Result<WorkspaceInfo> FakeWorkspaces::PutWorkspace(const WorkspaceSpec& spec) {
   ++calls_;
   RETURN_IF_ERROR(ValidateId(spec.name, "workspace name"));
   if (spec.size_mib < kMinWorkspaceMiB || spec.size_mib > kMaxWorkspaceMiB)
@@ -79,7 +81,7 @@ Result<WorkspaceInfo> FakeSandboxService::PutWorkspace(const WorkspaceSpec& spec
   return out;
 }
 
-Result<WorkspaceInfo> FakeSandboxService::GetWorkspace(const std::string& name) {
+Result<WorkspaceInfo> FakeWorkspaces::GetWorkspace(const std::string& name) {
   ++calls_;
   std::lock_guard l(mu_);
   auto it = workspaces_.find(name);
@@ -87,7 +89,7 @@ Result<WorkspaceInfo> FakeSandboxService::GetWorkspace(const std::string& name) 
   return it->second.info;
 }
 
-std::vector<WorkspaceInfo> FakeSandboxService::ListWorkspaces() {
+std::vector<WorkspaceInfo> FakeWorkspaces::ListWorkspaces() {
   ++calls_;
   std::lock_guard l(mu_);
   std::vector<WorkspaceInfo> out;
@@ -95,15 +97,15 @@ std::vector<WorkspaceInfo> FakeSandboxService::ListWorkspaces() {
   return out;
 }
 
-Status FakeSandboxService::DeleteWorkspace(const std::string& name) {
+Status FakeWorkspaces::DeleteWorkspace(const std::string& name) {
   ++calls_;
   std::lock_guard l(mu_);
-  RETURN_IF_ERROR(DetachedWorkspaceLocked(name).status());
+  RETURN_IF_ERROR(DetachedLocked(name).status());
   workspaces_.erase(name);
   return Status::Ok();
 }
 
-bool FakeSandboxService::CheckWorkspaceToken(const std::string& name, const std::string& token) {
+bool FakeWorkspaces::CheckToken(const std::string& name, const std::string& token) {
   ++calls_;
   std::lock_guard l(mu_);
   auto it = workspaces_.find(name);
@@ -111,21 +113,21 @@ bool FakeSandboxService::CheckWorkspaceToken(const std::string& name, const std:
          ConstantTimeEqual(Sha256Hex(token), it->second.token_sha256);
 }
 
-Status FakeSandboxService::ReadWorkspaceFile(const std::string& name, const std::string& path,
+Status FakeWorkspaces::ReadWorkspaceFile(const std::string& name, const std::string& path,
                                              const guest::client::FileChunkFn& on_chunk) {
   ++calls_;
   RETURN_IF_ERROR(CheckPath(path));
   Bytes data;
   {
     std::lock_guard l(mu_);
-    ASSIGN_OR_RETURN(Workspace * ws, DetachedWorkspaceLocked(name));
+    ASSIGN_OR_RETURN(Workspace * ws, DetachedLocked(name));
     auto f = ws->files.find(path);
     if (f == ws->files.end()) return Status::NotFound("no file " + path);
     data = f->second.first;
   }
   size_t off = 0;
   do {
-    const size_t n = std::min(read_chunk_bytes, data.size() - off);
+    const size_t n = std::min(*chunk_bytes_, data.size() - off);
     guest::client::FileChunk chunk;
     chunk.offset = off;
     chunk.data = ByteSpan(data.data() + off, n);
@@ -136,41 +138,41 @@ Status FakeSandboxService::ReadWorkspaceFile(const std::string& name, const std:
   return Status::Ok();
 }
 
-Status FakeSandboxService::WriteWorkspaceFile(const std::string& name, const std::string& path,
+Status FakeWorkspaces::WriteWorkspaceFile(const std::string& name, const std::string& path,
                                               ByteSpan data, uint32_t mode) {
   ++calls_;
   RETURN_IF_ERROR(CheckPath(path));
   if (data.size() > kMaxWorkspaceWriteBytes) return Status::ResourceExhausted("file too large");
   std::lock_guard l(mu_);
-  ASSIGN_OR_RETURN(Workspace * ws, DetachedWorkspaceLocked(name));
+  ASSIGN_OR_RETURN(Workspace * ws, DetachedLocked(name));
   ws->files[path] = {Bytes(data.begin(), data.end()), mode};
   return Status::Ok();
 }
 
-Result<guest::protocol::StatReply> FakeSandboxService::StatWorkspaceFile(const std::string& name,
+Result<guest::protocol::StatReply> FakeWorkspaces::StatWorkspaceFile(const std::string& name,
                                                                          const std::string& path) {
   ++calls_;
   RETURN_IF_ERROR(CheckPath(path));
   std::lock_guard l(mu_);
-  ASSIGN_OR_RETURN(Workspace * ws, DetachedWorkspaceLocked(name));
+  ASSIGN_OR_RETURN(Workspace * ws, DetachedLocked(name));
   return StatRamFile(ws->files, path);
 }
 
-Result<std::vector<guest::protocol::DirEntry>> FakeSandboxService::ListWorkspaceFiles(
+Result<std::vector<guest::protocol::DirEntry>> FakeWorkspaces::ListWorkspaceFiles(
     const std::string& name, const std::string& path) {
   ++calls_;
   RETURN_IF_ERROR(CheckPath(path));
   std::lock_guard l(mu_);
-  ASSIGN_OR_RETURN(Workspace * ws, DetachedWorkspaceLocked(name));
+  ASSIGN_OR_RETURN(Workspace * ws, DetachedLocked(name));
   return ListRamDir(ws->files, path);
 }
 
-Status FakeSandboxService::RemoveWorkspaceFile(const std::string& name, const std::string& path,
+Status FakeWorkspaces::RemoveWorkspaceFile(const std::string& name, const std::string& path,
                                                bool recursive) {
   ++calls_;
   RETURN_IF_ERROR(CheckPath(path));
   std::lock_guard l(mu_);
-  ASSIGN_OR_RETURN(Workspace * ws, DetachedWorkspaceLocked(name));
+  ASSIGN_OR_RETURN(Workspace * ws, DetachedLocked(name));
   return RemoveRamFile(&ws->files, path, recursive);
 }
 
