@@ -4,8 +4,8 @@
 namespace kubicle::noderuntime::server::testing {
 
 FakeSandboxService::FakeSandboxService()
-    : workspaces_(&sandboxes_.read_chunk_bytes),
-      sandboxes_(&templates_, &workspaces_),
+    : sandboxes_(&templates_, &workspaces_),
+      workspaces_(&sandboxes_.read_chunk_bytes),
       runs_(&templates_, &workspaces_) {
   templates_.user_of = [this](const std::string& name) { return sandboxes_.UserOfTemplate(name); };
 }

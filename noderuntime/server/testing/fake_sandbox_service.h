@@ -23,8 +23,8 @@ class FakeSandboxService : public SandboxService {
  private:
   // The role fakes first: the knobs below refer to their fields.
   FakeTemplates templates_;
-  FakeWorkspaces workspaces_;
-  FakeSandboxes sandboxes_;
+  FakeSandboxes sandboxes_;    // holds workspaces_' address only, until it is made
+  FakeWorkspaces workspaces_;  // reads in sandboxes_' read_chunk_bytes
   FakeRuns runs_;
 
  public:
