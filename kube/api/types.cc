@@ -459,6 +459,7 @@ Json NewSandboxFork(std::string_view name, const std::map<std::string, std::stri
   if (!spec.child_labels.empty()) child["labels"] = spec.child_labels;
   if (!spec.child_annotations.empty()) child["annotations"] = spec.child_annotations;
   if (!child.empty()) s["childMetadata"] = std::move(child);
+  if (!spec.child_token_sha256.empty()) s["childTokenSha256"] = spec.child_token_sha256;
   return {{"apiVersion", kGroupVersion},
           {"kind", "SandboxFork"},
           {"metadata", {{"name", name}, {"labels", labels}}},

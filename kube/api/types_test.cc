@@ -206,6 +206,11 @@ TEST(ViewsTest, NewSandboxForkReadsBack) {
   f = SandboxForkView::Parse(NewSandboxFork("f3", {}, spec));
   EXPECT_EQ(f.spec.ttl_seconds, 60);
   EXPECT_EQ(f.spec.child_annotations, spec.child_annotations);
+  EXPECT_FALSE(NewSandboxFork("f3", {}, spec)["spec"].contains("childTokenSha256"));
+  spec.child_token_sha256 = {std::string(64, 'a'), std::string(64, 'b')};
+  f = SandboxForkView::Parse(NewSandboxFork("f4", {}, spec));
+  EXPECT_TRUE(f.problems.empty()) << JoinProblems(f.problems);
+  EXPECT_EQ(f.spec.child_token_sha256, spec.child_token_sha256);
 }
 
 TEST(ViewsTest, ConditionsSuspendAndLeases) {
