@@ -1,134 +1,26 @@
 #include "noderuntime/oci/registry_http.h"
 
-#include <cpprest/astreambuf.h>
 #include <cpprest/http_client.h>
 #include <cpprest/streams.h>
 
 #include <algorithm>
-#include <atomic>
 #include <boost/asio/ssl.hpp>
-#include <future>
 #include <memory>
-#include <mutex>
 #include <optional>
-#include <stdexcept>
+
+#include "noderuntime/http/gated_body_buf.h"
 
 namespace kubicle::noderuntime::oci {
 namespace {
 
 namespace http = web::http;
+using noderuntime::http::Drain;
+using noderuntime::http::GatedBodyBuf;
+using noderuntime::http::WaitUntil;
 namespace streams = concurrency::streams;
 using Clock = std::chrono::steady_clock;
 
 constexpr size_t kChunkBytes = 256 << 10;
-
-// The response stream cpprestsdk writes into. Writes wait behind a gate
-// until the status line is seen: Open() passes a 2xx body to the BodySink,
-// Discard() drops any other body unwritten. Each chunk reaches the sink
-// before its write task completes, which makes the client wait (bounded
-// memory). Same shape as nodeagent/http_download.cc's FdSink.
-class GateBuf : public streams::details::streambuf_state_manager<uint8_t> {
-  using Base = streams::details::streambuf_state_manager<uint8_t>;
-
- public:
-  GateBuf(BodySink& sink, uint64_t max) : Base(std::ios_base::out), sink_(sink), max_(max) {}
-  void Open() { gate_.set(true); }
-  void Discard() { gate_.set(false); }
-  uint64_t bytes() const { return bytes_; }
-  std::optional<Status> error() const {
-    std::lock_guard<std::mutex> l(mu_);
-    return error_;
-  }
-
-  bool can_seek() const override { return false; }
-  bool has_size() const override { return false; }
-  size_t buffer_size(std::ios_base::openmode) const override { return 0; }
-  void set_buffer_size(size_t, std::ios_base::openmode) override {}
-  size_t in_avail() const override { return 0; }
-  pos_type getpos(std::ios_base::openmode) const override { return NoPos(); }
-  pos_type seekpos(pos_type, std::ios_base::openmode) override { return NoPos(); }
-  pos_type seekoff(off_type, std::ios_base::seekdir, std::ios_base::openmode) override {
-    return NoPos();
-  }
-  bool acquire(uint8_t*& ptr, size_t& count) override {
-    ptr = nullptr;
-    count = 0;
-    return false;
-  }
-  void release(uint8_t*, size_t) override {}
-
- protected:
-  using Base::_putn;
-  pplx::task<size_t> _putn(const uint8_t* ptr, size_t count) override {
-    auto self = std::static_pointer_cast<GateBuf>(shared_from_this());
-    return pplx::create_task(gate_).then([self, ptr, count](bool keep) -> size_t {
-      if (keep) self->Write(ptr, count);
-      return count;
-    });
-  }
-  pplx::task<int_type> _putc(uint8_t ch) override {
-    auto self = std::static_pointer_cast<GateBuf>(shared_from_this());
-    return pplx::create_task(gate_).then([self, ch](bool keep) -> int_type {
-      if (keep) self->Write(&ch, 1);
-      return ch;
-    });
-  }
-  pplx::task<int_type> _bumpc() override { return pplx::task_from_result<int_type>(Eof()); }
-  int_type _sbumpc() override { return Eof(); }
-  pplx::task<int_type> _getc() override { return pplx::task_from_result<int_type>(Eof()); }
-  int_type _sgetc() override { return Eof(); }
-  pplx::task<int_type> _nextc() override { return pplx::task_from_result<int_type>(Eof()); }
-  pplx::task<int_type> _ungetc() override { return pplx::task_from_result<int_type>(Eof()); }
-  pplx::task<size_t> _getn(uint8_t*, size_t) override { return pplx::task_from_result<size_t>(0); }
-  size_t _scopy(uint8_t*, size_t) override { return 0; }
-  pplx::task<bool> _sync() override { return pplx::task_from_result(true); }
-  uint8_t* _alloc(size_t) override { return nullptr; }
-  void _commit(size_t) override {}
-
- private:
-  static int_type Eof() { return traits::eof(); }
-  static pos_type NoPos() { return static_cast<pos_type>(traits::eof()); }
-
-  // On a cpprestsdk thread; throwing fails the transfer.
-  void Write(const uint8_t* p, size_t n) {
-    std::lock_guard<std::mutex> l(mu_);
-    if (error_) throw std::runtime_error(error_->message());
-    if (bytes_ + n > max_) {
-      error_ = Status::ResourceExhausted("the body is more than the limit of " +
-                                         std::to_string(max_) + " bytes");
-      throw std::runtime_error(error_->message());
-    }
-    Status s = sink_.Write(p, n);
-    if (!s.ok()) {
-      error_ = s;
-      throw std::runtime_error(s.message());
-    }
-    bytes_ += n;
-  }
-
-  BodySink& sink_;
-  const uint64_t max_;
-  pplx::task_completion_event<bool> gate_;
-  mutable std::mutex mu_;
-  std::atomic<uint64_t> bytes_{0};
-  std::optional<Status> error_;
-};
-
-template <typename T>
-bool WaitUntil(const pplx::task<T>& t, Clock::time_point deadline) {
-  auto done = std::make_shared<std::promise<void>>();
-  std::future<void> f = done->get_future();
-  t.then([done](pplx::task<T>) { done->set_value(); });
-  return f.wait_until(deadline) == std::future_status::ready;
-}
-
-template <typename T>
-void Drain(const pplx::task<T>& t) {
-  try {
-    t.get();
-  } catch (...) {
-  }
-}
 
 std::string Lower(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
@@ -146,7 +38,13 @@ struct Hop {
 class Fetch {
  public:
   Fetch(const std::string& url, const HttpGetOptions& o, BodySink& sink)
-      : url_(url), o_(o), sink_(sink), buf_(std::make_shared<GateBuf>(sink, o.max_body)) {}
+      : url_(url),
+        o_(o),
+        sink_(sink),
+        // Only a 2xx body is let through (Open below); each chunk goes to the
+        // sink before the client reads the next.
+        buf_(std::make_shared<GatedBodyBuf>(
+            o.max_body, [&sink](const uint8_t* p, size_t n) { return sink.Write(p, n); })) {}
   ~Fetch() {
     buf_->Discard();
     if (sent_) {
@@ -236,7 +134,7 @@ class Fetch {
   const std::string url_;
   const HttpGetOptions o_;
   BodySink& sink_;
-  std::shared_ptr<GateBuf> buf_;
+  std::shared_ptr<GatedBodyBuf> buf_;
   pplx::cancellation_token_source cts_;
   std::optional<pplx::task<http::http_response>> sent_;
   std::optional<pplx::task<http::http_response>> body_;
