@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -63,6 +64,20 @@ Result<std::string> ReadFileToString(const std::string& path, size_t max_bytes) 
     if (out.size() + static_cast<size_t>(n) > max_bytes) return too_big();  // it grew
     out.append(buf, static_cast<size_t>(n));
   }
+  return out;
+}
+
+std::string TailOfFile(const std::string& path, size_t max_bytes) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return "";
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return "";
+  off_t start =
+      st.st_size > static_cast<off_t>(max_bytes) ? st.st_size - static_cast<off_t>(max_bytes) : 0;
+  std::string out(static_cast<size_t>(st.st_size - start), '\0');
+  ssize_t n = ::pread(fd.get(), out.data(), out.size(), start);
+  out.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
   return out;
 }
 

@@ -29,4 +29,8 @@ inline constexpr size_t kDefaultMaxFileBytes = 16u << 20;
 Result<std::string> ReadFileToString(const std::string& path,
                                      size_t max_bytes = kDefaultMaxFileBytes);
 
+// The last `max_bytes` of a file, trailing newlines and spaces trimmed (""
+// when it cannot be read): a log's tail for an error message.
+std::string TailOfFile(const std::string& path, size_t max_bytes);
+
 }  // namespace kubicle

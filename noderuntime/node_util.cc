@@ -160,19 +160,6 @@ Status AtomicWriteFile(const std::string& path, std::string_view content) {
   return FsyncPath(dir, O_RDONLY | O_DIRECTORY);
 }
 
-std::string TailOfFile(const std::string& path, size_t max_bytes) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd) return "";
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) return "";
-  off_t start = st.st_size > static_cast<off_t>(max_bytes) ? st.st_size - static_cast<off_t>(max_bytes) : 0;
-  std::string out(static_cast<size_t>(st.st_size - start), '\0');
-  ssize_t n = ::pread(fd.get(), out.data(), out.size(), start);
-  out.resize(n > 0 ? static_cast<size_t>(n) : 0);
-  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
-  return out;
-}
-
 Status MakeDirs(const std::string& path) {
   std::error_code ec;
   std::filesystem::create_directories(path, ec);

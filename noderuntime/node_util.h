@@ -16,7 +16,7 @@
 #include <string_view>
 #include <vector>
 
-#include "common/file_io.h"  // ReadFileToString, for the runtime's callers
+#include "common/file_io.h"  // ReadFileToString, TailOfFile, for the runtime's callers
 #include "common/sha256.h"   // Sha256Hex, ConstantTimeEqual, likewise
 #include "common/status.h"
 #include "noderuntime/sandbox_service.h"
@@ -48,8 +48,7 @@ std::string RandomHex(size_t bytes);
 Result<std::string> Sha256Files(const std::vector<std::string>& paths);
 
 Status AtomicWriteFile(const std::string& path, std::string_view content);
-// The last `max_bytes` of a file ("" when it cannot be read).
-std::string TailOfFile(const std::string& path, size_t max_bytes);
+using ::kubicle::TailOfFile;  // common/file_io.h
 Status MakeDirs(const std::string& path);
 // MakeDirs, then exactly `mode` on the last directory whatever the umask
 // (the sock/ directory: 0700, so nobody else can reach a VM's sockets).

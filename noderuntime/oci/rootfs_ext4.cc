@@ -3,18 +3,13 @@
 // Not <et/com_err.h> on its own: ext2fs.h includes it inside extern "C".
 #include <ext2fs/ext2fs.h>
 #include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <fstream>
-#include <sstream>
 #include <vector>
 
+#include "common/run_tool.h"
 #include "common/unique_fd.h"
 #include "noderuntime/oci/rootfs_ext4_dir.h"
-
-extern char** environ;
 
 namespace kubicle::noderuntime::oci {
 
@@ -38,38 +33,6 @@ Status Ext2Error(errcode_t err, const std::string& what) {
     default:
       return Status::Internal(m);
   }
-}
-
-std::string TailOf(const std::string& path, size_t n) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string s = ss.str();
-  return s.size() > n ? s.substr(s.size() - n) : s;
-}
-
-// Runs argv to its end, stdin/stdout on /dev/null, stderr into `log`.
-Status RunTool(const std::vector<std::string>& args, const std::string& log) {
-  std::vector<char*> argv;
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 2, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  posix_spawn_file_actions_addclosefrom_np(&fa, 3);
-  pid_t pid = -1;
-  const int rc = ::posix_spawnp(&pid, argv[0], &fa, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) return Status::FromErrno("starting " + args[0], rc);
-  int st = 0;
-  while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-  }
-  const std::string tail = TailOf(log, 512);
-  ::unlink(log.c_str());
-  if (WIFEXITED(st) && WEXITSTATUS(st) == 0) return Status::Ok();
-  return Status::Internal(args[0] + " failed: " + tail);
 }
 
 bool XattrNameAllowed(const std::string& name) {

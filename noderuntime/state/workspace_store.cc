@@ -2,18 +2,15 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <spawn.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
 
 #include "common/log.h"
+#include "common/run_tool.h"
 #include "noderuntime/node_util.h"
-
-extern char** environ;
 
 namespace kubicle::noderuntime {
 
@@ -24,28 +21,6 @@ bool IsLowerHex64(const std::string& s) {
   for (char c : s)
     if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
   return true;
-}
-
-// Runs argv to its end with stdin/stdout on /dev/null and stderr to `log`.
-Status RunTool(const std::vector<std::string>& args, const std::string& log) {
-  std::vector<char*> argv;
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 2, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  posix_spawn_file_actions_addclosefrom_np(&fa, 3);
-  pid_t pid = -1;
-  const int rc = ::posix_spawnp(&pid, argv[0], &fa, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) return Status::FromErrno("starting " + args[0], rc);
-  int st = 0;
-  while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-  }
-  if (WIFEXITED(st) && WEXITSTATUS(st) == 0) return Status::Ok();
-  return Status::Internal(args[0] + " failed: " + TailOfFile(log, 512));
 }
 
 }  // namespace
@@ -126,7 +101,6 @@ Status WorkspaceStore::MakeImage(const std::string& path, uint64_t size_mib) {
                            "lazy_itable_init=0,lazy_journal_init=0,nodiscard", "-L", "workspace",
                            path},
                           path + ".mke2fs.log"));
-  ::unlink((path + ".mke2fs.log").c_str());
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd || ::fsync(fd.get()) != 0) return Status::FromErrno("syncing " + path);
   return Status::Ok();
