@@ -33,41 +33,6 @@ Json WithFinalizer(const ObjectMeta& meta) {
 
 }  // namespace
 
-TokenSecretCheck CheckTokenSecret(const Json& secret, const std::string& sandbox_name,
-                                  const std::string& sandbox_uid, const std::string& owner_kind) {
-  const std::string name = Name(secret);
-  TokenSecretCheck c;
-  if (IsControlledBy(secret, sandbox_uid)) {
-    // Strict base64, as the apiserver stores Secret data.
-    auto token = Base64Decode(kube::StrAt(secret, {"data", "token"}));
-    if (token.ok() && !token->empty()) {
-      c.token.assign(token->begin(), token->end());
-      return c;
-    }
-    c.reason = "TokenSecretInvalid";
-    c.problem = "Secret " + name + " is this " + owner_kind + "'s but holds no token in data.token; "
-                "delete it and the operator makes a new one";
-    return c;
-  }
-  const Json& refs = kube::At(secret, {"metadata", "ownerReferences"});
-  if (refs.is_array()) {
-    for (const Json& ref : refs) {
-      if (kube::StrAt(ref, {"kind"}) == owner_kind && kube::StrAt(ref, {"name"}) == sandbox_name &&
-          kube::BoolAt(ref, {"controller"})) {
-        c.reason = "TokenSecretPendingDeletion";
-        c.problem = "Secret " + name + " belongs to an earlier " + owner_kind + " of this name (uid " +
-                    kube::StrAt(ref, {"uid"}) + "); waiting for it to be garbage-collected";
-        return c;
-      }
-    }
-  }
-  c.reason = "TokenSecretConflict";
-  c.problem = "Secret " + name + " already exists and is not owned by this " + owner_kind +
-              "; the operator never deletes or overwrites a Secret it does not own: delete or "
-              "rename it, or rename the " + owner_kind;
-  return c;
-}
-
 std::string TokenSecretName(const std::string& sandbox_name) {
   return BoundedName(sandbox_name, "-token");
 }
@@ -315,52 +280,26 @@ Status SandboxReconciler::EnsureToken(const SandboxView& sbx, SandboxFacts* fact
   // Made by an earlier pass whose status write this copy does not show yet.
   facts->token_sha256 = recent_.TokenOf(sbx.meta.Key(), sbx.meta.uid);
   if (!facts->token_sha256.empty()) return Status::Ok();
-  ASSIGN_OR_RETURN(std::string token, NewToken());
-  Json labels = Json::object();
-  for (std::string_view l : {kLabelRun, kLabelAgent}) {
-    if (std::string v = sbx.meta.Label(l); !v.empty()) labels[std::string(l)] = v;
-  }
-  Json secret = {{"metadata", {{"name", facts->token_secret}, {"labels", labels},
-                               {"ownerReferences", Json::array({ControllerRef(sbx.object)})}}},
-                 {"type", std::string(kTokenSecretType)},
-                 {"stringData", {{"token", token}}}};
-  auto created = ctx_.client->Create(kube::SecretResource(), sbx.meta.ns, secret);
-  if (created.ok()) {
-    facts->token_sha256 = Sha256Hex(token);
-    recent_.Token(sbx.meta.Key(), sbx.meta.uid, facts->token_sha256);
+  ASSIGN_OR_RETURN(TokenSecretResult t,
+                   EnsureTokenSecret(*ctx_.client, sbx.object, sbx.meta, "Sandbox",
+                                     facts->token_secret, kTokenSecretType,
+                                     ctx_.config.unschedulable_retry));
+  if (!t.check.problem.empty()) {
+    facts->token_problem_reason = t.check.reason;
+    facts->token_problem = t.check.problem;
+    out->RequeueWithin(t.retry_after);
     return Status::Ok();
   }
-  if (!kube::IsAlreadyExists(created.status())) return created.status();
-  return AdoptTokenSecret(sbx, facts, out);
-}
-
-// The name is taken. Either this Sandbox's own Secret whose hash was never
-// recorded (the operator died between the create and the status write, or
-// this pass read a cache that does not show the record yet): its token is
-// read back and its hash recomputed, the same hash any node may already
-// hold. Or a Secret of someone else: never deleted or overwritten; the
-// Sandbox fails saying so, and is looked at again in case it goes (one left
-// by an earlier Sandbox of the same name goes with its owner).
-Status SandboxReconciler::AdoptTokenSecret(const SandboxView& sbx, SandboxFacts* facts, Outcome* out) {
-  const std::string& name = facts->token_secret;
-  auto got = ctx_.client->Get(kube::SecretResource(), sbx.meta.ns, name);
-  if (!got.ok()) {
-    // Gone since the create: the next pass creates it.
-    return kube::IsNotFound(got.status())
-               ? Status::Unavailable("token Secret " + name + " vanished during the pass")
-               : got.status();
+  facts->token_sha256 = t.sha256;
+  recent_.Token(sbx.meta.Key(), sbx.meta.uid, facts->token_sha256);
+  if (!t.created) {
+    // This Sandbox's own Secret whose hash was never recorded (the operator
+    // died between the create and the status write, or this pass read a
+    // cache that does not show the record yet): the same hash any node may
+    // already hold.
+    log::Info("sandbox token recovered",
+              {{"sandbox", sbx.meta.Key()}, {"secret", facts->token_secret}});
   }
-  const TokenSecretCheck check = CheckTokenSecret(*got, sbx.meta.name, sbx.meta.uid);
-  if (check.problem.empty()) {
-    facts->token_sha256 = Sha256Hex(check.token);
-    recent_.Token(sbx.meta.Key(), sbx.meta.uid, facts->token_sha256);
-    log::Info("sandbox token recovered", {{"sandbox", sbx.meta.Key()}, {"secret", name}});
-    return Status::Ok();
-  }
-  facts->token_problem_reason = check.reason;
-  facts->token_problem = check.problem;
-  out->RequeueWithin(check.reason == "TokenSecretPendingDeletion" ? ctx_.config.unschedulable_retry
-                                                                  : std::chrono::seconds(60));
   return Status::Ok();
 }
 

@@ -17,6 +17,7 @@
 #include "operator/context.h"
 #include "operator/recent_writes.h"
 #include "operator/sandbox_status.h"
+#include "operator/token_secret.h"  // CheckTokenSecret, EnsureTokenSecret
 
 namespace kubicle::op {
 
@@ -39,7 +40,6 @@ class SandboxReconciler final : public Reconciler {
   // WorkspaceInUse). Claims the workspace for this Sandbox when it may.
   bool WorkspaceAllows(const SandboxView& sbx, SandboxFacts* facts, std::string* node);
   Status EnsureToken(const SandboxView& sbx, SandboxFacts* facts, Outcome* out);
-  Status AdoptTokenSecret(const SandboxView& sbx, SandboxFacts* facts, Outcome* out);
   std::map<std::string, NodeLoad> CurrentLoad(std::vector<std::string>* placed_keys);
   // Memory of a Sandbox without spec.resources.memoryMiB: its template's
   // ("ns/name"), memoized in `memo`.
@@ -52,18 +52,5 @@ class SandboxReconciler final : public Reconciler {
 // Name of a Sandbox's token Secret.
 std::string TokenSecretName(const std::string& sandbox_name);
 inline constexpr std::string_view kTokenSecretType = "kubicle.dev/sandbox-token";
-
-// Whether an existing Secret named like a Sandbox's token Secret is that
-// Sandbox's (controller ownerReference to its UID) and holds a token. Pure.
-struct TokenSecretCheck {
-  std::string token;    // decoded data.token when usable
-  std::string reason;   // "" when usable; TokenSecretConflict, TokenSecretPendingDeletion, TokenSecretInvalid
-  std::string problem;  // the message for the Ready condition
-};
-// `owner_kind` is the kind of the owner (Sandbox, Workspace) in messages and
-// in the ownerReference looked for.
-TokenSecretCheck CheckTokenSecret(const Json& secret, const std::string& sandbox_name,
-                                  const std::string& sandbox_uid,
-                                  const std::string& owner_kind = "Sandbox");
 
 }  // namespace kubicle::op

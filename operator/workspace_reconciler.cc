@@ -5,7 +5,7 @@
 #include "kube/json_fields.h"
 #include "kube/resource.h"
 #include "kube/time_format.h"
-#include "operator/sandbox_reconciler.h"
+#include "operator/token_secret.h"
 
 namespace kubicle::op {
 
@@ -116,36 +116,17 @@ Status WorkspaceReconciler::EnsureFinalizer(WorkspaceView* ws) {
 Status WorkspaceReconciler::EnsureToken(const WorkspaceView& ws, WorkspaceFacts* facts, Outcome* out) {
   facts->token_secret = WorkspaceTokenSecretName(ws.meta.name);
   if (!facts->token_sha256.empty()) return Status::Ok();
-  ASSIGN_OR_RETURN(std::string token, NewToken());
-  Json labels = Json::object();
-  for (std::string_view l : {kLabelRun, kLabelAgent}) {
-    if (std::string v = ws.meta.Label(l); !v.empty()) labels[std::string(l)] = v;
-  }
-  Json secret = {{"metadata", {{"name", facts->token_secret}, {"labels", labels},
-                               {"ownerReferences", Json::array({ControllerRef(ws.object)})}}},
-                 {"type", std::string(kWorkspaceTokenSecretType)},
-                 {"stringData", {{"token", token}}}};
-  auto created = ctx_.client->Create(kube::SecretResource(), ws.meta.ns, secret);
-  if (created.ok()) {
-    facts->token_sha256 = Sha256Hex(token);
+  ASSIGN_OR_RETURN(TokenSecretResult t,
+                   EnsureTokenSecret(*ctx_.client, ws.object, ws.meta, "Workspace",
+                                     facts->token_secret, kWorkspaceTokenSecretType,
+                                     ctx_.config.unschedulable_retry));
+  if (!t.check.problem.empty()) {
+    facts->token_problem_reason = t.check.reason;
+    facts->token_problem = t.check.problem;
+    out->RequeueWithin(t.retry_after);
     return Status::Ok();
   }
-  if (!kube::IsAlreadyExists(created.status())) return created.status();
-  auto got = ctx_.client->Get(kube::SecretResource(), ws.meta.ns, facts->token_secret);
-  if (!got.ok()) {
-    return kube::IsNotFound(got.status())
-               ? Status::Unavailable("token Secret " + facts->token_secret + " vanished during the pass")
-               : got.status();
-  }
-  const TokenSecretCheck check = CheckTokenSecret(*got, ws.meta.name, ws.meta.uid, "Workspace");
-  if (check.problem.empty()) {
-    facts->token_sha256 = Sha256Hex(check.token);
-    return Status::Ok();
-  }
-  facts->token_problem_reason = check.reason;
-  facts->token_problem = check.problem;
-  out->RequeueWithin(check.reason == "TokenSecretPendingDeletion" ? ctx_.config.unschedulable_retry
-                                                                  : std::chrono::seconds(60));
+  facts->token_sha256 = t.sha256;
   return Status::Ok();
 }
 
