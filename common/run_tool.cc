@@ -25,7 +25,10 @@ Status RunTool(const std::vector<std::string>& args, const std::string& log) {
   pid_t pid = -1;
   const int rc = ::posix_spawnp(&pid, argv[0], &fa, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) return Status::FromErrno("starting " + args[0], rc);
+  if (rc != 0) {
+    ::unlink(log.c_str());  // the child may have opened it before its exec failed
+    return Status::FromErrno("starting " + args[0], rc);
+  }
   int st = 0;
   while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
   }

@@ -3,24 +3,18 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <cstdlib>
 #include <string>
 
 namespace kubicle {
 namespace {
 
+// Each test's stderr log, in GoogleTest's temporary directory.
 class RunToolTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/run_tool_test.XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    log_ = dir_ + "/tool.log";
-  }
-  void TearDown() override { ::rmdir(dir_.c_str()); }
   bool LogExists() const { return ::access(log_.c_str(), F_OK) == 0; }
 
-  std::string dir_, log_;
+  const std::string log_ = ::testing::TempDir() + "run_tool_test." + std::to_string(::getpid()) +
+                           "." + ::testing::UnitTest::GetInstance()->current_test_info()->name();
 };
 
 TEST_F(RunToolTest, ExitZeroIsOkAndTheLogIsRemoved) {
@@ -54,6 +48,7 @@ TEST_F(RunToolTest, AMissingToolFailsToStart) {
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("starting kubicle-no-such-tool-xyz"), std::string::npos)
       << s.message();
+  EXPECT_FALSE(LogExists());
 }
 
 TEST_F(RunToolTest, StdinIsEmpty) {
