@@ -281,16 +281,10 @@ Status SandboxReconciler::EnsureToken(const SandboxView& sbx, SandboxFacts* fact
   facts->token_sha256 = recent_.TokenOf(sbx.meta.Key(), sbx.meta.uid);
   if (!facts->token_sha256.empty()) return Status::Ok();
   ASSIGN_OR_RETURN(TokenSecretResult t,
-                   EnsureTokenSecret(*ctx_.client, sbx.object, sbx.meta, "Sandbox",
-                                     facts->token_secret, kTokenSecretType,
-                                     ctx_.config.unschedulable_retry));
-  if (!t.check.problem.empty()) {
-    facts->token_problem_reason = t.check.reason;
-    facts->token_problem = t.check.problem;
-    out->RequeueWithin(t.retry_after);
-    return Status::Ok();
-  }
-  facts->token_sha256 = t.sha256;
+                   EnsureTokenSecret(ctx_, sbx.object, sbx.meta, "Sandbox", facts->token_secret,
+                                     kTokenSecretType, out));
+  RecordToken(t, facts);
+  if (t.sha256.empty()) return Status::Ok();
   recent_.Token(sbx.meta.Key(), sbx.meta.uid, facts->token_sha256);
   if (!t.created) {
     // This Sandbox's own Secret whose hash was never recorded (the operator

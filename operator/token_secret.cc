@@ -45,10 +45,10 @@ TokenSecretCheck CheckTokenSecret(const Json& secret, const std::string& sandbox
   return c;
 }
 
-Result<TokenSecretResult> EnsureTokenSecret(kube::KubeClient& client, const Json& owner,
+Result<TokenSecretResult> EnsureTokenSecret(const Context& ctx, const Json& owner,
                                             const ObjectMeta& meta, const std::string& owner_kind,
                                             const std::string& secret_name, std::string_view type,
-                                            kube::Duration pending_retry) {
+                                            Outcome* out) {
   TokenSecretResult r;
   ASSIGN_OR_RETURN(std::string token, NewToken());
   Json labels = Json::object();
@@ -61,7 +61,7 @@ Result<TokenSecretResult> EnsureTokenSecret(kube::KubeClient& client, const Json
                    {"ownerReferences", Json::array({ControllerRef(owner)})}}},
                  {"type", std::string(type)},
                  {"stringData", {{"token", token}}}};
-  auto created = client.Create(kube::SecretResource(), meta.ns, secret);
+  auto created = ctx.client->Create(kube::SecretResource(), meta.ns, secret);
   if (created.ok()) {
     r.sha256 = Sha256Hex(token);
     r.created = true;
@@ -70,7 +70,7 @@ Result<TokenSecretResult> EnsureTokenSecret(kube::KubeClient& client, const Json
   if (!kube::IsAlreadyExists(created.status())) return created.status();
   // The name is taken: this owner's own Secret (its hash never recorded),
   // or someone else's, which is left alone and named in the problem.
-  auto got = client.Get(kube::SecretResource(), meta.ns, secret_name);
+  auto got = ctx.client->Get(kube::SecretResource(), meta.ns, secret_name);
   if (!got.ok()) {
     return kube::IsNotFound(got.status())
                ? Status::Unavailable("token Secret " + secret_name + " vanished during the pass")
@@ -82,8 +82,8 @@ Result<TokenSecretResult> EnsureTokenSecret(kube::KubeClient& client, const Json
     return r;
   }
   // One left by an earlier owner of the same name goes with that owner.
-  r.retry_after =
-      r.check.reason == "TokenSecretPendingDeletion" ? pending_retry : std::chrono::seconds(60);
+  out->RequeueWithin(r.check.reason == "TokenSecretPendingDeletion" ? ctx.config.unschedulable_retry
+                                                                    : std::chrono::seconds(60));
   return r;
 }
 

@@ -12,6 +12,7 @@
 #include "kube/clock.h"
 #include "kube/kube_client.h"
 #include "operator/api.h"
+#include "operator/context.h"
 
 namespace kubicle::op {
 
@@ -39,16 +40,27 @@ struct TokenSecretResult {
   kube::Duration retry_after{};
 };
 
-// The Secret `secret_name` of type `type` for the object `owner` (its
+// Through `ctx.client`: the Secret `secret_name` of type `type` for the object `owner` (its
 // metadata `meta`, of kind `owner_kind`): created holding a new token, with
 // the owner's run and agent labels and a controller ownerReference to it.
 // When the name is taken, the Secret is read back and checked
-// (CheckTokenSecret); it is never changed. Errors: the apiserver's, and
+// (CheckTokenSecret); it is never changed, and when it is not the owner's
+// `out` looks again (pending deletion: within unschedulable_retry, the Secret
+// may go soon; otherwise within a minute). Errors: the apiserver's, and
 // Unavailable when the Secret vanished between the create and the read (the
 // next pass creates it).
-Result<TokenSecretResult> EnsureTokenSecret(kube::KubeClient& client, const Json& owner,
+Result<TokenSecretResult> EnsureTokenSecret(const Context& ctx, const Json& owner,
                                             const ObjectMeta& meta, const std::string& owner_kind,
                                             const std::string& secret_name, std::string_view type,
-                                            kube::Duration pending_retry);
+                                            Outcome* out);
+
+// Copies `t` into a reconciler's facts (SandboxFacts, WorkspaceFacts): the
+// hash, or the problem the status reports.
+template <typename Facts>
+void RecordToken(const TokenSecretResult& t, Facts* facts) {
+  facts->token_sha256 = t.sha256;
+  facts->token_problem_reason = t.check.reason;
+  facts->token_problem = t.check.problem;
+}
 
 }  // namespace kubicle::op

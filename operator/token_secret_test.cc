@@ -25,9 +25,14 @@ Json Owner(const std::string& uid) {
             {"labels", {{std::string(kLabelRun), "run-1"}, {"other", "x"}}}}}};
 }
 
-Result<TokenSecretResult> Ensure(kube::FakeKubeClient& client, const Json& owner) {
-  return EnsureTokenSecret(client, owner, ParseObjectMeta(owner), "Workspace", "w-token", kType,
-                           kPendingRetry);
+Result<TokenSecretResult> Ensure(kube::FakeKubeClient& client, const Json& owner,
+                                 Outcome* out = nullptr) {
+  Context ctx{};
+  ctx.client = &client;
+  ctx.config.unschedulable_retry = kPendingRetry;
+  Outcome ignored;
+  return EnsureTokenSecret(ctx, owner, ParseObjectMeta(owner), "Workspace", "w-token", kType,
+                           out ? out : &ignored);
 }
 
 std::string StoredTokenHash(kube::FakeKubeClient& client) {
@@ -58,10 +63,12 @@ TEST(EnsureTokenSecretTest, TheOwnersExistingSecretIsReadBackNotReplaced) {
   kube::FakeKubeClient client;
   auto first = Ensure(client, Owner("uid-1"));
   ASSERT_TRUE(first.ok());
-  auto again = Ensure(client, Owner("uid-1"));
+  Outcome again_out;
+  auto again = Ensure(client, Owner("uid-1"), &again_out);
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_FALSE(again->created);
   EXPECT_TRUE(again->check.problem.empty());
+  EXPECT_FALSE(again_out.requeue_after.has_value()) << "nothing to wait for";
   EXPECT_EQ(again->sha256, first->sha256) << "the hash any node may already hold";
   EXPECT_EQ(StoredTokenHash(client), first->sha256);
 }
@@ -69,20 +76,22 @@ TEST(EnsureTokenSecretTest, TheOwnersExistingSecretIsReadBackNotReplaced) {
 TEST(EnsureTokenSecretTest, AnEarlierOwnersSecretIsWaitedForAndAForeignOneLeftAlone) {
   kube::FakeKubeClient client;
   ASSERT_TRUE(Ensure(client, Owner("uid-old")).ok());
-  auto pending = Ensure(client, Owner("uid-new"));
+  Outcome pending_out;
+  auto pending = Ensure(client, Owner("uid-new"), &pending_out);
   ASSERT_TRUE(pending.ok());
   EXPECT_EQ(pending->check.reason, "TokenSecretPendingDeletion");
   EXPECT_TRUE(pending->sha256.empty());
-  EXPECT_EQ(pending->retry_after, kPendingRetry);
+  EXPECT_EQ(pending_out.requeue_after, kPendingRetry);
 
   ASSERT_TRUE(client.Delete(kube::SecretResource(), kNs, "w-token").ok());
   Json foreign = {
       {"metadata", {{"name", "w-token"}}}, {"type", "Opaque"}, {"stringData", {{"token", "mine"}}}};
   ASSERT_TRUE(client.Create(kube::SecretResource(), kNs, foreign).ok());
-  auto conflict = Ensure(client, Owner("uid-new"));
+  Outcome conflict_out;
+  auto conflict = Ensure(client, Owner("uid-new"), &conflict_out);
   ASSERT_TRUE(conflict.ok());
   EXPECT_EQ(conflict->check.reason, "TokenSecretConflict");
-  EXPECT_EQ(conflict->retry_after, std::chrono::seconds(60));
+  EXPECT_EQ(conflict_out.requeue_after, std::chrono::seconds(60));
   EXPECT_EQ(StoredTokenHash(client), Sha256Hex(std::string("mine")));
 }
 

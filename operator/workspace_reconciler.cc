@@ -117,16 +117,9 @@ Status WorkspaceReconciler::EnsureToken(const WorkspaceView& ws, WorkspaceFacts*
   facts->token_secret = WorkspaceTokenSecretName(ws.meta.name);
   if (!facts->token_sha256.empty()) return Status::Ok();
   ASSIGN_OR_RETURN(TokenSecretResult t,
-                   EnsureTokenSecret(*ctx_.client, ws.object, ws.meta, "Workspace",
-                                     facts->token_secret, kWorkspaceTokenSecretType,
-                                     ctx_.config.unschedulable_retry));
-  if (!t.check.problem.empty()) {
-    facts->token_problem_reason = t.check.reason;
-    facts->token_problem = t.check.problem;
-    out->RequeueWithin(t.retry_after);
-    return Status::Ok();
-  }
-  facts->token_sha256 = t.sha256;
+                   EnsureTokenSecret(ctx_, ws.object, ws.meta, "Workspace", facts->token_secret,
+                                     kWorkspaceTokenSecretType, out));
+  RecordToken(t, facts);
   return Status::Ok();
 }
 
