@@ -4,23 +4,18 @@
 #include <cpprest/streams.h>
 
 #include <algorithm>
-#include <boost/asio/ssl.hpp>
 #include <memory>
 #include <optional>
 
 #include "noderuntime/http/gated_body_buf.h"
+#include "noderuntime/http/get_exchange.h"
 
 namespace kubicle::noderuntime::oci {
 namespace {
 
 namespace http = web::http;
-using noderuntime::http::Drain;
 using noderuntime::http::GatedBodyBuf;
-using noderuntime::http::WaitUntil;
-namespace streams = concurrency::streams;
-using Clock = std::chrono::steady_clock;
-
-constexpr size_t kChunkBytes = 256 << 10;
+using noderuntime::http::GetExchange;
 
 std::string Lower(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
@@ -35,110 +30,36 @@ struct Hop {
 };
 
 // One GET, no redirects followed.
-class Fetch {
- public:
-  Fetch(const std::string& url, const HttpGetOptions& o, BodySink& sink)
-      : url_(url),
-        o_(o),
-        sink_(sink),
-        // Only a 2xx body is let through (Open below); each chunk goes to the
-        // sink before the client reads the next.
-        buf_(std::make_shared<GatedBodyBuf>(
-            o.max_body, [&sink](const uint8_t* p, size_t n) { return sink.Write(p, n); })) {}
-  ~Fetch() {
-    buf_->Discard();
-    if (sent_) {
-      cts_.cancel();
-      Drain(*sent_);
-    }
-    if (body_) Drain(*body_);
-  }
-
-  Result<Hop> Run(const HttpHeaders& headers) {
-    auto remaining = std::chrono::duration_cast<std::chrono::seconds>(o_.deadline - Clock::now());
-    http::client::http_client_config cfg;
-    cfg.set_max_redirects(0);
-    cfg.set_timeout(std::max(remaining, std::chrono::seconds(0)) + std::chrono::seconds(5));
-    cfg.set_chunksize(kChunkBytes);
-    if (!o_.ca_file.empty()) {
-      std::string ca = o_.ca_file;
-      cfg.set_ssl_context_callback([ca](boost::asio::ssl::context& ctx) {
-        boost::system::error_code ec;
-        ctx.load_verify_file(ca, ec);  // checked readable by the caller; a failure only trusts less
-      });
-    }
-    web::uri uri(url_);
-    http::client::http_client client(uri, cfg);
-    http::http_request req(http::methods::GET);
-    req.headers().add(U("User-Agent"), U("kubicle-node"));
-    for (const auto& [k, v] : headers) req.headers().add(k, v);
-    req.set_response_stream(streams::ostream(streams::streambuf<uint8_t>(buf_)));
-
-    sent_ = client.request(req, cts_.get_token());
-    if (!WaitUntil(*sent_, o_.deadline)) return Timeout("waiting for the response");
-    http::http_response resp;
-    try {
-      resp = sent_->get();
-    } catch (const std::exception& e) {
-      if (Clock::now() >= o_.deadline) return Timeout("waiting for the response");
-      return Status::Unavailable("GET " + url_ + ": " + e.what());
-    }
-    body_ = resp.content_ready();
-    Hop hop;
-    HttpGetResponse& r = hop.response;
-    r.status = resp.status_code();
-    r.reason = resp.reason_phrase();
-    r.final_url = url_;
-    for (const auto& [k, v] : resp.headers()) r.headers[Lower(k)] = v.substr(0, 8192);
-    if (IsRedirect(r.status)) {
-      auto loc = r.headers.find("location");
-      if (loc == r.headers.end())
-        return Status::Unavailable("GET " + url_ + ": HTTP " + std::to_string(r.status) +
-                                   " without a Location");
-      hop.redirect = uri.resolve_uri(loc->second);
-      return hop;
-    }
-    if (r.status != 200 && r.status != 206) return hop;  // body dropped by ~Fetch
-
-    uint64_t total = 0;
-    const bool sized = resp.headers().match(http::header_names::content_length, total);
-    if (sized && total > o_.max_body) {
-      return Status::ResourceExhausted("GET " + url_ + ": the body is " + std::to_string(total) +
-                                       " bytes, more than the limit of " +
-                                       std::to_string(o_.max_body) + " bytes");
-    }
-    RETURN_IF_ERROR(sink_.Begin(r.status, r.headers));
-    buf_->Open();
-    if (!WaitUntil(*body_, o_.deadline)) return Timeout("reading the body");
-    try {
-      body_->get();
-    } catch (const std::exception& e) {
-      if (auto err = buf_->error()) return err->WithContext("GET " + url_);
-      if (Clock::now() >= o_.deadline) return Timeout("reading the body");
-      return Status::Unavailable("GET " + url_ + ": reading the body: " + e.what());
-    }
-    if (sized && buf_->bytes() != total) {
-      return Status::Unavailable("GET " + url_ + ": the body ended after " +
-                                 std::to_string(buf_->bytes()) + " of " + std::to_string(total) +
-                                 " bytes");
-    }
-    r.body_bytes = buf_->bytes();
+Result<Hop> Fetch(const std::string& url, const HttpHeaders& headers, const HttpGetOptions& o,
+                  BodySink& sink) {
+  // Only a 2xx body is let through (ReceiveBody); each chunk goes to the
+  // sink before the client reads the next.
+  auto buf = std::make_shared<GatedBodyBuf>(
+      o.max_body, [&sink](const uint8_t* p, size_t n) { return sink.Write(p, n); });
+  GetExchange get(url, o.deadline, buf, "timeout reached while");
+  ASSIGN_OR_RETURN(http::http_response resp, get.Send(headers, o.ca_file));
+  Hop hop;
+  HttpGetResponse& r = hop.response;
+  r.status = resp.status_code();
+  r.reason = resp.reason_phrase();
+  r.final_url = url;
+  for (const auto& [k, v] : resp.headers()) r.headers[Lower(k)] = v.substr(0, 8192);
+  if (IsRedirect(r.status)) {
+    auto loc = r.headers.find("location");
+    if (loc == r.headers.end())
+      return Status::Unavailable("GET " + url + ": HTTP " + std::to_string(r.status) +
+                                 " without a Location");
+    hop.redirect = get.uri().resolve_uri(loc->second);
     return hop;
   }
+  if (r.status != 200 && r.status != 206) return hop;  // body dropped by ~GetExchange
 
- private:
-  Status Timeout(const std::string& what) {
-    return Status::DeadlineExceeded("GET " + url_ + ": timeout reached while " + what);
-  }
-
-  const std::string url_;
-  const HttpGetOptions o_;
-  BodySink& sink_;
-  std::shared_ptr<GatedBodyBuf> buf_;
-  pplx::cancellation_token_source cts_;
-  std::optional<pplx::task<http::http_response>> sent_;
-  std::optional<pplx::task<http::http_response>> body_;
-};
+  ASSIGN_OR_RETURN(std::optional<uint64_t> length, get.CheckLength(resp, o.max_body));
+  RETURN_IF_ERROR(sink.Begin(r.status, r.headers));
+  RETURN_IF_ERROR(get.ReceiveBody(length));
+  r.body_bytes = buf->bytes();
+  return hop;
+}
 
 }  // namespace
 
@@ -172,7 +93,7 @@ Result<HttpGetResponse> HttpGet(const std::string& url, const HttpHeaders& heade
     }
     Result<Hop> hop = Status::Internal("unreachable");
     try {
-      hop = Fetch(current, options, sink).Run(sent);
+      hop = Fetch(current, sent, options, sink);
     } catch (const std::exception& e) {
       return Status::InvalidArgument("GET " + current + ": " + e.what());
     }
