@@ -50,4 +50,29 @@ Json GuardedMetaPatch(const ObjectMeta& meta, Json metadata) {
   return Json{{"metadata", metadata}};
 }
 
+Json FinalizersWith(const ObjectMeta& meta, std::string_view finalizer) {
+  Json finalizers = meta.finalizers;
+  finalizers.push_back(std::string(finalizer));
+  return finalizers;
+}
+
+Result<Json> AddFinalizer(const Context& ctx, const kube::Resource& r, const ObjectMeta& meta,
+                          std::string_view finalizer) {
+  return ctx.client->Patch(
+      r, meta.ns, meta.name, kube::PatchType::kMerge,
+      GuardedMetaPatch(meta, {{"finalizers", FinalizersWith(meta, finalizer)}}));
+}
+
+Status RemoveFinalizer(const Context& ctx, const kube::Resource& r, const ObjectMeta& meta,
+                       std::string_view finalizer) {
+  Json finalizers = Json::array();
+  for (const std::string& f : meta.finalizers) {
+    if (f != finalizer) finalizers.push_back(f);
+  }
+  auto patched = ctx.client->Patch(r, meta.ns, meta.name, kube::PatchType::kMerge,
+                                   GuardedMetaPatch(meta, {{"finalizers", finalizers}}));
+  if (!patched.ok() && !kube::IsNotFound(patched.status())) return patched.status();
+  return Status::Ok();
+}
+
 }  // namespace kubicle::op

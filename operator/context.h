@@ -100,4 +100,16 @@ Result<bool> WriteStatusIfChanged(Context& ctx, const kube::Resource& r, const J
 // changed since, and the key is reconciled again from the newer copy.
 Json GuardedMetaPatch(const ObjectMeta& meta, Json metadata);
 
+// `meta`'s finalizers with `finalizer` added (for a GuardedMetaPatch that
+// writes more than the finalizer).
+Json FinalizersWith(const ObjectMeta& meta, std::string_view finalizer);
+// Adds `finalizer` to the object of `meta` (a GuardedMetaPatch): the object
+// as patched.
+Result<Json> AddFinalizer(const Context& ctx, const kube::Resource& r, const ObjectMeta& meta,
+                          std::string_view finalizer);
+// Removes `finalizer` from the object of `meta` (a GuardedMetaPatch); an
+// object already gone is no error.
+Status RemoveFinalizer(const Context& ctx, const kube::Resource& r, const ObjectMeta& meta,
+                       std::string_view finalizer);
+
 }  // namespace kubicle::op

@@ -25,12 +25,6 @@ bool IsLowerHex64(const std::string& s) {
   return true;
 }
 
-Json WithFinalizer(const ObjectMeta& meta) {
-  Json finalizers = meta.finalizers;
-  finalizers.push_back(kFinalizer);
-  return finalizers;
-}
-
 }  // namespace
 
 std::string TokenSecretName(const std::string& sandbox_name) {
@@ -119,11 +113,7 @@ NodeStanding SandboxReconciler::Standing(const std::string& node, kube::TimePoin
 
 Status SandboxReconciler::EnsureFinalizer(SandboxView* sbx) {
   if (sbx->meta.HasFinalizer(kFinalizer)) return Status::Ok();
-  ASSIGN_OR_RETURN(Json patched,
-                   ctx_.client->Patch(SandboxResource(), sbx->meta.ns, sbx->meta.name,
-                                      kube::PatchType::kMerge,
-                                      GuardedMetaPatch(sbx->meta,
-                                                       {{"finalizers", WithFinalizer(sbx->meta)}})));
+  ASSIGN_OR_RETURN(Json patched, AddFinalizer(ctx_, SandboxResource(), sbx->meta, kFinalizer));
   *sbx = SandboxView::Parse(std::move(patched));
   return Status::Ok();
 }
@@ -245,7 +235,8 @@ Status SandboxReconciler::EnsurePlacement(SandboxView* sbx, SandboxFacts* facts)
   Json labels = {{std::string(kLabelNode), node}, {std::string(kLabelTemplate), tmpl_name}};
   Json meta = {{"labels", labels}};
   if (!sbx->meta.HasFinalizer(kFinalizer)) {
-    meta["finalizers"] = WithFinalizer(sbx->meta);  // one write instead of two on the hot path
+    // One write instead of two on the hot path.
+    meta["finalizers"] = FinalizersWith(sbx->meta, kFinalizer);
   }
   auto patched = ctx_.client->Patch(SandboxResource(), ns, sbx->meta.name, kube::PatchType::kMerge,
                                     GuardedMetaPatch(sbx->meta, meta));
@@ -324,13 +315,7 @@ Result<Outcome> SandboxReconciler::Finalize(const SandboxView& sbx) {
                                          ComputeSandboxStatus(sbx, facts, now)).status());
     return out;
   }
-  Json finalizers = Json::array();
-  for (const std::string& f : sbx.meta.finalizers) {
-    if (f != kFinalizer) finalizers.push_back(f);
-  }
-  auto r = ctx_.client->Patch(SandboxResource(), sbx.meta.ns, sbx.meta.name, kube::PatchType::kMerge,
-                              GuardedMetaPatch(sbx.meta, {{"finalizers", finalizers}}));
-  if (!r.ok() && !kube::IsNotFound(r.status())) return r.status();
+  RETURN_IF_ERROR(RemoveFinalizer(ctx_, SandboxResource(), sbx.meta, kFinalizer));
   ctx_.scheduler->Forget(key);
   log::Info("sandbox finalized", {{"sandbox", key}, {"node", node}, {"why", why}});
   return Outcome{};

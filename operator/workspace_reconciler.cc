@@ -11,16 +11,6 @@ namespace kubicle::op {
 
 using kube::WorkspaceResource;
 
-namespace {
-
-Json FinalizersWith(const ObjectMeta& meta) {
-  Json finalizers = meta.finalizers;
-  finalizers.push_back(kWorkspaceFinalizer);
-  return finalizers;
-}
-
-}  // namespace
-
 Result<Outcome> WorkspaceReconciler::Reconcile(const std::string& key) {
   std::optional<Json> got = ctx_.lister->Get(WorkspaceResource(), key);
   if (!got) return Outcome{};
@@ -89,7 +79,8 @@ Status WorkspaceReconciler::EnsurePlacement(WorkspaceView* ws, WorkspaceFacts* f
     }
   }
   Json meta = {{"labels", {{std::string(kLabelNode), node}}}};
-  if (!ws->meta.HasFinalizer(kWorkspaceFinalizer)) meta["finalizers"] = FinalizersWith(ws->meta);
+  if (!ws->meta.HasFinalizer(kWorkspaceFinalizer))
+    meta["finalizers"] = FinalizersWith(ws->meta, kWorkspaceFinalizer);
   ASSIGN_OR_RETURN(Json patched, ctx_.client->Patch(WorkspaceResource(), ws->meta.ns, ws->meta.name,
                                                     kube::PatchType::kMerge,
                                                     GuardedMetaPatch(ws->meta, meta)));
@@ -103,9 +94,7 @@ Status WorkspaceReconciler::EnsurePlacement(WorkspaceView* ws, WorkspaceFacts* f
 Status WorkspaceReconciler::EnsureFinalizer(WorkspaceView* ws) {
   if (ws->meta.HasFinalizer(kWorkspaceFinalizer)) return Status::Ok();
   ASSIGN_OR_RETURN(Json patched,
-                   ctx_.client->Patch(WorkspaceResource(), ws->meta.ns, ws->meta.name,
-                                      kube::PatchType::kMerge,
-                                      GuardedMetaPatch(ws->meta, {{"finalizers", FinalizersWith(ws->meta)}})));
+                   AddFinalizer(ctx_, WorkspaceResource(), ws->meta, kWorkspaceFinalizer));
   *ws = WorkspaceView::Parse(std::move(patched));
   return Status::Ok();
 }
@@ -167,13 +156,7 @@ Result<Outcome> WorkspaceReconciler::Finalize(const WorkspaceView& ws, Workspace
                                          ComputeWorkspaceStatus(ws, facts, now)).status());
     return out;
   }
-  Json finalizers = Json::array();
-  for (const std::string& f : ws.meta.finalizers) {
-    if (f != kWorkspaceFinalizer) finalizers.push_back(f);
-  }
-  auto r = ctx_.client->Patch(WorkspaceResource(), ws.meta.ns, ws.meta.name, kube::PatchType::kMerge,
-                              GuardedMetaPatch(ws.meta, {{"finalizers", finalizers}}));
-  if (!r.ok() && !kube::IsNotFound(r.status())) return r.status();
+  RETURN_IF_ERROR(RemoveFinalizer(ctx_, WorkspaceResource(), ws.meta, kWorkspaceFinalizer));
   log::Info("workspace finalized", {{"workspace", ws.meta.Key()}, {"node", facts.node}, {"why", why}});
   return Outcome{};
 }
