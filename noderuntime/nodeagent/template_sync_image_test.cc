@@ -62,13 +62,19 @@ class TemplateSyncImageTest : public ::testing::Test {
     puller_->Set(kImage, FakeDigest('a'));
     config_.image_rootfs = std::make_shared<ImageRootfsCache>(
         (dir_ / "store" / "rootfs").string(), 1, std::move(puller),
-        [this](const oci::PulledImage& image, const std::string& out, const ProgressFn&) {
+        [this](const oci::PulledImage& image, const std::string& out, const ProgressFn& progress) {
           ++builds_;
+          // Held: reports on and on, as oci::BuildRootfs does about once a second.
+          while (hold_build_) {
+            if (progress) progress("unpacking layer 1 of 1");
+            std::this_thread::sleep_for(std::chrono::milliseconds(2));
+          }
           std::ofstream(out) << "ext4 of " << image.manifest_digest;
           return Status::Ok();
         });
   }
   void TearDown() override {
+    hold_build_ = false;  // a failed assertion must not leave a build held
     sync_.reset();
     fs::remove_all(dir_);
   }
@@ -101,6 +107,7 @@ class TemplateSyncImageTest : public ::testing::Test {
   metrics::Registry registry_;
   testing::FakeImagePuller* puller_ = nullptr;
   std::atomic<int> builds_{0};
+  std::atomic<bool> hold_build_{false};  // a build in progress until cleared
   std::unique_ptr<TemplateSync> sync_;
 };
 
@@ -125,6 +132,25 @@ TEST_F(TemplateSyncImageTest, AnImageTemplateBakesItsBuiltRootfsReadOnlyAndRepor
   EXPECT_EQ(Entry("py-2")->image_digest, FakeDigest('a'));
   EXPECT_EQ(builds_, 1);
   EXPECT_EQ(puller_->pulls(), 2);
+}
+
+// While an image is pulled and built, the template's status.nodes[] entry
+// says Baking with the builder's progress (at most one write a second), as
+// a kernel download does.
+TEST_F(TemplateSyncImageTest, AnImageBuildInProgressShowsInStatusNodes) {
+  hold_build_ = true;
+  Start();
+  Create("py", {{"image", kImage}});
+  ASSERT_TRUE(Eventually([&] {
+    auto e = Entry("py");
+    return e && e->phase == "Baking" && e->message == "unpacking layer 1 of 1";
+  })) << (Entry("py") ? Entry("py")->phase + ": " + Entry("py")->message : "no entry");
+  EXPECT_EQ(Entry("py")->image_digest, "");  // not reported until baked
+  hold_build_ = false;
+  ASSERT_TRUE(Eventually([&] { return EntryIs("py", "Ready"); }));
+  EXPECT_EQ(Entry("py")->image_digest, FakeDigest('a'));
+  EXPECT_EQ(Entry("py")->message.find("unpacking"), std::string::npos) << Entry("py")->message;
+  EXPECT_EQ(builds_, 1);
 }
 
 TEST_F(TemplateSyncImageTest, ARestartedAgentReportsTheDigestItBakedWithoutPullingAgain) {
