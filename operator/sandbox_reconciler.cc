@@ -16,17 +16,6 @@ namespace kubicle::op {
 
 using kube::SandboxResource;
 
-namespace {
-
-bool IsLowerHex64(const std::string& s) {
-  if (s.size() != 64) return false;
-  for (char c : s)
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
-  return true;
-}
-
-}  // namespace
-
 std::string TokenSecretName(const std::string& sandbox_name) {
   return BoundedName(sandbox_name, "-token");
 }
@@ -257,7 +246,7 @@ Status SandboxReconciler::EnsureToken(const SandboxView& sbx, SandboxFacts* fact
     // The client's own token (spec.tokenSha256): no Secret to make or read.
     // The CRD refuses a malformed hash; one that got past it (an older
     // CRD) fails the Sandbox instead of reaching a node.
-    if (IsLowerHex64(*given)) {
+    if (IsSha256Hex(*given)) {
       facts->token_sha256 = *given;
       return Status::Ok();
     }

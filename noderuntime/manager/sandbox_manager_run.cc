@@ -4,9 +4,9 @@
 // The VM is an ephemeral Sandbox (managed_sandbox.h): in the table
 // so the orphan sweeps know it is owned, but with no record, hidden from
 // Get/List/Find, and killed at any Shutdown.
-#include <cctype>
 
 #include "common/log.h"
+#include "common/sha256.h"
 #include "noderuntime/node_util.h"
 #include "noderuntime/manager/sandbox_manager.h"
 #include "noderuntime/manager/managed_sandbox.h"
@@ -26,13 +26,6 @@ double MsSince(std::chrono::steady_clock::time_point t0) { return SecondsSince(t
 const char* ResultOf(const Result<guest::client::ExecResult>& r) {
   if (!r.ok()) return r.status().code() == StatusCode::kDeadlineExceeded ? "timeout" : "error";
   return r->timed_out ? "timeout" : "ok";
-}
-
-bool IsLowerHex64(const std::string& s) {
-  if (s.size() != 64) return false;
-  for (char c : s)
-    if (!std::isxdigit(static_cast<unsigned char>(c)) || std::isupper(static_cast<unsigned char>(c))) return false;
-  return true;
 }
 
 }  // namespace
@@ -142,7 +135,7 @@ void SandboxManager::DiscardRunVm(std::shared_ptr<Sandbox> sb) {
 }
 
 Status SandboxManager::SetRunToken(const std::string& template_name, const std::string& token_sha256) {
-  if (!token_sha256.empty() && !IsLowerHex64(token_sha256))
+  if (!token_sha256.empty() && !IsSha256Hex(token_sha256))
     return Status::InvalidArgument("run token hash is not 64 lowercase hex digits");
   std::lock_guard l(mu_);
   auto t = templates_.find(template_name);

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "common/log.h"
+#include "common/sha256.h"
 #include "common/unique_fd.h"
 
 namespace kubicle::noderuntime::nodeagent {
@@ -18,14 +19,6 @@ namespace fs = std::filesystem;
 
 constexpr char kSha256Prefix[] = "sha256:";
 constexpr char kBuilding[] = ".building-";
-
-bool IsLowerHex64(const std::string& s) {
-  if (s.size() != 64) return false;
-  for (char c : s) {
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
-  }
-  return true;
-}
 
 std::string RandomSuffix() {
   std::random_device rd;
@@ -70,7 +63,7 @@ std::string ImageRootfsCache::DigestOfPath(const std::string& path) const {
   if (path.rfind(prefix, 0) != 0 || path.size() < prefix.size() + 64 + 7 || !path.ends_with(".ext4")) return "";
   const std::string hex = path.substr(prefix.size(), 64);
   const std::string version = path.substr(prefix.size() + 64, path.size() - prefix.size() - 64 - 5);
-  if (!IsLowerHex64(hex) || version.size() < 3 || version.rfind("-v", 0) != 0) return "";
+  if (!IsSha256Hex(hex) || version.size() < 3 || version.rfind("-v", 0) != 0) return "";
   for (size_t i = 2; i < version.size(); ++i) {
     if (version[i] < '0' || version[i] > '9') return "";
   }
@@ -83,7 +76,7 @@ Result<ImageRootfs> ImageRootfsCache::Resolve(const std::string& reference, cons
   const std::string& digest = image.manifest_digest;
   const std::string hex = digest.rfind(kSha256Prefix, 0) == 0 ? digest.substr(7) : "";
   // The digest names a file below: it must be exactly what it claims.
-  if (!IsLowerHex64(hex)) return Status::Internal("image " + reference + ": bad manifest digest \"" + digest + "\"");
+  if (!IsSha256Hex(hex)) return Status::Internal("image " + reference + ": bad manifest digest \"" + digest + "\"");
   RETURN_IF_ERROR(BuildOnce(image, hex, progress));
   return ImageRootfs{FinalPath(hex), digest};
 }

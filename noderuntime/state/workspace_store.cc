@@ -10,20 +10,10 @@
 
 #include "common/log.h"
 #include "common/run_tool.h"
+#include "common/sha256.h"
 #include "noderuntime/node_util.h"
 
 namespace kubicle::noderuntime {
-
-namespace {
-
-bool IsLowerHex64(const std::string& s) {
-  if (s.size() != 64) return false;
-  for (char c : s)
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
-  return true;
-}
-
-}  // namespace
 
 Result<std::unique_ptr<WorkspaceStore>> WorkspaceStore::Open(WorkspaceStoreOptions options) {
   if (!options.clock) options.clock = [] { return std::chrono::system_clock::now(); };
@@ -111,7 +101,7 @@ Result<WorkspaceInfo> WorkspaceStore::Put(const WorkspaceSpec& spec) {
   if (spec.size_mib < kMinWorkspaceMiB || spec.size_mib > kMaxWorkspaceMiB)
     return Status::InvalidArgument("workspace size must be " + std::to_string(kMinWorkspaceMiB) +
                                    " MiB .. 1 TiB, not " + std::to_string(spec.size_mib) + " MiB");
-  if (!spec.token_sha256.empty() && !IsLowerHex64(spec.token_sha256))
+  if (!spec.token_sha256.empty() && !IsSha256Hex(spec.token_sha256))
     return Status::InvalidArgument("workspace token hash is not 64 lowercase hex digits");
   RETURN_IF_ERROR(ValidateLabels(spec.labels));
   std::lock_guard put(put_mu_);
